@@ -1,0 +1,1 @@
+"""coordinator: the aggregator — gRPC server, session state machine, persistence."""

@@ -1,0 +1,1 @@
+"""node: the TRE side — data loading, deltab training, egress bundles, review gate, gRPC client."""

@@ -1,0 +1,1 @@
+"""noise: pure math and crypto for zero-sum correlated noise (no grpc, no node)."""

@@ -1,0 +1,1 @@
+"""simulations: sweeps, attacks and reproductions comparing correlated and independent noise."""

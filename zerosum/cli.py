@@ -1,0 +1,75 @@
+"""The ``zerosum`` command: a thin dispatcher over lazily imported subcommands.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
+``run(args) -> int``. Only the chosen subcommand's module is imported, so
+``zerosum deltab`` never loads grpc or scikit-learn. This is the only module
+that knows about both ``node`` and ``coordinator``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Protocol, cast
+
+from zerosum import __version__
+
+# name -> (module, one-line summary). Later subcommands register here.
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "privacy": (
+        "zerosum.commands.privacy",
+        "print the per-observer privacy table (outsider / coordinator / coalition) for a design",
+    ),
+}
+
+
+class _Subcommand(Protocol):
+    DESCRIPTION: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+def _top_help() -> str:
+    width = max(len(n) for n in SUBCOMMANDS)
+    lines = [
+        f"zerosum {__version__} — federated brain-age estimation across TREs with",
+        "zero-sum correlated noise (every egress is private, the aggregate is exact).",
+        "",
+        "usage: zerosum <command> [options]     (zerosum <command> --help for details)",
+        "",
+        "commands:",
+    ]
+    lines += [f"  {name.ljust(width)}  {summary}" for name, (_, summary) in SUBCOMMANDS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in {"-h", "--help", "help"}:
+        print(_top_help())
+        return 0
+    if args[0] == "--version":
+        print(__version__)
+        return 0
+    name = args[0]
+    if name not in SUBCOMMANDS:
+        print(f"zerosum: unknown command {name!r}.\n", file=sys.stderr)
+        print(_top_help(), file=sys.stderr)
+        return 2
+    module = cast(_Subcommand, importlib.import_module(SUBCOMMANDS[name][0]))
+    parser = argparse.ArgumentParser(
+        prog=f"zerosum {name}",
+        description=module.DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    module.add_arguments(parser)
+    ns = parser.parse_args(args[1:])
+    return module.run(ns)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

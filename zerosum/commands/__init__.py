@@ -1,0 +1,1 @@
+"""Subcommands of the zerosum CLI (one module each, imported lazily)."""
