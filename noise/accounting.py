@@ -1,0 +1,408 @@
+"""Differential-privacy accounting for Gaussian noise, per observer.
+
+Exact Gaussian tradeoff. Adding N(0, σ²) to a query of L2 sensitivity Δ is
+μ-GDP with μ = Δ/σ, and μ-GDP is (ε, δ)-DP exactly when
+
+    δ(ε; μ) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)
+
+(the analytic Gaussian mechanism of Balle & Wang, ICML 2018, Theorem 8; in
+the GDP form of Dong, Roth & Su, JRSS-B 2022, Corollary 2.13). Both terms are
+evaluated in log space with ``scipy.special.log_ndtr`` and their difference as
+log δ = a + log(−expm1(b − a)), so δ far below 1e-300 and ε in the hundreds
+stay accurate. ε for a given δ, and the μ that meets a target (ε, δ), are
+found by Brent's method on log δ after expanding a bracket.
+
+Composition. GDP composes exactly: r rounds of μ_t-GDP mechanisms are
+sqrt(Σ μ_t²)-GDP (Dong, Roth & Su 2022, Corollary 3.3).
+
+Correlated noise. An observer who sees y = x + n with n ~ N(0, Σ ⊗ I_d)
+(one row per node, d iid coordinates) and wants to learn about node i's
+contribution faces a Gaussian mechanism with μ = Δ·sqrt(e_iᵀ Σ⁺ e_i): the
+Mahalanobis length of a shift of size Δ along e_i. If e_i has a component
+outside range(Σ), that component is observed without noise and μ = ∞.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from numbers import Real
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.optimize import brentq
+from scipy.special import log_ndtr
+
+from noise.designs import Design, conditional_covariance
+from noise.errors import CalibrationError
+
+__all__ = [
+    "ENUMERATION_LIMIT",
+    "ObserverPrivacy",
+    "calibrate_sigma",
+    "compose_mu",
+    "epsilon_for_sigma",
+    "gaussian_delta",
+    "gaussian_epsilon",
+    "gaussian_mu",
+    "observer_mu",
+    "privacy_report",
+]
+
+Observer = Literal["outsider", "coordinator", "coalition"]
+
+#: Coalitions are enumerated exhaustively when there are at most this many.
+ENUMERATION_LIMIT = 2000
+
+# e_i counts as inside range(Σ) when its projection residual is below this.
+_RANGE_RTOL = 1e-8
+# Coalitions whose μ agree to this relative tolerance count as tied.
+_TIE_RTOL = 1e-12
+_RTOL = 4.0 * np.finfo(np.float64).eps
+_MAX_DOUBLINGS = 2100
+
+
+def _number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise CalibrationError(name, value, "must be a real number")  # type: ignore[arg-type]
+    x = float(value)
+    if math.isnan(x):
+        raise CalibrationError(name, x, "must be a number, not NaN")
+    return x
+
+
+def _positive(name: str, value: object) -> float:
+    x = _number(name, value)
+    if not (math.isfinite(x) and x > 0.0):
+        raise CalibrationError(name, x, "must be finite and > 0")
+    return x
+
+
+def _delta_in_unit_interval(delta: object) -> float:
+    d = _number("delta", delta)
+    if not 0.0 < d < 1.0:
+        raise CalibrationError("delta", d, "must lie strictly between 0 and 1")
+    return d
+
+
+def _log_delta(mu: float, epsilon: float) -> float:
+    """log δ(ε; μ) for finite μ > 0 and finite ε >= 0."""
+    a = float(log_ndtr(-epsilon / mu + mu / 2.0))
+    if a == -math.inf:
+        return -math.inf
+    b = epsilon + float(log_ndtr(-epsilon / mu - mu / 2.0))
+    gap = b - a
+    if gap >= 0.0:  # only by rounding, when δ is below what doubles resolve
+        return -math.inf
+    return a + math.log(-math.expm1(gap))
+
+
+def gaussian_delta(mu: float, epsilon: float) -> float:
+    """Smallest δ for which μ-GDP implies (ε, δ)-DP: Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2).
+
+    Defined for μ >= 0 (μ = ∞ gives δ = 1 and μ = 0 gives δ = 0) and ε >= 0.
+    """
+    m = _number("mu", mu)
+    e = _number("epsilon", epsilon)
+    if m < 0.0:
+        raise CalibrationError("mu", m, "must be >= 0")
+    if e < 0.0:
+        raise CalibrationError("epsilon", e, "must be >= 0")
+    if m == 0.0 or e == math.inf:
+        return 0.0
+    if m == math.inf:
+        return 1.0
+    return math.exp(_log_delta(m, e))
+
+
+def _expand_up(f: Callable[[float], float], start: float) -> float:
+    """Smallest start·2^j with f >= 0 (f increasing)."""
+    x = start
+    for _ in range(_MAX_DOUBLINGS):
+        if f(x) >= 0.0:
+            return x
+        x *= 2.0
+    raise ArithmeticError("bracket expansion did not terminate")  # pragma: no cover
+
+
+def _expand_down(f: Callable[[float], float], start: float) -> float:
+    """Largest start·2^-j with f <= 0 (f increasing)."""
+    x = start
+    for _ in range(_MAX_DOUBLINGS):
+        if f(x) <= 0.0:
+            return x
+        x /= 2.0
+    raise ArithmeticError("bracket expansion did not terminate")  # pragma: no cover
+
+
+def _root(f: Callable[[float], float], lo: float, hi: float) -> float:
+    if f(lo) == 0.0:
+        return lo
+    if f(hi) == 0.0:
+        return hi
+    return float(brentq(f, lo, hi, xtol=1e-300, rtol=_RTOL, maxiter=2000))
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """Smallest ε >= 0 with δ(ε; μ) <= δ: the (ε, δ) guarantee of μ-GDP.
+
+    μ = ∞ gives ε = ∞ (the observer sees the value exactly); μ = 0 gives 0.
+    """
+    m = _number("mu", mu)
+    if m < 0.0:
+        raise CalibrationError("mu", m, "must be >= 0")
+    d = _delta_in_unit_interval(delta)
+    if m == math.inf:
+        return math.inf
+    if m == 0.0:
+        return 0.0
+    target = math.log(d)
+    if _log_delta(m, 0.0) <= target:
+        return 0.0
+
+    def excess(eps: float) -> float:  # decreasing in ε, so negate
+        return target - _log_delta(m, eps)
+
+    hi = _expand_up(excess, max(1.0, m * m / 2.0))
+    return _root(excess, 0.0, hi)
+
+
+def gaussian_mu(epsilon: float, delta: float) -> float:
+    """Largest μ for which μ-GDP implies (ε, δ)-DP (solves δ(ε; μ) = δ for μ)."""
+    e = _positive("epsilon", epsilon)
+    d = _delta_in_unit_interval(delta)
+    target = math.log(d)
+
+    def excess(mu: float) -> float:  # increasing in μ
+        return _log_delta(mu, e) - target
+
+    hi = _expand_up(excess, 1.0)
+    lo = _expand_down(excess, 1.0)
+    return _root(excess, lo, hi)
+
+
+def calibrate_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """Smallest σ for which adding N(0, σ²) to a Δ-sensitive query is (ε, δ)-DP: Δ/μ*(ε, δ).
+
+    Tighter than the classic sqrt(2 ln(1.25/δ))·Δ/ε (Dwork & Roth 2014,
+    Theorem A.1), and valid for every ε > 0, not only ε < 1.
+    """
+    delta_s = _positive("sensitivity", sensitivity)
+    return delta_s / gaussian_mu(epsilon, delta)
+
+
+def epsilon_for_sigma(sigma: float, delta: float, sensitivity: float) -> float:
+    """ε of the Gaussian mechanism with noise std σ and sensitivity Δ at the given δ."""
+    s = _positive("sigma", sigma)
+    delta_s = _positive("sensitivity", sensitivity)
+    return gaussian_epsilon(delta_s / s, delta)
+
+
+def compose_mu(mus: Iterable[float]) -> float:
+    """GDP composition: sqrt(Σ μ_t²) (Dong, Roth & Su 2022, Corollary 3.3); 0 for none."""
+    values = []
+    for i, mu in enumerate(mus):
+        m = _number(f"mus[{i}]", mu)
+        if m < 0.0:
+            raise CalibrationError(f"mus[{i}]", m, "must be >= 0")
+        values.append(m)
+    return math.hypot(*values)
+
+
+def observer_mu(covariance: NDArray[np.float64], index: int, sensitivity: float) -> float:
+    """μ = Δ·sqrt(e_iᵀ Σ⁺ e_i) for an observer whose noise covariance is Σ.
+
+    Σ⁺ is the pseudo-inverse over eigenvalues above K·eps·λ_max (numpy's
+    rank rule). If the projection of e_i onto range(Σ) misses e_i by more
+    than 1e-8 (relative), node i's contribution has a noiseless component
+    and μ = ∞.
+    """
+    delta_s = _positive("sensitivity", sensitivity)
+    sigma = np.asarray(covariance, dtype=np.float64)
+    if sigma.ndim != 2 or sigma.shape[0] != sigma.shape[1] or sigma.shape[0] == 0:
+        raise ValueError(f"covariance must be a non-empty square matrix; got shape {sigma.shape}")
+    if not np.all(np.isfinite(sigma)):
+        raise ValueError("covariance must be finite")
+    k = sigma.shape[0]
+    if isinstance(index, bool) or not isinstance(index, int | np.integer) or not 0 <= index < k:
+        raise ValueError(f"index must be an integer in [0, {k}); got {index!r}")
+    eigenvalues, vectors = np.linalg.eigh((sigma + sigma.T) / 2.0)
+    largest = float(eigenvalues[-1])
+    if largest <= 0.0:
+        return math.inf
+    kept = eigenvalues > largest * k * np.finfo(np.float64).eps
+    row = vectors[index]
+    outside = float(np.sum(row[~kept] ** 2))
+    if math.sqrt(outside) > _RANGE_RTOL:
+        return math.inf
+    quadratic = float(np.sum(row[kept] ** 2 / eigenvalues[kept]))
+    return delta_s * math.sqrt(quadratic)
+
+
+@dataclass(frozen=True)
+class ObserverPrivacy:
+    """What one observer class can learn about one node's contributions.
+
+    ``noise_std`` is the per-round standard deviation of the equivalent
+    scalar Gaussian mechanism (Δ/μ_round; 0 when μ is infinite); ``mu`` and
+    ``epsilon`` hold the total over ``rounds`` identical rounds at ``delta``.
+    ``coalition`` lists the colluding nodes behind the reported worst case.
+    """
+
+    node_id: str
+    observer: Observer
+    coalition_size: int
+    noise_std: float
+    mu: float
+    epsilon: float
+    delta: float
+    rounds: int
+    coalition: tuple[str, ...] = ()
+
+
+def _sensitivities(design: Design, sensitivity: float | Mapping[str, float]) -> dict[str, float]:
+    if isinstance(sensitivity, Mapping):
+        unknown = sorted(set(sensitivity) - set(design.node_ids), key=str)
+        if unknown:
+            raise ValueError(
+                f"sensitivity given for unknown node id {unknown[0]!r}; "
+                f"the design's nodes are {list(design.node_ids)}"
+            )
+        out = {}
+        for n in design.node_ids:
+            if n not in sensitivity:
+                raise CalibrationError(
+                    f"sensitivity[{n!r}]", math.nan, "is missing; give every node a sensitivity"
+                )
+            out[n] = _positive(f"sensitivity[{n!r}]", sensitivity[n])
+        return out
+    value = _positive("sensitivity", sensitivity)
+    return dict.fromkeys(design.node_ids, value)
+
+
+def _coalition_mu(
+    design: Design, node_id: str, coalition: Sequence[str], residual: float, sens: float
+) -> float:
+    honest, sigma = conditional_covariance(design, coalition, residual)
+    return observer_mu(sigma, honest.index(node_id), sens)
+
+
+def _worst_coalition(
+    design: Design, node_id: str, size: int, residual: float, sens: float
+) -> tuple[tuple[str, ...], float]:
+    """The coalition of ``size`` other nodes that maximises μ against ``node_id``.
+
+    Exhaustive when there are at most ENUMERATION_LIMIT coalitions; otherwise
+    greedy (add, one at a time, the colluder that raises μ most), which can
+    miss the true worst case: its μ is then a lower bound on the worst μ.
+    """
+    others = [n for n in design.node_ids if n != node_id]
+    if math.comb(len(others), size) <= ENUMERATION_LIMIT:
+        best: tuple[tuple[str, ...], float] = ((), -math.inf)
+        for combo in itertools.combinations(others, size):
+            mu = _coalition_mu(design, node_id, combo, residual, sens)
+            # Ties (up to rounding) keep the first coalition in sorted order.
+            if mu > best[1] * (1.0 + _TIE_RTOL) or best[1] == -math.inf:
+                best = (combo, mu)
+                if mu == math.inf:
+                    break
+        return best
+    chosen: list[str] = []
+    mu = -math.inf
+    for _ in range(size):
+        candidates = [n for n in others if n not in chosen]
+        mu, pick = -math.inf, candidates[0]
+        for c in candidates:
+            trial = _coalition_mu(design, node_id, [*chosen, c], residual, sens)
+            if trial > mu * (1.0 + _TIE_RTOL) or mu == -math.inf:
+                mu, pick = trial, c
+        chosen.append(pick)
+    return tuple(sorted(chosen)), mu
+
+
+def _row(
+    node_id: str,
+    observer: Observer,
+    mu_round: float,
+    *,
+    sens: float,
+    delta: float,
+    rounds: int,
+    coalition: tuple[str, ...] = (),
+) -> ObserverPrivacy:
+    mu_total = mu_round * math.sqrt(rounds)
+    return ObserverPrivacy(
+        node_id=node_id,
+        observer=observer,
+        coalition_size=len(coalition),
+        noise_std=0.0 if mu_round == math.inf else sens / mu_round,
+        mu=mu_total,
+        epsilon=gaussian_epsilon(mu_total, delta),
+        delta=delta,
+        rounds=rounds,
+        coalition=coalition,
+    )
+
+
+def privacy_report(
+    design: Design,
+    *,
+    residual_variance: float,
+    sensitivity: float | Mapping[str, float],
+    delta: float,
+    rounds: int = 1,
+    coalition_sizes: Iterable[int] = (),
+) -> list[ObserverPrivacy]:
+    """Per node: what an outsider, the coordinator and coordinator-plus-coalitions learn.
+
+    * ``outsider`` (a reviewer or eavesdropper seeing one egress): variance
+      R_kk + σ_res², μ = Δ_k / sqrt(R_kk + σ_res²).
+    * ``coordinator`` (sees every egress): covariance R + σ_res² I. Summing
+      the egresses cancels the correlated noise, so along the aggregate
+      direction only residual noise is left; without residual noise
+      (σ_res² = 0) the coordinator learns the exact sum and μ = ε = ∞.
+    * ``coalition`` for each m in ``coalition_sizes``: the coordinator plus
+      the worst coalition of m other nodes, using the conditional covariance
+      (Schur complement) of :func:`noise.designs.conditional_covariance`;
+      "worst" is the largest μ, found by enumeration when there are at most
+      ENUMERATION_LIMIT coalitions and greedily otherwise (then a lower bound).
+
+    μ composes over ``rounds`` identical rounds as μ·sqrt(rounds); ε is
+    reported at ``delta`` for the composed μ. Rows come node by node (sorted
+    ids), each as outsider, coordinator, then the coalitions in the order given.
+    """
+    res = _number("residual_variance", residual_variance)
+    if not (math.isfinite(res) and res >= 0.0):
+        raise CalibrationError("residual_variance", res, "must be finite and >= 0")
+    d = _delta_in_unit_interval(delta)
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise CalibrationError("rounds", rounds, "must be a whole number >= 1")
+    k = len(design.node_ids)
+    sizes = list(coalition_sizes)
+    for m in sizes:
+        if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= k - 1:
+            raise CalibrationError(
+                "coalition_sizes",
+                m,
+                f"each coalition size must be a whole number from 1 to {k - 1} "
+                f"(the other nodes of a {k}-node design)",
+            )
+    sens = _sensitivities(design, sensitivity)
+    full = design.covariance()
+    full[np.diag_indices(k)] += res
+    report: list[ObserverPrivacy] = []
+    for i, node in enumerate(design.node_ids):
+        s = sens[node]
+        outsider_mu = observer_mu(np.array([[design.variance(node) + res]]), 0, s)
+        coordinator_mu = observer_mu(full, i, s)
+        report.append(_row(node, "outsider", outsider_mu, sens=s, delta=d, rounds=rounds))
+        report.append(_row(node, "coordinator", coordinator_mu, sens=s, delta=d, rounds=rounds))
+        for m in sizes:
+            coalition, mu = _worst_coalition(design, node, m, res, s)
+            report.append(
+                _row(node, "coalition", mu, sens=s, delta=d, rounds=rounds, coalition=coalition)
+            )
+    return report

@@ -1,0 +1,140 @@
+"""Keyed AES-128-CTR streams: the keystream really is AES-CTR, and the draws are N(0, 1)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from randomgen import AESCounter
+from scipy import stats
+
+from noise.errors import KeyFormatError
+from noise.stream import (
+    aes_counter,
+    keyed_generator,
+    os_generator,
+    standard_normal,
+    uniform_uint64,
+)
+
+KEY = hashlib.sha256(b"fixed stream key").digest()
+
+
+def _aes_ctr_words(aes_key: bytes, counter: int, blocks: int) -> list[int]:
+    """AES-128-ECB of the little-endian counter blocks, split into little-endian uint64 words."""
+    encryptor = Cipher(algorithms.AES(aes_key), modes.ECB()).encryptor()
+    plaintext = b"".join(((counter + b) % 2**128).to_bytes(16, "little") for b in range(blocks))
+    ciphertext = encryptor.update(plaintext) + encryptor.finalize()
+    return [int.from_bytes(ciphertext[i : i + 8], "little") for i in range(0, len(ciphertext), 8)]
+
+
+@pytest.mark.parametrize(
+    "counter",
+    [
+        0,
+        int.from_bytes(KEY[16:], "little"),
+        2**64 - 2,  # carry from the low into the high 64 bits of the counter
+        2**128 - 3,  # wrap-around of the 128-bit counter
+    ],
+)
+def test_bare_aes_counter_is_aes128_in_counter_mode(counter: int) -> None:
+    aes_key = KEY[:16]
+    bare = AESCounter(key=int.from_bytes(aes_key, "little"), counter=counter)
+    blocks = 10  # more than randomgen's 4-block buffer, so refills are covered
+    raw = [int(word) for word in bare.random_raw(2 * blocks)]
+    assert raw == _aes_ctr_words(aes_key, counter, blocks)
+
+
+def test_stream_key_layout_is_aes_key_then_counter() -> None:
+    expected = _aes_ctr_words(KEY[:16], int.from_bytes(KEY[16:], "little"), 6)
+    assert [int(w) for w in aes_counter(KEY).random_raw(12)] == expected
+    assert uniform_uint64(KEY, 12).tolist() == expected
+    assert uniform_uint64(KEY, (3, 4)).reshape(-1).tolist() == expected
+
+
+def test_software_aes_gives_the_same_stream() -> None:
+    # Nodes with and without AES-NI must draw identical masks.
+    hardware, software = aes_counter(KEY), aes_counter(KEY)
+    assert isinstance(software, AESCounter)
+    software.use_aesni = False
+    np.testing.assert_array_equal(hardware.random_raw(40), software.random_raw(40))
+
+
+def test_same_key_same_stream() -> None:
+    first = keyed_generator(KEY).standard_normal(1000)
+    again = keyed_generator(KEY).standard_normal(1000)
+    np.testing.assert_array_equal(first, again)
+    np.testing.assert_array_equal(standard_normal(KEY, 1000), first)
+
+
+@pytest.mark.parametrize("position", [0, 15, 16, 31])
+def test_every_key_byte_changes_the_stream(position: int) -> None:
+    changed = bytearray(KEY)
+    changed[position] ^= 0x01
+    base = standard_normal(KEY, 64)
+    other = standard_normal(bytes(changed), 64)
+    assert not np.any(base == other)
+
+
+def test_draws_are_standard_normal() -> None:
+    n = 200_000
+    draws = standard_normal(KEY, n)
+    assert draws.dtype == np.float64
+    assert draws.shape == (n,)
+    # Standard errors at n = 2e5: mean 0.0022, variance 0.0032, skew 0.0055,
+    # excess kurtosis 0.011; the tolerances are about five of them.
+    assert abs(draws.mean()) < 0.012
+    assert abs(draws.var() - 1.0) < 0.016
+    assert abs(stats.skew(draws)) < 0.03
+    assert abs(stats.kurtosis(draws)) < 0.06
+    assert stats.kstest(draws, "norm").pvalue > 1e-3
+
+
+def test_uniform_words_are_uniform() -> None:
+    words = uniform_uint64(KEY, 100_000)
+    bits = np.unpackbits(words.view(np.uint8)).reshape(-1, 64).mean(axis=0)
+    # Each bit is Bernoulli(1/2); sd of its mean is 0.0016 at n = 1e5.
+    assert np.max(np.abs(bits - 0.5)) < 0.01
+    assert stats.kstest(words[:20_000] / 2.0**64, "uniform").pvalue > 1e-3
+
+
+def test_out_buffer_receives_the_same_draws() -> None:
+    out = np.empty((20, 50), dtype=np.float64)
+    result = standard_normal(KEY, (20, 50), out=out)
+    assert result is out
+    np.testing.assert_array_equal(out.reshape(-1), standard_normal(KEY, 1000))
+    numpy_size = np.int64(5)
+    from_numpy_size = standard_normal(KEY, numpy_size)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(from_numpy_size, standard_normal(KEY, 5))
+
+
+@pytest.mark.parametrize(
+    ("out", "size"),
+    [
+        (np.empty(10, dtype=np.float64), 11),
+        (np.empty(10, dtype=np.float32), 10),
+        (np.empty((4, 5), dtype=np.float64).T, (5, 4)),
+    ],
+)
+def test_bad_out_buffer_is_refused(out: np.ndarray, size: int | tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match="out must be a C-contiguous float64 array of shape"):
+        standard_normal(KEY, size, out=out)
+
+
+@pytest.mark.parametrize(
+    ("key", "got"), [(KEY[:31], "31 bytes"), (KEY + b"\x00", "33 bytes"), (KEY.hex(), "a str")]
+)
+def test_keys_must_be_32_bytes(key: Any, got: str) -> None:
+    for make in (keyed_generator, lambda k: standard_normal(k, 3), lambda k: uniform_uint64(k, 3)):
+        with pytest.raises(KeyFormatError) as info:
+            make(key)
+        assert str(info.value) == f"stream key must be 32 bytes; got {got}."
+
+
+def test_os_generators_are_independent_aes_streams() -> None:
+    first, second = os_generator(), os_generator()
+    assert isinstance(first.bit_generator, AESCounter)
+    assert not np.any(first.standard_normal(64) == second.standard_normal(64))
