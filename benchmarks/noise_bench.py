@@ -11,7 +11,12 @@ medians of per-run ratios:
 * ``mask_rate_ratio_vs_pcg64``: per-run AES-CTR rate / PCG64 rate (target ≥ 0.9);
 * ``fixed_point_encode_per_s``: float64 values encoded per second;
 * ``fixed_point_encode_ratio_vs_numpy_multiply``: per-run encode rate / rate of
-  a plain ``np.multiply`` of the same array by the scale.
+  a plain ``np.multiply`` of the same array by the scale;
+* ``node_mask_seconds_k10_d1e6``: one node's full pairwise mask for K = 10
+  nodes (complete graph, 9 pair streams), d = 10^6 entries, fixed point
+  included (target ≤ 1.5 s);
+* ``node_mask_ratio_vs_pcg64_draws``: that time over the time numpy's PCG64
+  takes just to draw the same 9·10^6 normals (the floor any mask pays).
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from functools import partial
 
 import numpy as np
 
+from noise.designs import complete_design
 from noise.fixed_point import FixedPointCodec
+from noise.masks import pairwise_mask
 from noise.stream import keyed_generator
 
 VALUES_PER_RUN = 10**6
@@ -72,10 +79,40 @@ def run(repeats: int) -> dict[str, float]:
         encode_rates.append(2 * n / t_encode)
         encode_ratios.append(t_multiply / t_encode)
 
+    node_mask_seconds, node_mask_ratios = _node_mask(repeats, codec, pcg)
     return {
+        "node_mask_seconds_k10_d1e6": node_mask_seconds,
+        "node_mask_ratio_vs_pcg64_draws": node_mask_ratios,
         "mask_gaussians_per_s": statistics.median(mask_rates),
         "numpy_pcg64_gaussians_per_s": statistics.median(pcg_rates),
         "mask_rate_ratio_vs_pcg64": statistics.median(mask_ratios),
         "fixed_point_encode_per_s": statistics.median(encode_rates),
         "fixed_point_encode_ratio_vs_numpy_multiply": statistics.median(encode_ratios),
     }
+
+
+def _node_mask(
+    repeats: int, codec: FixedPointCodec, pcg: np.random.Generator
+) -> tuple[float, float]:
+    k, d = 10, 10**6
+    ids = [f"tre{i:02d}" for i in range(k)]
+    design = complete_design(ids, 1.0, collusion_threshold=1)
+    me = ids[0]
+    out = np.empty(d, dtype=np.float64)
+    seconds: list[float] = []
+    ratios: list[float] = []
+    for attempt in range(repeats + 1):
+        seeds = {peer: os.urandom(32) for peer in ids[1:]}
+        t_mask = _seconds(
+            lambda seeds=seeds, attempt=attempt: pairwise_mask(
+                design, me, seeds, round_index=attempt, tensor="sxx", size=d, codec=codec
+            )
+        )
+        t_draw = 0.0
+        for _ in range(k - 1):
+            t_draw += _seconds(lambda: pcg.standard_normal(out=out))
+        if attempt == 0:
+            continue
+        seconds.append(t_mask)
+        ratios.append(t_mask / t_draw)
+    return statistics.median(seconds), statistics.median(ratios)

@@ -18,6 +18,11 @@ from zerosum import __version__
 
 # name -> (module, one-line summary). Later subcommands register here.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "federation": (
+        "zerosum.commands.federation",
+        "set up a federation: shared config, CA and TLS certificates, node identity keys"
+        " (and synthetic cohorts)",
+    ),
     "privacy": (
         "zerosum.commands.privacy",
         "print the per-observer privacy table (outsider / coordinator / coalition) for a design",

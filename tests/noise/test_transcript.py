@@ -1,0 +1,147 @@
+"""Roster and survivor-set digests: order-free, injective, and checked."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from noise.errors import KeyFormatError
+from noise.keys import IdentityKey, sign_key_bundle
+from noise.transcript import roster_hash, survivor_attestation_message, survivor_set_hash
+from tests.strategies import node_id_lists
+
+CONFIG = b"\x11" * 32
+
+
+@dataclass(frozen=True)
+class Signed:
+    node_id: str
+    public_key: bytes
+    signature: bytes
+
+
+def bundles(ids: list[str]) -> list[Signed]:
+    return [Signed(n, bytes([i + 1]) * 32, bytes([i + 101]) * 64) for i, n in enumerate(ids)]
+
+
+def test_roster_hash_matches_its_definition() -> None:
+    roster = bundles(["b", "a"])
+    expected = hashlib.sha256(
+        b"zerosum/v1/roster"
+        + CONFIG
+        + b"\x00\x02s1"
+        + struct.pack(">I", 2)
+        + b"\x00\x01a"
+        + roster[1].public_key
+        + roster[1].signature
+        + b"\x00\x01b"
+        + roster[0].public_key
+        + roster[0].signature
+    ).digest()
+    assert roster_hash(CONFIG, "s1", roster) == expected
+
+
+def test_roster_hash_accepts_real_key_bundles() -> None:
+    identity = IdentityKey.generate()
+    bundle = sign_key_bundle(
+        identity, config_hash=CONFIG, session_id="s1", node_id="a", public_key=b"\x05" * 32
+    )
+    plain = Signed(bundle.node_id, bundle.public_key, bundle.signature)
+    assert roster_hash(CONFIG, "s1", [bundle]) == roster_hash(CONFIG, "s1", [plain])
+
+
+@settings(max_examples=30, deadline=None)
+@given(node_id_lists(min_size=1, max_size=6), st.randoms(use_true_random=False))
+def test_roster_hash_ignores_order_but_not_content(ids: list[str], random: object) -> None:
+    roster = bundles(ids)
+    shuffled = list(roster)
+    random.shuffle(shuffled)  # type: ignore[attr-defined]
+    digest = roster_hash(CONFIG, "s1", roster)
+    assert roster_hash(CONFIG, "s1", shuffled) == digest
+    assert roster_hash(CONFIG, "s2", roster) != digest
+    assert roster_hash(b"\x12" * 32, "s1", roster) != digest
+    assert roster_hash(CONFIG, "s1", roster[1:]) != digest
+    changed = [Signed(roster[0].node_id, b"\xee" * 32, roster[0].signature), *roster[1:]]
+    assert roster_hash(CONFIG, "s1", changed) != digest
+
+
+def test_roster_hash_refuses_bad_input() -> None:
+    with pytest.raises(ValueError, match="lists node 'a' twice"):
+        roster_hash(CONFIG, "s1", bundles(["a", "a"]))
+    with pytest.raises(KeyFormatError, match="public key of node 'a'"):
+        roster_hash(CONFIG, "s1", [Signed("a", b"short", b"\0" * 64)])
+    with pytest.raises(KeyFormatError, match="signature of node 'a'"):
+        roster_hash(CONFIG, "s1", [Signed("a", b"\0" * 32, b"\0" * 63)])
+    with pytest.raises(KeyFormatError, match="config hash"):
+        roster_hash(b"short", "s1", [])
+
+
+def test_survivor_hash_matches_its_definition() -> None:
+    expected = hashlib.sha256(
+        b"zerosum/v1/survivors"
+        + CONFIG
+        + b"\x00\x02s1"
+        + struct.pack(">Q", 3)
+        + struct.pack(">I", 2)
+        + b"\x00\x01a\x00\x01c"
+        + struct.pack(">I", 1)
+        + b"\x00\x01b"
+    ).digest()
+    assert survivor_set_hash(CONFIG, "s1", 3, ["c", "a"], ["b"]) == expected
+
+
+def test_survivor_hash_separates_every_field() -> None:
+    base = survivor_set_hash(CONFIG, "s1", 3, ["a", "c"], ["b"])
+    others = {
+        survivor_set_hash(CONFIG, "s1", 4, ["a", "c"], ["b"]),
+        survivor_set_hash(CONFIG, "s2", 3, ["a", "c"], ["b"]),
+        survivor_set_hash(b"\x12" * 32, "s1", 3, ["a", "c"], ["b"]),
+        survivor_set_hash(CONFIG, "s1", 3, ["a"], ["b", "c"]),
+        survivor_set_hash(CONFIG, "s1", 3, ["a", "b"], ["c"]),
+        survivor_set_hash(CONFIG, "s1", 3, ["a", "c"], []),
+        survivor_set_hash(CONFIG, "s1", 3, ["a", "c", "b"], []),
+    }
+    assert base not in others and len(others) == 7
+
+
+@pytest.mark.parametrize(
+    ("survivors", "dropped", "message"),
+    [
+        ([], ["a"], "survivor set is empty"),
+        (["a", "a"], [], "repeats a node"),
+        (["a"], ["b", "b"], "repeats a node"),
+        (["a", "b"], ["b"], r"\['b'\] are listed both"),
+    ],
+)
+def test_survivor_hash_refuses_inconsistent_sets(
+    survivors: list[str], dropped: list[str], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        survivor_set_hash(CONFIG, "s1", 0, survivors, dropped)
+
+
+def test_round_index_range() -> None:
+    with pytest.raises(ValueError, match="round_index = -1"):
+        survivor_set_hash(CONFIG, "s1", -1, ["a"], [])
+    with pytest.raises(ValueError, match="round_index"):
+        survivor_attestation_message(CONFIG, "s1", 2**64, b"\0" * 32)
+
+
+def test_attestation_message_layout_and_signature() -> None:
+    digest = survivor_set_hash(CONFIG, "s1", 2, ["a", "b"], ["c"])
+    message = survivor_attestation_message(CONFIG, "s1", 2, digest)
+    assert message == (
+        b"zerosum/v1/survivor-attestation" + CONFIG + b"\x00\x02s1" + struct.pack(">Q", 2) + digest
+    )
+    identity = IdentityKey.generate()
+    signature = identity.sign(message)
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    Ed25519PublicKey.from_public_bytes(identity.public_bytes()).verify(signature, message)
+    with pytest.raises(KeyFormatError, match="survivor hash"):
+        survivor_attestation_message(CONFIG, "s1", 2, b"short")

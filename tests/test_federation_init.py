@@ -1,0 +1,308 @@
+"""`zerosum federation init`: files, modes, certificates, keys and a real mTLS handshake."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import ipaddress
+import stat
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+from cryptography import x509
+from cryptography.x509 import DNSName, IPAddress
+from cryptography.x509.verification import PolicyBuilder, Store
+
+from noise.federation import config_hash, load_federation
+from noise.keys import IdentityKey
+from proto.chunks import PayloadAssembler, pack_tensors, payload_chunks, payload_header
+from proto.zerosum.v1 import session_pb2 as pb
+from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
+from zerosum import pki
+from zerosum.commands import federation as command
+
+FAST = [
+    "--n-features",
+    "6",
+    "--n-components",
+    "3",
+    "--cohort-sizes",
+    "130,110,150",
+    "--holdout-size",
+    "40",
+]
+
+
+def init(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return command.run(parser.parse_args(["init", *argv]))
+
+
+@pytest.fixture(scope="module")
+def federation_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("fed") / "fed"
+    status = init(
+        "--nodes", "north,east,south", "--out", str(out), "--synthetic", "--seed", "11", *FAST
+    )
+    assert status == 0
+    return out
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_writes_every_file_with_secret_modes(federation_dir: Path) -> None:
+    secret = ["ca/ca.key", "coordinator/server.key"]
+    public = ["federation.toml", "ca/ca.pem", "coordinator/server.pem", "holdout.csv"]
+    for node_id in ("north", "east", "south"):
+        secret += [f"nodes/{node_id}/identity.pem", f"nodes/{node_id}/client.key"]
+        public += [f"nodes/{node_id}/client.pem", f"nodes/{node_id}/data.csv"]
+    for name in secret:
+        assert mode(federation_dir / name) == 0o600, name
+    for name in public:
+        assert (federation_dir / name).is_file(), name
+    assert mode(federation_dir / "ca") == 0o700
+    assert mode(federation_dir / "nodes" / "east") == 0o700
+
+
+def test_config_pins_the_identity_keys_on_disk(federation_dir: Path) -> None:
+    config = load_federation(federation_dir / "federation.toml")
+    assert config.node_ids == ("east", "north", "south")
+    for node_id, public in config.identity_keys.items():
+        identity = IdentityKey.read_pem(federation_dir / "nodes" / node_id / "identity.pem")
+        assert identity.public_bytes() == public
+    assert config.ca_certificate_path == federation_dir.resolve() / "ca" / "ca.pem"
+    assert config.ca_certificate_path.is_file()
+    # Three nodes: the default collusion threshold is min(1, K - 2) = 1.
+    assert config.privacy.collusion_threshold == 1
+    assert config.model.n_features == 6
+
+
+def test_certificates_chain_to_the_ca_with_the_right_names(federation_dir: Path) -> None:
+    ca = x509.load_pem_x509_certificate((federation_dir / "ca" / "ca.pem").read_bytes())
+    builder = PolicyBuilder().store(Store([ca]))
+    server = x509.load_pem_x509_certificate(
+        (federation_dir / "coordinator" / "server.pem").read_bytes()
+    )
+    builder.build_server_verifier(DNSName("localhost")).verify(server, [])
+    builder.build_server_verifier(IPAddress(ipaddress.ip_address("127.0.0.1"))).verify(server, [])
+    for node_id in ("north", "east", "south"):
+        pem = (federation_dir / "nodes" / node_id / "client.pem").read_bytes()
+        client = x509.load_pem_x509_certificate(pem)
+        verified = builder.build_client_verifier().verify(client, [])
+        assert verified.subjects == [x509.UniformResourceIdentifier(f"zerosum:node/{node_id}")]
+        assert pki.node_id_from_certificate(pem) == node_id
+        # A node certificate is no server certificate.
+        with pytest.raises(x509.verification.VerificationError):
+            builder.build_server_verifier(DNSName("localhost")).verify(client, [])
+
+
+def test_synthetic_cohorts_differ_and_respect_the_declared_bounds(federation_dir: Path) -> None:
+    config = load_federation(federation_dir / "federation.toml")
+    low, high = (np.array(b) for b in config.clipping.feature_bounds(6))
+    sizes = {}
+    for node_id in ("north", "east", "south"):
+        path = federation_dir / "nodes" / node_id / "data.csv"
+        with path.open() as handle:
+            rows = list(csv.reader(handle))
+        assert rows[0][:2] == ["id", "age"]
+        values = np.array([[float(v) for v in row[1:]] for row in rows[1:]])
+        sizes[node_id] = len(values)
+        ages = values[:, 0]
+        assert config.clipping.age_low <= ages.min() and ages.max() <= config.clipping.age_high
+        assert np.all((values[:, 1:] >= low) & (values[:, 1:] <= high))
+    assert sizes == {"north": 130, "east": 110, "south": 150}
+    with (federation_dir / "holdout.csv").open() as handle:
+        assert sum(1 for _ in handle) == 41
+
+
+def test_refuses_to_overwrite_without_force(
+    federation_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = (federation_dir / "federation.toml").read_bytes()
+    capsys.readouterr()
+    assert init("--nodes", "north,east,south", "--out", str(federation_dir)) == 2
+    error = capsys.readouterr().err.strip()
+    assert "federation.toml already exists; pass --force" in error
+    assert error.count("\n") == 0
+    assert (federation_dir / "federation.toml").read_bytes() == before
+
+
+def test_force_replaces_everything(tmp_path: Path) -> None:
+    out = tmp_path / "fed"
+    assert init("--nodes", "a,b", "--out", str(out)) == 0
+    first = load_federation(out / "federation.toml")
+    (out / "nodes" / "a" / "client.key").chmod(0o644)
+    assert init("--nodes", "a,b", "--out", str(out), "--force", "--epsilon", "0.5") == 0
+    second = load_federation(out / "federation.toml")
+    assert second.privacy.epsilon == 0.5
+    assert config_hash(first) != config_hash(second)
+    assert mode(out / "nodes" / "a" / "client.key") == 0o600
+    # Two nodes: no coalition can be tolerated, so the default threshold is 0.
+    assert second.privacy.collusion_threshold == 0
+    key = IdentityKey.read_pem(out / "nodes" / "a" / "identity.pem")
+    assert key.public_bytes() == second.identity_keys["a"]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "extra", "message"),
+    [
+        ("a", [], "at least 2 nodes"),
+        ("a,a,b", [], "unique; a repeated"),
+        ("a,b c", [], "node id 'b c' is not allowed"),
+        ("a,..", [], "node id '..' is not allowed"),
+        ("a,", [], "node id '' is not allowed"),
+        ("a,b", ["--epsilon", "-1"], "privacy.epsilon = -1.0: must be greater than 0"),
+        ("a,b", ["--collusion-threshold", "1"], "privacy.collusion_threshold = 1"),
+        ("a,b", ["--coordinator", "nohost"], "coordinator_address = 'nohost'"),
+        ("a,b", ["--age-range", "80"], "--age-range '80' must be two numbers"),
+        ("a,b", ["--synthetic", "--age-range", "1,2"], "--synthetic sets its own"),
+        ("a,b", ["--synthetic", "--cohort-sizes", "50,200"], "node 'a' would get 50 subjects"),
+        ("a,b", ["--synthetic", "--cohort-sizes", "200"], "lists 1 sizes for 2 nodes"),
+        ("a,b", ["--synthetic", "--cohort-sizes", "x,y"], "must be whole numbers"),
+        ("a,b", ["--model-kind", "linear"], "model.kind = 'linear'"),
+    ],
+)
+def test_bad_input_writes_nothing(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    nodes: str,
+    extra: list[str],
+    message: str,
+) -> None:
+    out = tmp_path / "fed"
+    assert init("--nodes", nodes, "--out", str(out), *extra) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------- mutual TLS
+
+
+class _Echo(pb_grpc.CoordinatorServicer):
+    """Answers GetStatus with the authenticated node id; reassembles uploads."""
+
+    def GetStatus(
+        self, request: pb.GetStatusRequest, context: grpc.ServicerContext
+    ) -> pb.SessionStatus:
+        node_id = pki.node_id_from_auth_context(context.auth_context())
+        return pb.SessionStatus(session_id=request.session_id, joined_node_ids=[node_id])
+
+    def UploadEgress(
+        self, request_iterator: Iterator[pb.UploadChunk], context: grpc.ServicerContext
+    ) -> pb.UploadReceipt:
+        first = next(request_iterator)
+        assembler = PayloadAssembler(first.header.payload)
+        for chunk in request_iterator:
+            assembler.add(chunk.data)
+        data = assembler.finish()
+        return pb.UploadReceipt(
+            node_id=pki.node_id_from_auth_context(context.auth_context()),
+            sha256=hashlib.sha256(data).digest(),
+            received_bytes=len(data),
+        )
+
+
+@pytest.fixture(scope="module")
+def mtls_server(federation_dir: Path) -> Iterator[int]:
+    folder = federation_dir / "coordinator"
+    credentials = grpc.ssl_server_credentials(
+        [((folder / "server.key").read_bytes(), (folder / "server.pem").read_bytes())],
+        root_certificates=(federation_dir / "ca" / "ca.pem").read_bytes(),
+        require_client_auth=True,
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    pb_grpc.add_CoordinatorServicer_to_server(_Echo(), server)  # type: ignore[abstract]
+    port = server.add_secure_port("127.0.0.1:0", credentials)
+    server.start()
+    yield port
+    server.stop(grace=None)
+
+
+def _channel(
+    federation_dir: Path, target: str, node_id: str | None, ca_dir: Path | None = None
+) -> grpc.Channel:
+    ca = (federation_dir / "ca" / "ca.pem").read_bytes()
+    if node_id is None:
+        credentials = grpc.ssl_channel_credentials(root_certificates=ca)
+    else:
+        folder = (ca_dir or federation_dir) / "nodes" / node_id
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=ca,
+            private_key=(folder / "client.key").read_bytes(),
+            certificate_chain=(folder / "client.pem").read_bytes(),
+        )
+    return grpc.secure_channel(target, credentials)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
+def test_server_accepts_a_node_certificate(
+    federation_dir: Path, mtls_server: int, host: str
+) -> None:
+    with _channel(federation_dir, f"{host}:{mtls_server}", "east") as channel:
+        stub = pb_grpc.CoordinatorStub(channel)
+        status = stub.GetStatus(pb.GetStatusRequest(session_id="s1"), timeout=10)
+    assert list(status.joined_node_ids) == ["east"]
+
+
+@pytest.mark.integration
+def test_server_rejects_a_client_without_certificate(
+    federation_dir: Path, mtls_server: int
+) -> None:
+    with _channel(federation_dir, f"localhost:{mtls_server}", None) as channel:
+        stub = pb_grpc.CoordinatorStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.GetStatus(pb.GetStatusRequest(session_id="s1"), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.integration
+def test_server_rejects_a_certificate_from_another_ca(
+    federation_dir: Path, mtls_server: int, tmp_path: Path
+) -> None:
+    stranger = tmp_path / "other"
+    assert init("--nodes", "east,west", "--out", str(stranger)) == 0
+    with _channel(federation_dir, f"localhost:{mtls_server}", "east", ca_dir=stranger) as channel:
+        stub = pb_grpc.CoordinatorStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.GetStatus(pb.GetStatusRequest(session_id="s1"), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.integration
+def test_a_20_mb_upload_streams_under_the_default_message_limit(
+    federation_dir: Path, mtls_server: int
+) -> None:
+    rng = np.random.default_rng(5)
+    tensors = {
+        "scatter": rng.integers(0, 2**64, size=(1600, 1600), dtype=np.uint64),
+        "n": np.array(412, dtype=np.uint64),
+    }
+    data, layouts = pack_tensors(tensors)
+    assert len(data) > 20_000_000
+    header = pb.UploadHeader(
+        session_id="s1",
+        round_index=1,
+        round_name="scatter",
+        node_id="south",
+        payload=payload_header(data, layouts, fixed_point_bits=32),
+    )
+
+    def messages() -> Iterator[pb.UploadChunk]:
+        yield pb.UploadChunk(header=header)
+        for chunk in payload_chunks(data):
+            yield pb.UploadChunk(data=chunk)
+
+    with _channel(federation_dir, f"localhost:{mtls_server}", "south") as channel:
+        receipt = pb_grpc.CoordinatorStub(channel).UploadEgress(messages(), timeout=60)
+    assert receipt.node_id == "south"
+    assert receipt.received_bytes == len(data)
+    assert receipt.sha256 == hashlib.sha256(data).digest()

@@ -1,0 +1,384 @@
+"""`zerosum federation init`: a new federation's config, certificates and keys.
+
+Writes, under the output folder::
+
+    federation.toml                 the shared config (identity keys pinned)
+    ca/ca.pem, ca/ca.key            the federation CA (key: 0600, keep offline)
+    coordinator/server.pem, .key    the coordinator's TLS certificate and key
+    nodes/<id>/identity.pem         the node's Ed25519 identity key (0600)
+    nodes/<id>/client.pem, .key     the node's TLS client certificate and key
+    nodes/<id>/data.csv             with --synthetic: a cohort per node
+    holdout.csv                     with --synthetic: held-out subjects
+
+Everything is generated and validated in memory first; nothing is written if
+any input is wrong or any target file exists (unless --force).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import secrets
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from noise.federation import (
+    ClippingBounds,
+    ConfigError,
+    FederationConfig,
+    ModelSpec,
+    NodeEntry,
+    NoiseDesignSpec,
+    PrivacyPolicy,
+    SessionTimings,
+    config_hash,
+    dump_federation,
+    validate_identifier,
+)
+from noise.keys import IdentityKey
+from zerosum import pki
+
+if TYPE_CHECKING:
+    from node.deltab.synthetic import Cohort
+
+DESCRIPTION = """\
+Set up a federation: `zerosum federation init` writes the shared config
+(federation.toml, with every node's identity key pinned), a throwaway CA, the
+coordinator's TLS certificate, and per node an Ed25519 identity key and a TLS
+client certificate; with --synthetic also a synthetic cohort per node.
+"""
+
+EPILOG = """\
+examples:
+  zerosum federation init --nodes site-a,site-b,site-c --out fed --synthetic --seed 7
+  zerosum federation init --nodes a,b,c,d --out fed --construction cape --residual-dp
+  zerosum federation init --nodes a,b --out fed --feature-range=-4,4 --age-range 45,80
+"""
+
+CONFIG_NAME = "federation.toml"
+# Synthetic cohorts: deliberately unequal sizes (cycled), all above N = 100.
+_SYNTHETIC_SIZES = (400, 250, 600, 300, 500)
+# Half-width, in population standard deviations, of the public synthetic
+# feature bounds: wide enough that clipping almost never bites.
+_SYNTHETIC_HALF_WIDTH = 6.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    init = actions.add_parser(
+        "init",
+        help="write a new federation's config, CA, certificates and identity keys",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_init_arguments(init)
+
+
+def add_init_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", required=True, help="comma-separated node ids (at least 2)")
+    parser.add_argument("--out", required=True, type=Path, help="folder to write into")
+    parser.add_argument("--force", action="store_true", help="replace existing files")
+    parser.add_argument("--federation-id", default="zerosum", help="(default zerosum)")
+    parser.add_argument(
+        "--coordinator",
+        default="localhost:50051",
+        metavar="HOST:PORT",
+        help="address nodes dial; also put in the server certificate (default localhost:50051)",
+    )
+    data = parser.add_argument_group("synthetic data")
+    data.add_argument("--synthetic", action="store_true", help="write a synthetic cohort per node")
+    data.add_argument(
+        "--seed", type=int, default=None, help="seed for --synthetic (default: fresh, printed)"
+    )
+    data.add_argument(
+        "--cohort-sizes",
+        default=None,
+        metavar="N,N,...",
+        help="subjects per node, in --nodes order (default cycles 400,250,600,300,500)",
+    )
+    data.add_argument("--holdout-size", type=int, default=500, help="(default 500)")
+    privacy = parser.add_argument_group("privacy")
+    privacy.add_argument("--epsilon", type=float, default=1.0, help="ε per release (default 1.0)")
+    privacy.add_argument("--delta", type=float, default=1e-6, help="δ per release (default 1e-6)")
+    privacy.add_argument(
+        "--epsilon-budget", type=float, default=4.0, help="cap on total ε (default 4.0)"
+    )
+    privacy.add_argument(
+        "--residual-dp",
+        action="store_true",
+        help="independent noise so the aggregate is differentially private too",
+    )
+    privacy.add_argument(
+        "--construction",
+        choices=["pairwise", "cape"],
+        default="pairwise",
+        help="(default pairwise)",
+    )
+    privacy.add_argument(
+        "--graph", choices=["complete", "harary"], default="complete", help="(default complete)"
+    )
+    privacy.add_argument("--degree", type=int, default=None, help="neighbours per node (harary)")
+    privacy.add_argument(
+        "--collusion-threshold",
+        type=int,
+        default=None,
+        help="largest coalition of other nodes to withstand (default min(1, K - 2))",
+    )
+    privacy.add_argument("--min-cohort-size", type=int, default=100, help="(default 100)")
+    privacy.add_argument(
+        "--min-nodes", type=int, default=2, help="fewest survivors per round (default 2)"
+    )
+    model = parser.add_argument_group("model")
+    model.add_argument("--n-features", type=int, default=40, help="features P (default 40)")
+    model.add_argument("--n-components", type=int, default=10, help="components J (default 10)")
+    model.add_argument(
+        "--model-kind",
+        default="unbiased",
+        help="simple, unbiased, unbiased_quadratic, alternate or alternate_quadratic",
+    )
+    model.add_argument(
+        "--age-range", default=None, metavar="LO,HI", help="public age bounds (default 18,100)"
+    )
+    model.add_argument(
+        "--feature-range",
+        default=None,
+        metavar="LO,HI",
+        help="public bounds for every feature, e.g. --feature-range=-5,5 (default -10,10)",
+    )
+    timing = parser.add_argument_group("session deadlines")
+    timing.add_argument("--join-deadline", type=float, default=120.0, help="seconds (default 120)")
+    timing.add_argument("--round-deadline", type=float, default=600.0, help="seconds (default 600)")
+
+
+class InitError(Exception):
+    """A command-line input is unusable; the message is one sentence for the user."""
+
+
+def _node_ids(text: str) -> list[str]:
+    ids = [part.strip() for part in text.split(",")]
+    for node_id in ids:
+        try:
+            validate_identifier("--nodes", node_id)
+        except ConfigError as error:
+            raise InitError(f"node id {node_id!r} is not allowed: {error.reason}.") from None
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise InitError(f"node ids must be unique; {', '.join(repeated)} repeated in --nodes.")
+    if len(ids) < 2:
+        raise InitError(f"a federation needs at least 2 nodes; --nodes lists {len(ids)}.")
+    return ids
+
+
+def _pair(option: str, text: str) -> tuple[float, float]:
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        raise InitError(f"{option} {text!r} must be two numbers LO,HI.") from None
+    return low, high
+
+
+def _sizes(text: str | None, count: int) -> list[int]:
+    if text is None:
+        return [_SYNTHETIC_SIZES[i % len(_SYNTHETIC_SIZES)] for i in range(count)]
+    try:
+        sizes = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise InitError(f"--cohort-sizes {text!r} must be whole numbers N,N,...") from None
+    if len(sizes) != count:
+        raise InitError(f"--cohort-sizes lists {len(sizes)} sizes for {count} nodes.")
+    return sizes
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Everything to write, generated and validated before the first file is touched."""
+
+    config: FederationConfig
+    files: dict[Path, tuple[bytes, bool]]  # path -> (content, secret)
+    cohorts: dict[Path, Cohort]  # synthetic data: path -> cohort
+    seed: int | None
+
+
+def _synthetic(
+    args: argparse.Namespace, node_ids: Sequence[str]
+) -> tuple[dict[str, Cohort], Cohort, ClippingBounds, int]:
+    """Cohorts per node, a holdout, and public clipping bounds from the generator's design.
+
+    Feature j is bounded by μ_j + σ_j·(o_j ± 6·s_j) over every site's scanner
+    offset o and scale s (population mean μ and spread σ): six standard
+    deviations of the standardised signal, which clipping essentially never
+    reaches, while keeping the bounds (and so the sensitivity) finite.
+    """
+    from node.deltab.synthetic import make_federation_cohorts
+
+    seed = args.seed if args.seed is not None else secrets.randbits(128)
+    sizes = _sizes(args.cohort_sizes, len(node_ids))
+    small = [(n, s) for n, s in zip(node_ids, sizes, strict=True) if s < args.min_cohort_size]
+    if small:
+        node_id, size = small[0]
+        raise InitError(
+            f"node {node_id!r} would get {size} subjects, below --min-cohort-size "
+            f"{args.min_cohort_size}."
+        )
+    federation = make_federation_cohorts(
+        sizes, args.n_features, seed, holdout_size=args.holdout_size
+    )
+    population = federation.population
+    lows: list[float] = []
+    highs: list[float] = []
+    w = _SYNTHETIC_HALF_WIDTH
+    for j in range(args.n_features):
+        low = min(float(e.offset[j] - w * e.scale[j]) for e in federation.site_effects)
+        high = max(float(e.offset[j] + w * e.scale[j]) for e in federation.site_effects)
+        mean, sd = float(population.feature_mean[j]), float(population.feature_sd[j])
+        lows.append(math.floor((mean + sd * low) * 100) / 100)
+        highs.append(math.ceil((mean + sd * high) * 100) / 100)
+    # The generator's site age ranges have ends at multiples of 5 years, so
+    # rounding the drawn extremes outward recovers the declared span.
+    cohorts = [*federation.sites, federation.holdout]
+    ages = [float(a) for c in cohorts for a in (c.age.min(), c.age.max()) if c.n_subjects]
+    clipping = ClippingBounds(
+        age_low=5 * math.floor(min(ages) / 5),
+        age_high=5 * math.ceil(max(ages) / 5),
+        feature_low=tuple(lows),
+        feature_high=tuple(highs),
+    )
+    by_node = dict(zip(node_ids, federation.sites, strict=True))
+    return by_node, federation.holdout, clipping, seed
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
+    node_ids = _node_ids(args.nodes)
+    out: Path = args.out
+    threshold = (
+        args.collusion_threshold
+        if args.collusion_threshold is not None
+        else min(1, len(node_ids) - 2)
+    )
+    seed: int | None = None
+    cohorts: dict[Path, Cohort] = {}
+    if args.synthetic:
+        if args.age_range is not None or args.feature_range is not None:
+            raise InitError(
+                "--synthetic sets its own clipping bounds; drop --age-range/--feature-range."
+            )
+        by_node, holdout, clipping, seed = _synthetic(args, node_ids)
+        cohorts = {out / "nodes" / n / "data.csv": c for n, c in by_node.items()}
+        cohorts[out / "holdout.csv"] = holdout
+    else:
+        age = _pair("--age-range", args.age_range or "18,100")
+        feature = _pair("--feature-range", args.feature_range or "-10,10")
+        clipping = ClippingBounds(age[0], age[1], feature[0], feature[1])
+
+    identities = {node_id: IdentityKey.generate() for node_id in node_ids}
+    config = FederationConfig(
+        federation_id=args.federation_id,
+        coordinator_address=args.coordinator,
+        ca_certificate="ca/ca.pem",
+        nodes=tuple(NodeEntry(n, identities[n].public_bytes()) for n in node_ids),
+        model=ModelSpec(
+            n_features=args.n_features, n_components=args.n_components, kind=args.model_kind
+        ),
+        clipping=clipping,
+        privacy=PrivacyPolicy(
+            epsilon=args.epsilon,
+            delta=args.delta,
+            epsilon_budget=args.epsilon_budget,
+            residual_dp=args.residual_dp,
+            collusion_threshold=threshold,
+            noise_design=NoiseDesignSpec(
+                construction=args.construction, graph=args.graph, degree=args.degree
+            ),
+        ),
+        min_cohort_size=args.min_cohort_size,
+        min_nodes=args.min_nodes,
+        session=SessionTimings(args.join_deadline, args.round_deadline),
+        base_dir=out,
+    )
+
+    ca = pki.create_ca(config.federation_id)
+    server = pki.issue_server_certificate(ca, [config.coordinator_host])
+    files: dict[Path, tuple[bytes, bool]] = {
+        out / "ca" / "ca.pem": (ca.certificate_pem(), False),
+        out / "ca" / "ca.key": (ca.private_key_pem(), True),
+        out / "coordinator" / "server.pem": (server.certificate_pem(), False),
+        out / "coordinator" / "server.key": (server.private_key_pem(), True),
+    }
+    for node_id in node_ids:
+        client = pki.issue_client_certificate(ca, node_id)
+        folder = out / "nodes" / node_id
+        files[folder / "identity.pem"] = (identities[node_id].to_pem(), True)
+        files[folder / "client.pem"] = (client.certificate_pem(), False)
+        files[folder / "client.key"] = (client.private_key_pem(), True)
+    # Written last, so a federation.toml on disk means the folder is complete.
+    files[out / CONFIG_NAME] = (dump_federation(config).encode("utf-8"), False)
+    return _Plan(config, files, cohorts, seed)
+
+
+def _write(plan: _Plan, *, force: bool) -> None:
+    secret_folders = {path.parent for path, (_, secret) in plan.files.items() if secret}
+    for folder in sorted({path.parent for path in plan.files}):
+        # Folders created to hold private keys are the owner's alone.
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700 if folder in secret_folders else 0o777)
+    if plan.cohorts:
+        from node.deltab.synthetic import write_cohort_csv
+
+        for path, cohort in plan.cohorts.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_cohort_csv(cohort, path)
+    for path, (content, secret) in plan.files.items():
+        writer = pki.write_private_file if secret else pki.write_public_file
+        writer(path, content, overwrite=force)
+
+
+def _summary(plan: _Plan, out: Path) -> str:
+    config = plan.config
+    width = max(len(n) for n in config.node_ids)
+    lines = [
+        f"federation {config.federation_id!r}: {len(config.nodes)} nodes, "
+        f"config hash {config_hash(config).hex()[:16]}…, written to {out}",
+        f"  {CONFIG_NAME:<34} share with every node and the coordinator (identical copies)",
+        f"  {'ca/ca.pem':<34} share with every node and the coordinator",
+        f"  {'ca/ca.key':<34} SECRET: keep offline; it can mint certificates",
+        f"  {'coordinator/server.pem, server.key':<34} coordinator only (server.key SECRET)",
+    ]
+    for node_id in config.node_ids:
+        folder = f"nodes/{node_id}/".ljust(width + 7)
+        lines.append(
+            f"  {folder + '*':<34} node {node_id!r} only (identity.pem and client.key SECRET)"
+        )
+    if plan.cohorts:
+        counts = ", ".join(
+            f"{path.parent.name}={cohort.n_subjects}"
+            for path, cohort in plan.cohorts.items()
+            if path.name == "data.csv"
+        )
+        lines.append(f"  synthetic cohorts (seed {plan.seed}): {counts}; holdout.csv")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action != "init":  # pragma: no cover - argparse restricts the choices
+        return 2
+    out: Path = args.out
+    try:
+        plan = _plan(args)
+    except (InitError, ValueError) as error:
+        print(f"zerosum federation init: {error}", file=sys.stderr)
+        return 2
+    if not args.force:
+        existing = [p for p in [out / CONFIG_NAME, *plan.files, *plan.cohorts] if p.exists()]
+        if existing:
+            first = existing[0]
+            print(
+                f"zerosum federation init: {first} already exists; pass --force to replace it.",
+                file=sys.stderr,
+            )
+            return 2
+    _write(plan, force=args.force)
+    print(_summary(plan, out))
+    return 0
