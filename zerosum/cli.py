@@ -73,7 +73,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     module.add_arguments(parser)
     ns = parser.parse_args(args[1:])
-    return module.run(ns)
+    try:
+        return module.run(ns)
+    except BrokenPipeError:  # e.g. `zerosum privacy | head`: the reader left, not an error
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print(f"zerosum {name}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

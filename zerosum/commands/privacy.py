@@ -7,7 +7,7 @@ import json
 import math
 import sys
 
-from noise.accounting import ObserverPrivacy, privacy_report
+from noise.accounting import ObserverPrivacy, epsilon_for_sigma, privacy_report
 from noise.errors import NoiseError
 from noise.policy import plan_noise, worst_remaining_variance
 
@@ -15,6 +15,7 @@ DESCRIPTION = """\
 Print, for every node of an example federation, the privacy each observer gets:
 
   outsider    a reviewer or anyone who sees one node's egress (variance R_kk + σ_res²)
+  outsider+T  the same observer after T other nodes pooled their seeds with it
   coordinator sees every node's egress; without residual noise it learns the exact sum (ε = inf)
   +m nodes    the coordinator together with the worst coalition of m other nodes
 
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         f"aggregate noise variance {aggregate_var:.4g} "
         f"(independent noise at the same per-egress level: {plan.target_variance * args.nodes:.4g})"
     )
-    header = ["node", "egress σ", "σ left vs T", "ε outsider", "ε coordinator"]
+    header = ["node", "egress σ", "ε outsider", "σ left vs T", "ε outsider+T", "ε coordinator"]
     header += [f"ε coord{c}" for c in coalition_cols]
     print("  ".join(f"{h:>13}" for h in header))
     for node in plan.design.node_ids:
@@ -153,8 +154,9 @@ def run(args: argparse.Namespace) -> int:
         cells = [
             node,
             f"{math.sqrt(plan.design.variance(node) + plan.residual_variance):.4g}",
-            f"{math.sqrt(worst_left):.4g}",
             _fmt(obs["outsider"].epsilon),
+            f"{math.sqrt(worst_left):.4g}",
+            _fmt(epsilon_for_sigma(math.sqrt(worst_left), args.delta, args.sensitivity)),
             _fmt(obs["coordinator"].epsilon),
         ]
         cells += [_fmt(obs[c].epsilon) for c in coalition_cols]
