@@ -1,0 +1,320 @@
+"""Save and load a fitted brain-age model as JSON (never pickle).
+
+A model file may come from another site, so loading executes nothing: it
+parses JSON, checks the format name and version, every parameter, every array's
+type and shape against the others, and refuses anything else with a
+:class:`~node.deltab.exceptions.ModelFileError` (a ``ValueError``) whose message
+names the offending field.
+
+Layout (format_version 1)::
+
+    {
+      "format": "zerosum-deltab",
+      "format_version": 1,
+      "params": {"model": ..., "n_components": ..., "feature_proportion": ...,
+                 "variance_explained": ..., "kaiser_guttman": ..., "nan_policy": ...},
+      "n_features_in": P, "n_confounds": C, "n_components": k, "n_subjects": N,
+      "age_mean": ..., "age_scale": ..., "agesq_orth": ..., "total_variance": ...,
+      "arrays": {"feature_fill": [P], "feature_mean": [P], "feature_scale": [P],
+                 "support": [indices of the P' features in the model],
+                 "confound_mean": [C], "confound_scale": [C],
+                 "feature_adjust": [1+C][P'], "age_adjust": [1+C], "agesq_adjust": [1+C],
+                 "components": [P'][k], "singular_values": [k], "explained_variance": [k],
+                 "b1": [k], "b2": [1], "b2sq": [2], "gamma": [1][k], "gammasq": [2][k]}
+    }
+
+Floats are written with Python's shortest round-trip representation, so a
+loaded model predicts exactly what the saved one did.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from node.deltab._checks import FloatArray, check_nan_policy
+from node.deltab._params import Reduction, check_model
+from node.deltab.exceptions import ModelFileError
+from node.deltab.model import BrainAgeModel
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "dumps",
+    "load_model",
+    "loads",
+    "model_from_dict",
+    "model_to_dict",
+    "save_model",
+]
+
+FORMAT = "zerosum-deltab"
+FORMAT_VERSION = 1
+MAX_FILE_BYTES = 1 << 30
+
+_SCALARS = ("age_mean", "age_scale", "agesq_orth", "total_variance", "n_subjects")
+_COUNTS = ("n_features_in", "n_confounds", "n_components")
+_ARRAYS = (
+    "feature_fill",
+    "feature_mean",
+    "feature_scale",
+    "confound_mean",
+    "confound_scale",
+    "feature_adjust",
+    "age_adjust",
+    "agesq_adjust",
+    "components",
+    "singular_values",
+    "explained_variance",
+    "b1",
+    "b2",
+    "b2sq",
+    "gamma",
+    "gammasq",
+)
+_TOP_KEYS = {"format", "format_version", "params", "arrays", *_SCALARS, *_COUNTS}
+
+
+def _header(model: BrainAgeModel) -> dict[str, Any]:
+    model._check_fitted()
+    document: dict[str, Any] = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "params": model.get_params(),
+        "n_features_in": int(model.n_features_in_),
+        "n_confounds": int(model.n_confounds_),
+        "n_components": int(model.n_components_),
+    }
+    document |= {name: float(getattr(model, name + "_")) for name in _SCALARS}
+    return document
+
+
+def _arrays(model: BrainAgeModel) -> Iterator[tuple[str, np.ndarray]]:
+    for name in _ARRAYS:
+        yield name, getattr(model, name + "_")
+    yield "support", np.flatnonzero(model.support_)
+
+
+def model_to_dict(model: BrainAgeModel) -> dict[str, Any]:
+    """The JSON-ready description of a fitted model (arrays as nested lists)."""
+    document = _header(model)
+    document["arrays"] = {name: array.tolist() for name, array in _arrays(model)}
+    return document
+
+
+def _write(model: BrainAgeModel, stream: TextIO) -> None:
+    """Write the document row by row, so that a large model is never held twice as text."""
+    header = json.dumps(_header(model), allow_nan=False, indent=1)
+    stream.write(header[: header.rindex("}")].rstrip())
+    stream.write(',\n "arrays": {')
+    for index, (name, array) in enumerate(_arrays(model)):
+        stream.write(("," if index else "") + f"\n  {json.dumps(name)}: ")
+        if array.ndim == 1:
+            stream.write(json.dumps(array.tolist(), allow_nan=False))
+            continue
+        stream.write("[")
+        for row_index, row in enumerate(array):
+            prefix = "," if row_index else ""
+            stream.write(f"{prefix}\n   {json.dumps(row.tolist(), allow_nan=False)}")
+        stream.write("]")
+    stream.write("\n }\n}\n")
+
+
+def dumps(model: BrainAgeModel) -> str:
+    """The JSON text :func:`save_model` writes."""
+    buffer = io.StringIO()
+    _write(model, buffer)
+    return buffer.getvalue()
+
+
+def save_model(model: BrainAgeModel, path: str | os.PathLike[str]) -> None:
+    """Write the model to ``path`` atomically (a partial file is never left behind)."""
+    target = Path(path)
+    model._check_fitted()
+    handle, temporary = tempfile.mkstemp(dir=target.parent or Path("."), prefix=f".{target.name}.")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            _write(model, stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _reject_constant(token: str) -> float:
+    raise ModelFileError(f"the model file contains {token}, which is not a number JSON allows.")
+
+
+def loads(text: str) -> BrainAgeModel:
+    """A model from its JSON text (validated; see the module docstring)."""
+    try:
+        document = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise ModelFileError(f"the model file is not valid JSON: {exc}") from None
+    return model_from_dict(document)
+
+
+def load_model(path: str | os.PathLike[str]) -> BrainAgeModel:
+    """Read and validate a model saved by :func:`save_model`."""
+    source = Path(path)
+    size = source.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ModelFileError(
+            f"{source} is {size} bytes, larger than any model this version writes "
+            f"({MAX_FILE_BYTES} bytes); refusing to read it."
+        )
+    try:
+        text = source.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ModelFileError(f"{source} is not UTF-8 text, so it is not a model file.") from None
+    return loads(text)
+
+
+def _count(document: dict[str, Any], name: str, minimum: int) -> int:
+    value = document.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ModelFileError(f"{name!r} must be an integer of at least {minimum}; got {value!r}.")
+    return value
+
+
+def _scalar(document: dict[str, Any], name: str) -> float:
+    value = document.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ModelFileError(f"{name!r} must be a finite number; got {value!r}.")
+    return float(value)
+
+
+def _array(arrays: dict[str, Any], name: str, shape: tuple[int, ...]) -> FloatArray:
+    if name not in arrays:
+        raise ModelFileError(f"the model file has no array {name!r}.")
+    try:
+        raw = np.array(arrays[name])
+    except ValueError:
+        raise ModelFileError(f"array {name!r} is ragged; expected shape {shape}.") from None
+    if raw.size and raw.dtype.kind not in "iuf":
+        raise ModelFileError(f"array {name!r} must hold numbers only; found {raw.dtype} values.")
+    if raw.shape != shape:
+        if raw.size == 0 and math.prod(shape) == 0:
+            raw = raw.reshape(shape)
+        else:
+            raise ModelFileError(f"array {name!r} has shape {raw.shape}; expected {shape}.")
+    values = raw.astype(np.float64)
+    if not np.isfinite(values).all():
+        raise ModelFileError(f"array {name!r} contains a non-finite value.")
+    return values
+
+
+def _support(arrays: dict[str, Any], n_features: int) -> np.ndarray:
+    indices = arrays.get("support")
+    if not isinstance(indices, list) or not indices:
+        raise ModelFileError("'support' must be a non-empty list of feature indices.")
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in indices):
+        raise ModelFileError("'support' must list integer feature indices.")
+    if (
+        indices[0] < 0
+        or indices[-1] >= n_features
+        or any(b <= a for a, b in itertools.pairwise(indices))
+    ):
+        raise ModelFileError(
+            f"'support' must list increasing feature indices between 0 and {n_features - 1}."
+        )
+    mask = np.zeros(n_features, dtype=bool)
+    mask[indices] = True
+    return mask
+
+
+def model_from_dict(document: object) -> BrainAgeModel:
+    """A fitted model from the parsed JSON document, after checking all of it."""
+    if not isinstance(document, dict):
+        raise ModelFileError("a model file must hold a JSON object at the top level.")
+    if document.get("format") != FORMAT:
+        raise ModelFileError(
+            f"this is not a {FORMAT} model file (format is {document.get('format')!r})."
+        )
+    version = document.get("format_version")
+    if version != FORMAT_VERSION or isinstance(version, bool):
+        raise ModelFileError(
+            f"model format_version {version!r} is not supported; this version reads "
+            f"format_version {FORMAT_VERSION}."
+        )
+    unknown = sorted(set(document) - _TOP_KEYS)
+    if unknown:
+        raise ModelFileError(f"the model file has unexpected field(s) {unknown}.")
+    params = document.get("params")
+    if not isinstance(params, dict) or set(params) != set(BrainAgeModel().get_params()):
+        raise ModelFileError(f"'params' must hold exactly {sorted(BrainAgeModel().get_params())}.")
+    try:
+        check_model(params["model"])
+        check_nan_policy(params["nan_policy"])
+        Reduction.from_params(
+            params["n_components"],
+            params["feature_proportion"],
+            params["variance_explained"],
+            params["kaiser_guttman"],
+        )
+    except ValueError as exc:
+        raise ModelFileError(f"invalid parameter in the model file: {exc}") from None
+
+    p = _count(document, "n_features_in", 1)
+    c = _count(document, "n_confounds", 0)
+    k = _count(document, "n_components", 1)
+    scalars = {name: _scalar(document, name) for name in _SCALARS}
+    if not scalars["age_scale"] > 0 or not scalars["total_variance"] > 0:
+        raise ModelFileError("'age_scale' and 'total_variance' must be positive.")
+    arrays = document.get("arrays")
+    if not isinstance(arrays, dict):
+        raise ModelFileError("'arrays' must be a JSON object of named arrays.")
+    unknown = sorted(set(arrays) - {*_ARRAYS, "support"})
+    if unknown:
+        raise ModelFileError(f"the model file has unexpected array(s) {unknown}.")
+    support = _support(arrays, p)
+    kept = int(support.sum())
+    if k > kept:
+        raise ModelFileError(f"'n_components' is {k} but only {kept} features are in the model.")
+    shapes = {
+        "feature_fill": (p,),
+        "feature_mean": (p,),
+        "feature_scale": (p,),
+        "confound_mean": (c,),
+        "confound_scale": (c,),
+        "feature_adjust": (1 + c, kept),
+        "age_adjust": (1 + c,),
+        "agesq_adjust": (1 + c,),
+        "components": (kept, k),
+        "singular_values": (k,),
+        "explained_variance": (k,),
+        "b1": (k,),
+        "b2": (1,),
+        "b2sq": (2,),
+        "gamma": (1, k),
+        "gammasq": (2, k),
+    }
+    values = {name: _array(arrays, name, shape) for name, shape in shapes.items()}
+    for name in ("feature_scale", "confound_scale", "singular_values"):
+        if not (values[name] > 0).all():
+            raise ModelFileError(f"array {name!r} must be strictly positive.")
+
+    model = BrainAgeModel().set_params(**params)
+    model.n_features_in_ = p
+    model.n_confounds_ = c
+    model.n_components_ = k
+    model.n_subjects_ = scalars["n_subjects"]
+    model.age_mean_ = scalars["age_mean"]
+    model.age_scale_ = scalars["age_scale"]
+    model.agesq_orth_ = scalars["agesq_orth"]
+    model.total_variance_ = scalars["total_variance"]
+    model.support_ = support
+    for name, value in values.items():
+        setattr(model, name + "_", value)
+    return model
