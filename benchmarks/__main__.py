@@ -18,6 +18,7 @@ from pathlib import Path
 
 MODULES: list[str] = [
     "benchmarks.noise_bench",
+    "benchmarks.deltab_bench",
 ]
 
 

@@ -18,14 +18,39 @@ from zerosum import __version__
 
 # name -> (module, one-line summary). Later subcommands register here.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "coordinator": (
+        "zerosum.commands.coordinator",
+        "run the coordinator of a session: mutual-TLS gRPC server that sums masked egress",
+    ),
+    "deltab": (
+        "zerosum.commands.deltab",
+        "train a brain-age model and predict brain age or delta (the public deltab flags)",
+    ),
+    "demo": (
+        "zerosum.commands.demo",
+        "run a complete local multi-TRE session on synthetic cohorts (mutual TLS, real processes)",
+    ),
     "federation": (
         "zerosum.commands.federation",
         "set up a federation: shared config, CA and TLS certificates, node identity keys"
         " (and synthetic cohorts)",
     ),
+    "node": (
+        "zerosum.commands.node",
+        "run one TRE's node of a session: signed join, masked egress bundles, review gate,"
+        " exact aggregate",
+    ),
+    "predict": (
+        "zerosum.commands.predict",
+        "apply a saved brain-age model to a table of new subjects",
+    ),
     "privacy": (
         "zerosum.commands.privacy",
         "print the per-observer privacy table (outsider / coordinator / coalition) for a design",
+    ),
+    "synth": (
+        "zerosum.commands.synth",
+        "write a synthetic brain-age cohort with a known ground truth",
     ),
 }
 

@@ -1,0 +1,437 @@
+"""Reading subject tables (CSV, TSV, whitespace) and writing predictions.
+
+A table has one subject per line and one measure per column. The delimiter is
+sniffed from the first line (tab, then comma, else runs of whitespace — the
+three layouts the public ``deltab`` tool accepts). The first line is a header
+when it has a non-numeric cell above a numeric one (the rule of
+``csv.Sniffer.has_header``, applied to the first two rows). Columns named
+``id`` (or ``eid``, ``subject``, ``subject_id``, ``participant_id``) hold
+subject identifiers and a column named ``age`` holds true ages; every other
+column is a feature. Without a header, a first column that is not a number is
+taken as the identifiers. Cells ``""``, ``NA``, ``N/A``, ``nan`` and ``null``
+(any case) are missing values and become NaN.
+
+Numbers are parsed by ``numpy.loadtxt``'s C reader; only when it objects (a
+missing-value token, a bad cell) is the file read again cell by cell, which is
+slower but can say exactly which line and column is at fault. Every problem is
+a :class:`DeltabInputError` whose message is one sentence naming the file, the
+line and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+__all__ = [
+    "ID_COLUMN_NAMES",
+    "MISSING_TOKENS",
+    "AgeColumn",
+    "DeltabInputError",
+    "Table",
+    "check_output_path",
+    "check_same_subjects",
+    "read_ages",
+    "read_table",
+    "write_table",
+    "write_values",
+]
+
+FloatArray = NDArray[np.float64]
+
+MISSING_TOKENS = frozenset({"", "na", "n/a", "nan", "null"})
+ID_COLUMN_NAMES = frozenset({"id", "eid", "subject", "subject_id", "participant_id"})
+AGE_COLUMN_NAME = "age"
+
+
+class DeltabInputError(ValueError):
+    """An input file or output path the brain-age tools cannot use; the message says why."""
+
+
+@dataclass(frozen=True, eq=False)
+class Table:
+    """A parsed subject table.
+
+    ``features`` is subjects × features (NaN where a cell was missing);
+    ``feature_names`` are the header names, or ``column 3`` style labels when
+    there was no header; ``lines`` holds each subject's line number in the file.
+    """
+
+    path: Path
+    has_header: bool
+    delimiter: str | None
+    feature_names: tuple[str, ...]
+    features: FloatArray
+    ids: tuple[str, ...] | None
+    age: FloatArray | None
+    lines: NDArray[np.int64]
+
+    @property
+    def n_subjects(self) -> int:
+        return int(self.features.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.features.shape[1])
+
+
+@dataclass(frozen=True, eq=False)
+class AgeColumn:
+    """True ages read from a file, with subject ids when the file had them."""
+
+    path: Path
+    values: FloatArray
+    ids: tuple[str, ...] | None
+    lines: NDArray[np.int64]
+
+    @property
+    def n_subjects(self) -> int:
+        return int(self.values.shape[0])
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the first pass learnt: delimiter, header, column roles, data lines."""
+
+    delimiter: str | None
+    header_line: int  # physical line of the header, 0 when there is none
+    names: tuple[str, ...]  # one per column: header names or "column j"
+    id_index: int | None
+    lines: list[int]  # physical line number of every data row
+    ids: list[str] | None
+
+
+def _is_numeric(cell: str) -> bool:
+    text = cell.strip()
+    if text.lower() in MISSING_TOKENS:
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _sniff_delimiter(first_line: str) -> str | None:
+    if "\t" in first_line:
+        return "\t"
+    if "," in first_line:
+        return ","
+    return None
+
+
+def _split(line: str, delimiter: str | None) -> list[str]:
+    if delimiter is None:
+        return line.split()
+    text = line.rstrip("\r\n")
+    if '"' in text:
+        return next(csv.reader([text], delimiter=delimiter))
+    return text.split(delimiter)
+
+
+def _field_count(line: str, delimiter: str | None) -> int:
+    if delimiter is None:
+        return len(line.split())
+    if '"' in line:
+        return len(_split(line, delimiter))
+    return line.count(delimiter) + 1
+
+
+def _open(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield (line number, line) for every non-blank line; I/O problems become input errors."""
+    try:
+        with path.open(encoding="utf-8-sig") as handle:
+            for number, line in enumerate(handle, 1):
+                if line.strip():
+                    yield number, line
+    except FileNotFoundError:
+        raise DeltabInputError(f"cannot read {path}: there is no such file.") from None
+    except IsADirectoryError:
+        raise DeltabInputError(f"cannot read {path}: it is a directory, not a file.") from None
+    except PermissionError:
+        raise DeltabInputError(f"cannot read {path}: permission denied.") from None
+    except UnicodeDecodeError as exc:
+        raise DeltabInputError(
+            f"cannot read {path}: it is not UTF-8 text (bad byte at offset {exc.start})."
+        ) from None
+    except OSError as exc:
+        raise DeltabInputError(f"cannot read {path}: {exc.strerror or exc}.") from None
+
+
+def _column_label(layout: _Layout, index: int) -> str:
+    if layout.header_line:
+        return f"column {layout.names[index]!r}"
+    return f"column {index + 1}"
+
+
+def _scan(path: Path) -> _Layout:
+    """First pass: delimiter, header, id column, and a field count for every row."""
+    rows = _open(path)
+    first = next(rows, None)
+    if first is None:
+        raise DeltabInputError(f"{path} is empty.")
+    first_no, first_line = first
+    delimiter = _sniff_delimiter(first_line)
+    first_cells = [c.strip() for c in _split(first_line, delimiter)]
+    second = next(rows, None)
+    second_cells = [c.strip() for c in _split(second[1], delimiter)] if second else None
+
+    non_numeric = [not _is_numeric(c) for c in first_cells]
+    if second_cells is None:
+        has_header = any(non_numeric)
+    else:
+        has_header = any(
+            bad and _is_numeric(below)
+            for bad, below in zip(non_numeric, second_cells, strict=False)
+        )
+    width = len(first_cells)
+    id_index: int | None = None
+    if has_header:
+        names = tuple(first_cells)
+        seen: dict[str, int] = {}
+        for j, name in enumerate(names):
+            key = name.lower()
+            if key in seen:
+                raise DeltabInputError(
+                    f"{path}: line {first_no}: the column name {name!r} appears twice "
+                    f"(columns {seen[key] + 1} and {j + 1})."
+                )
+            seen[key] = j
+            if id_index is None and key in ID_COLUMN_NAMES:
+                id_index = j
+    else:
+        names = tuple(f"column {j + 1}" for j in range(width))
+        # Without a header, identifiers can only be recognised by not being numbers.
+        if first_cells and not _is_numeric(first_cells[0]):
+            id_index = 0
+
+    what = "the header has" if has_header else f"line {first_no} has"
+    lines: list[int] = []
+    ids: list[str] | None = [] if id_index is not None else None
+    pending = [] if has_header else [first]
+    if second is not None:
+        pending.append(second)
+
+    def rows_with_pending() -> Iterator[tuple[int, str]]:
+        yield from pending
+        yield from rows
+
+    for number, line in rows_with_pending():
+        count = _field_count(line, delimiter)
+        if count != width:
+            fields = "field" if count == 1 else "fields"
+            raise DeltabInputError(f"{path}: line {number} has {count} {fields}; {what} {width}.")
+        lines.append(number)
+        if ids is not None:
+            if id_index == 0 and delimiter is not None and '"' not in line:
+                ids.append(line[: line.index(delimiter)].strip())
+            else:
+                ids.append(_split(line, delimiter)[id_index].strip())  # type: ignore[index]
+    if not lines:
+        raise DeltabInputError(f"{path} has a header line but no subjects.")
+    return _Layout(
+        delimiter=delimiter,
+        header_line=first_no if has_header else 0,
+        names=names,
+        id_index=id_index,
+        lines=lines,
+        ids=ids,
+    )
+
+
+def _parse_cell(path: Path, layout: _Layout, number: int, column: int, cell: str) -> float:
+    text = cell.strip()
+    if text.lower() in MISSING_TOKENS:
+        return math.nan
+    try:
+        value = float(text)
+    except ValueError:
+        raise DeltabInputError(
+            f"{path}: line {number}, {_column_label(layout, column)}: {text!r} is not a number."
+        ) from None
+    return value
+
+
+def _parse_slowly(path: Path, layout: _Layout, columns: Sequence[int]) -> FloatArray:
+    """Cell-by-cell parse: understands missing-value tokens and names any bad cell."""
+    out = np.empty((len(layout.lines), len(columns)), dtype=np.float64)
+    wanted = set(layout.lines)
+    i = 0
+    for number, line in _open(path):
+        if number not in wanted:
+            continue
+        cells = _split(line, layout.delimiter)
+        out[i] = [_parse_cell(path, layout, number, j, cells[j]) for j in columns]
+        i += 1
+    return out
+
+
+def _parse(path: Path, layout: _Layout, columns: Sequence[int]) -> FloatArray:
+    if not columns:
+        return np.empty((len(layout.lines), 0), dtype=np.float64)
+    try:
+        values = np.loadtxt(
+            path,
+            dtype=np.float64,
+            delimiter=layout.delimiter,
+            skiprows=layout.header_line,
+            usecols=None if layout.id_index is None else columns,
+            comments=None,
+            quotechar='"' if layout.delimiter is not None else None,
+            encoding="utf-8-sig",
+            ndmin=2,
+        )
+    except ValueError:
+        # loadtxt's messages count rows from zero and skip blank lines; the slow
+        # path finds the same problem and reports it in the file's own terms.
+        return _parse_slowly(path, layout, columns)
+    if values.shape != (len(layout.lines), len(columns)):
+        return _parse_slowly(path, layout, columns)
+    return values
+
+
+def _reject_infinite(
+    path: Path, layout: _Layout, columns: Sequence[int], values: FloatArray
+) -> None:
+    bad = np.argwhere(np.isinf(values))
+    if bad.size:
+        row, col = (int(v) for v in bad[0])
+        raise DeltabInputError(
+            f"{path}: line {layout.lines[row]}, {_column_label(layout, columns[col])}: "
+            f"'{float(values[row, col])}' is not a finite number."
+        )
+
+
+def read_table(path: str | Path) -> Table:
+    """Read a subject table (see the module docstring for the accepted layouts)."""
+    source = Path(path)
+    layout = _scan(source)
+    columns = [j for j in range(len(layout.names)) if j != layout.id_index]
+    values = _parse(source, layout, columns)
+    _reject_infinite(source, layout, columns, values)
+    age: FloatArray | None = None
+    feature_columns = columns
+    if layout.header_line:
+        age_at = [k for k, j in enumerate(columns) if layout.names[j].lower() == AGE_COLUMN_NAME]
+        if age_at:
+            k = age_at[0]
+            age = values[:, k].copy()
+            values = np.delete(values, k, axis=1) if k else values[:, 1:]
+            feature_columns = [j for j in columns if j != columns[k]]
+    return Table(
+        path=source,
+        has_header=bool(layout.header_line),
+        delimiter=layout.delimiter,
+        feature_names=tuple(layout.names[j] for j in feature_columns),
+        features=values,
+        ids=tuple(layout.ids) if layout.ids is not None else None,
+        age=age,
+        lines=np.asarray(layout.lines, dtype=np.int64),
+    )
+
+
+def read_ages(path: str | Path) -> AgeColumn:
+    """Read true ages: an ``age`` column, a single column, or a single row of numbers."""
+    table = read_table(path)
+    if table.age is not None:
+        values = table.age
+        lines = table.lines
+    elif table.n_features == 1:
+        values = table.features[:, 0].copy()
+        lines = table.lines
+    elif table.n_subjects == 1 and not table.has_header:
+        values = table.features[0].copy()
+        lines = np.repeat(table.lines, values.shape[0])
+        return AgeColumn(path=table.path, values=values, ids=None, lines=lines)
+    else:
+        raise DeltabInputError(
+            f"{table.path} has {table.n_features} columns and none is named 'age'; "
+            "an ages file needs a single column or a header with an 'age' column."
+        )
+    return AgeColumn(path=table.path, values=values, ids=table.ids, lines=lines)
+
+
+def check_same_subjects(ages: AgeColumn, table: Table) -> None:
+    """Raise unless ``ages`` and ``table`` describe the same subjects in the same order."""
+    if ages.n_subjects != table.n_subjects:
+        raise DeltabInputError(
+            f"{ages.path} has {ages.n_subjects} subjects but {table.path} has "
+            f"{table.n_subjects}; line k of each file must be the same subject."
+        )
+    if ages.ids is not None and table.ids is not None:
+        for k, (a, b) in enumerate(zip(ages.ids, table.ids, strict=True)):
+            if a != b:
+                raise DeltabInputError(
+                    f"subject {k + 1} is {a!r} in {ages.path} (line {ages.lines[k]}) but "
+                    f"{b!r} in {table.path} (line {table.lines[k]}); the files must list "
+                    "subjects in the same order."
+                )
+
+
+def check_output_path(path: str | Path, *, overwrite: bool) -> Path:
+    """Refuse to clobber an existing file unless asked, and require an existing folder."""
+    target = Path(path)
+    if target.is_dir():
+        raise DeltabInputError(f"cannot write {target}: it is a directory.")
+    if target.exists() and not overwrite:
+        raise DeltabInputError(
+            f"{target} already exists; pass --overwrite to replace it or choose another name."
+        )
+    parent = target.parent
+    if not parent.is_dir():
+        raise DeltabInputError(f"cannot write {target}: the folder {parent} does not exist.")
+    return target
+
+
+def _write_atomically(path: Path, text_lines: Iterator[str]) -> None:
+    """Write via a temporary sibling and rename, so a failure leaves no half-written file."""
+    temporary = path.with_name(f".{path.name}.partial")
+    try:
+        with temporary.open("w", encoding="utf-8", newline="") as out:
+            for line in text_lines:
+                out.write(line)
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise DeltabInputError(f"cannot write {path}: {exc.strerror or exc}.") from None
+
+
+def _format(value: float) -> str:
+    return "" if math.isnan(value) else f"{value:.10g}"
+
+
+def write_values(path: str | Path, values: FloatArray) -> None:
+    """One number per line, the layout the public ``deltab`` tool writes."""
+    _write_atomically(Path(path), (f"{_format(float(v))}\n" for v in values))
+
+
+def write_table(
+    path: str | Path,
+    columns: Sequence[tuple[str, Sequence[str] | FloatArray]],
+    *,
+    delimiter: str | None = None,
+) -> None:
+    """Write named columns with a header; tab-delimited for ``.tsv``/``.tab``, else commas."""
+    target = Path(path)
+    sep = delimiter or ("\t" if target.suffix.lower() in {".tsv", ".tab"} else ",")
+    n = len(columns[0][1]) if columns else 0
+    rendered: list[list[str]] = []
+    for _, data in columns:
+        if isinstance(data, np.ndarray):
+            rendered.append([_format(float(v)) for v in data])
+        else:
+            rendered.append([str(v) for v in data])
+
+    def lines() -> Iterator[str]:
+        yield sep.join(name for name, _ in columns) + "\n"
+        for i in range(n):
+            yield sep.join(col[i] for col in rendered) + "\n"
+
+    _write_atomically(target, lines())

@@ -1,0 +1,514 @@
+"""`zerosum deltab`: train a brain-age model and predict, with the public ``deltab`` flags.
+
+The flags, their defaults and their meaning follow the public ``deltab`` command
+(SPMIC-UoN/deltab, ``deltab/main.py``), so existing scripts keep working; the
+differences in the numbers are documented in docs/deltab-comparison.md. This
+module imports only numpy and the brain-age code — never grpc, scikit-learn or
+pandas — so it starts fast and small inside a TRE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from node.deltab.exceptions import ModelFileError
+from node.deltab.io import (
+    AgeColumn,
+    DeltabInputError,
+    Table,
+    check_output_path,
+    check_same_subjects,
+    read_ages,
+    read_table,
+    write_table,
+    write_values,
+)
+from node.deltab.model import BrainAgeModel
+from node.deltab.persist import load_model, save_model
+
+PROG = "zerosum deltab"
+MODEL_KINDS = ("simple", "unbiased", "unbiased_quadratic", "alternate", "alternate_quadratic")
+DEFAULT_MODEL_KIND = "unbiased_quadratic"  # the public deltab default
+DEFAULT_PREDICT_OUTPUT = "deltab.txt"  # the public deltab default
+TABLE_SUFFIXES = {".csv", ".tsv", ".tab"}
+
+DESCRIPTION = """\
+Train a brain-age model on true ages and imaging features (IDPs) and predict
+brain age or brain-age delta, with the models of Smith et al. (2019,
+NeuroImage 200:528-539):
+
+  simple               age regressed on features; delta is biased towards the mean age
+  unbiased             removes the linear age dependence left in the simple delta
+  unbiased_quadratic   also removes a quadratic age dependence (default)
+  alternate            features regressed on age; delta read off that model
+  alternate_quadratic  the alternate model with a quadratic age term
+
+Inputs are CSV, TSV or whitespace-separated text, with or without a header
+line. A header may name an 'id' column (subject identifiers) and an 'age'
+column (true ages, so --train-ages can be left out); every other column is a
+feature. Cells that are empty, NA or nan are missing values (see
+--feature-nans).
+
+The flags are those of the public deltab command (all but --save-text and
+--debug), so its command lines carry over; models are saved as JSON, not pickle.
+"""
+
+EPILOG = """\
+examples:
+  # train on ages + features, write the unbiased quadratic delta of the same subjects
+  zerosum deltab --train-ages ages.txt --train-features idps.tsv \\
+      --feature-proportion 0.2 --predict-output delta.txt
+
+  # one CSV with 'id' and 'age' columns; keep 20 components, save the model,
+  # and write brain ages as a CSV (id, age, brain_age)
+  zerosum deltab --train-features cohort.csv --feature-num 20 --save model.json \\
+      --predict age --predict-output brain_age.csv
+
+  # apply a saved model to new subjects
+  zerosum deltab --load model.json --predict-features new.csv --predict-model unbiased \\
+      --predict-output new_delta.csv
+
+outputs:
+  --predict-output ending in .csv or .tsv gets a header and the columns id (when
+  known), age and brain_age or delta; any other name gets one number per line,
+  as the public deltab writes. Existing files are kept unless --overwrite.
+
+exit status: 0 on success, 2 on bad input (with one sentence saying why).
+"""
+
+
+class _UsageError(ValueError):
+    """Flags that make sense one by one but not together."""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1; got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1]; got {text!r}") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1]; got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    train = parser.add_argument_group("training")
+    train.add_argument(
+        "--train-ages",
+        metavar="FILE",
+        help="true ages of the training subjects: one column, or a table with an 'age' column "
+        "(not needed when --train-features has an 'age' column)",
+    )
+    train.add_argument(
+        "--train-features",
+        metavar="FILE",
+        help="training features, one subject per line and one feature per column",
+    )
+    train.add_argument(
+        "--feature-nans",
+        choices=["median", "remove", "drop"],
+        default="median",
+        help="missing feature values: 'median' replaces each with the training median of its "
+        "feature; 'remove' (or 'drop') leaves out every subject with a missing value "
+        "(default median)",
+    )
+    reduce = parser.add_argument_group(
+        "PCA reduction (at most one; default: keep every component the data support)"
+    ).add_mutually_exclusive_group()
+    reduce.add_argument(
+        "--feature-proportion",
+        type=_fraction,
+        metavar="FRACTION",
+        help="keep this proportion of the number of features as principal components "
+        "(Smith et al. suggest 0.1-0.25)",
+    )
+    reduce.add_argument(
+        "--feature-num", type=_positive_int, metavar="K", help="keep K principal components"
+    )
+    reduce.add_argument(
+        "--feature-var",
+        type=_fraction,
+        metavar="FRACTION",
+        help="keep the fewest components that explain at least this proportion of the variance",
+    )
+    reduce.add_argument(
+        "--kaiser-guttmann",
+        "--kaiser-guttman",
+        dest="kaiser_guttmann",
+        action="store_true",
+        help="keep the components with an above-average eigenvalue, i.e. above 1 for the "
+        "correlation matrix (Kaiser-Guttman criterion)",
+    )
+    model = parser.add_argument_group("saved models")
+    model.add_argument("--save", metavar="FILE", help="save the trained model (JSON)")
+    model.add_argument("--load", metavar="FILE", help="load a saved model instead of training one")
+    predict = parser.add_argument_group("prediction")
+    predict.add_argument(
+        "--predict",
+        choices=["delta", "age"],
+        default=None,
+        help="write the brain-age delta (brain age minus true age) or the brain age "
+        "(default delta)",
+    )
+    predict.add_argument(
+        "--predict-model",
+        choices=MODEL_KINDS,
+        default=None,
+        help=f"which model predicts (default {DEFAULT_MODEL_KIND}, or the kind a loaded model "
+        "was saved with)",
+    )
+    predict.add_argument(
+        "--predict-ages",
+        metavar="FILE",
+        help="true ages of the subjects to predict (not needed when --predict-features has an "
+        "'age' column)",
+    )
+    predict.add_argument(
+        "--predict-features",
+        metavar="FILE",
+        help="features of the subjects to predict (default: the training subjects)",
+    )
+    predict.add_argument(
+        "--predict-output",
+        metavar="FILE",
+        help=f"where to write the prediction (default {DEFAULT_PREDICT_OUTPUT}; .csv/.tsv gets "
+        "columns, anything else one number per line)",
+    )
+    predict.add_argument(
+        "--true-ages-output",
+        metavar="FILE",
+        help="also write the true ages of the predicted subjects, one per line (useful with "
+        "--feature-nans remove)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace output files that already exist"
+    )
+
+
+@dataclass(frozen=True)
+class Subjects:
+    """Ages and features of one set of subjects, after the missing-value policy."""
+
+    features: NDArray[np.float64]
+    age: NDArray[np.float64]
+    ids: tuple[str, ...] | None
+    source: Path
+    feature_names: tuple[str, ...]
+
+
+def fail(prog: str, message: str) -> int:
+    """Print ``<prog>: error: <message>`` on stderr and return exit status 2."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _note(prog: str, message: str) -> None:
+    print(f"{prog}: note: {message}", file=sys.stderr)
+
+
+@contextmanager
+def warnings_on_stderr(prog: str) -> Iterator[None]:
+    """Show the estimator's warnings as ``<prog>: warning: ...`` lines, not Python banners."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            seen: set[str] = set()
+            for item in caught:
+                text = str(item.message)
+                if text not in seen:
+                    seen.add(text)
+                    print(f"{prog}: warning: {text}", file=sys.stderr)
+
+
+def _ages_for(
+    table: Table, ages_path: str | None, flag: str
+) -> tuple[AgeColumn | None, NDArray[np.float64]]:
+    """The true ages of ``table``'s subjects, from ``ages_path`` or the table's 'age' column."""
+    if ages_path is None:
+        if table.age is None:
+            raise DeltabInputError(
+                f"{table.path} has no 'age' column; give the true ages with {flag} or add an "
+                "'age' column to its header."
+            )
+        return None, table.age
+    ages = read_ages(ages_path)
+    check_same_subjects(ages, table)
+    if table.age is not None and not np.allclose(
+        ages.values, table.age, equal_nan=True, rtol=0.0, atol=1e-6
+    ):
+        k = int(np.flatnonzero(~np.isclose(ages.values, table.age, equal_nan=True, atol=1e-6))[0])
+        raise DeltabInputError(
+            f"the 'age' column of {table.path} (line {table.lines[k]}: {table.age[k]:g}) "
+            f"disagrees with {ages.path} (line {ages.lines[k]}: {ages.values[k]:g}); "
+            "give the ages once."
+        )
+    return ages, ages.values
+
+
+def load_subjects(
+    prog: str, features_path: str, ages_path: str | None, flag: str, nan_policy: str
+) -> Subjects:
+    """Read features and ages, check they line up, and apply the missing-value policy.
+
+    Under ``remove``/``drop`` every subject with a missing age or feature is
+    left out here (so the ids and true ages written out stay aligned); under
+    ``median`` a missing age is an error — an age cannot be imputed — and
+    missing features are left for the model, which imputes training medians.
+    """
+    table = read_table(features_path)
+    ages_column, age = _ages_for(table, ages_path, flag)
+    age_source = ages_column.path if ages_column is not None else table.path
+    age_lines = ages_column.lines if ages_column is not None else table.lines
+    empty = np.flatnonzero(np.isnan(table.features).all(axis=0))
+    if empty.size:
+        name = table.feature_names[int(empty[0])]
+        raise DeltabInputError(
+            f"{table.path}: column {name!r} has no values (every cell is missing); remove it."
+        )
+    features = table.features
+    ids = table.ids if table.ids is not None else (ages_column.ids if ages_column else None)
+    if nan_policy == "median":
+        missing_age = np.flatnonzero(np.isnan(age))
+        if missing_age.size:
+            k = int(missing_age[0])
+            raise DeltabInputError(
+                f"{age_source}: line {age_lines[k]}: the age is missing; ages cannot be "
+                "imputed, so remove that subject or use --feature-nans remove."
+            )
+    else:
+        keep = ~np.isnan(age) & ~np.isnan(features).any(axis=1)
+        dropped = int(keep.size - keep.sum())
+        if not keep.any():
+            raise DeltabInputError(
+                f"every subject in {table.path} has a missing age or feature, so "
+                "--feature-nans remove leaves none."
+            )
+        if dropped:
+            _note(
+                prog,
+                f"left out {dropped} of {keep.size} subjects in {table.path} with a missing "
+                "age or feature (--feature-nans remove).",
+            )
+            features, age = features[keep], age[keep]
+            ids = tuple(i for i, k in zip(ids, keep, strict=True) if k) if ids else None
+    return Subjects(
+        features=features, age=age, ids=ids, source=table.path, feature_names=table.feature_names
+    )
+
+
+def fit_naming_columns(model: BrainAgeModel, subjects: Subjects) -> None:
+    """Fit, re-issuing the estimator's warnings; constant features are named by column."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(subjects.features, subjects.age)
+    left_out = np.flatnonzero(~model.support_)
+    for item in caught:
+        if left_out.size and "no variance" in str(item.message):
+            shown = ", ".join(repr(subjects.feature_names[j]) for j in left_out[:10])
+            more = "" if left_out.size <= 10 else f" and {left_out.size - 10} more"
+            warnings.warn(
+                f"{left_out.size} feature(s) of {subjects.source} do not vary across the "
+                f"training subjects and are left out of the model: {shown}{more}.",
+                item.category,
+                stacklevel=2,
+            )
+        else:
+            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    if args.load and (args.train_features or args.train_ages):
+        raise _UsageError("give either --load or --train-features, not both.")
+    if args.load and (
+        args.feature_proportion or args.feature_num or args.feature_var or args.kaiser_guttmann
+    ):
+        raise _UsageError(
+            "the PCA reduction flags apply to training; a loaded model keeps its own reduction."
+        )
+    if not args.load and not args.train_features:
+        if args.train_ages:
+            raise _UsageError("--train-ages needs --train-features.")
+        raise _UsageError(
+            "nothing to do: give --train-features (and --train-ages) to train a model, "
+            "or --load a saved one."
+        )
+    if args.predict_ages and not args.predict_features:
+        raise _UsageError("--predict-ages needs --predict-features.")
+    if args.load and not args.predict_features and _wants_prediction(args):
+        raise _UsageError(
+            "a loaded model needs --predict-features (and --predict-ages, unless that file has "
+            "an 'age' column) to predict."
+        )
+
+
+def _wants_prediction(args: argparse.Namespace) -> bool:
+    """Predict unless the run only saves a model (the public tool always predicts)."""
+    asked = (
+        args.predict is not None
+        or args.predict_output is not None
+        or args.predict_features is not None
+        or args.predict_model is not None
+        or args.true_ages_output is not None
+    )
+    return asked or not args.save
+
+
+def _check_components(args: argparse.Namespace, subjects: Subjects) -> None:
+    """A fixed component count needs one subject per component plus one for the mean."""
+    n, p = subjects.features.shape
+    k = args.feature_num
+    if k is not None and k > min(n - 1, p):
+        if n - 1 < p:
+            limit = (
+                f"{n} subjects, which allow at most {n - 1} (one subject per component plus one "
+                "for the mean)"
+            )
+        else:
+            limit = f"{p} features"
+        raise DeltabInputError(
+            f"--feature-num {k} asks for {k} principal components, but {subjects.source} has "
+            f"only {limit}."
+        )
+
+
+# The estimator names its parameters; on the command line the user knows the flags.
+_FLAG_NAMES = (
+    ("n_components=", "--feature-num "),
+    ("feature_proportion=", "--feature-proportion "),
+    ("variance_explained=", "--feature-var "),
+    ("kaiser_guttman=True", "--kaiser-guttmann"),
+    ("nan_policy='drop'", "--feature-nans remove"),
+)
+
+
+def in_flag_terms(message: str) -> str:
+    """Rewrite the estimator's parameter names in a message as this command's flags."""
+    for name, flag in _FLAG_NAMES:
+        message = message.replace(name, flag)
+    return message
+
+
+def load_model_file(path: str | Path) -> BrainAgeModel:
+    """Load a saved model, turning file problems into one sentence that names the file."""
+    try:
+        return load_model(path)
+    except ModelFileError as exc:
+        raise DeltabInputError(f"cannot load the model {path}: {exc}") from None
+    except FileNotFoundError:
+        raise DeltabInputError(f"cannot read {path}: there is no such file.") from None
+    except OSError as exc:
+        raise DeltabInputError(f"cannot read {path}: {exc.strerror or exc}.") from None
+
+
+def check_feature_count(model: object, table_path: Path, n_features: int) -> None:
+    """Refuse a table whose feature count differs from the model's, naming the file."""
+    expected = getattr(model, "n_features_in_", None)
+    if expected is not None and expected != n_features:
+        raise DeltabInputError(
+            f"{table_path} has {n_features} feature columns but the model was trained on "
+            f"{expected}; give the same features in the same order."
+        )
+
+
+def write_prediction(
+    path: Path, subjects: Subjects, values: NDArray[np.float64], what: str
+) -> None:
+    """A table (id, age, brain_age|delta) for .csv/.tsv names, else one number per line."""
+    if path.suffix.lower() in TABLE_SUFFIXES:
+        columns: list[tuple[str, tuple[str, ...] | NDArray[np.float64]]] = []
+        if subjects.ids is not None:
+            columns.append(("id", subjects.ids))
+        columns.append(("age", subjects.age))
+        columns.append(("brain_age" if what == "age" else "delta", values))
+        write_table(path, columns)
+    else:
+        write_values(path, values)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        with warnings_on_stderr(PROG):
+            return _run(args)
+    except ValueError as exc:
+        # Input errors (DeltabInputError, _UsageError) and the estimator's and the
+        # model file's own checks are all ValueErrors carrying a full sentence.
+        return fail(PROG, in_flag_terms(str(exc)))
+    except OSError as exc:
+        return fail(PROG, f"cannot use {exc.filename or 'a file'}: {exc.strerror or exc}.")
+
+
+def _run(args: argparse.Namespace) -> int:
+    _check_flags(args)
+    nan_policy = "median" if args.feature_nans == "median" else "drop"
+    predicting = _wants_prediction(args)
+    output = Path(args.predict_output or DEFAULT_PREDICT_OUTPUT) if predicting else None
+    for target in (output, args.true_ages_output if predicting else None, args.save):
+        if target is not None:
+            check_output_path(target, overwrite=args.overwrite)
+
+    training: Subjects | None = None
+    if args.load:
+        model = load_model_file(args.load)
+        if args.predict_model is not None:
+            model.set_params(model=args.predict_model)
+    else:
+        training = load_subjects(
+            PROG, args.train_features, args.train_ages, "--train-ages", args.feature_nans
+        )
+        _check_components(args, training)
+        model = BrainAgeModel(
+            args.predict_model or DEFAULT_MODEL_KIND,
+            n_components=args.feature_num,
+            feature_proportion=args.feature_proportion,
+            variance_explained=args.feature_var,
+            kaiser_guttman=bool(args.kaiser_guttmann),
+            nan_policy=nan_policy,
+        )
+        fit_naming_columns(model, training)
+
+    if args.save:
+        save_model(model, args.save)
+    if output is None:
+        return 0
+
+    if args.predict_features:
+        subjects = load_subjects(
+            PROG, args.predict_features, args.predict_ages, "--predict-ages", args.feature_nans
+        )
+    elif training is not None:
+        subjects = training
+    else:  # pragma: no cover - ruled out by _check_flags
+        raise _UsageError("a loaded model needs --predict-features to predict.")
+    check_feature_count(model, subjects.source, subjects.features.shape[1])
+
+    what = args.predict or "delta"
+    if what == "age":
+        values = model.predict_age(subjects.features, subjects.age)
+    else:
+        values = model.predict_delta(subjects.features, subjects.age)
+    write_prediction(output, subjects, np.asarray(values, dtype=np.float64), what)
+    if args.true_ages_output:
+        write_values(Path(args.true_ages_output), subjects.age)
+    return 0

@@ -1,0 +1,105 @@
+"""`zerosum predict`: apply a saved brain-age model to a table of new subjects."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from node.deltab.io import DeltabInputError, check_output_path, read_table, write_table
+from zerosum.commands.deltab import (
+    MODEL_KINDS,
+    check_feature_count,
+    fail,
+    in_flag_terms,
+    load_model_file,
+    warnings_on_stderr,
+)
+
+PROG = "zerosum predict"
+
+DESCRIPTION = """\
+Apply a saved brain-age model (from `zerosum deltab --save`, or the global
+model of a federated session) to new subjects.
+
+--data is a CSV or TSV table with a header: an 'age' column (the true ages —
+brain-age delta is measured against them), optionally an 'id' column, and the
+same feature columns the model was trained on. The output table has the
+columns id (when --data has one), age, brain_age and delta, where
+delta = brain_age - age.
+"""
+
+EPILOG = """\
+examples:
+  zerosum predict --model model.json --data new_subjects.csv --output brain_age.csv
+  zerosum predict --model global.json --data clinic.tsv --output out.tsv \\
+      --model-kind unbiased
+
+exit status: 0 on success, 2 on bad input (with one sentence saying why).
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument("--model", required=True, metavar="FILE", help="saved model (JSON)")
+    parser.add_argument(
+        "--data",
+        required=True,
+        metavar="FILE",
+        help="subjects to predict: a table with a header, an 'age' column and the features",
+    )
+    parser.add_argument(
+        "--output",
+        required=True,
+        metavar="FILE",
+        help="where to write id, age, brain_age, delta (tab-separated for .tsv, else commas)",
+    )
+    parser.add_argument(
+        "--model-kind",
+        choices=MODEL_KINDS,
+        default=None,
+        help="which of the Smith et al. (2019) models predicts (default: the kind the model "
+        "was saved with)",
+    )
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace --output if it already exists"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        with warnings_on_stderr(PROG):
+            return _run(args)
+    except ValueError as exc:
+        # Input errors and the estimator's own checks are ValueErrors with a full sentence.
+        return fail(PROG, in_flag_terms(str(exc)))
+    except OSError as exc:
+        return fail(PROG, f"cannot use {exc.filename or 'a file'}: {exc.strerror or exc}.")
+
+
+def _run(args: argparse.Namespace) -> int:
+    output = check_output_path(args.output, overwrite=args.overwrite)
+    model = load_model_file(args.model)
+    if args.model_kind is not None:
+        model.set_params(model=args.model_kind)
+    table = read_table(args.data)
+    if table.age is None:
+        raise DeltabInputError(
+            f"{table.path} has no 'age' column; brain-age delta is measured against the true "
+            "age, so add an 'age' column to its header."
+        )
+    check_feature_count(model, table.path, table.n_features)
+    missing = np.flatnonzero(np.isnan(table.age))
+    if missing.size:
+        raise DeltabInputError(
+            f"{table.path}: line {table.lines[int(missing[0])]}: the age is missing; every "
+            "subject to predict needs a true age."
+        )
+    delta = np.asarray(model.predict_delta(table.features, table.age), dtype=np.float64)
+    columns: list[tuple[str, tuple[str, ...] | np.ndarray]] = []
+    if table.ids is not None:
+        columns.append(("id", table.ids))
+    columns += [("age", table.age), ("brain_age", table.age + delta), ("delta", delta)]
+    write_table(Path(output), columns)
+    return 0
