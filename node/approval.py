@@ -1,0 +1,304 @@
+"""The approval gate: nothing leaves the TRE until a reviewer has signed off its manifest.
+
+Before each upload the node waits for ``OUT/egress/round-<r>/approval.json``
+(DESIGN.md §4.5, §6). The file records a reviewer's decision on one exact
+bundle, signed with Ed25519 (RFC 8032):
+
+    {"format": "zerosum-approval", "version": 1,
+     "manifest_sha256": "<hex SHA-256 of manifest.json as stored>",
+     "decision": "approve" | "reject",
+     "reviewer": "<name>", "comment": "<free text>", "timestamp": "<ISO 8601>",
+     "public_key": "<hex, 32 bytes>", "signature": "<hex, 64 bytes>"}
+
+The signature covers ``b"zerosum/v1/egress-approval" ‖ lp(decision) ‖
+manifest digest (32 raw bytes)``, lp = u16 big-endian length ‖ UTF-8. Binding
+the decision means an approval can never be replayed as a rejection or the
+other way round, and binding the manifest digest (which itself holds the
+SHA-256 of the payload, values and results files) ties it to exactly the
+numbers that will be sent.
+
+Accepted reviewer keys. The federation configuration has no reviewer list
+today, so the gate accepts the node's own Ed25519 identity key — the key kept
+inside the TRE next to the node — and any further keys the operator passes
+in ``accepted_keys``; an approval signed by any other key is refused.
+
+Modes: ``auto`` signs an approval with the node's identity key at once
+(reviewer "automatic", for demos and simulations); ``manual`` polls until the
+file appears, then verifies it. A valid rejection stops the node
+(:class:`ApprovalRejected`); an approval that is malformed, signed by an
+unknown key, or made for another manifest is an :class:`ApprovalError`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from node.atomic import atomic_write_json
+from node.egress import APPROVAL, EgressBundle
+from noise.keys import IdentityKey, key_fingerprint, length_prefixed
+
+__all__ = [
+    "APPROVAL_FORMAT",
+    "Approval",
+    "ApprovalError",
+    "ApprovalGate",
+    "ApprovalRejected",
+    "Decision",
+    "approval_message",
+    "read_approval",
+    "sign_approval",
+    "verify_approval",
+    "write_approval",
+]
+
+APPROVAL_FORMAT = "zerosum-approval"
+APPROVAL_VERSION = 1
+_LABEL = b"zerosum/v1/egress-approval"
+_UNREADABLE_POLLS = 3
+
+Decision = Literal["approve", "reject"]
+ApprovalMode = Literal["auto", "manual"]
+
+
+class ApprovalError(ValueError):
+    """An approval file exists but cannot be accepted (malformed, wrong key, wrong manifest)."""
+
+
+class ApprovalRejected(Exception):
+    """A reviewer validly rejected the release; the node must stop."""
+
+    def __init__(self, folder: Path, reviewer: str, comment: str) -> None:
+        self.folder = folder
+        self.reviewer = reviewer
+        self.comment = comment
+        why = f": {comment}" if comment else " (no reason given)"
+        super().__init__(f"the egress in {folder} was rejected by reviewer {reviewer!r}{why}")
+
+
+def approval_message(manifest_sha256: str, decision: str) -> bytes:
+    """The exact bytes a reviewer signs for ``decision`` on the manifest with this digest."""
+    if decision not in ("approve", "reject"):
+        raise ApprovalError(f"decision must be 'approve' or 'reject'; got {decision!r}")
+    try:
+        digest = bytes.fromhex(manifest_sha256)
+    except ValueError:
+        digest = b""
+    if len(digest) != 32:
+        raise ApprovalError(
+            f"manifest_sha256 must be 64 hex digits (a SHA-256); got {manifest_sha256!r}"
+        )
+    return _LABEL + length_prefixed(decision, "decision") + digest
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A reviewer's signed decision on one egress manifest."""
+
+    manifest_sha256: str
+    decision: Decision
+    reviewer: str
+    public_key: bytes
+    signature: bytes
+    comment: str = ""
+    timestamp: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": APPROVAL_FORMAT,
+            "version": APPROVAL_VERSION,
+            "manifest_sha256": self.manifest_sha256,
+            "decision": self.decision,
+            "reviewer": self.reviewer,
+            "comment": self.comment,
+            "timestamp": self.timestamp,
+            "public_key": self.public_key.hex(),
+            "signature": self.signature.hex(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Approval:
+        if data.get("format") != APPROVAL_FORMAT or data.get("version") != APPROVAL_VERSION:
+            raise ApprovalError(
+                f"not a {APPROVAL_FORMAT} version {APPROVAL_VERSION} file "
+                f"(format={data.get('format')!r}, version={data.get('version')!r})"
+            )
+        decision = data.get("decision")
+        if decision not in ("approve", "reject"):
+            raise ApprovalError(f"decision must be 'approve' or 'reject'; got {decision!r}")
+        try:
+            public_key = bytes.fromhex(str(data["public_key"]))
+            signature = bytes.fromhex(str(data["signature"]))
+            return cls(
+                manifest_sha256=str(data["manifest_sha256"]),
+                decision=decision,
+                reviewer=str(data.get("reviewer", "")),
+                public_key=public_key,
+                signature=signature,
+                comment=str(data.get("comment", "")),
+                timestamp=str(data.get("timestamp", "")),
+            )
+        except KeyError as exc:
+            raise ApprovalError(f"the approval lacks the field {exc.args[0]!r}") from exc
+        except ValueError as exc:
+            raise ApprovalError(f"public_key and signature must be hex strings: {exc}") from exc
+
+
+def sign_approval(
+    identity: IdentityKey,
+    manifest_sha256: str,
+    decision: Decision,
+    *,
+    reviewer: str,
+    comment: str = "",
+) -> Approval:
+    """Sign ``decision`` on the manifest with digest ``manifest_sha256``."""
+    message = approval_message(manifest_sha256, decision)
+    return Approval(
+        manifest_sha256=manifest_sha256,
+        decision=decision,
+        reviewer=reviewer,
+        public_key=identity.public_bytes(),
+        signature=identity.sign(message),
+        comment=comment,
+        timestamp=datetime.now(UTC).isoformat(),
+    )
+
+
+def write_approval(folder: Path, approval: Approval) -> Path:
+    """Write ``approval.json`` into an egress folder atomically; returns its path."""
+    path = Path(folder) / APPROVAL
+    atomic_write_json(path, approval.to_json())
+    return path
+
+
+def read_approval(folder: Path) -> Approval | None:
+    """The approval in an egress folder, or None when there is none yet."""
+    path = Path(folder) / APPROVAL
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ApprovalError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ApprovalError(f"{path} must hold a JSON object")
+    try:
+        return Approval.from_json(data)
+    except ApprovalError as exc:
+        raise ApprovalError(f"{path}: {exc}") from exc
+
+
+def verify_approval(
+    approval: Approval, *, manifest_sha256: str, accepted_keys: Mapping[bytes, str]
+) -> None:
+    """Check that ``approval`` is for this manifest and validly signed by an accepted key."""
+    if approval.manifest_sha256 != manifest_sha256:
+        raise ApprovalError(
+            f"the approval is for manifest {approval.manifest_sha256[:16]}…, but the manifest "
+            f"on disk has SHA-256 {manifest_sha256[:16]}… (the bundle changed after review, or "
+            "the approval belongs to another bundle)"
+        )
+    if approval.public_key not in accepted_keys:
+        shown = key_fingerprint(approval.public_key) if len(approval.public_key) == 32 else "?"
+        raise ApprovalError(
+            f"the approval by {approval.reviewer!r} is signed with key {shown}, which is not an "
+            "accepted reviewer key for this node"
+        )
+    message = approval_message(approval.manifest_sha256, approval.decision)
+    try:
+        Ed25519PublicKey.from_public_bytes(approval.public_key).verify(approval.signature, message)
+    except (InvalidSignature, ValueError) as exc:
+        raise ApprovalError(
+            f"the signature of the approval by {approval.reviewer!r} "
+            f"({accepted_keys[approval.public_key]}) does not verify"
+        ) from exc
+
+
+class ApprovalGate:
+    """Waits for, checks and records the approval of each egress bundle before upload."""
+
+    def __init__(
+        self,
+        mode: ApprovalMode,
+        *,
+        identity: IdentityKey,
+        accepted_keys: Mapping[bytes, str] | None = None,
+        poll_seconds: float = 1.0,
+        timeout_seconds: float | None = None,
+        progress: Callable[[str], None] | None = None,
+        interrupt: Callable[[], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if mode not in ("auto", "manual"):
+            raise ValueError(f"approval mode must be 'auto' or 'manual'; got {mode!r}")
+        self.mode = mode
+        self.identity = identity
+        keys = {identity.public_bytes(): "this node's identity key"}
+        keys.update(accepted_keys or {})
+        self.accepted_keys = keys
+        self.poll_seconds = poll_seconds
+        self.timeout_seconds = timeout_seconds
+        self._progress = progress or (lambda _line: None)
+        # Called once per poll while waiting; raises to abandon the wait (the
+        # runner uses it to stop when the session ends or drops this node).
+        self._interrupt = interrupt or (lambda: None)
+        self._sleep = sleep
+        self._clock = clock
+
+    def wait(self, folder: Path) -> Approval:
+        """Return the valid approval of the bundle in ``folder``; raise if rejected or invalid."""
+        folder = Path(folder)
+        digest = EgressBundle.manifest_sha256(folder)
+        if self.mode == "auto":
+            signed = sign_approval(
+                self.identity,
+                digest,
+                "approve",
+                reviewer="automatic (--approve auto)",
+                comment="approved automatically by the node; no human review",
+            )
+            write_approval(folder, signed)
+            return signed
+        started = self._clock()
+        announced = False
+        unreadable = 0
+        while True:
+            try:
+                found = read_approval(folder)
+                unreadable = 0
+            except ApprovalError:
+                # A reviewer's editor may still be writing the file; give it a
+                # few polls before treating it as malformed.
+                unreadable += 1
+                if unreadable > _UNREADABLE_POLLS:
+                    raise
+                found = None
+            if found is not None:
+                verify_approval(found, manifest_sha256=digest, accepted_keys=self.accepted_keys)
+                if found.decision == "reject":
+                    raise ApprovalRejected(folder, found.reviewer, found.comment)
+                return found
+            if not announced:
+                self._progress(
+                    f"waiting for a reviewer to approve {folder} "
+                    f"(manifest sha256 {digest}); write {APPROVAL} there to continue"
+                )
+                announced = True
+            if self.timeout_seconds is not None and self._clock() - started >= self.timeout_seconds:
+                raise ApprovalError(
+                    f"no approval appeared in {folder} within {self.timeout_seconds:g} s"
+                )
+            self._interrupt()
+            self._sleep(self.poll_seconds)

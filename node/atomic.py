@@ -1,0 +1,60 @@
+"""Crash-safe file writes: write a sibling temporary file, fsync, then rename.
+
+A reader (a reviewer's tool, the approval gate, a restarted node) therefore
+sees either the previous complete file or the new complete file, never a
+half-written one: ``os.replace`` is atomic on POSIX file systems when source
+and target sit in the same directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "json_bytes"]
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically (parent directories are created)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            tmp.chmod(mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    # The rename is durable only once the directory entry itself is on disk.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:
+    """Replace ``path`` with UTF-8 ``text`` atomically."""
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def json_bytes(document: Any) -> bytes:
+    """The project's JSON file encoding: UTF-8, two-space indent, trailing newline."""
+    return (json.dumps(document, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode(
+        "utf-8"
+    )
+
+
+def atomic_write_json(path: Path, document: Any, *, mode: int | None = None) -> bytes:
+    """Replace ``path`` with ``document`` as JSON atomically; returns the bytes written."""
+    data = json_bytes(document)
+    atomic_write_bytes(path, data, mode=mode)
+    return data

@@ -1,0 +1,113 @@
+"""The node's local cohort: read, checked against the federation's rules, before any contact.
+
+A node refuses to start — before it opens a connection — when its data could
+not take part correctly: the file is unreadable or ragged, there is no age
+column or an age is missing, the number of features differs from the
+federation's model, a feature has no observed value at all, or the cohort is
+smaller than ``min_cohort_size`` (the N ≥ 100 rule for UK TREs; δ ≤ 1/N² is
+calibrated for it). Missing feature values are allowed: the federated fit
+replaces them by the global mean of the observed values (nan_policy "mean",
+node/deltab/stats.py). Each problem is one sentence naming the file and,
+where it applies, the line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from node.deltab.io import DeltabInputError, read_table
+from node.deltab.plan import PlanSettings
+from node.deltab.scaling import Bounds
+from noise.federation import FederationConfig
+
+__all__ = ["NAN_POLICY", "LocalCohort", "LocalDataError", "load_cohort", "plan_settings"]
+
+NAN_POLICY = "mean"
+
+
+class LocalDataError(ValueError):
+    """The node's own data cannot be used; the message is one sentence saying why."""
+
+
+@dataclass(frozen=True, eq=False)
+class LocalCohort:
+    """Subjects of this node: ids, true ages and features (NaN where missing)."""
+
+    path: Path
+    ids: tuple[str, ...]
+    age: NDArray[np.float64]
+    features: NDArray[np.float64]
+    feature_names: tuple[str, ...]
+
+    @property
+    def n_subjects(self) -> int:
+        return int(self.features.shape[0])
+
+
+def load_cohort(path: Path, config: FederationConfig) -> LocalCohort:
+    """Read and check the cohort at ``path`` (raises :class:`LocalDataError`)."""
+    path = Path(path)
+    if not path.exists():
+        raise LocalDataError(f"the data file {path} does not exist.")
+    try:
+        table = read_table(path)
+    except DeltabInputError as error:
+        raise LocalDataError(str(error)) from None
+    except OSError as error:
+        raise LocalDataError(f"the data file {path} cannot be read: {error.strerror}.") from None
+    if table.age is None:
+        raise LocalDataError(
+            f"{path} has no 'age' column; a node's data needs a header with an 'age' column."
+        )
+    missing_age = np.flatnonzero(np.isnan(table.age))
+    if missing_age.size:
+        line = int(table.lines[missing_age[0]])
+        count = missing_age.size
+        lacking = "1 subject lacks one" if count == 1 else f"{count} subjects lack one"
+        raise LocalDataError(
+            f"{path}: line {line} has no age; every subject needs an age ({lacking})."
+        )
+    expected = config.model.n_features
+    if table.n_features != expected:
+        raise LocalDataError(
+            f"{path} has {table.n_features} feature columns but the federation's model uses "
+            f"{expected} (model.n_features)."
+        )
+    empty = np.flatnonzero(np.all(np.isnan(table.features), axis=0))
+    if empty.size:
+        name = table.feature_names[int(empty[0])]
+        raise LocalDataError(f"{path}: feature {name!r} has no observed value at all.")
+    if table.n_subjects < config.min_cohort_size:
+        raise LocalDataError(
+            f"{path} has {table.n_subjects} subjects; the federation requires at least "
+            f"{config.min_cohort_size} per node (min_cohort_size)."
+        )
+    ids = table.ids if table.ids is not None else tuple(str(int(n)) for n in table.lines)
+    return LocalCohort(
+        path=path,
+        ids=tuple(ids),
+        age=np.asarray(table.age, dtype=np.float64),
+        features=np.asarray(table.features, dtype=np.float64),
+        feature_names=table.feature_names,
+    )
+
+
+def plan_settings(config: FederationConfig) -> PlanSettings:
+    """The brain-age plan every node runs, from the federation's model and clipping bounds."""
+    lows, highs = config.clipping.feature_bounds(config.model.n_features)
+    bounds = Bounds(
+        feature_lo=np.asarray(lows, dtype=np.float64),
+        feature_hi=np.asarray(highs, dtype=np.float64),
+        age_lo=config.clipping.age_low,
+        age_hi=config.clipping.age_high,
+    )
+    return PlanSettings(
+        model=config.model.kind,
+        n_components=config.model.n_components,
+        nan_policy=NAN_POLICY,
+        bounds=bounds,
+    )

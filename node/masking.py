@@ -1,0 +1,189 @@
+"""From a round's named tensors to the uint64 payload a node submits.
+
+The payload is the concatenation, in layout order, of every tensor flattened
+in C order and encoded in fixed point (``noise.fixed_point``). Three vectors
+share that layout:
+
+* the *audit* payload q(x_k): the node's exact contribution, kept in the TRE;
+* the *mask* m_k: per tensor, the pairwise mask Σ_j ±q(c_kj·z_kj) drawn from
+  the keyed streams of the pairwise seeds (``noise.masks.pairwise_mask``), or
+  CAPE's zero-sum e_k = q(ê_k) − share_k(S) (``noise.masks.cape_mask``);
+* optional *residual* noise q(r_k), r_k ~ N(0, σ_res²) from the OS CSPRNG.
+
+The egress is q(x_k) + m_k + q(r_k) modulo 2^64. Because Σ_k m_k = 0 exactly
+in Z/2^64Z, the sum of all egresses equals the sum of all audit payloads bit
+for bit when residual noise is off — the property the coordinator's exact
+aggregate rests on (DESIGN.md §4.5).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from node.client import TensorSlot
+from node.release import ReleaseNoise
+from noise.fixed_point import FixedPointCodec
+from noise.masks import cape_blinding, cape_draw, cape_mask, pair_terms, pairwise_mask
+from noise.residual import residual_noise
+
+__all__ = [
+    "add_residual_noise",
+    "cape_draws",
+    "cape_masks",
+    "cape_sum_payload",
+    "encode_tensors",
+    "layout_of_tensors",
+    "pairwise_masks",
+    "unmask_corrections",
+]
+
+U64 = NDArray[np.uint64]
+
+
+def layout_of_tensors(tensors: Mapping[str, ArrayLike]) -> tuple[TensorSlot, ...]:
+    """Back-to-back layout of ``tensors`` in mapping order (offsets and sizes in words)."""
+    slots = []
+    offset = 0
+    for name, value in tensors.items():
+        shape = tuple(int(n) for n in np.shape(value))
+        size = math.prod(shape)
+        slots.append(TensorSlot(name, shape, offset, size))
+        offset += size
+    return tuple(slots)
+
+
+def _total(layout: Sequence[TensorSlot]) -> int:
+    return layout[-1].offset + layout[-1].size if layout else 0
+
+
+def encode_tensors(
+    tensors: Mapping[str, ArrayLike], layout: Sequence[TensorSlot], codec: FixedPointCodec
+) -> U64:
+    """q(x): every tensor encoded into its slot (FixedPointError names a bad entry)."""
+    out = np.empty(_total(layout), dtype=np.uint64)
+    for slot in layout:
+        value = np.asarray(tensors[slot.name], dtype=np.float64)
+        if value.shape != slot.shape:
+            raise ValueError(
+                f"tensor {slot.name!r} has shape {value.shape}; the layout expects {slot.shape}"
+            )
+        out[slot.offset : slot.offset + slot.size] = codec.encode(
+            value.reshape(-1), tensor=slot.name
+        )
+    return out
+
+
+def pairwise_masks(
+    noise: ReleaseNoise,
+    seeds: Mapping[str, bytes],
+    layout: Sequence[TensorSlot],
+    *,
+    round_index: int,
+    codec: FixedPointCodec,
+) -> U64:
+    """m_k for every tensor: the pairwise zero-sum mask in the tensor's own scale."""
+    out = np.empty(_total(layout), dtype=np.uint64)
+    for slot in layout:
+        out[slot.offset : slot.offset + slot.size] = pairwise_mask(
+            noise.design(slot.name),
+            noise.node_id,
+            seeds,
+            round_index=round_index,
+            tensor=slot.name,
+            size=slot.size,
+            codec=codec,
+        )
+    return out
+
+
+def unmask_corrections(
+    noise: ReleaseNoise,
+    seeds: Mapping[str, bytes],
+    layout: Sequence[TensorSlot],
+    dropped: Sequence[str],
+    *,
+    round_index: int,
+    codec: FixedPointCodec,
+) -> U64:
+    """Σ_{j∈D} ±q(c_kj·z_kj) per tensor: what the coordinator subtracts to cancel the dropped."""
+    out = np.empty(_total(layout), dtype=np.uint64)
+    for slot in layout:
+        out[slot.offset : slot.offset + slot.size] = pair_terms(
+            noise.design(slot.name),
+            noise.node_id,
+            seeds,
+            dropped,
+            round_index=round_index,
+            tensor=slot.name,
+            size=slot.size,
+            codec=codec,
+        )
+    return out
+
+
+def add_residual_noise(
+    payload: U64,
+    noise: ReleaseNoise,
+    layout: Sequence[TensorSlot],
+    codec: FixedPointCodec,
+    rng: np.random.Generator | None = None,
+) -> U64:
+    """payload + q(r), r ~ N(0, σ_res,t²) per entry of tensor t (OS CSPRNG unless ``rng``)."""
+    out = payload.copy()
+    for slot in layout:
+        std = noise.residual_std(slot.name)
+        if std == 0.0:
+            continue
+        draw = residual_noise(slot.size, std, rng=rng)
+        out[slot.offset : slot.offset + slot.size] += codec.encode(
+            draw, tensor=f"{slot.name} (residual noise)"
+        )
+    return out
+
+
+def cape_draws(
+    noise: ReleaseNoise,
+    layout: Sequence[TensorSlot],
+    codec: FixedPointCodec,
+    rng: np.random.Generator,
+) -> U64:
+    """q(ê_k) for every tensor, ê_k ~ N(0, τ_t²), from a private generator."""
+    out = np.empty(_total(layout), dtype=np.uint64)
+    for slot in layout:
+        tau = math.sqrt(noise.design(slot.name).cape_variance)
+        out[slot.offset : slot.offset + slot.size] = cape_draw(
+            slot.size, tau, rng, codec, tensor=slot.name
+        )
+    return out
+
+
+def cape_sum_payload(
+    draws: U64,
+    participants: Sequence[str],
+    node_id: str,
+    seeds: Mapping[str, bytes],
+    layout: Sequence[TensorSlot],
+    *,
+    round_index: int,
+) -> U64:
+    """q(ê_k) + uniform pairwise blinding: this node's share of CAPE's secure sum."""
+    out = draws.copy()
+    for slot in layout:
+        out[slot.offset : slot.offset + slot.size] += cape_blinding(
+            participants,
+            node_id,
+            seeds,
+            round_index=round_index,
+            tensor=slot.name,
+            size=slot.size,
+        )
+    return out
+
+
+def cape_masks(draws: U64, total: U64, participants: Sequence[str], node_id: str) -> U64:
+    """e_k = q(ê_k) − share_k(S) for the whole payload (shares split S exactly)."""
+    return cape_mask(draws, total, participants, node_id)

@@ -1,0 +1,349 @@
+"""How much noise each tensor of a round gets, and what that buys against each observer.
+
+One round's egress is one *release*: the policy's (ε, δ) applies to the whole
+vector a node sends, not to each tensor separately. Tensor t has L2
+sensitivity Δ_t (from the public clipping bounds); with per-entry Gaussian
+noise of std σ_t an observer facing noise of that scale is, jointly over the
+M tensors of the round, μ-GDP with μ = sqrt(Σ_t (Δ_t/σ_t)²) (a Gaussian
+mechanism with diagonal covariance; Dong, Roth & Su 2022, JRSS-B). With the
+calibrated policy every tensor gets the same share, σ_t = Δ_t·√M / μ*(ε, δ),
+so the release as a whole meets (ε, δ) against an outsider exactly
+(μ* from the analytic Gaussian mechanism, Balle & Wang 2018). With a fixed
+``target_std`` every tensor gets that std and the receipt reports the ε it
+implies.
+
+The noise *design* (pairwise graph or CAPE, residual share, collusion
+threshold) is planned once at unit scale by :func:`noise.policy.plan_noise`
+over the session's final roster, and each tensor uses that design scaled by
+s_t² (variances) — so every node derives identical pair variances, and every
+privacy figure of the unit design scales by Δ_t/s_t. Observer classes:
+"outsider" (one egress), "coordinator" (every egress of the round) and
+"coalition:m" (the coordinator plus the worst m other nodes pooling their
+secrets), from :func:`noise.accounting.privacy_report`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from node.ledger import observer_from_label
+from node.receipt import DPReceipt, MaskingFacts, ObserverRelease, TensorEntry
+from noise.accounting import gaussian_epsilon, gaussian_mu, observer_mu, privacy_report
+from noise.designs import Design, cape_design, conditional_covariance, remaining_variance
+from noise.federation import FederationConfig
+from noise.policy import NoisePlan, plan_noise, worst_remaining_variance
+
+__all__ = [
+    "FLOOR_RTOL",
+    "ReleaseNoise",
+    "TensorSensitivity",
+    "plan_release",
+    "scale_design",
+    "with_cape_participants",
+]
+
+# Relative slack of the noise-floor check: designs meet their targets with
+# equality up to floating-point rounding.
+FLOOR_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class TensorSensitivity:
+    """A tensor's L2 sensitivity (one subject added or removed) and how it was derived."""
+
+    name: str
+    sensitivity: float
+    derivation: str
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.sensitivity) and self.sensitivity > 0):
+            raise ValueError(
+                f"tensor {self.name!r} has sensitivity {self.sensitivity!r}; "
+                "it must be finite and > 0"
+            )
+
+
+def with_cape_participants(noise: ReleaseNoise, participants: Collection[str]) -> ReleaseNoise:
+    """The CAPE plan of ``noise`` rerun among fewer ``participants``, keeping τ² and σ_res².
+
+    A CAPE rerun reuses every node's draw ê_k (so the coordinator, which sees
+    both attempts, learns nothing new); its zero-sum noise then has variance
+    τ²(1 − 1/K') over the K' remaining nodes.
+    """
+    design = cape_design(sorted(participants), noise.unit.design.cape_variance)
+    return replace(noise, unit=replace(noise.unit, design=design))
+
+
+def scale_design(design: Design, factor: float) -> Design:
+    """The same design with every variance multiplied by ``factor`` (> 0)."""
+    return Design(
+        node_ids=design.node_ids,
+        pair_variances=design.pair_variances * factor,
+        construction=design.construction,
+        kind=design.kind,
+        cape_variance=design.cape_variance * factor,
+        collusion_threshold=design.collusion_threshold,
+    )
+
+
+@dataclass(frozen=True)
+class ReleaseNoise:
+    """The noise plan of one round for one node, at unit scale plus per-tensor scales."""
+
+    node_id: str
+    unit: NoisePlan
+    tensors: tuple[TensorSensitivity, ...]
+    scales: Mapping[str, float]
+    delta: float
+    calibration: str
+    _coalition_mu: dict[int, float] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+    _unit_report: dict[str, float] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+
+    # -- per-tensor noise -----------------------------------------------
+
+    def design(self, name: str) -> Design:
+        """Tensor ``name``'s design (the unit design scaled by s_t²)."""
+        return scale_design(self.unit.design, self.scales[name] ** 2)
+
+    def residual_variance(self, name: str) -> float:
+        return self.unit.residual_variance * self.scales[name] ** 2
+
+    def residual_std(self, name: str) -> float:
+        return math.sqrt(self.residual_variance(name))
+
+    def sigma(self, name: str) -> float:
+        """Per-entry noise std of this node's egress as an outsider sees it."""
+        unit = self.unit.design.variance(self.node_id) + self.unit.residual_variance
+        return math.sqrt(unit) * self.scales[name]
+
+    def floor_variance(self, name: str) -> float:
+        """The per-egress target variance this node must keep (its noise floor)."""
+        return self.unit.target_variance * self.scales[name] ** 2
+
+    def _sensitivity(self, name: str) -> TensorSensitivity:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(f"no tensor {name!r} in this release")
+
+    # -- privacy --------------------------------------------------------
+
+    @property
+    def _ratio(self) -> float:
+        """sqrt(Σ_t (Δ_t/s_t)²): how a unit-scale μ translates to the whole release."""
+        return math.sqrt(sum((t.sensitivity / self.scales[t.name]) ** 2 for t in self.tensors))
+
+    def _unit_mu(self) -> dict[str, float]:
+        if not self._unit_report:
+            rows = privacy_report(
+                self.unit.design,
+                residual_variance=self.unit.residual_variance,
+                sensitivity=1.0,
+                delta=self.delta,
+                coalition_sizes=range(1, self.max_reported_coalition + 1),
+            )
+            for row in rows:
+                if row.node_id != self.node_id:
+                    continue
+                label = (
+                    f"coalition:{row.coalition_size}"
+                    if row.observer == "coalition"
+                    else row.observer
+                )
+                self._unit_report[label] = row.mu
+                if row.observer == "coalition":
+                    self._coalition_mu[row.coalition_size] = row.mu
+        return self._unit_report
+
+    @property
+    def max_reported_coalition(self) -> int:
+        k = len(self.unit.design.node_ids)
+        return min(self.unit.design.collusion_threshold, k - 1)
+
+    def mu(self) -> dict[str, float]:
+        """μ of this release per observer class label."""
+        return {label: mu * self._ratio for label, mu in self._unit_mu().items()}
+
+    def receipt_rows(self) -> tuple[ObserverRelease, ...]:
+        rows = []
+        for label, mu in self.mu().items():
+            observer, size = observer_from_label(label)
+            rows.append(
+                ObserverRelease(observer, size, mu, gaussian_epsilon(mu, self.delta), self.delta)
+            )
+        return tuple(rows)
+
+    def receipt(self, cumulative: Sequence[ObserverRelease], releases: int) -> DPReceipt:
+        return DPReceipt(
+            delta=self.delta,
+            release=self.receipt_rows(),
+            cumulative=tuple(cumulative),
+            releases_in_ledger=releases,
+            calibration=self.calibration,
+        )
+
+    def masking_facts(self, residual_dp: bool) -> MaskingFacts:
+        unit_var = self.unit.design.variance(self.node_id) + self.unit.residual_variance
+        fractions = []
+        for size in range(1, self.max_reported_coalition + 1):
+            left = worst_remaining_variance(
+                self.unit.design, self.node_id, size, self.unit.residual_variance
+            )
+            fractions.append(math.sqrt(left / unit_var) if unit_var > 0 else 0.0)
+        return MaskingFacts(
+            construction=self.unit.design.construction,
+            graph=self.unit.design.kind,
+            n_nodes=len(self.unit.design.node_ids),
+            collusion_threshold=self.unit.design.collusion_threshold,
+            remaining_std_fraction=tuple(fractions),
+            residual_dp=residual_dp,
+        )
+
+    def entries(self, shapes: Mapping[str, tuple[int, ...]]) -> tuple[TensorEntry, ...]:
+        """Manifest entries in the order of ``shapes`` (the payload layout)."""
+        out = []
+        offset = 0
+        for name, shape in shapes.items():
+            size = math.prod(shape)
+            sens = self._sensitivity(name)
+            coalition = tuple(
+                math.sqrt(
+                    worst_remaining_variance(
+                        self.design(name), self.node_id, s, self.residual_variance(name)
+                    )
+                )
+                for s in range(1, self.max_reported_coalition + 1)
+            )
+            out.append(
+                TensorEntry(
+                    name=name,
+                    shape=tuple(shape),
+                    offset=offset,
+                    size=size,
+                    sigma=self.sigma(name),
+                    sensitivity=sens.sensitivity,
+                    sensitivity_derivation=sens.derivation,
+                    coalition_sigma=coalition,
+                )
+            )
+            offset += size
+        return tuple(out)
+
+    # -- unmasking ------------------------------------------------------
+
+    def floor_shortfall(self, dropped: Collection[str]) -> str | None:
+        """Why revealing pair terms with ``dropped`` would breach the floor, or None.
+
+        Revealing them is like letting the dropped nodes collude: the noise
+        left on this node's egress is ``remaining_variance(design, dropped)``
+        (plus residual), which must stay at or above the per-egress target.
+        """
+        left = remaining_variance(self.unit.design, dropped, self.unit.residual_variance)[
+            self.node_id
+        ]
+        floor = self.unit.target_variance
+        if left >= floor * (1.0 - FLOOR_RTOL):
+            return None
+        first = self.tensors[0].name
+        scale = self.scales[first]
+        return (
+            f"noise left on my egress would fall to σ = {math.sqrt(left) * scale:.4g}, below my "
+            f"floor of {math.sqrt(floor) * scale:.4g} (tensor {first!r}) once my pair terms "
+            f"with {sorted(dropped)} are revealed"
+        )
+
+    def mu_after_unmask(self, dropped: Collection[str]) -> dict[str, float]:
+        """μ of this release per observer class once pair terms with ``dropped`` are revealed.
+
+        The coordinator then knows what the dropped nodes would have pooled,
+        so it faces the conditional covariance given ``dropped``; a coalition
+        of m is bounded by the worst coalition of m + |dropped| (capped at K − 1).
+        """
+        before = self.mu()
+        honest, sigma = conditional_covariance(
+            self.unit.design, dropped, self.unit.residual_variance
+        )
+        after = dict(before)
+        after["coordinator"] = max(
+            before.get("coordinator", 0.0),
+            observer_mu(sigma, honest.index(self.node_id), 1.0) * self._ratio,
+        )
+        k = len(self.unit.design.node_ids)
+        for label in list(after):
+            if not label.startswith("coalition:"):
+                continue
+            size = min(int(label.split(":")[1]) + len(set(dropped)), k - 1)
+            after[label] = max(after[label], self._worst_coalition_mu(size) * self._ratio)
+        return after
+
+    def _worst_coalition_mu(self, size: int) -> float:
+        self._unit_mu()
+        if size not in self._coalition_mu:
+            rows = privacy_report(
+                self.unit.design,
+                residual_variance=self.unit.residual_variance,
+                sensitivity=1.0,
+                delta=self.delta,
+                coalition_sizes=[size],
+            )
+            for row in rows:
+                if row.node_id == self.node_id and row.observer == "coalition":
+                    self._coalition_mu[size] = row.mu
+        return self._coalition_mu[size]
+
+
+def plan_release(
+    config: FederationConfig,
+    participants: Collection[str],
+    node_id: str,
+    sensitivities: Sequence[TensorSensitivity],
+) -> ReleaseNoise:
+    """Plan one round's noise for ``node_id`` among ``participants`` (the final roster)."""
+    if not sensitivities:
+        raise ValueError("a release needs at least one tensor")
+    privacy = config.privacy
+    spec = privacy.noise_design
+    ids = sorted(participants)
+    if node_id not in ids:
+        raise ValueError(f"node {node_id!r} is not among the participants {ids}")
+    unit = plan_noise(
+        ids,
+        epsilon=privacy.epsilon,
+        delta=privacy.delta,
+        sensitivity=1.0,
+        construction=spec.construction,
+        collusion_threshold=privacy.collusion_threshold,
+        residual_dp=privacy.residual_dp,
+        graph=spec.graph,
+        degree=spec.degree,
+    )
+    m = len(sensitivities)
+    if spec.target_std == "calibrated":
+        scales = {t.name: t.sensitivity * math.sqrt(m) for t in sensitivities}
+        calibration = (
+            f"(ε, δ) = ({privacy.epsilon:g}, {privacy.delta:g}) per release, shared equally by "
+            f"its {m} tensors: σ_t = Δ_t·√{m}/μ* with μ* = "
+            f"{gaussian_mu(privacy.epsilon, privacy.delta):.6g} (analytic Gaussian mechanism)"
+        )
+    else:
+        # The unit plan's per-egress std is 1/μ*; scale it to the fixed target.
+        factor = float(spec.target_std) * gaussian_mu(privacy.epsilon, privacy.delta)
+        scales = {t.name: factor for t in sensitivities}
+        calibration = (
+            f"fixed per-node noise std {spec.target_std:g} for every tensor; ε reported at "
+            f"δ = {privacy.delta:g}"
+        )
+    return ReleaseNoise(
+        node_id=node_id,
+        unit=unit,
+        tensors=tuple(sensitivities),
+        scales=scales,
+        delta=privacy.delta,
+        calibration=calibration,
+    )

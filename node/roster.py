@@ -1,0 +1,125 @@
+"""Checking the coordinator's roster against the pinned identities, and deriving seeds.
+
+The coordinator relays every node's signed ephemeral X25519 key. It must not
+be able to substitute a key (a man in the middle would then share every
+"pairwise" seed), so each node verifies every bundle against the Ed25519
+identity key pinned for that node in the federation config, for this
+federation (config hash) and this session, and checks that its own entry is
+the key it sent (DESIGN.md §4.3). Any mismatch aborts the node with the node
+id and the reason. The roster hash is recomputed and compared, and the
+pairwise seeds s_kj = HKDF(X25519(sk_k, pk_j), ...) are derived only from a
+roster that passed (``noise.seeds.pairwise_seed``, DESIGN.md §4.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from noise.errors import KeyFormatError, SignatureError
+from noise.keys import EphemeralKey, KeyBundle, verify_key_bundle
+from noise.seeds import pairwise_seed
+from noise.transcript import roster_hash
+from proto.zerosum.v1 import session_pb2 as pb
+
+__all__ = ["RosterError", "VerifiedRoster", "derive_seeds", "verify_roster"]
+
+
+class RosterError(Exception):
+    """The roster cannot be trusted; names the node concerned and why."""
+
+    def __init__(self, node_id: str, reason: str) -> None:
+        self.node_id = node_id
+        self.reason = reason
+        super().__init__(f"roster entry of node {node_id!r} rejected: {reason}")
+
+
+@dataclass(frozen=True)
+class VerifiedRoster:
+    """The final roster after every signature checked out."""
+
+    session_id: str
+    public_keys: Mapping[str, bytes]  # node id -> X25519 public key, every joined node
+    excluded: tuple[str, ...]
+
+    @property
+    def node_ids(self) -> tuple[str, ...]:
+        return tuple(sorted(self.public_keys))
+
+
+def verify_roster(
+    roster: pb.Roster,
+    *,
+    node_id: str,
+    own_public_key: bytes,
+    session_id: str,
+    config_hash: bytes,
+    identity_keys: Mapping[str, bytes],
+) -> VerifiedRoster:
+    """Verify every bundle of ``roster``; raise :class:`RosterError` on the first problem."""
+    if roster.session_id != session_id:
+        raise RosterError(
+            node_id, f"the roster is for session {roster.session_id!r}, not {session_id!r}"
+        )
+    if bytes(roster.config_hash) != config_hash:
+        raise RosterError(node_id, "the roster was made for another federation configuration")
+    bundles: list[KeyBundle] = []
+    keys: dict[str, bytes] = {}
+    for message in roster.bundles:
+        who = message.node_id
+        if who in keys:
+            raise RosterError(who, "the roster lists this node twice")
+        pinned = identity_keys.get(who)
+        if pinned is None:
+            raise RosterError(who, "this node is not a member of the federation")
+        try:
+            bundle = KeyBundle(
+                config_hash=bytes(message.config_hash),
+                session_id=message.session_id,
+                node_id=who,
+                public_key=bytes(message.public_key),
+                signature=bytes(message.signature),
+            )
+            verify_key_bundle(
+                bundle, pinned, config_hash=config_hash, session_id=session_id, node_id=who
+            )
+        except SignatureError as error:
+            raise RosterError(who, error.reason) from None
+        except KeyFormatError as error:
+            raise RosterError(who, str(error)) from None
+        bundles.append(bundle)
+        keys[who] = bundle.public_key
+    mine = keys.get(node_id)
+    if mine is None:
+        raise RosterError(node_id, "this node's own key is missing from the roster")
+    if mine != own_public_key:
+        raise RosterError(
+            node_id, "the roster carries a different ephemeral key for this node than it sent"
+        )
+    if roster.roster_hash and bytes(roster.roster_hash) != roster_hash(
+        config_hash, session_id, bundles
+    ):
+        raise RosterError(node_id, "the roster hash does not match the bundles it lists")
+    return VerifiedRoster(
+        session_id=session_id,
+        public_keys=keys,
+        excluded=tuple(sorted(roster.excluded_node_ids)),
+    )
+
+
+def derive_seeds(
+    roster: VerifiedRoster, own: EphemeralKey, *, node_id: str, config_hash: bytes
+) -> dict[str, bytes]:
+    """The pairwise seed this node shares with every other node of the roster."""
+    return {
+        peer: pairwise_seed(
+            own,
+            public,
+            own_id=node_id,
+            peer_id=peer,
+            session_id=roster.session_id,
+            config_hash=config_hash,
+        )
+        for peer, public in sorted(roster.public_keys.items())
+        if peer != node_id
+    }

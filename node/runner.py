@@ -1,0 +1,742 @@
+"""NodeRunner: one TRE node's whole session, from local data to the global model.
+
+Steps (DESIGN.md §4, §6):
+
+1. **Prepare, before any contact**: load the federation config, the node's
+   Ed25519 identity key and TLS files, and the local cohort; bad local data
+   stops here (:class:`~node.cohort.LocalDataError`).
+2. **Join**: learn the session id from the coordinator, make a fresh X25519
+   key for this session only, sign it with the identity key over (config
+   hash, session id, node id, key) and post it.
+3. **Roster**: wait until the roster is final, verify every bundle against the
+   pinned identities (abort naming the node and the reason), and derive the
+   pairwise seeds.
+4. **Rounds**, as the coordinator opens them (it names each round and its
+   index; under CAPE a dropout makes it rerun a CAPE sum and its model round):
+   compute the round's tensors with the deltab plan (values clipped to the
+   public bounds, clipped counts kept in the audit folder), encode them in
+   fixed point, add the zero-sum mask (pairwise, or CAPE's e_k) and residual
+   noise when the policy enables it, check the ε budget, write the egress
+   bundle and the audit record, wait for approval, record the release in the
+   ledger, upload, and poll for the result — answering or refusing unmask
+   requests on the way (node/unmask.py). The decoded aggregate feeds the
+   next round.
+5. **Finish**: ``OUT/model.json`` (the global model), ``OUT/predictions.csv``
+   (id, age, brain_age, delta for this node's own subjects) and the ledger
+   ``OUT/ledger.json``, kept up to date throughout.
+
+A CAPE secure-sum upload carries no data (a private Gaussian draw under a
+one-time pad of uniform pairwise masks); it is not an egress for review, but
+its digest is noted in ``OUT/egress/round-<r>/cape-sum.json``. A CAPE rerun
+reuses the node's draws and residual noise, so the coordinator, which sees
+both attempts, learns nothing new; the ledger still counts the rerun as a
+release (an over-count, never an under-count).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, NoReturn
+
+import numpy as np
+from numpy.typing import NDArray
+
+from node import plan_bridge
+from node.approval import ApprovalGate
+from node.atomic import atomic_write_json, atomic_write_text
+from node.audit import AuditRecord, write_audit
+from node.client import CoordinatorClient, CoordinatorError, RetryPolicy, TensorSlot
+from node.cohort import LocalCohort, load_cohort
+from node.egress import EgressBundle, decode_payload, egress_folder, payload_sha256
+from node.ledger import PrivacyLedger
+from node.masking import (
+    add_residual_noise,
+    cape_draws,
+    cape_masks,
+    cape_sum_payload,
+    encode_tensors,
+    layout_of_tensors,
+    pairwise_masks,
+    unmask_corrections,
+)
+from node.receipt import SDCEvidence
+from node.release import ReleaseNoise, plan_release, with_cape_participants
+from node.roster import RosterError, VerifiedRoster, derive_seeds, verify_roster
+from node.unmask import (
+    UnmaskAsk,
+    attestation_signature,
+    check_attestations,
+    check_request,
+)
+from noise.federation import FederationConfig, config_hash, load_federation
+from noise.fixed_point import FixedPointCodec
+from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
+from noise.masks import cape_blinding
+from noise.stream import os_generator
+from proto.zerosum.v1 import session_pb2 as pb
+
+__all__ = ["NodeOptions", "NodeRefused", "NodeRunner", "RunOutcome", "SessionFailed"]
+
+CAPE_SUM_PREFIX = "cape-sum/"
+# How often to ask the coordinator about the session while awaiting approval.
+_WATCH_SECONDS = 2.0
+U64 = NDArray[np.uint64]
+
+
+class SessionFailed(Exception):
+    """The session could not be completed; the message says why (exit status 1)."""
+
+
+class NodeRefused(SessionFailed):
+    """This node refused to go on (rejected egress, unmask refusal, budget); says why."""
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """How the runner behaves; the defaults suit a real deployment."""
+
+    approve: Literal["auto", "manual"] = "auto"
+    poll_seconds: float = 0.2
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    approval_timeout: float | None = None
+    address: str | None = None  # overrides the config's coordinator address
+    rng: np.random.Generator | None = None  # residual noise and CAPE draws (tests only)
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """Where the results of a completed session were written."""
+
+    session_id: str
+    model: Path
+    predictions: Path
+    ledger: Path
+
+
+@dataclass
+class _CapeState:
+    """A model round's CAPE material, kept across a rerun."""
+
+    noise: ReleaseNoise
+    draws: U64
+    residual: U64 | None = None
+    participants: tuple[str, ...] = ()
+    total: U64 | None = None
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _names(nodes: Sequence[str]) -> str:
+    return "{" + ", ".join(sorted(nodes)) + "}"
+
+
+class NodeRunner:
+    """Runs one node of a federation session (see the module docstring)."""
+
+    def __init__(
+        self,
+        federation: Path,
+        node_id: str,
+        *,
+        data: Path | None = None,
+        out: Path | None = None,
+        options: NodeOptions | None = None,
+        progress: Callable[[str], None] = _stderr,
+    ) -> None:
+        federation = Path(federation)
+        self.config_path = federation / "federation.toml" if federation.is_dir() else federation
+        self.node_id = node_id
+        self._data = data
+        self._out = out
+        self.options = options or NodeOptions()
+        self._progress = progress
+        self.config: FederationConfig | None = None
+
+    # ------------------------------------------------------------ preparation
+
+    def say(self, message: str) -> None:
+        self._progress(f"zerosum node {self.node_id}: {message}")
+
+    def prepare(self) -> None:
+        """Load and check everything local; raises before any network contact.
+
+        ConfigError / FileNotFoundError / KeyFormatError for the federation
+        files, LocalDataError for the cohort.
+        """
+        config = load_federation(self.config_path)
+        config.node(self.node_id)  # KeyError naming the federation when unknown
+        base = config.base_dir or self.config_path.parent
+        node_dir = base / "nodes" / self.node_id
+        self.config = config
+        self.config_hash = config_hash(config)
+        self.codec = FixedPointCodec(config.fixed_point_bits)
+        self.data_path = Path(self._data) if self._data is not None else node_dir / "data.csv"
+        self.out = Path(self._out) if self._out is not None else node_dir / "out"
+        self.identity = IdentityKey.read_pem(node_dir / "identity.pem")
+        if self.identity.public_bytes() != config.node(self.node_id).identity_public_key:
+            raise SessionFailed(
+                f"{node_dir / 'identity.pem'} is not the identity key pinned for node "
+                f"{self.node_id!r} in {self.config_path}"
+            )
+        self.tls = (base / config.ca_certificate, node_dir / "client.pem", node_dir / "client.key")
+        for path in self.tls:
+            if not path.exists():
+                raise FileNotFoundError(f"{path} does not exist")
+        self.cohort: LocalCohort = load_cohort(self.data_path, config)
+        self.plan = plan_bridge.ModelPlan(config, self.cohort)
+        self.say(
+            f"{self.cohort.n_subjects} subjects with {len(self.cohort.feature_names)} features "
+            f"from {self.data_path}"
+        )
+
+    # ------------------------------------------------------------ the session
+
+    def run(self) -> RunOutcome:
+        """Prepare (if not done), take part in the session, write the results."""
+        if self.config is None:
+            self.prepare()
+        assert self.config is not None
+        address = self.options.address or self.config.coordinator_address
+        ca, cert, key = self.tls
+        client = CoordinatorClient.from_files(
+            address,
+            node_id=self.node_id,
+            ca_certificate=ca,
+            client_certificate=cert,
+            client_key=key,
+            retry=self.options.retry,
+        )
+        try:
+            with client:
+                self.client = client
+                self._join()
+                self._fetch_roster()
+                self._run_rounds()
+                return self._finish()
+        except CoordinatorError as error:
+            raise SessionFailed(f"the coordinator refused a request: {error}") from None
+
+    def _sleep(self) -> None:
+        time.sleep(self.options.poll_seconds)
+
+    def _join(self) -> None:
+        assert self.config is not None
+        status = self.client.get_status("")
+        if status.config_hash and bytes(status.config_hash) != self.config_hash:
+            raise SessionFailed(
+                "the coordinator runs a different federation configuration (config hash "
+                f"{bytes(status.config_hash).hex()[:16]}…, mine {self.config_hash.hex()[:16]}…)"
+            )
+        if status.state in (pb.SESSION_STATE_COMPLETED, pb.SESSION_STATE_ABORTED):
+            ended = status.reason or "completed"
+            raise SessionFailed(f"session {status.session_id} has already ended ({ended})")
+        self.session_id = status.session_id
+        self._prepare_output()
+        self.ledger = PrivacyLedger.open(
+            self.out / "ledger.json", self.node_id, self.config.privacy.delta
+        )
+        self.ephemeral = EphemeralKey.generate()
+        bundle = sign_key_bundle(
+            self.identity,
+            config_hash=self.config_hash,
+            session_id=self.session_id,
+            node_id=self.node_id,
+            public_key=self.ephemeral.public_bytes(),
+        )
+        response = self.client.join(
+            pb.KeyBundle(
+                config_hash=bundle.config_hash,
+                session_id=bundle.session_id,
+                node_id=bundle.node_id,
+                public_key=bundle.public_key,
+                signature=bundle.signature,
+            )
+        )
+        self.say(
+            f"joined session {self.session_id} ({response.joined_count} of "
+            f"{response.federation_size} nodes so far)"
+        )
+
+    def _prepare_output(self) -> None:
+        """Move a previous session's egress and audit folders aside; the ledger stays."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        previous = None
+        for manifest in sorted((self.out / "egress").glob("round-*/manifest.json")):
+            try:
+                previous = EgressBundle.read(manifest.parent).session_id
+            except ValueError:
+                previous = "unknown"
+            break
+        if previous is None or previous == self.session_id:
+            return
+        archive = self.out / "archive" / previous
+        archive.mkdir(parents=True, exist_ok=True)
+        for name in ("egress", "audit", "model.json", "predictions.csv"):
+            source = self.out / name
+            if source.exists():
+                shutil.move(str(source), str(archive / name))
+        self.say(f"moved the records of session {previous} to {archive}")
+
+    def _fetch_roster(self) -> None:
+        assert self.config is not None
+        while True:
+            roster = self.client.get_roster(self.session_id)
+            if roster.final:
+                break
+            self._sleep()
+        try:
+            self.roster: VerifiedRoster = verify_roster(
+                roster,
+                node_id=self.node_id,
+                own_public_key=self.ephemeral.public_bytes(),
+                session_id=self.session_id,
+                config_hash=self.config_hash,
+                identity_keys=self.config.identity_keys,
+            )
+        except RosterError as error:
+            raise SessionFailed(str(error)) from None
+        self.seeds = derive_seeds(
+            self.roster, self.ephemeral, node_id=self.node_id, config_hash=self.config_hash
+        )
+        excluded = f"; excluded: {_names(self.roster.excluded)}" if self.roster.excluded else ""
+        self.say(f"roster verified: {_names(self.roster.node_ids)}{excluded}")
+
+    # ------------------------------------------------------------ rounds
+
+    def _participants(self, status: pb.SessionStatus, round_index: int) -> tuple[str, ...]:
+        dropped: set[str] = set()
+        for summary in status.rounds:
+            if summary.round_index < round_index:
+                dropped.update(summary.dropped_node_ids)
+        return tuple(n for n in self.roster.node_ids if n not in dropped)
+
+    def _run_rounds(self) -> None:
+        self._done: set[int] = set()
+        self._cape: dict[str, _CapeState] = {}
+        self._attested: set[bytes] = set()
+        self._answered: set[bytes] = set()
+        while not self.plan.complete:
+            status = self.client.get_status(self.session_id)
+            if status.state == pb.SESSION_STATE_ABORTED:
+                raise SessionFailed(f"the session failed: {status.reason}")
+            if not status.rounds or status.current_round_index in self._done:
+                if status.state == pb.SESSION_STATE_COMPLETED:
+                    raise SessionFailed(
+                        "the session completed without this node receiving every round"
+                    )
+                self._sleep()
+                continue
+            index, name = status.current_round_index, status.current_round_name
+            participants = self._participants(status, index)
+            if self.node_id not in participants:
+                raise SessionFailed(
+                    f"the coordinator dropped this node before round {index} ({name!r})"
+                )
+            if name.startswith(CAPE_SUM_PREFIX):
+                self._cape_sum_round(index, name, participants)
+            elif name in self.plan.round_names:
+                self._model_round(index, name, participants)
+            else:
+                raise SessionFailed(
+                    f"the coordinator opened round {index} named {name!r}, which is not part of "
+                    f"this node's plan {list(self.plan.round_names)}"
+                )
+            self._done.add(index)
+
+    def _model_round(self, index: int, name: str, participants: tuple[str, ...]) -> None:
+        assert self.config is not None
+        tensors = self.plan.tensors(name)
+        layout = layout_of_tensors(tensors)
+        clean = encode_tensors(tensors, layout, self.codec)
+        residual_rng = self.options.rng
+        if self.config.privacy.noise_design.construction == "cape":
+            state = self._cape.get(name)
+            if state is None or state.total is None or state.participants != participants:
+                raise SessionFailed(
+                    f"round {index} ({name!r}) opened without a completed CAPE sum among "
+                    f"{_names(participants)}"
+                )
+            noise = state.noise
+            mask = cape_masks(state.draws, state.total, participants, self.node_id)
+            if state.residual is None:
+                state.residual = add_residual_noise(
+                    np.zeros_like(clean), noise, layout, self.codec, residual_rng
+                )
+            egress = clean + mask + state.residual
+        else:
+            noise = plan_release(
+                self.config, participants, self.node_id, self.plan.sensitivities(name)
+            )
+            mask = pairwise_masks(noise, self.seeds, layout, round_index=index, codec=self.codec)
+            egress = add_residual_noise(clean + mask, noise, layout, self.codec, residual_rng)
+        folder = self._release(
+            index=index, name=name, layout=layout, noise=noise, clean=clean, egress=egress
+        )
+        receipt = self.client.upload(
+            session_id=self.session_id,
+            round_index=index,
+            round_name=name,
+            payload=egress,
+            tensors=layout,
+            fixed_point_bits=self.config.fixed_point_bits,
+        )
+        self.say(
+            f"round {index} ({name!r}) uploaded from {folder} "
+            f"({receipt.submitted_count} of {receipt.expected_count} nodes in)"
+        )
+        result = self._await_result(index, name, layout, participants, noise)
+        if result is None:
+            self.say(f"round {index} ({name!r}) is superseded; waiting for the rerun")
+            return
+        values = decode_payload(result, self.config.fixed_point_bits)
+        self.plan.receive(name, aggregate_tensors(values, layout))
+        self.say(f"round {index} ({name!r}) aggregated")
+
+    def _release(
+        self,
+        *,
+        index: int,
+        name: str,
+        layout: Sequence[TensorSlot],
+        noise: ReleaseNoise,
+        clean: U64,
+        egress: U64,
+    ) -> Path:
+        """Budget check, egress bundle, audit record, approval, ledger entry."""
+        assert self.config is not None
+        privacy = self.config.privacy
+        mu = noise.mu()
+        projected = self.ledger.projected_epsilon("outsider", mu)
+        if projected > privacy.epsilon_budget * (1.0 + 1e-12):
+            raise NodeRefused(
+                f"releasing round {index} ({name!r}) would bring this node's total ε against an "
+                f"outsider to {projected:.4g}, above the budget of {privacy.epsilon_budget:g} "
+                "(privacy.epsilon_budget); nothing was sent"
+            )
+        totals = [t.as_release() for t in self.ledger.totals(extra=mu)]
+        shapes = {slot.name: slot.shape for slot in layout}
+        bundle = EgressBundle(
+            session_id=self.session_id,
+            round_index=index,
+            round_name=name,
+            node_id=self.node_id,
+            fixed_point_bits=self.config.fixed_point_bits,
+            tensors=noise.entries(shapes),
+            masking=noise.masking_facts(residual_dp=privacy.residual_dp),
+            dp=noise.receipt(totals, len(self.ledger.release_mu()) + 1),
+            sdc=SDCEvidence(
+                n_subjects=self.plan.n_used(),
+                residual_degrees_of_freedom=self.plan.residual_dof(name),
+                notes=self.plan.sdc_notes(name),
+            ),
+            payload=egress,
+            config_hash=self.config_hash.hex(),
+        )
+        folder = bundle.write(self.out)
+        write_audit(
+            self.out,
+            AuditRecord(
+                session_id=self.session_id,
+                round_index=index,
+                round_name=name,
+                node_id=self.node_id,
+                fixed_point_bits=self.config.fixed_point_bits,
+                tensors=bundle.tensors,
+                payload=clean,
+                clipped=self.plan.clipped(name),
+                egress_payload_sha256=bundle.payload_sha256,
+            ),
+        )
+        self.say(f"round {index} ({name!r}): egress bundle written to {folder}")
+        gate = ApprovalGate(
+            self.options.approve,
+            identity=self.identity,
+            timeout_seconds=self.options.approval_timeout,
+            progress=self.say,
+            interrupt=self._session_watch(index),
+        )
+        approval = gate.wait(folder)
+        checked = EgressBundle.verify(folder)
+        if not np.array_equal(checked.payload, egress):
+            raise SessionFailed(f"the payload in {folder} changed after it was written")
+        self.say(f"round {index} ({name!r}) approved by {approval.reviewer}")
+        self.ledger.record_release(
+            session_id=self.session_id,
+            round_index=index,
+            round_name=name,
+            mu=mu,
+            manifest_sha256=EgressBundle.manifest_sha256(folder),
+            tensors=[slot.name for slot in layout],
+        )
+        return folder
+
+    def _session_watch(self, index: int) -> Callable[[], None]:
+        """While a reviewer decides: stop if the session ends or moves on without this node."""
+        last = [time.monotonic()]
+
+        def check() -> None:
+            if time.monotonic() - last[0] < _WATCH_SECONDS:
+                return
+            last[0] = time.monotonic()
+            status = self.client.get_status(self.session_id)
+            if status.state in (pb.SESSION_STATE_ABORTED, pb.SESSION_STATE_COMPLETED):
+                raise SessionFailed(
+                    f"the session ended while round {index} awaited approval: "
+                    f"{status.reason or 'completed without this node'}"
+                )
+            for summary in status.rounds:
+                if summary.round_index <= index and self.node_id in summary.dropped_node_ids:
+                    raise SessionFailed(
+                        f"the coordinator dropped this node from round {summary.round_index} "
+                        "while its egress awaited approval (the round deadline passed)"
+                    )
+
+        return check
+
+    def _cape_sum_round(self, index: int, name: str, participants: tuple[str, ...]) -> None:
+        assert self.config is not None
+        model_round = name.removeprefix(CAPE_SUM_PREFIX)
+        if model_round not in self.plan.round_names:
+            raise SessionFailed(f"the coordinator opened {name!r} for an unknown model round")
+        tensors = self.plan.tensors(model_round)
+        layout = layout_of_tensors(tensors)
+        state = self._cape.get(model_round)
+        if state is None:
+            noise = plan_release(
+                self.config, participants, self.node_id, self.plan.sensitivities(model_round)
+            )
+            rng = self.options.rng or os_generator()
+            state = _CapeState(noise=noise, draws=cape_draws(noise, layout, self.codec, rng))
+            self._cape[model_round] = state
+        else:
+            state.noise = with_cape_participants(state.noise, participants)
+        payload = cape_sum_payload(
+            state.draws, participants, self.node_id, self.seeds, layout, round_index=index
+        )
+        atomic_write_json(
+            egress_folder(self.out, index) / "cape-sum.json",
+            {
+                "format": "zerosum-cape-sum",
+                "session_id": self.session_id,
+                "round_index": index,
+                "round_name": name,
+                "node_id": self.node_id,
+                "participants": list(participants),
+                "payload_sha256": payload_sha256(payload),
+                "note": (
+                    "CAPE secure-sum share: a private Gaussian draw under uniform pairwise "
+                    "one-time pads; it carries no data and needs no review"
+                ),
+            },
+        )
+        self.client.upload(
+            session_id=self.session_id,
+            round_index=index,
+            round_name=name,
+            payload=payload,
+            tensors=layout,
+            fixed_point_bits=self.config.fixed_point_bits,
+        )
+        self.say(f"round {index} ({name!r}) CAPE sum share uploaded")
+        result = self._await_result(index, name, layout, participants, state.noise)
+        if result is None:
+            return
+        state.total = result
+        state.participants = self._last_survivors
+        state.noise = with_cape_participants(state.noise, state.participants)
+
+    # ------------------------------------------------------------ results and unmasking
+
+    def _await_result(
+        self,
+        index: int,
+        name: str,
+        layout: Sequence[TensorSlot],
+        participants: tuple[str, ...],
+        noise: ReleaseNoise,
+    ) -> U64 | None:
+        """The round's aggregate, or None when the coordinator superseded the round."""
+        while True:
+            header, aggregate = self.client.get_result(self.session_id, index)
+            if header.status == pb.ROUND_STATUS_READY:
+                assert aggregate is not None
+                self._last_survivors = tuple(header.survivor_node_ids)
+                return aggregate
+            if header.status == pb.ROUND_STATUS_FAILED:
+                status = self.client.get_status(self.session_id)
+                if status.state in (pb.SESSION_STATE_ABORTED, pb.SESSION_STATE_COMPLETED):
+                    raise SessionFailed(f"the session failed: {status.reason or header.reason}")
+                return None
+            if (
+                header.status == pb.ROUND_STATUS_AWAITING_UNMASK
+                and header.HasField("unmask_request")
+                and header.unmask_request.pending
+            ):
+                self._answer_unmask(header.unmask_request, name, layout, participants, noise)
+            self._sleep()
+
+    def _refuse(self, request: pb.UnmaskRequest, ask: UnmaskAsk, reason: str) -> NoReturn:
+        self.ledger.record_refusal(
+            session_id=self.session_id,
+            round_index=ask.round_index,
+            round_name=ask.round_name,
+            dropped=ask.dropped,
+            survivors=ask.survivors,
+            reason=reason,
+        )
+        try:
+            self.client.refuse_unmask(request=request, reason=reason)
+        except CoordinatorError as error:
+            self.say(f"the coordinator did not take the refusal ({error.details})")
+        raise NodeRefused(
+            f"refused to unmask round {ask.round_index} ({ask.round_name!r}): {reason}"
+        )
+
+    def _answer_unmask(
+        self,
+        request: pb.UnmaskRequest,
+        name: str,
+        layout: Sequence[TensorSlot],
+        participants: tuple[str, ...],
+        noise: ReleaseNoise,
+    ) -> None:
+        """One step of answering an unmask request: attest, then (when all agree) answer."""
+        assert self.config is not None
+        ask = UnmaskAsk.from_message(request)
+        if ask.survivor_hash in self._answered:
+            return
+        reason = check_request(
+            ask,
+            node_id=self.node_id,
+            session_id=self.session_id,
+            round_index=ask.round_index,
+            participants=participants,
+            config_hash=self.config_hash,
+            min_nodes=self.config.min_nodes,
+        )
+        if reason is not None:
+            self._refuse(request, ask, reason)
+        if ask.survivor_hash not in self._attested:
+            signature = attestation_signature(
+                self.identity,
+                config_hash=self.config_hash,
+                session_id=self.session_id,
+                round_index=ask.round_index,
+                survivor_hash=ask.survivor_hash,
+            )
+            self.client.attest_survivors(
+                session_id=self.session_id,
+                round_index=ask.round_index,
+                survivor_hash=ask.survivor_hash,
+                signature=signature,
+            )
+            self._attested.add(ask.survivor_hash)
+            self.say(
+                f"round {ask.round_index} ({name!r}): attested survivors {_names(ask.survivors)} "
+                f"(dropped {_names(ask.dropped)})"
+            )
+            return
+        complete, reason = check_attestations(
+            ask, config_hash=self.config_hash, identity_keys=self.config.identity_keys
+        )
+        if reason is not None:
+            self._refuse(request, ask, reason)
+        if not complete:
+            return
+        if name.startswith(CAPE_SUM_PREFIX):
+            corrections = np.empty(layout[-1].offset + layout[-1].size, dtype=np.uint64)
+            pad_partners = sorted({self.node_id, *ask.dropped})
+            for slot in layout:
+                corrections[slot.offset : slot.offset + slot.size] = cape_blinding(
+                    pad_partners,
+                    self.node_id,
+                    self.seeds,
+                    round_index=ask.round_index,
+                    tensor=slot.name,
+                    size=slot.size,
+                )
+        elif self.config.privacy.noise_design.construction == "cape":
+            self._refuse(
+                request,
+                ask,
+                "CAPE noise cannot be unmasked; the round must be rerun among the survivors",
+            )
+        else:
+            shortfall = noise.floor_shortfall(ask.dropped)
+            if shortfall is not None:
+                self._refuse(request, ask, shortfall)
+            self.ledger.record_unmask(
+                session_id=self.session_id,
+                round_index=ask.round_index,
+                round_name=ask.round_name,
+                dropped=ask.dropped,
+                survivors=ask.survivors,
+                mu=noise.mu_after_unmask(ask.dropped),
+            )
+            corrections = unmask_corrections(
+                noise,
+                self.seeds,
+                layout,
+                ask.dropped,
+                round_index=ask.round_index,
+                codec=self.codec,
+            )
+        try:
+            self.client.submit_unmask(
+                request=request,
+                payload=corrections,
+                tensors=layout,
+                fixed_point_bits=self.config.fixed_point_bits,
+            )
+        except CoordinatorError as error:
+            # The request moved on (another survivor dropped); the next poll shows the new one.
+            self.say(f"unmask answer not taken ({error.details}); fetching the request again")
+            return
+        self._answered.add(ask.survivor_hash)
+        self.say(f"round {ask.round_index} ({name!r}): sent pair terms with {_names(ask.dropped)}")
+
+    # ------------------------------------------------------------ results
+
+    def _finish(self) -> RunOutcome:
+        model_path = self.out / "model.json"
+        self.plan.save_model(model_path)
+        brain_age, delta = self.plan.predict()
+        predictions = self.out / "predictions.csv"
+        buffer = io.StringIO(newline="")
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["id", "age", "brain_age", "delta"])
+        for subject, age, predicted, gap in zip(
+            self.cohort.ids, self.cohort.age, brain_age, delta, strict=True
+        ):
+            writer.writerow([subject, _cell(age), _cell(predicted), _cell(gap)])
+        atomic_write_text(predictions, buffer.getvalue())
+        self.say(f"model written to {model_path}; predictions to {predictions}")
+        return RunOutcome(
+            session_id=self.session_id,
+            model=model_path,
+            predictions=predictions,
+            ledger=self.ledger.path,
+        )
+
+
+def _cell(value: float) -> str:
+    return "" if not np.isfinite(value) else repr(float(value))
+
+
+def aggregate_tensors(
+    values: NDArray[np.float64], layout: Sequence[TensorSlot]
+) -> dict[str, NDArray[np.float64]]:
+    """Split a decoded aggregate back into named tensors of their declared shapes."""
+    return {
+        slot.name: values[slot.offset : slot.offset + slot.size].reshape(slot.shape)
+        for slot in layout
+    }

@@ -1,0 +1,189 @@
+"""When a survivor may reveal its pair terms with dropped nodes, and when it must refuse.
+
+If nodes drop out of round r, the coordinator asks every survivor k for
+Σ_{j∈D} ±q(c_kj·z_kj), its pair terms with the dropped set D, so that the
+masks of D can be cancelled from the survivors' sum. Revealing them gives the
+coordinator exactly what the dropped nodes would have known, so a survivor
+answers only when (DESIGN.md §4.7):
+
+1. the request is well formed for this session and round: the survivor set S
+   and the dropped set D are disjoint, together make up the round's
+   participants, S contains this node, and the survivor-set hash recomputed
+   from (config hash, session, round, S, D) equals the one presented;
+2. S is at least the federation's ``min_nodes`` (taken from the local config,
+   never from the coordinator's message);
+3. every member of S has signed an attestation of that same hash with its
+   pinned Ed25519 identity key — the consistency check of Bonawitz et al.
+   2017 (ACM CCS), which stops a coordinator from telling different survivors
+   different stories to learn two complementary sets of pair terms;
+4. the noise left on this node's egress once D's pair terms are known stays at
+   or above its floor (``ReleaseNoise.floor_shortfall``).
+
+Each check returns a reason sentence, recorded in the ledger and sent to the
+coordinator in the refusal, or None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from noise.keys import IdentityKey
+from noise.transcript import survivor_attestation_message, survivor_set_hash
+from proto.zerosum.v1 import session_pb2 as pb
+
+__all__ = [
+    "Attestation",
+    "UnmaskAsk",
+    "attestation_signature",
+    "check_attestations",
+    "check_request",
+    "missing_attestations",
+]
+
+
+@dataclass(frozen=True)
+class Attestation:
+    """One survivor's signature over the survivor-set hash it was shown."""
+
+    node_id: str
+    survivor_hash: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class UnmaskAsk:
+    """The coordinator's unmask request, as plain data."""
+
+    session_id: str
+    round_index: int
+    round_name: str
+    dropped: tuple[str, ...]
+    survivors: tuple[str, ...]
+    survivor_hash: bytes
+    attestations: tuple[Attestation, ...] = ()
+
+    @classmethod
+    def from_message(cls, message: pb.UnmaskRequest) -> UnmaskAsk:
+        return cls(
+            session_id=message.session_id,
+            round_index=message.round_index,
+            round_name=message.round_name,
+            dropped=tuple(message.dropped_node_ids),
+            survivors=tuple(message.survivor_node_ids),
+            survivor_hash=bytes(message.survivor_hash),
+            attestations=tuple(
+                Attestation(a.node_id, bytes(a.survivor_hash), bytes(a.signature))
+                for a in message.attestations
+            ),
+        )
+
+
+def _names(nodes: Collection[str]) -> str:
+    return "{" + ", ".join(sorted(nodes)) + "}"
+
+
+def check_request(
+    ask: UnmaskAsk,
+    *,
+    node_id: str,
+    session_id: str,
+    round_index: int,
+    participants: Collection[str],
+    config_hash: bytes,
+    min_nodes: int,
+) -> str | None:
+    """Checks 1 and 2: a reason to refuse before attesting, or None."""
+    if ask.session_id != session_id or ask.round_index != round_index:
+        return (
+            f"the request concerns session {ask.session_id!r} round {ask.round_index}, "
+            f"not session {session_id!r} round {round_index}"
+        )
+    survivors, dropped = set(ask.survivors), set(ask.dropped)
+    if len(survivors) != len(ask.survivors) or len(dropped) != len(ask.dropped):
+        return "the request lists a node twice"
+    if node_id not in survivors:
+        return f"I am not in the survivor set {_names(survivors)} I was shown"
+    if not dropped:
+        return "the request names no dropped node, so there is nothing to unmask"
+    if survivors & dropped:
+        return f"nodes {_names(survivors & dropped)} are listed as both survivors and dropped"
+    if survivors | dropped != set(participants):
+        return (
+            f"survivor set inconsistent: I was shown survivors {_names(survivors)} and dropped "
+            f"{_names(dropped)}, but round {round_index} was run by {_names(participants)}"
+        )
+    if len(survivors) < min_nodes:
+        return f"survivor set of {len(survivors)} is below the federation minimum of {min_nodes}"
+    expected = survivor_set_hash(config_hash, session_id, round_index, survivors, dropped)
+    if ask.survivor_hash != expected:
+        return (
+            "the survivor-set hash in the request does not match the survivors "
+            f"{_names(survivors)} and dropped {_names(dropped)} it lists"
+        )
+    return None
+
+
+def attestation_signature(
+    identity: IdentityKey,
+    *,
+    config_hash: bytes,
+    session_id: str,
+    round_index: int,
+    survivor_hash: bytes,
+) -> bytes:
+    """This node's Ed25519 signature attesting the survivor set it was shown."""
+    return identity.sign(
+        survivor_attestation_message(config_hash, session_id, round_index, survivor_hash)
+    )
+
+
+def check_attestations(
+    ask: UnmaskAsk,
+    *,
+    config_hash: bytes,
+    identity_keys: Mapping[str, bytes],
+) -> tuple[bool, str | None]:
+    """Check 3: (complete, reason). Incomplete without a reason means "wait for more".
+
+    An attestation of another hash, by a node outside S, or whose signature
+    does not verify against the pinned key is a reason to refuse at once.
+    """
+    survivors = set(ask.survivors)
+    seen: dict[str, Attestation] = {}
+    for attestation in ask.attestations:
+        who = attestation.node_id
+        if who not in survivors:
+            return False, (
+                f"survivor set inconsistent: node {who!r} attested but is not among the "
+                f"survivors {_names(survivors)} I was shown"
+            )
+        if attestation.survivor_hash != ask.survivor_hash:
+            return False, (
+                f"survivor set inconsistent: node {who!r} acknowledged a different survivor set "
+                f"(hash {attestation.survivor_hash.hex()[:16]}…) but I was shown "
+                f"{_names(survivors)} (hash {ask.survivor_hash.hex()[:16]}…)"
+            )
+        key = identity_keys.get(who)
+        if key is None:
+            return False, f"node {who!r} has no pinned identity key in the federation config"
+        message = survivor_attestation_message(
+            config_hash, ask.session_id, ask.round_index, ask.survivor_hash
+        )
+        try:
+            Ed25519PublicKey.from_public_bytes(key).verify(attestation.signature, message)
+        except (InvalidSignature, ValueError):
+            return False, (
+                f"the attestation of node {who!r} does not verify against its pinned identity key"
+            )
+        seen[who] = attestation
+    return set(seen) == survivors, None
+
+
+def missing_attestations(ask: UnmaskAsk) -> Sequence[str]:
+    """Survivors whose attestation has not arrived yet (sorted)."""
+    have = {a.node_id for a in ask.attestations}
+    return sorted(set(ask.survivors) - have)

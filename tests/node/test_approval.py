@@ -1,0 +1,174 @@
+"""The approval gate releases only what an accepted reviewer signed, exactly as signed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from node.approval import (
+    ApprovalError,
+    ApprovalGate,
+    ApprovalRejected,
+    approval_message,
+    read_approval,
+    sign_approval,
+    verify_approval,
+    write_approval,
+)
+from node.egress import EgressBundle
+from node.receipt import DPReceipt, MaskingFacts, ObserverRelease, SDCEvidence, TensorEntry
+from noise.keys import IdentityKey
+
+NODE_KEY = IdentityKey.from_private_bytes(bytes(range(32)))
+OTHER_KEY = IdentityKey.from_private_bytes(bytes(range(1, 33)))
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    bundle = EgressBundle(
+        session_id="s" * 32,
+        round_index=0,
+        round_name="moments",
+        node_id="a",
+        fixed_point_bits=32,
+        tensors=(TensorEntry("n", (2,), 0, 2, 1.0, 1.0, "count"),),
+        masking=MaskingFacts("pairwise", "complete", 3, 1, (0.7,), False),
+        dp=DPReceipt(1e-6, (ObserverRelease("outsider", 0, 1.0, 3.0, 1e-6),), (), 1),
+        sdc=SDCEvidence(120),
+        payload=np.array([1, 2], dtype=np.uint64),
+    )
+    return bundle.write(tmp_path)
+
+
+class FakeClock:
+    """Deterministic time for the polling loop."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+def test_auto_mode_signs_with_the_node_key(folder: Path) -> None:
+    gate = ApprovalGate("auto", identity=NODE_KEY)
+    approval = gate.wait(folder)
+    assert approval.decision == "approve"
+    on_disk = read_approval(folder)
+    assert on_disk == approval
+    verify_approval(
+        approval,
+        manifest_sha256=EgressBundle.manifest_sha256(folder),
+        accepted_keys={NODE_KEY.public_bytes(): "node"},
+    )
+
+
+def test_manual_mode_waits_for_the_file(folder: Path) -> None:
+    time = FakeClock()
+    lines: list[str] = []
+    digest = EgressBundle.manifest_sha256(folder)
+
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds)
+        if len(time.sleeps) == 3:
+            write_approval(folder, sign_approval(NODE_KEY, digest, "approve", reviewer="checker"))
+
+    gate = ApprovalGate(
+        "manual",
+        identity=NODE_KEY,
+        poll_seconds=2.0,
+        progress=lines.append,
+        sleep=sleep,
+        clock=time.clock,
+    )
+    approval = gate.wait(folder)
+    assert approval.reviewer == "checker"
+    assert time.sleeps == [2.0, 2.0, 2.0]
+    assert len(lines) == 1 and digest in lines[0]
+
+
+def test_manual_mode_times_out(folder: Path) -> None:
+    time = FakeClock()
+    gate = ApprovalGate(
+        "manual",
+        identity=NODE_KEY,
+        poll_seconds=1.0,
+        timeout_seconds=3.0,
+        sleep=time.sleep,
+        clock=time.clock,
+    )
+    with pytest.raises(ApprovalError, match=r"no approval appeared .* within 3 s"):
+        gate.wait(folder)
+
+
+def test_rejection_stops_with_reviewer_and_reason(folder: Path) -> None:
+    digest = EgressBundle.manifest_sha256(folder)
+    write_approval(
+        folder,
+        sign_approval(NODE_KEY, digest, "reject", reviewer="Dr Checker", comment="N too small"),
+    )
+    with pytest.raises(ApprovalRejected, match="rejected by reviewer 'Dr Checker': N too small"):
+        ApprovalGate("manual", identity=NODE_KEY).wait(folder)
+
+
+def test_extra_reviewer_keys_are_accepted(folder: Path) -> None:
+    digest = EgressBundle.manifest_sha256(folder)
+    write_approval(folder, sign_approval(OTHER_KEY, digest, "approve", reviewer="office"))
+    with pytest.raises(ApprovalError, match="not an accepted reviewer key"):
+        ApprovalGate("manual", identity=NODE_KEY).wait(folder)
+    gate = ApprovalGate(
+        "manual", identity=NODE_KEY, accepted_keys={OTHER_KEY.public_bytes(): "output office"}
+    )
+    assert gate.wait(folder).reviewer == "office"
+
+
+def test_approval_for_another_manifest_is_refused(folder: Path) -> None:
+    write_approval(folder, sign_approval(NODE_KEY, "11" * 32, "approve", reviewer="checker"))
+    with pytest.raises(ApprovalError, match="bundle changed after review"):
+        ApprovalGate("manual", identity=NODE_KEY).wait(folder)
+
+
+def test_approval_invalidated_by_editing_the_bundle(folder: Path) -> None:
+    ApprovalGate("auto", identity=NODE_KEY).wait(folder)
+    manifest = folder / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"n_subjects": 120', '"n_subjects": 121'))
+    with pytest.raises(ApprovalError, match="bundle changed after review"):
+        ApprovalGate("manual", identity=NODE_KEY).wait(folder)
+
+
+def test_decision_is_bound_into_the_signature(folder: Path) -> None:
+    digest = EgressBundle.manifest_sha256(folder)
+    rejection = sign_approval(NODE_KEY, digest, "reject", reviewer="checker")
+    data = rejection.to_json()
+    data["decision"] = "approve"
+    (folder / "approval.json").write_text(json.dumps(data))
+    with pytest.raises(ApprovalError, match="does not verify"):
+        ApprovalGate("manual", identity=NODE_KEY).wait(folder)
+
+
+def test_unreadable_file_is_retried_then_refused(folder: Path) -> None:
+    (folder / "approval.json").write_text('{"format": "zerosum-appr')
+    time = FakeClock()
+    gate = ApprovalGate("manual", identity=NODE_KEY, sleep=time.sleep, clock=time.clock)
+    with pytest.raises(ApprovalError, match="not valid JSON"):
+        gate.wait(folder)
+    assert len(time.sleeps) == 3
+
+
+def test_message_format_is_fixed() -> None:
+    digest = "ab" * 32
+    assert approval_message(digest, "approve") == (
+        b"zerosum/v1/egress-approval" + b"\x00\x07approve" + bytes.fromhex(digest)
+    )
+    with pytest.raises(ApprovalError, match="64 hex digits"):
+        approval_message("abc", "approve")
+    with pytest.raises(ApprovalError, match="'approve' or 'reject'"):
+        approval_message(digest, "maybe")

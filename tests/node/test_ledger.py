@@ -1,0 +1,144 @@
+"""The privacy ledger composes releases exactly in μ-GDP and survives reloads."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from node.ledger import LedgerError, PrivacyLedger, observer_from_label
+from noise.accounting import gaussian_epsilon
+
+DELTA = 1e-6
+
+
+def _release(ledger: PrivacyLedger, round_index: int, mu: dict[str, float]) -> None:
+    ledger.record_release(
+        session_id="s1",
+        round_index=round_index,
+        round_name=f"r{round_index}",
+        mu=mu,
+        manifest_sha256="00" * 32,
+        tensors=["n"],
+    )
+
+
+def test_empty_ledger_has_no_totals(tmp_path: Path) -> None:
+    ledger = PrivacyLedger.open(tmp_path / "ledger.json", "a", DELTA)
+    assert ledger.totals() == ()
+    assert ledger.total("outsider").epsilon == 0.0
+    assert not (tmp_path / "ledger.json").exists()
+
+
+def test_releases_compose_as_root_sum_of_squares(tmp_path: Path) -> None:
+    ledger = PrivacyLedger.open(tmp_path / "ledger.json", "a", DELTA)
+    _release(ledger, 0, {"outsider": 0.3, "coordinator": 0.1})
+    _release(ledger, 1, {"outsider": 0.4, "coordinator": 0.2})
+    outsider = ledger.total("outsider")
+    assert outsider.mu == pytest.approx(0.5, rel=1e-15)
+    assert outsider.epsilon == pytest.approx(gaussian_epsilon(0.5, DELTA), rel=1e-12)
+    assert outsider.releases == 2
+    assert ledger.total("coordinator").mu == pytest.approx(math.hypot(0.1, 0.2))
+
+
+def test_unmask_raises_the_release_cost_to_its_new_mu(tmp_path: Path) -> None:
+    ledger = PrivacyLedger.open(tmp_path / "ledger.json", "a", DELTA)
+    _release(ledger, 0, {"outsider": 0.3, "coordinator": 0.1})
+    _release(ledger, 1, {"outsider": 0.4, "coordinator": 0.2})
+    ledger.record_unmask(
+        session_id="s1",
+        round_index=1,
+        round_name="r1",
+        dropped=["c"],
+        survivors=["b", "a"],
+        mu={"outsider": 0.4, "coordinator": 0.6},
+    )
+    # round 1 now costs 0.6 against the coordinator (not 0.2 + 0.6)
+    assert ledger.total("coordinator").mu == pytest.approx(math.hypot(0.1, 0.6))
+    assert ledger.total("coordinator").releases == 2
+    assert ledger.total("outsider").mu == pytest.approx(0.5)
+    assert ledger.entries[-1].details["survivors"] == ["a", "b"]
+
+
+def test_unbounded_mu_makes_the_class_unbounded(tmp_path: Path) -> None:
+    ledger = PrivacyLedger.open(tmp_path / "ledger.json", "a", DELTA)
+    _release(ledger, 0, {"outsider": 0.3, "coordinator": math.inf})
+    total = ledger.total("coordinator")
+    assert total.mu == math.inf
+    assert total.epsilon == math.inf
+    document = json.loads((tmp_path / "ledger.json").read_text())
+    assert document["totals"]["coordinator"]["epsilon"] == "inf"
+    assert document["entries"][0]["mu"]["coordinator"] == "inf"
+
+
+def test_reload_reproduces_entries_and_totals(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    ledger = PrivacyLedger.open(path, "a", DELTA)
+    _release(ledger, 0, {"outsider": 0.3, "coalition:1": 0.5, "coordinator": math.inf})
+    ledger.record_refusal(
+        session_id="s1",
+        round_index=0,
+        round_name="r0",
+        dropped=["c"],
+        survivors=["a"],
+        reason="survivor set of 1 is below the federation minimum of 2",
+    )
+    again = PrivacyLedger.open(path, "a", DELTA)
+    assert again.entries == ledger.entries
+    assert again.totals() == ledger.totals()
+    assert [t.label for t in again.totals()] == ["outsider", "coordinator", "coalition:1"]
+    document = json.loads(path.read_text())
+    assert document["format"] == "zerosum-ledger"
+    assert document["entries"][1]["details"]["reason"].startswith("survivor set of 1")
+
+
+def test_projection_does_not_change_the_ledger(tmp_path: Path) -> None:
+    ledger = PrivacyLedger.open(tmp_path / "ledger.json", "a", DELTA)
+    _release(ledger, 0, {"outsider": 0.3})
+    before = ledger.to_json()["entries"]
+    projected = ledger.projected_epsilon("outsider", {"outsider": 0.4})
+    assert projected == pytest.approx(gaussian_epsilon(0.5, DELTA), rel=1e-12)
+    assert ledger.to_json()["entries"] == before
+
+
+def test_rejected_entries_leave_ledger_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    ledger = PrivacyLedger.open(path, "a", DELTA)
+    _release(ledger, 0, {"outsider": 0.3})
+    saved = path.read_bytes()
+    with pytest.raises(LedgerError, match="already in the ledger"):
+        _release(ledger, 0, {"outsider": 0.3})
+    with pytest.raises(LedgerError, match="no release for it"):
+        ledger.record_unmask(
+            session_id="s1",
+            round_index=5,
+            round_name="r5",
+            dropped=["c"],
+            survivors=["a"],
+            mu={"outsider": 1.0},
+        )
+    with pytest.raises(LedgerError, match="must be >= 0"):
+        _release(ledger, 1, {"outsider": -1.0})
+    with pytest.raises(LedgerError, match="observer class 'insider'"):
+        _release(ledger, 1, {"insider": 1.0})
+    assert path.read_bytes() == saved
+    assert len(ledger.entries) == 1
+
+
+def test_ledger_of_another_node_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    _release(PrivacyLedger.open(path, "a", DELTA), 0, {"outsider": 0.3})
+    with pytest.raises(LedgerError, match="belongs to node 'a', not 'b'"):
+        PrivacyLedger.open(path, "b", DELTA)
+    path.write_text("{not json")
+    with pytest.raises(LedgerError, match="not valid JSON"):
+        PrivacyLedger.open(path, "a", DELTA)
+
+
+def test_observer_labels() -> None:
+    assert observer_from_label("outsider") == ("outsider", 0)
+    assert observer_from_label("coalition:3") == ("coalition", 3)
+    with pytest.raises(LedgerError):
+        observer_from_label("coalition:0")

@@ -1,0 +1,111 @@
+"""A node trusts only a roster whose every key is signed by the pinned identity."""
+
+from __future__ import annotations
+
+import pytest
+
+from node.roster import RosterError, derive_seeds, verify_roster
+from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
+from noise.transcript import roster_hash
+from proto.zerosum.v1 import session_pb2 as pb
+
+IDS = ["a", "b", "c"]
+CONFIG_HASH = bytes(range(32))
+SESSION = "feedfacefeedfacefeedfacefeedface"
+IDENTITY = {n: IdentityKey.from_private_bytes(bytes([i + 7]) * 32) for i, n in enumerate(IDS)}
+EPHEMERAL = {n: EphemeralKey.from_private_bytes(bytes([i + 70]) * 32) for i, n in enumerate(IDS)}
+PINNED = {n: k.public_bytes() for n, k in IDENTITY.items()}
+
+
+def _bundle(node: str, *, signer: str | None = None, session: str = SESSION) -> pb.KeyBundle:
+    bundle = sign_key_bundle(
+        IDENTITY[signer or node],
+        config_hash=CONFIG_HASH,
+        session_id=session,
+        node_id=node,
+        public_key=EPHEMERAL[node].public_bytes(),
+    )
+    return pb.KeyBundle(
+        config_hash=bundle.config_hash,
+        session_id=bundle.session_id,
+        node_id=bundle.node_id,
+        public_key=bundle.public_key,
+        signature=bundle.signature,
+    )
+
+
+def _roster(bundles: list[pb.KeyBundle]) -> pb.Roster:
+    return pb.Roster(
+        session_id=SESSION,
+        config_hash=CONFIG_HASH,
+        bundles=bundles,
+        roster_hash=roster_hash(CONFIG_HASH, SESSION, bundles),
+        final=True,
+    )
+
+
+def _verify(roster: pb.Roster, me: str = "a") -> object:
+    return verify_roster(
+        roster,
+        node_id=me,
+        own_public_key=EPHEMERAL[me].public_bytes(),
+        session_id=SESSION,
+        config_hash=CONFIG_HASH,
+        identity_keys=PINNED,
+    )
+
+
+def test_honest_roster_passes_and_seeds_agree_pairwise() -> None:
+    roster = _roster([_bundle(n) for n in IDS])
+    seeds = {}
+    for me in IDS:
+        verified = verify_roster(
+            roster,
+            node_id=me,
+            own_public_key=EPHEMERAL[me].public_bytes(),
+            session_id=SESSION,
+            config_hash=CONFIG_HASH,
+            identity_keys=PINNED,
+        )
+        assert verified.node_ids == tuple(IDS)
+        seeds[me] = derive_seeds(verified, EPHEMERAL[me], node_id=me, config_hash=CONFIG_HASH)
+    assert seeds["a"]["b"] == seeds["b"]["a"]
+    assert seeds["a"]["c"] == seeds["c"]["a"]
+    assert seeds["a"]["b"] != seeds["a"]["c"]
+
+
+def test_substituted_key_is_caught_with_the_node_named() -> None:
+    forged = _bundle("b", signer="c")  # the coordinator cannot sign as b
+    with pytest.raises(RosterError, match="roster entry of node 'b' rejected: the signature") as e:
+        _verify(_roster([_bundle("a"), forged, _bundle("c")]))
+    assert e.value.node_id == "b"
+
+
+def test_replayed_bundle_from_another_session_is_caught() -> None:
+    old = _bundle("c", session="0" * 32)
+    with pytest.raises(RosterError, match=r"node 'c' rejected: .*replayed from another session"):
+        _verify(_roster([_bundle("a"), _bundle("b"), old]))
+
+
+def test_own_key_must_be_the_one_sent() -> None:
+    roster = _roster([_bundle(n) for n in IDS])
+    with pytest.raises(RosterError, match="different ephemeral key for this node"):
+        verify_roster(
+            roster,
+            node_id="a",
+            own_public_key=EPHEMERAL["b"].public_bytes(),
+            session_id=SESSION,
+            config_hash=CONFIG_HASH,
+            identity_keys=PINNED,
+        )
+
+
+def test_unknown_node_and_bad_roster_hash_are_caught() -> None:
+    stranger = _bundle("c")
+    stranger.node_id = "z"
+    with pytest.raises(RosterError, match="node 'z' rejected: this node is not a member"):
+        _verify(_roster([_bundle("a"), stranger]))
+    roster = _roster([_bundle(n) for n in IDS])
+    roster.roster_hash = bytes(32)
+    with pytest.raises(RosterError, match="roster hash does not match"):
+        _verify(roster)

@@ -1,0 +1,194 @@
+"""NodeRunner against a real coordinator on 127.0.0.1 (in-process server, nodes in threads).
+
+The lead's integration suite runs the same protocol with separate processes;
+these two sessions pin the runner's own behaviour: the exact aggregate, the
+files a node writes, and a survivor's unmask answer when a node drops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coordinator.config import SessionConfig
+from coordinator.server import RunningServer, ServerTLS, start_server
+from coordinator.session import Session
+from coordinator.store import Store
+from node.audit import read_audit
+from node.client import TensorSlot
+from node.cohort import load_cohort, plan_settings
+from node.deltab import plan as deltab_plan
+from node.deltab.model import BrainAgeModel
+from node.deltab.persist import load_model
+from node.egress import EgressBundle, decode_payload
+from node.runner import NodeOptions, NodeRunner, SessionFailed, aggregate_tensors
+from noise.federation import config_hash, load_federation
+from zerosum.commands import federation as federation_command
+
+pytestmark = pytest.mark.integration
+
+
+def _federation(out: Path, nodes: str, round_deadline: float) -> Path:
+    parser = argparse.ArgumentParser()
+    federation_command.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "init",
+            "--nodes",
+            nodes,
+            "--out",
+            str(out),
+            "--synthetic",
+            "--seed",
+            "4",
+            "--n-features",
+            "6",
+            "--n-components",
+            "3",
+            "--cohort-sizes",
+            "120,150,130",
+            "--coordinator",
+            "127.0.0.1:1",
+            "--round-deadline",
+            str(round_deadline),
+            "--join-deadline",
+            "30",
+        ]
+    )
+    assert federation_command.run(args) == 0
+    return out
+
+
+def _serve(fed: Path, state: Path) -> RunningServer:
+    config = load_federation(fed / "federation.toml")
+    session = Session(
+        Store(state / "coordinator.db"), SessionConfig.from_federation(config, config_hash(config))
+    )
+    tls = ServerTLS(
+        (fed / "coordinator" / "server.pem").read_bytes(),
+        (fed / "coordinator" / "server.key").read_bytes(),
+        (fed / "ca" / "ca.pem").read_bytes(),
+    )
+    return start_server(session, tls, listen="127.0.0.1:0", tick_seconds=0.1)
+
+
+@pytest.fixture
+def server_factory() -> Iterator[list[RunningServer]]:
+    servers: list[RunningServer] = []
+    yield servers
+    for server in servers:
+        server.stop(grace=None)
+
+
+def _run_nodes(runners: list[NodeRunner]) -> dict[str, object]:
+    outcomes: dict[str, object] = {}
+
+    def go(runner: NodeRunner) -> None:
+        try:
+            outcomes[runner.node_id] = runner.run()
+        except BaseException as error:
+            outcomes[runner.node_id] = error
+
+    threads = [threading.Thread(target=go, args=(r,)) for r in runners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return outcomes
+
+
+def _runner(
+    fed: Path, node: str, port: int, tmp: Path, cls: type[NodeRunner] = NodeRunner
+) -> NodeRunner:
+    return cls(
+        fed,
+        node,
+        out=tmp / f"out-{node}",
+        options=NodeOptions(poll_seconds=0.05, address=f"127.0.0.1:{port}"),
+        progress=lambda _line: None,
+    )
+
+
+def _reference(fed: Path, tmp: Path, rounds: dict[int, tuple[str, list[str]]]) -> BrainAgeModel:
+    """The model from Σ of the nodes' un-noised audit payloads (what the aggregate must equal)."""
+    config = load_federation(fed / "federation.toml")
+    aggregates = {}
+    for index, (name, nodes) in rounds.items():
+        records = [read_audit(tmp / f"out-{n}", index) for n in nodes]
+        total = records[0].payload.copy()
+        for record in records[1:]:
+            total += record.payload
+        values = decode_payload(total, config.fixed_point_bits)
+        slots = [TensorSlot(t.name, t.shape, t.offset, t.size) for t in records[0].tensors]
+        aggregates[name] = aggregate_tensors(values, slots)
+    return deltab_plan.finish(aggregates, plan_settings(config))
+
+
+def test_three_nodes_reach_the_exact_pooled_model(
+    tmp_path: Path, server_factory: list[RunningServer]
+) -> None:
+    fed = _federation(tmp_path / "fed", "a,b,c", round_deadline=30.0)
+    server = _serve(fed, tmp_path / "state")
+    server_factory.append(server)
+    outcomes = _run_nodes([_runner(fed, n, server.port, tmp_path) for n in "abc"])
+    assert all(not isinstance(o, BaseException) for o in outcomes.values()), outcomes
+    config = load_federation(fed / "federation.toml")
+    cohorts = [load_cohort(fed / "nodes" / n / "data.csv", config) for n in "abc"]
+    pooled = deltab_plan.run_in_process(
+        [(c.features, c.age) for c in cohorts], plan_settings(config)
+    )
+    model = load_model(tmp_path / "out-a" / "model.json")
+    x, age = cohorts[0].features, cohorts[0].age
+    assert np.allclose(model.predict_delta(x, age), pooled.predict_delta(x, age), atol=1e-6)
+    # Every node holds the same model; each predicts its own cohort only.
+    text = (tmp_path / "out-a" / "model.json").read_text()
+    assert all((tmp_path / f"out-{n}" / "model.json").read_text() == text for n in "bc")
+    lines = (tmp_path / "out-b" / "predictions.csv").read_text().splitlines()
+    assert lines[0] == "id,age,brain_age,delta" and len(lines) == 151
+    for n in "abc":
+        for r in (0, 1):
+            EgressBundle.verify(tmp_path / f"out-{n}" / "egress" / f"round-{r}")
+    ledger = json.loads((tmp_path / "out-a" / "ledger.json").read_text())
+    assert [e["kind"] for e in ledger["entries"]] == ["release", "release"]
+    assert ledger["totals"]["outsider"]["epsilon"] <= config.privacy.epsilon_budget
+
+
+class QuitsBeforeScatter(NodeRunner):
+    """A node that vanishes after the moments round (as if its TRE went offline)."""
+
+    def _model_round(self, index: int, name: str, participants: tuple[str, ...]) -> None:
+        if name == "scatter":
+            raise SessionFailed("simulated outage")
+        super()._model_round(index, name, participants)
+
+
+def test_survivors_unmask_a_dropped_node_and_finish_exactly(
+    tmp_path: Path, server_factory: list[RunningServer]
+) -> None:
+    fed = _federation(tmp_path / "fed", "a,b,c", round_deadline=2.0)
+    server = _serve(fed, tmp_path / "state")
+    server_factory.append(server)
+    runners = [_runner(fed, n, server.port, tmp_path) for n in "ab"]
+    runners.append(_runner(fed, "c", server.port, tmp_path, QuitsBeforeScatter))
+    outcomes = _run_nodes(runners)
+    assert isinstance(outcomes["c"], SessionFailed)
+    assert not isinstance(outcomes["a"], BaseException), outcomes["a"]
+    assert not isinstance(outcomes["b"], BaseException), outcomes["b"]
+    reference = _reference(fed, tmp_path, {0: ("moments", list("abc")), 1: ("scatter", list("ab"))})
+    config = load_federation(fed / "federation.toml")
+    cohort = load_cohort(fed / "nodes" / "a" / "data.csv", config)
+    model = load_model(tmp_path / "out-a" / "model.json")
+    assert np.allclose(
+        model.predict_delta(cohort.features, cohort.age),
+        reference.predict_delta(cohort.features, cohort.age),
+        atol=1e-6,
+    )
+    ledger = json.loads((tmp_path / "out-a" / "ledger.json").read_text())
+    unmask = [e for e in ledger["entries"] if e["kind"] == "unmask"]
+    assert len(unmask) == 1 and unmask[0]["details"]["dropped"] == ["c"]

@@ -1,0 +1,119 @@
+"""`zerosum node`: run one TRE's side of a federated session."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+DESCRIPTION = """\
+Run this TRE's node for one session: join the coordinator with a fresh signed
+session key, verify every other node's key against the federation config, then
+for each round compute the local sums, add the zero-sum noise, write the egress
+bundle (OUT/egress/round-<r>/) and its un-noised audit record (OUT/audit/, never
+sent), wait for approval, upload, and combine the exact aggregate. At the end it
+writes OUT/model.json, OUT/predictions.csv (id, age, brain_age, delta of this
+node's subjects) and the privacy ledger OUT/ledger.json.
+
+--approve manual waits for OUT/egress/round-<r>/approval.json signed by an
+accepted reviewer key (this node's identity key) before anything is sent.
+
+exit status: 0 success; 1 the session failed or this node refused (the reason is
+printed); 2 bad local input (data, config or key files) found before contacting
+anyone.
+"""
+
+EPILOG = """\
+examples:
+  zerosum node --federation fed/federation.toml --node-id site-a
+  zerosum node --federation fed --node-id site-b --data site-b.csv --out out-b --approve manual
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "--federation",
+        required=True,
+        type=Path,
+        metavar="F",
+        help="the federation.toml file, or the folder holding it",
+    )
+    parser.add_argument("--node-id", required=True, help="this node's id in the federation")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        metavar="CSV",
+        help="the cohort (id, age, features); default: the federation folder's nodes/<id>/data.csv",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="output folder; default: the federation folder's nodes/<id>/out",
+    )
+    parser.add_argument(
+        "--approve",
+        choices=["auto", "manual"],
+        default="auto",
+        help="release each egress automatically, or wait for a signed approval.json (default auto)",
+    )
+    parser.add_argument(
+        "--coordinator",
+        default=None,
+        metavar="HOST:PORT",
+        help="connect here instead of the config's coordinator_address",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here so `zerosum --help` never loads grpc.
+    from node.approval import ApprovalError, ApprovalRejected
+    from node.client import CoordinatorError
+    from node.cohort import LocalDataError
+    from node.egress import EgressError
+    from node.ledger import LedgerError
+    from node.runner import NodeOptions, NodeRunner, SessionFailed
+    from noise.errors import NoiseError
+
+    prefix = f"zerosum node {args.node_id}"
+    runner = NodeRunner(
+        args.federation,
+        args.node_id,
+        data=args.data,
+        out=args.out,
+        options=NodeOptions(approve=args.approve, address=args.coordinator),
+    )
+    try:
+        runner.prepare()
+    except (LocalDataError, NoiseError, OSError, KeyError, SessionFailed) as error:
+        print(f"{prefix}: {_sentence(error)}", file=sys.stderr)
+        return 2
+    try:
+        outcome = runner.run()
+    except ApprovalRejected as error:
+        print(f"{prefix}: stopped: {error}", file=sys.stderr)
+        return 1
+    except (
+        SessionFailed,
+        CoordinatorError,
+        ApprovalError,
+        EgressError,
+        LedgerError,
+        NoiseError,
+        OSError,
+    ) as error:
+        print(f"{prefix}: failed: {_sentence(error)}", file=sys.stderr)
+        return 1
+    print(f"{prefix}: session {outcome.session_id} completed", file=sys.stderr)
+    return 0
+
+
+def _sentence(error: BaseException) -> str:
+    if isinstance(error, KeyError) and error.args:
+        return str(error.args[0])
+    if isinstance(error, FileNotFoundError) and error.filename:
+        return f"{error.filename} does not exist"
+    return str(error)
