@@ -1,0 +1,98 @@
+"""Exceptions the coordinator raises when it refuses a message, each with a status category.
+
+The session state machine (coordinator/session.py) knows nothing of gRPC; it
+raises one of these classes, whose ``status`` names the gRPC status code the
+servicer sends back (coordinator/server.py maps the name to
+``grpc.StatusCode``). The message is a sentence a node operator can act on,
+naming the field and the bad value. A refused message never changes the
+session's state: every check runs before anything is written.
+
+Categories follow the gRPC status code guidance (grpc.io, "Status codes and
+their use in gRPC"):
+
+* ``INVALID_ARGUMENT``: the message itself is malformed, whatever the state
+  (wrong session id, unknown round, layout or size mismatch, bad checksum);
+* ``FAILED_PRECONDITION``: a well-formed message arrives at the wrong time
+  (join after the deadline, upload to a round that is not open, a dropped node);
+* ``ALREADY_EXISTS``: a different value for something already recorded
+  (a second key for a joined node, a conflicting upload);
+* ``PERMISSION_DENIED``: the caller is not allowed to speak for that node
+  (certificate of one node, message of another; a node outside the federation);
+* ``UNAUTHENTICATED``: a signature does not verify, or was made for another
+  federation or session (a replay);
+* ``NOT_FOUND``: a result or request that does not exist (yet);
+* ``UNAVAILABLE``: a transient conflict the node should retry (the same node
+  already streaming the same upload).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+__all__ = [
+    "AlreadyExists",
+    "CoordinatorError",
+    "FailedPrecondition",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "RetryLater",
+    "StateFileError",
+    "Unauthenticated",
+]
+
+
+class CoordinatorError(Exception):
+    """A refused message: ``status`` is the gRPC status code name, ``str(self)`` the sentence."""
+
+    status: ClassVar[str] = "UNKNOWN"
+
+    def __init__(self, sentence: str) -> None:
+        self.sentence = sentence
+        super().__init__(sentence)
+
+
+class InvalidArgument(CoordinatorError):
+    """The message is malformed or names something that does not exist in this session."""
+
+    status = "INVALID_ARGUMENT"
+
+
+class FailedPrecondition(CoordinatorError):
+    """The message is well formed but the session is not in a state that accepts it."""
+
+    status = "FAILED_PRECONDITION"
+
+
+class AlreadyExists(CoordinatorError):
+    """The message conflicts with a value already recorded for the same slot."""
+
+    status = "ALREADY_EXISTS"
+
+
+class PermissionDenied(CoordinatorError):
+    """The caller may not act for the node the message names."""
+
+    status = "PERMISSION_DENIED"
+
+
+class Unauthenticated(CoordinatorError):
+    """A signature is invalid or bound to another federation or session."""
+
+    status = "UNAUTHENTICATED"
+
+
+class NotFound(CoordinatorError):
+    """The requested round, result or request does not exist."""
+
+    status = "NOT_FOUND"
+
+
+class RetryLater(CoordinatorError):
+    """A transient conflict; the same message sent again later will be handled."""
+
+    status = "UNAVAILABLE"
+
+
+class StateFileError(Exception):
+    """The state file cannot be used with this federation (raised at startup, not per message)."""

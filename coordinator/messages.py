@@ -1,0 +1,252 @@
+"""Plain dataclasses the session state machine takes and returns.
+
+They mirror the messages of proto/zerosum/v1/session.proto field for field
+where it matters, but carry no protobuf or gRPC types, so the state machine
+can be tested without a network; coordinator/server.py translates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from coordinator.layout import PayloadSpec, TensorSlot
+from noise.keys import KeyBundle
+
+__all__ = [
+    "Attestation",
+    "AttestationReceipt",
+    "JoinReceipt",
+    "ResultView",
+    "RosterView",
+    "RoundDeadline",
+    "RoundStatus",
+    "RoundSummary",
+    "SessionState",
+    "StatusView",
+    "UnmaskHeader",
+    "UnmaskReceipt",
+    "UnmaskRefusal",
+    "UnmaskRequestView",
+    "UploadHeader",
+    "UploadReceipt",
+]
+
+
+class SessionState:
+    """Session states as stored (the proto's ABORTED is stored as 'failed')."""
+
+    JOINING = "joining"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class RoundStatus:
+    """Round statuses as stored.
+
+    'superseded' marks a CAPE model round rerun after a dropout; on the wire
+    it is ROUND_STATUS_FAILED with a reason naming the rerun.
+    """
+
+    OPEN = "open"
+    UNMASK = "unmask"
+    READY = "ready"
+    FAILED = "failed"
+    SUPERSEDED = "superseded"
+
+
+# ---------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class UploadHeader:
+    """First message of an upload stream."""
+
+    session_id: str
+    round_index: int
+    round_name: str
+    node_id: str
+    payload: PayloadSpec
+
+
+@dataclass(frozen=True)
+class Attestation:
+    """A survivor's Ed25519 signature over an unmask attempt's survivor hash."""
+
+    session_id: str
+    round_index: int
+    node_id: str
+    survivor_hash: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True)
+class UnmaskHeader:
+    """First message of a correction stream: which request it answers, and the payload."""
+
+    session_id: str
+    round_index: int
+    round_name: str
+    node_id: str
+    dropped: tuple[str, ...]
+    survivor_hash: bytes
+    payload: PayloadSpec
+
+
+@dataclass(frozen=True)
+class UnmaskRefusal:
+    """A survivor's refusal to answer an unmask request, and why."""
+
+    session_id: str
+    round_index: int
+    node_id: str
+    dropped: tuple[str, ...]
+    survivor_hash: bytes
+    reason: str
+
+
+# ---------------------------------------------------------------- answers
+
+
+@dataclass(frozen=True)
+class JoinReceipt:
+    """Answer to a join."""
+
+    session_id: str
+    node_id: str
+    rejoined: bool
+    joined_count: int
+    federation_size: int
+    join_deadline_ms: int
+
+
+@dataclass(frozen=True)
+class RoundDeadline:
+    """When a round's uploads are due."""
+
+    round_index: int
+    round_name: str
+    deadline_ms: int
+
+
+@dataclass(frozen=True)
+class RosterView:
+    """Every joined node's signed key, and whether the roster can still change."""
+
+    session_id: str
+    config_hash: bytes
+    bundles: tuple[KeyBundle, ...]
+    version: int
+    roster_hash: bytes
+    final: bool
+    join_deadline_ms: int
+    excluded: tuple[str, ...]
+    round_deadline_seconds: float
+    round_deadlines: tuple[RoundDeadline, ...]
+
+
+@dataclass(frozen=True)
+class UploadReceipt:
+    """Answer to an upload (``duplicate`` when the same payload was stored before)."""
+
+    session_id: str
+    round_index: int
+    node_id: str
+    sha256: bytes
+    received_bytes: int
+    duplicate: bool
+    received_ms: int
+    submitted_count: int
+    expected_count: int
+
+
+@dataclass(frozen=True)
+class UnmaskRequestView:
+    """What the coordinator asks of one survivor (``pending`` False: nothing)."""
+
+    session_id: str
+    round_index: int
+    round_name: str
+    pending: bool
+    dropped: tuple[str, ...] = ()
+    survivors: tuple[str, ...] = ()
+    survivor_hash: bytes = b""
+    attestations: tuple[Attestation, ...] = ()
+    tensors: tuple[TensorSlot, ...] = ()
+    fixed_point_bits: int = 0
+    deadline_ms: int = 0
+    min_survivors: int = 0
+    attempt: int = 0
+
+
+@dataclass(frozen=True)
+class ResultView:
+    """A round's status; when READY, also the aggregate's header and stored file."""
+
+    session_id: str
+    round_index: int
+    round_name: str
+    status: str
+    reason: str
+    deadline_ms: int
+    survivors: tuple[str, ...]
+    dropped: tuple[str, ...]
+    survivor_hash: bytes
+    payload: PayloadSpec | None
+    path: Path | None
+    unmask_request: UnmaskRequestView | None
+
+
+@dataclass(frozen=True)
+class AttestationReceipt:
+    """Answer to an attestation."""
+
+    attested_count: int
+    survivor_count: int
+
+
+@dataclass(frozen=True)
+class UnmaskReceipt:
+    """Answer to a correction or a refusal."""
+
+    session_id: str
+    round_index: int
+    node_id: str
+    accepted: bool
+    duplicate: bool
+    sha256: bytes
+    received_count: int
+    survivor_count: int
+
+
+@dataclass(frozen=True)
+class RoundSummary:
+    """One round in a status report."""
+
+    round_index: int
+    round_name: str
+    status: str
+    submitted: tuple[str, ...]
+    dropped: tuple[str, ...]
+    deadline_ms: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class StatusView:
+    """Where the session is."""
+
+    session_id: str
+    state: str
+    config_hash: bytes
+    federation_id: str
+    current_round_index: int
+    current_round_name: str
+    joined: tuple[str, ...]
+    submitted: tuple[str, ...]
+    excluded: tuple[str, ...]
+    reason: str
+    join_deadline_ms: int
+    min_nodes: int
+    rounds: tuple[RoundSummary, ...]

@@ -1,0 +1,571 @@
+"""The coordinator's gRPC server: mutual TLS, message translation, status codes, deadlines.
+
+The servicer only translates protobuf messages to the plain dataclasses of
+coordinator/messages.py and back; every decision is the session's
+(coordinator/session.py). A refused message raises a
+:class:`~coordinator.errors.CoordinatorError`, which becomes a gRPC status
+with the error's sentence as details (``context.abort``).
+
+Authentication: the server requires a client certificate signed by the
+federation CA (TLS handshake failure otherwise), and every RPC takes the
+caller's node id from that certificate (zerosum/pki.py); the session refuses
+a message naming any other node with PERMISSION_DENIED.
+
+Size limits: payload chunks are at most 1 MiB, so no legitimate message
+exceeds about 1 MiB plus a few hundred bytes of header; the server refuses
+any single incoming message above :data:`MAX_MESSAGE_BYTES` (2 MiB) before it
+reaches the servicer, with gRPC's own status RESOURCE_EXHAUSTED.
+
+Memory does not grow with the number of nodes K: each round keeps one running
+sum (coordinator/aggregate.py); at most ``payload_slots`` payload streams are
+read at a time while the others wait with a 64 KiB flow-control window; and
+results go out in 256 KiB chunks.
+
+A background ticker calls :meth:`Session.tick` every ``tick_seconds`` so
+deadlines (join, round, unmask) are applied even when no message arrives.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import grpc
+
+from coordinator.errors import (
+    CoordinatorError,
+    FailedPrecondition,
+    InvalidArgument,
+    Unauthenticated,
+)
+from coordinator.layout import PayloadSpec, TensorSlot
+from coordinator.messages import (
+    Attestation,
+    RoundStatus,
+    SessionState,
+    UnmaskHeader,
+    UnmaskRefusal,
+    UnmaskRequestView,
+    UploadHeader,
+)
+from coordinator.session import Session, Ticket
+from noise.errors import KeyFormatError
+from noise.keys import KeyBundle
+from proto.zerosum.v1 import session_pb2 as pb
+from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
+from zerosum.pki import CertificateError, node_id_from_auth_context
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "CoordinatorServicer",
+    "RunningServer",
+    "ServerTLS",
+    "start_server",
+]
+
+MAX_MESSAGE_BYTES = 2 << 20
+# Payload streams read at once (uploads and corrections together).
+DEFAULT_PAYLOAD_SLOTS = 4
+# Result chunks sent; smaller than the 1 MiB limit to keep K concurrent downloads small.
+RESULT_CHUNK_BYTES = 256 << 10
+
+_ROUND_STATUS = {
+    RoundStatus.OPEN: pb.ROUND_STATUS_OPEN,
+    RoundStatus.UNMASK: pb.ROUND_STATUS_AWAITING_UNMASK,
+    RoundStatus.READY: pb.ROUND_STATUS_READY,
+    RoundStatus.FAILED: pb.ROUND_STATUS_FAILED,
+    RoundStatus.SUPERSEDED: pb.ROUND_STATUS_FAILED,
+}
+_SESSION_STATE = {
+    SessionState.JOINING: pb.SESSION_STATE_JOINING,
+    SessionState.RUNNING: pb.SESSION_STATE_RUNNING,
+    SessionState.COMPLETED: pb.SESSION_STATE_COMPLETED,
+    SessionState.FAILED: pb.SESSION_STATE_ABORTED,
+}
+
+
+def _abort(context: grpc.ServicerContext, error: CoordinatorError) -> NoReturn:
+    context.abort(grpc.StatusCode[error.status], error.sentence)
+    raise AssertionError("context.abort returned")  # pragma: no cover
+
+
+def _spec(header: pb.PayloadHeader) -> PayloadSpec:
+    return PayloadSpec(
+        total_bytes=header.total_bytes,
+        total_elements=header.total_elements,
+        sha256=bytes(header.sha256),
+        fixed_point_bits=header.fixed_point_bits,
+        tensors=tuple(
+            TensorSlot(
+                name=t.name, shape=tuple(int(n) for n in t.shape), offset=t.offset, size=t.size
+            )
+            for t in header.tensors
+        ),
+    )
+
+
+def _payload_header(spec: PayloadSpec) -> pb.PayloadHeader:
+    return pb.PayloadHeader(
+        total_bytes=spec.total_bytes,
+        total_elements=spec.total_elements,
+        sha256=spec.sha256,
+        fixed_point_bits=spec.fixed_point_bits,
+        tensors=[_tensor(slot) for slot in spec.tensors],
+    )
+
+
+def _tensor(slot: TensorSlot) -> pb.TensorLayout:
+    return pb.TensorLayout(
+        name=slot.name, shape=list(slot.shape), offset=slot.offset, size=slot.size
+    )
+
+
+def _unmask_request(view: UnmaskRequestView) -> pb.UnmaskRequest:
+    return pb.UnmaskRequest(
+        session_id=view.session_id,
+        round_index=view.round_index,
+        round_name=view.round_name,
+        pending=view.pending,
+        dropped_node_ids=list(view.dropped),
+        survivor_node_ids=list(view.survivors),
+        survivor_hash=view.survivor_hash,
+        attestations=[
+            pb.SurvivorAttestation(
+                session_id=a.session_id,
+                round_index=a.round_index,
+                node_id=a.node_id,
+                survivor_hash=a.survivor_hash,
+                signature=a.signature,
+            )
+            for a in view.attestations
+        ],
+        tensors=[_tensor(slot) for slot in view.tensors],
+        fixed_point_bits=view.fixed_point_bits,
+        deadline_unix_ms=view.deadline_ms,
+        min_survivors=view.min_survivors,
+    )
+
+
+class CoordinatorServicer(pb_grpc.CoordinatorServicer):
+    """Translates the Coordinator service's messages for a :class:`Session`."""
+
+    def __init__(self, session: Session, *, payload_slots: int = DEFAULT_PAYLOAD_SLOTS) -> None:
+        self.session = session
+        self._slots = threading.BoundedSemaphore(payload_slots)
+
+    def _caller(self, context: grpc.ServicerContext) -> str:
+        try:
+            return node_id_from_auth_context(context.auth_context())
+        except CertificateError as error:
+            _abort(context, Unauthenticated(f"the client certificate names no node: {error}"))
+
+    def _call(self, context: grpc.ServicerContext, action: Callable[[str], Any]) -> Any:
+        caller = self._caller(context)
+        try:
+            return action(caller)
+        except CoordinatorError as error:
+            _abort(context, error)
+
+    # ------------------------------------------------------------ join and roster
+
+    def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinResponse:
+        def join(caller: str) -> pb.JoinResponse:
+            b = request.bundle
+            if not request.HasField("bundle"):
+                raise InvalidArgument("the join request carries no key bundle.")
+            try:
+                bundle = KeyBundle(
+                    config_hash=bytes(b.config_hash),
+                    session_id=b.session_id,
+                    node_id=b.node_id,
+                    public_key=bytes(b.public_key),
+                    signature=bytes(b.signature),
+                )
+            except KeyFormatError as error:
+                raise InvalidArgument(f"the key bundle is malformed: {error}") from None
+            receipt = self.session.join(bundle, caller=caller)
+            return pb.JoinResponse(
+                session_id=receipt.session_id,
+                node_id=receipt.node_id,
+                rejoined=receipt.rejoined,
+                joined_count=receipt.joined_count,
+                federation_size=receipt.federation_size,
+                join_deadline_unix_ms=receipt.join_deadline_ms,
+            )
+
+        result: pb.JoinResponse = self._call(context, join)
+        return result
+
+    def GetRoster(self, request: pb.GetRosterRequest, context: grpc.ServicerContext) -> pb.Roster:
+        def roster(caller: str) -> pb.Roster:
+            self.session.check_caller(caller, request.node_id or caller)
+            view = self.session.roster(request.session_id, caller=caller)
+            return pb.Roster(
+                session_id=view.session_id,
+                config_hash=view.config_hash,
+                bundles=[
+                    pb.KeyBundle(
+                        config_hash=b.config_hash,
+                        session_id=b.session_id,
+                        node_id=b.node_id,
+                        public_key=b.public_key,
+                        signature=b.signature,
+                    )
+                    for b in view.bundles
+                ],
+                version=view.version,
+                roster_hash=view.roster_hash,
+                final=view.final,
+                join_deadline_unix_ms=view.join_deadline_ms,
+                excluded_node_ids=list(view.excluded),
+                round_deadline_seconds=view.round_deadline_seconds,
+                round_deadlines=[
+                    pb.RoundDeadline(
+                        round_index=d.round_index,
+                        round_name=d.round_name,
+                        deadline_unix_ms=d.deadline_ms,
+                    )
+                    for d in view.round_deadlines
+                ],
+            )
+
+        result: pb.Roster = self._call(context, roster)
+        return result
+
+    # ------------------------------------------------------------ streams in
+
+    def _stream_in(
+        self,
+        ticket: Ticket,
+        messages: Iterator[Any],
+        context: grpc.ServicerContext,
+    ) -> Any:
+        """Feed a stream's data chunks to the session, then store the payload.
+
+        Only ``payload_slots`` streams are read at a time. A stream waiting
+        for a slot has not asked for its next message, so gRPC's flow control
+        holds its sender to one small window: the memory taken by streams in
+        flight does not grow with the number of nodes.
+        """
+        try:
+            while not self._slots.acquire(timeout=0.5):
+                if not context.is_active():
+                    raise FailedPrecondition(f"{ticket.what}: the node cancelled the stream.")
+        except BaseException:
+            self.session.abandon(ticket)
+            raise
+        try:
+            for message in messages:
+                if message.WhichOneof("part") != "data":
+                    raise InvalidArgument(
+                        f"{ticket.what}: only data chunks may follow the header; "
+                        f"got a {message.WhichOneof('part') or 'empty'} message."
+                    )
+                self.session.receive(ticket, message.data.offset, message.data.data)
+            return self.session.finish(ticket)
+        finally:
+            self._slots.release()
+            self.session.abandon(ticket)
+
+    def UploadEgress(
+        self, request_iterator: Iterator[pb.UploadChunk], context: grpc.ServicerContext
+    ) -> pb.UploadReceipt:
+        def upload(caller: str) -> pb.UploadReceipt:
+            first = next(request_iterator, None)
+            if first is None or first.WhichOneof("part") != "header":
+                raise InvalidArgument("the first message of an upload must be its header.")
+            h = first.header
+            header = UploadHeader(
+                session_id=h.session_id,
+                round_index=h.round_index,
+                round_name=h.round_name,
+                node_id=h.node_id,
+                payload=_spec(h.payload),
+            )
+            outcome = self.session.begin_upload(header, caller=caller)
+            receipt = outcome if not isinstance(outcome, Ticket) else None
+            if isinstance(outcome, Ticket):
+                receipt = self._stream_in(outcome, request_iterator, context)
+            assert receipt is not None
+            return pb.UploadReceipt(
+                session_id=receipt.session_id,
+                round_index=receipt.round_index,
+                node_id=receipt.node_id,
+                sha256=receipt.sha256,
+                received_bytes=receipt.received_bytes,
+                duplicate=receipt.duplicate,
+                received_unix_ms=receipt.received_ms,
+                submitted_count=receipt.submitted_count,
+                expected_count=receipt.expected_count,
+            )
+
+        result: pb.UploadReceipt = self._call(context, upload)
+        return result
+
+    def SubmitUnmask(
+        self, request_iterator: Iterator[pb.UnmaskChunk], context: grpc.ServicerContext
+    ) -> pb.UnmaskReceipt:
+        def submit(caller: str) -> pb.UnmaskReceipt:
+            first = next(request_iterator, None)
+            kind = None if first is None else first.WhichOneof("part")
+            if first is None or kind not in ("header", "refusal"):
+                raise InvalidArgument(
+                    "the first message of an unmask answer must be its header or a refusal."
+                )
+            if kind == "refusal":
+                r = first.refusal
+                receipt = self.session.refuse_unmask(
+                    UnmaskRefusal(
+                        session_id=r.session_id,
+                        round_index=r.round_index,
+                        node_id=r.node_id,
+                        dropped=tuple(r.dropped_node_ids),
+                        survivor_hash=bytes(r.survivor_hash),
+                        reason=r.reason,
+                    ),
+                    caller=caller,
+                )
+            else:
+                h = first.header
+                outcome = self.session.begin_unmask(
+                    UnmaskHeader(
+                        session_id=h.session_id,
+                        round_index=h.round_index,
+                        round_name=h.round_name,
+                        node_id=h.node_id,
+                        dropped=tuple(h.dropped_node_ids),
+                        survivor_hash=bytes(h.survivor_hash),
+                        payload=_spec(h.payload),
+                    ),
+                    caller=caller,
+                )
+                receipt = (
+                    self._stream_in(outcome, request_iterator, context)
+                    if isinstance(outcome, Ticket)
+                    else outcome
+                )
+            return pb.UnmaskReceipt(
+                session_id=receipt.session_id,
+                round_index=receipt.round_index,
+                node_id=receipt.node_id,
+                accepted=receipt.accepted,
+                duplicate=receipt.duplicate,
+                sha256=receipt.sha256,
+                received_count=receipt.received_count,
+                survivor_count=receipt.survivor_count,
+            )
+
+        result: pb.UnmaskReceipt = self._call(context, submit)
+        return result
+
+    # ------------------------------------------------------------ results out
+
+    def GetResult(
+        self, request: pb.GetResultRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ResultChunk]:
+        def check(caller: str) -> tuple[str, Any]:
+            self.session.check_caller(caller, request.node_id or caller)
+            return caller, self.session.result(
+                request.session_id, request.round_index, caller=caller
+            )
+
+        caller, view = self._call(context, check)
+        header = pb.ResultHeader(
+            session_id=view.session_id,
+            round_index=view.round_index,
+            round_name=view.round_name,
+            status=_ROUND_STATUS[view.status],
+            reason=view.reason,
+            deadline_unix_ms=view.deadline_ms,
+            survivor_node_ids=list(view.survivors),
+            dropped_node_ids=list(view.dropped),
+            survivor_hash=view.survivor_hash,
+        )
+        if view.payload is not None:
+            header.payload.CopyFrom(_payload_header(view.payload))
+        if view.unmask_request is not None:
+            header.unmask_request.CopyFrom(_unmask_request(view.unmask_request))
+        yield pb.ResultChunk(header=header)
+        if view.path is None:
+            return
+        with view.path.open("rb") as handle:
+            offset = 0
+            while block := handle.read(RESULT_CHUNK_BYTES):
+                yield pb.ResultChunk(data=pb.PayloadChunk(offset=offset, data=block))
+                offset += len(block)
+        self.session.record_delivery(view.round_index, caller)
+
+    # ------------------------------------------------------------ unmask and status
+
+    def GetUnmaskRequest(
+        self, request: pb.GetUnmaskRequestRequest, context: grpc.ServicerContext
+    ) -> pb.UnmaskRequest:
+        def fetch(caller: str) -> pb.UnmaskRequest:
+            self.session.check_caller(caller, request.node_id or caller)
+            view = self.session.unmask_request(
+                request.session_id, request.round_index, caller=caller
+            )
+            return _unmask_request(view)
+
+        result: pb.UnmaskRequest = self._call(context, fetch)
+        return result
+
+    def AttestSurvivors(
+        self, request: pb.SurvivorAttestation, context: grpc.ServicerContext
+    ) -> pb.AttestationReceipt:
+        def attest(caller: str) -> pb.AttestationReceipt:
+            receipt = self.session.attest(
+                Attestation(
+                    session_id=request.session_id,
+                    round_index=request.round_index,
+                    node_id=request.node_id,
+                    survivor_hash=bytes(request.survivor_hash),
+                    signature=bytes(request.signature),
+                ),
+                caller=caller,
+            )
+            return pb.AttestationReceipt(
+                attested_count=receipt.attested_count, survivor_count=receipt.survivor_count
+            )
+
+        result: pb.AttestationReceipt = self._call(context, attest)
+        return result
+
+    def GetStatus(
+        self, request: pb.GetStatusRequest, context: grpc.ServicerContext
+    ) -> pb.SessionStatus:
+        def status(caller: str) -> pb.SessionStatus:
+            view = self.session.status(request.session_id, caller=caller)
+            return pb.SessionStatus(
+                session_id=view.session_id,
+                state=_SESSION_STATE[view.state],
+                config_hash=view.config_hash,
+                federation_id=view.federation_id,
+                current_round_index=view.current_round_index,
+                current_round_name=view.current_round_name,
+                joined_node_ids=list(view.joined),
+                submitted_node_ids=list(view.submitted),
+                excluded_node_ids=list(view.excluded),
+                reason=view.reason,
+                join_deadline_unix_ms=view.join_deadline_ms,
+                min_nodes=view.min_nodes,
+                rounds=[
+                    pb.RoundSummary(
+                        round_index=r.round_index,
+                        round_name=r.round_name,
+                        status=_ROUND_STATUS[r.status],
+                        submitted_node_ids=list(r.submitted),
+                        dropped_node_ids=list(r.dropped),
+                        deadline_unix_ms=r.deadline_ms,
+                        reason=r.reason,
+                    )
+                    for r in view.rounds
+                ],
+            )
+
+        result: pb.SessionStatus = self._call(context, status)
+        return result
+
+
+# ---------------------------------------------------------------- running a server
+
+
+@dataclass(frozen=True)
+class ServerTLS:
+    """PEM bytes: the coordinator's certificate and key, and the federation CA for clients."""
+
+    certificate: bytes
+    private_key: bytes
+    ca_certificate: bytes
+
+
+class _Ticker(threading.Thread):
+    """Calls ``session.tick()`` every ``interval`` seconds until stopped."""
+
+    def __init__(
+        self, session: Session, interval: float, log: Callable[[str], None] | None
+    ) -> None:
+        super().__init__(name="zerosum-deadline-ticker", daemon=True)
+        self._session = session
+        self._interval = interval
+        self._log = log
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self._interval):
+            try:
+                self._session.tick()
+            except Exception as error:  # a failed tick is retried at the next one
+                if self._log is not None:
+                    self._log(f"deadline check failed, will retry: {error!r}")
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self.join()
+
+
+class RunningServer:
+    """A started coordinator server; ``port`` is the port actually bound."""
+
+    def __init__(self, server: grpc.Server, port: int, session: Session, ticker: _Ticker) -> None:
+        self.server = server
+        self.port = port
+        self.session = session
+        self._ticker = ticker
+
+    def stop(self, grace: float | None = 1.0) -> None:
+        """Stop the deadline ticker, then the server (in-flight calls get ``grace`` seconds)."""
+        self._ticker.stop()
+        self.server.stop(grace).wait()
+
+
+def start_server(
+    session: Session,
+    tls: ServerTLS,
+    *,
+    listen: str = "127.0.0.1:0",
+    tick_seconds: float = 0.25,
+    max_workers: int | None = None,
+    payload_slots: int = DEFAULT_PAYLOAD_SLOTS,
+    log: Callable[[str], None] | None = None,
+) -> RunningServer:
+    """Serve ``session`` over mutual TLS on ``listen`` (port 0: any free port).
+
+    The thread pool holds one worker per federation node for concurrent
+    uploads, plus as many again for polls (at least 16).
+    """
+    workers = max_workers or max(16, 2 * len(session.config.node_ids) + 4)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zerosum-rpc"),
+        options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # A fixed 64 KiB read-ahead per stream instead of gRPC's bandwidth-delay
+            # probing, which grows every stream's window to megabytes: with K nodes
+            # uploading at once the buffered bytes would otherwise grow with K.
+            ("grpc.http2.bdp_probe", 0),
+            ("grpc.http2.lookahead_bytes", 64 << 10),
+            # Ping idle connections so a vanished node's stream is cancelled (and its
+            # payload slot freed) within about half a minute.
+            ("grpc.keepalive_time_ms", 20_000),
+            ("grpc.keepalive_timeout_ms", 10_000),
+        ],
+    )
+    pb_grpc.add_CoordinatorServicer_to_server(
+        CoordinatorServicer(session, payload_slots=payload_slots), server
+    )
+    credentials = grpc.ssl_server_credentials(
+        [(tls.private_key, tls.certificate)],
+        root_certificates=tls.ca_certificate,
+        require_client_auth=True,
+    )
+    port = server.add_secure_port(listen, credentials)
+    if port == 0:
+        raise OSError(f"cannot listen on {listen}: the address is in use or invalid.")
+    server.start()
+    ticker = _Ticker(session, tick_seconds, log)
+    ticker.start()
+    return RunningServer(server, port, session, ticker)

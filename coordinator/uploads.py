@@ -1,0 +1,212 @@
+"""Upload steps of a session: a node's masked payload for a round, chunk by chunk.
+
+A header is checked completely before any byte is accepted (caller, session,
+round, liveness, size, fixed-point scale, and a layout equal to the round's);
+chunks then go to a temporary file and, in the same pass, into the round's
+running sum (coordinator/aggregate.py), so memory does not grow with the
+number of nodes. At the end the size and SHA-256 are verified, the file is
+placed and the upload recorded in one transaction; if it was the last one the
+round's result is written and published in that same transaction.
+
+Uploads are idempotent per (session, round, node) and content hash: the same
+payload again is acknowledged as a duplicate (even after the round is ready,
+for a node whose receipt was lost); a different one is refused
+(ALREADY_EXISTS).
+"""
+
+from __future__ import annotations
+
+from coordinator.aggregate import ContributionWithdrawn, RoundSum
+from coordinator.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    RetryLater,
+)
+from coordinator.layout import PayloadSpec, compare_layouts, validate_payload
+from coordinator.messages import (
+    RoundStatus,
+    UploadHeader,
+    UploadReceipt,
+)
+from coordinator.session_base import (
+    SessionBase,
+    Ticket,
+    clock_text,
+    short_digest,
+)
+from coordinator.store import (
+    RoundRow,
+    SessionRow,
+    UploadRow,
+)
+
+__all__ = ["UploadSteps"]
+
+
+class UploadSteps(SessionBase):
+    """Receiving and storing uploads (mixed into :class:`~coordinator.session.Session`)."""
+
+    def begin_upload(self, header: UploadHeader, *, caller: str) -> Ticket | UploadReceipt:
+        """Check an upload header; a duplicate is answered at once, else a ticket is returned."""
+        with self._lock:
+            self.check_caller(caller, header.node_id)
+            row = self._session()
+            self._check_session_id(header.session_id, row)
+            round_row = self._check_round(header.round_index, row)
+            self._check_round_name(round_row, header.round_name)
+            stored = self.store.upload(header.round_index, header.node_id)
+            if stored is not None:
+                return self._duplicate_upload(stored, header.payload.sha256, round_row, row)
+            self._check_live(header.node_id, row)
+            if header.node_id not in round_row.participants:
+                raise FailedPrecondition(
+                    f"node {header.node_id!r} is not a participant of round "
+                    f"{round_row.round_index} ({round_row.name!r})."
+                )
+            self._check_running(row)
+            if round_row.status != RoundStatus.OPEN:
+                raise FailedPrecondition(
+                    f"round {round_row.round_index} ({round_row.name!r}) no longer accepts "
+                    f"uploads: it is {round_row.status}."
+                )
+            if self._clock() >= round_row.deadline_ms:
+                raise FailedPrecondition(
+                    f"round {round_row.round_index} ({round_row.name!r}) stopped accepting "
+                    f"uploads at its deadline, {clock_text(round_row.deadline_ms)}."
+                )
+            what = f"upload of node {header.node_id!r} for round {header.round_index}"
+            spec = header.payload
+            validate_payload(spec, what=what, max_bytes=self.config.max_payload_bytes)
+            self._check_bits(spec, what)
+            running = self._sum_for(round_row)
+            if running is not None:
+                self._check_layout_against_sum(spec, what)
+            key = ("upload", header.round_index, header.node_id)
+            if key in self._tickets:
+                raise RetryLater(
+                    f"an upload of node {header.node_id!r} for round {header.round_index} is "
+                    "already in progress; retry when it has finished."
+                )
+            if running is None:
+                running = RoundSum(spec.total_elements)
+                self._sum = running
+                self._sum_round = round_row.round_index
+                self._sum_layout = spec.tensors
+                self._sum_bits = spec.fixed_point_bits
+            writer = self.store.new_payload()
+            ticket = Ticket(
+                kind="upload",
+                round_index=header.round_index,
+                node_id=header.node_id,
+                spec=spec,
+                writer=writer,
+                running=running,
+                contribution=running.begin(what, writer.path),
+            )
+            self._tickets[key] = ticket
+            return ticket
+
+    def _check_layout_against_sum(self, spec: PayloadSpec, what: str) -> None:
+        compare_layouts(spec.tensors, self._sum_layout, what=what)
+        if spec.fixed_point_bits != self._sum_bits:
+            raise InvalidArgument(
+                f"{what}: fixed_point_bits is {spec.fixed_point_bits}; this round's payloads "
+                f"use {self._sum_bits}."
+            )
+
+    def _duplicate_upload(
+        self, stored: UploadRow, sha256: bytes, round_row: RoundRow, row: SessionRow
+    ) -> UploadReceipt:
+        if stored.sha256 != sha256:
+            raise AlreadyExists(
+                f"conflicting upload: node {stored.node_id!r} already submitted round "
+                f"{stored.round_index} ({round_row.name!r}) with sha256 "
+                f"{short_digest(stored.sha256)}; this upload has sha256 {short_digest(sha256)}."
+            )
+        return self._upload_receipt(row, round_row, stored, duplicate=True)
+
+    def _upload_receipt(
+        self, row: SessionRow, round_row: RoundRow, stored: UploadRow, *, duplicate: bool
+    ) -> UploadReceipt:
+        return UploadReceipt(
+            session_id=row.session_id,
+            round_index=stored.round_index,
+            node_id=stored.node_id,
+            sha256=stored.sha256,
+            received_bytes=stored.size,
+            duplicate=duplicate,
+            received_ms=stored.received_ms,
+            submitted_count=len(self.store.uploads(stored.round_index)),
+            expected_count=len(round_row.participants),
+        )
+
+    def _commit_upload(self, ticket: Ticket) -> UploadReceipt:
+        if ticket.cancelled:
+            raise FailedPrecondition(self._cancelled_sentence(ticket))
+        contribution, running = ticket.contribution, ticket.running
+        assert contribution is not None and running is not None
+        if running is not self._sum:  # pragma: no cover - a live ticket keeps its sum current
+            raise FailedPrecondition(f"{ticket.what}: the round moved on during the upload.")
+        try:
+            running.close(contribution)
+        except ContributionWithdrawn:
+            raise FailedPrecondition(self._cancelled_sentence(ticket)) from None
+        row = self._session()
+        round_row = self._round_row(ticket.round_index)
+        stored = self.store.upload(ticket.round_index, ticket.node_id)
+        if stored is not None:
+            # A concurrent stream of the same payload finished first.
+            receipt = self._duplicate_upload(stored, ticket.spec.sha256, round_row, row)
+            self.abandon(ticket)
+            return receipt
+        self._check_live(ticket.node_id, row)
+        self._check_running(row)
+        if round_row.status != RoundStatus.OPEN:
+            raise FailedPrecondition(
+                f"{ticket.what}: round {round_row.round_index} ({round_row.name!r}) stopped "
+                f"accepting uploads (it is {round_row.status})."
+            )
+        now = self._clock()
+        name = self.store.upload_name(ticket.round_index, ticket.node_id, ticket.spec.sha256)
+        contribution.source = ticket.writer.place(name)
+        upload = UploadRow(
+            round_index=ticket.round_index,
+            node_id=ticket.node_id,
+            sha256=ticket.spec.sha256,
+            size=ticket.spec.total_bytes,
+            path=name,
+            layout=ticket.spec.tensors,
+            fixed_point_bits=ticket.spec.fixed_point_bits,
+            received_ms=now,
+        )
+        uploaded = {u.node_id for u in self.store.uploads(ticket.round_index)} | {ticket.node_id}
+        complete = set(round_row.participants) <= uploaded
+        result: tuple[str, bytes] | None = None
+        try:
+            if complete:
+                result = self._write_result(running, ticket.round_index)
+            with self._transition():
+                self.store.add_upload(upload)
+                if round_row.layout is None:
+                    self.store.update_round(
+                        ticket.round_index,
+                        layout=ticket.spec.tensors,
+                        fixed_point_bits=ticket.spec.fixed_point_bits,
+                    )
+                self._note(
+                    f"round {round_row.round_index} ({round_row.name!r}): stored the upload of "
+                    f"{ticket.node_id!r} ({ticket.spec.total_bytes} bytes, {len(uploaded)} of "
+                    f"{len(round_row.participants)})"
+                )
+                if result is not None:
+                    self._publish(round_row, sorted(uploaded), [], result, now)
+        except BaseException:
+            if result is not None:
+                self._unlink_placed(self.store.payload_path(result[0]))
+            raise
+        ticket.committed = True
+        self.abandon(ticket)
+        if complete:
+            self._forget_sum()
+        return self._upload_receipt(self._session(), round_row, upload, duplicate=False)

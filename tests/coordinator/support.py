@@ -1,0 +1,235 @@
+"""Shared pieces for the coordinator tests: identities, a fake clock, zero-sum payloads."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from coordinator.config import SessionConfig
+from coordinator.layout import PayloadSpec, TensorSlot
+from coordinator.messages import Attestation, UnmaskHeader, UploadHeader, UploadReceipt
+from coordinator.session import Session, Ticket
+from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
+from noise.transcript import survivor_attestation_message
+
+CONFIG_HASH = hashlib.sha256(b"zerosum test federation").digest()
+
+
+class FakeClock:
+    """A clock the test moves by hand (Unix milliseconds)."""
+
+    def __init__(self, start: int = 1_700_000_000_000) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        return self.now
+
+    def advance(self, milliseconds: int) -> int:
+        self.now += milliseconds
+        return self.now
+
+
+@dataclass
+class Federation:
+    """Identity keys of a test federation and its coordinator-side config."""
+
+    node_ids: tuple[str, ...]
+    identities: dict[str, IdentityKey]
+    config: SessionConfig
+    ephemeral: dict[str, EphemeralKey] = field(default_factory=dict)
+
+    def bundle(
+        self, node_id: str, session_id: str, *, config_hash: bytes = CONFIG_HASH
+    ) -> KeyBundle:
+        key = self.ephemeral.setdefault(node_id, EphemeralKey.generate())
+        return sign_key_bundle(
+            self.identities[node_id],
+            config_hash=config_hash,
+            session_id=session_id,
+            node_id=node_id,
+            public_key=key.public_bytes(),
+        )
+
+    def attestation(
+        self, node_id: str, session_id: str, round_index: int, digest: bytes
+    ) -> Attestation:
+        message = survivor_attestation_message(CONFIG_HASH, session_id, round_index, digest)
+        return Attestation(
+            session_id=session_id,
+            round_index=round_index,
+            node_id=node_id,
+            survivor_hash=digest,
+            signature=self.identities[node_id].sign(message),
+        )
+
+
+def make_federation(
+    node_ids: Sequence[str] = ("a", "b", "c"),
+    *,
+    min_nodes: int = 2,
+    construction: str = "pairwise",
+    join_ms: int = 60_000,
+    round_ms: int = 60_000,
+    fixed_point_bits: int | None = 32,
+) -> Federation:
+    identities = {n: IdentityKey.generate() for n in node_ids}
+    config = SessionConfig(
+        federation_id="testfed",
+        config_hash=CONFIG_HASH,
+        identity_keys={n: k.public_bytes() for n, k in identities.items()},
+        min_nodes=min_nodes,
+        join_timeout_ms=join_ms,
+        round_timeout_ms=round_ms,
+        construction=construction,
+        fixed_point_bits=fixed_point_bits,
+    )
+    return Federation(tuple(sorted(node_ids)), identities, config)
+
+
+LAYOUT = (
+    TensorSlot("count", (), 0, 1),
+    TensorSlot("sums", (3, 5), 1, 15),
+    TensorSlot("tail", (20,), 16, 20),
+)
+N_WORDS = 36
+
+
+def spec_for(
+    payload: NDArray[np.uint64], tensors: tuple[TensorSlot, ...] = LAYOUT, bits: int = 32
+) -> PayloadSpec:
+    data = payload.astype("<u8").tobytes()
+    return PayloadSpec(
+        total_bytes=len(data),
+        total_elements=int(payload.shape[0]),
+        sha256=hashlib.sha256(data).digest(),
+        fixed_point_bits=bits,
+        tensors=tensors,
+    )
+
+
+@dataclass
+class ZeroSum:
+    """Secret values x_k, pair masks t_ij (i < j) and payloads y_k = x_k + Σ_j ±t_kj."""
+
+    values: dict[str, NDArray[np.uint64]]
+    masks: dict[tuple[str, str], NDArray[np.uint64]]
+    payloads: dict[str, NDArray[np.uint64]]
+
+    def correction(self, node: str, dropped: Sequence[str]) -> NDArray[np.uint64]:
+        """Signed sum of ``node``'s pair masks with ``dropped`` (what it added for them)."""
+        out = np.zeros(self.payloads[node].shape[0], dtype=np.uint64)
+        for other in dropped:
+            if node < other:
+                np.add(out, self.masks[(node, other)], out=out)
+            else:
+                np.subtract(out, self.masks[(other, node)], out=out)
+        return out
+
+    def total(self, nodes: Sequence[str]) -> NDArray[np.uint64]:
+        """Σ x_k over ``nodes`` modulo 2^64: the exact aggregate wanted."""
+        return wrapping_total([self.values[n] for n in nodes])
+
+
+def zero_sum(node_ids: Sequence[str], n_words: int, seed: int) -> ZeroSum:
+    """Random secrets and pairwise masks that cancel exactly in the sum over all nodes."""
+    rng = np.random.default_rng(seed)
+    values = {n: rng.integers(0, 2**63, n_words, dtype=np.uint64) for n in node_ids}
+    masks = {
+        (i, j): rng.integers(0, 2**64 - 1, n_words, dtype=np.uint64, endpoint=True)
+        for i, j in itertools.combinations(sorted(node_ids), 2)
+    }
+    payloads = {}
+    for node in node_ids:
+        y = values[node].copy()
+        for (i, j), t in masks.items():
+            if node == i:
+                np.add(y, t, out=y)
+            elif node == j:
+                np.subtract(y, t, out=y)
+        payloads[node] = y
+    return ZeroSum(values, masks, payloads)
+
+
+def wrapping_total(vectors: Sequence[NDArray[np.uint64]]) -> NDArray[np.uint64]:
+    out = np.zeros(vectors[0].shape[0], dtype=np.uint64)
+    for v in vectors:
+        np.add(out, v, out=out)
+    return out
+
+
+def stream(session: Session, ticket: Ticket, data: bytes, chunk: int) -> None:
+    for offset in range(0, len(data), chunk):
+        session.receive(ticket, offset, data[offset : offset + chunk])
+
+
+def upload(
+    session: Session,
+    node: str,
+    round_index: int,
+    payload: NDArray[np.uint64],
+    *,
+    chunk: int = 64,
+    round_name: str | None = None,
+) -> UploadReceipt:
+    """Send a whole payload through the session as the server would."""
+    opened = session.store.round(round_index)
+    name = round_name if round_name is not None else opened.name if opened else "?"
+    header = UploadHeader(
+        session_id=session.session_id,
+        round_index=round_index,
+        round_name=name,
+        node_id=node,
+        payload=spec_for(payload),
+    )
+    ticket = session.begin_upload(header, caller=node)
+    if isinstance(ticket, UploadReceipt):
+        return ticket
+    try:
+        stream(session, ticket, payload.astype("<u8").tobytes(), chunk)
+    except BaseException:
+        session.abandon(ticket)
+        raise
+    receipt = session.finish(ticket)
+    assert isinstance(receipt, UploadReceipt)
+    return receipt
+
+
+def submit_correction(
+    session: Session, node: str, round_index: int, payload: NDArray[np.uint64]
+) -> object:
+    # The request as stored: once a node has answered it is no longer pending for
+    # that node, but a retry must still be able to name it.
+    opened = session.store.round(round_index)
+    assert opened is not None
+    request = session.store.unmask_request(round_index, opened.unmask_attempt)
+    assert request is not None
+    header = UnmaskHeader(
+        session_id=session.session_id,
+        round_index=round_index,
+        round_name=opened.name,
+        node_id=node,
+        dropped=request.dropped,
+        survivor_hash=request.survivor_hash,
+        payload=spec_for(payload),
+    )
+    ticket = session.begin_unmask(header, caller=node)
+    if not isinstance(ticket, Ticket):
+        return ticket
+    stream(session, ticket, payload.astype("<u8").tobytes(), 100)
+    return session.finish(ticket)
+
+
+def join_all(fed: Federation, session: Session, nodes: Sequence[str] | None = None) -> None:
+    for node in nodes if nodes is not None else fed.node_ids:
+        session.join(fed.bundle(node, session.session_id), caller=node)
+
+
+def read_result(session: Session, round_index: int, caller: str = "a") -> NDArray[np.uint64]:
+    view = session.result(session.session_id, round_index, caller=caller)
+    assert view.path is not None, view
+    return np.frombuffer(view.path.read_bytes(), dtype="<u8").astype(np.uint64)

@@ -1,0 +1,531 @@
+"""The coordinator over a real gRPC server with mutual TLS on 127.0.0.1.
+
+Certificates are made in the test with zerosum/pki.py. One test per bad input
+of the protocol's error list: each checks the status code, that the details
+are a sentence naming the problem, and that the state file is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pytest
+
+from coordinator.server import MAX_MESSAGE_BYTES, RunningServer, ServerTLS, start_server
+from coordinator.session import Session
+from coordinator.store import Store
+from noise.keys import IdentityKey, sign_key_bundle
+from proto.zerosum.v1 import session_pb2 as pb
+from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
+from tests.coordinator.support import (
+    CONFIG_HASH,
+    LAYOUT,
+    N_WORDS,
+    Federation,
+    make_federation,
+    zero_sum,
+)
+from zerosum import pki
+
+pytestmark = pytest.mark.integration
+
+CHUNK = 1 << 20
+
+
+@dataclass
+class Certificates:
+    ca: pki.IssuedCertificate
+    server: pki.IssuedCertificate
+    clients: dict[str, pki.IssuedCertificate]
+
+    @property
+    def ca_pem(self) -> bytes:
+        return self.ca.certificate_pem()
+
+
+@pytest.fixture(scope="module")
+def certificates() -> Certificates:
+    ca = pki.create_ca("testfed")
+    clients = {n: pki.issue_client_certificate(ca, n) for n in ("a", "b", "c", "zed")}
+    return Certificates(ca, pki.issue_server_certificate(ca), clients)
+
+
+@dataclass
+class Harness:
+    fed: Federation
+    session: Session
+    server: RunningServer
+    certificates: Certificates
+    channels: list[grpc.Channel]
+
+    def stub(self, node: str | None) -> pb_grpc.CoordinatorStub:
+        client = self.certificates.clients[node] if node is not None else None
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=self.certificates.ca_pem,
+            private_key=client.private_key_pem() if client else None,
+            certificate_chain=client.certificate_pem() if client else None,
+        )
+        channel = grpc.secure_channel(
+            f"127.0.0.1:{self.server.port}",
+            credentials,
+            options=[
+                ("grpc.max_send_message_length", 8 << 20),
+                ("grpc.max_receive_message_length", 8 << 20),
+            ],
+        )
+        self.channels.append(channel)
+        return pb_grpc.CoordinatorStub(channel)
+
+    @property
+    def session_id(self) -> str:
+        return self.session.session_id
+
+    def join(self, node: str) -> pb.JoinResponse:
+        bundle = self.fed.bundle(node, self.session_id)
+        message = pb.KeyBundle(
+            config_hash=bundle.config_hash,
+            session_id=bundle.session_id,
+            node_id=bundle.node_id,
+            public_key=bundle.public_key,
+            signature=bundle.signature,
+        )
+        response: pb.JoinResponse = self.stub(node).Join(pb.JoinRequest(bundle=message), timeout=10)
+        return response
+
+
+def start(tmp_path: Path, certificates: Certificates, **options: int) -> Harness:
+    fed = make_federation(("a", "b", "c"), **options)  # type: ignore[arg-type]
+    session = Session(Store(tmp_path / "state.sqlite"), fed.config)
+    tls = ServerTLS(
+        certificate=certificates.server.certificate_pem(),
+        private_key=certificates.server.private_key_pem(),
+        ca_certificate=certificates.ca_pem,
+    )
+    server = start_server(session, tls, listen="127.0.0.1:0", tick_seconds=0.05)
+    return Harness(fed, session, server, certificates, [])
+
+
+@pytest.fixture
+def harness(tmp_path: Path, certificates: Certificates) -> Iterator[Harness]:
+    h = start(tmp_path, certificates)
+    yield h
+    for channel in h.channels:
+        channel.close()
+    h.server.stop(0)
+    h.session.store.close()
+
+
+def layout_messages() -> list[pb.TensorLayout]:
+    return [
+        pb.TensorLayout(name=s.name, shape=list(s.shape), offset=s.offset, size=s.size)
+        for s in LAYOUT
+    ]
+
+
+def upload_messages(
+    h: Harness,
+    node: str,
+    round_index: int,
+    data: bytes,
+    *,
+    layout: list[pb.TensorLayout] | None = None,
+    chunk: int = CHUNK,
+    **header_changes: object,
+) -> Iterator[pb.UploadChunk]:
+    payload = pb.PayloadHeader(
+        total_bytes=len(data),
+        total_elements=len(data) // 8,
+        sha256=hashlib.sha256(data).digest(),
+        fixed_point_bits=32,
+        tensors=layout if layout is not None else layout_messages(),
+    )
+    fields: dict[str, object] = {
+        "session_id": h.session_id,
+        "round_index": round_index,
+        "round_name": ["moments", "scatter"][round_index],
+        "node_id": node,
+        "payload": payload,
+    }
+    fields.update(header_changes)
+    yield pb.UploadChunk(header=pb.UploadHeader(**fields))  # type: ignore[arg-type]
+    for offset in range(0, len(data), chunk):
+        yield pb.UploadChunk(
+            data=pb.PayloadChunk(offset=offset, data=data[offset : offset + chunk])
+        )
+
+
+def send(h: Harness, node: str, messages: Iterator[pb.UploadChunk]) -> pb.UploadReceipt:
+    receipt: pb.UploadReceipt = h.stub(node).UploadEgress(messages, timeout=30)
+    return receipt
+
+
+def fetch_result(h: Harness, node: str, round_index: int) -> tuple[pb.ResultHeader, bytes]:
+    request = pb.GetResultRequest(session_id=h.session_id, round_index=round_index, node_id=node)
+    chunks = list(h.stub(node).GetResult(request, timeout=30))
+    header = chunks[0].header
+    data = b"".join(c.data.data for c in chunks[1:])
+    return header, data
+
+
+def rejected(h: Harness, code: grpc.StatusCode, call: Callable[[], object], *, words: str) -> str:
+    """The call fails with ``code`` and a sentence containing ``words``; nothing changed."""
+    before = h.session.store.dump()
+    with pytest.raises(grpc.RpcError) as caught:
+        call()
+    error = caught.value
+    assert error.code() == code, error.details()
+    details = error.details() or ""
+    assert words in details
+    assert details[0].isalpha() and details.rstrip().endswith((".", ")"))
+    assert h.session.store.dump() == before
+    return details
+
+
+def joined(h: Harness) -> None:
+    for node in ("a", "b", "c"):
+        h.join(node)
+
+
+def as_bytes(vector: np.ndarray) -> bytes:
+    return vector.astype("<u8").tobytes()
+
+
+# ---------------------------------------------------------------- happy path
+
+
+def test_a_round_over_the_network_sums_payloads_larger_than_one_message(
+    harness: Harness,
+) -> None:
+    joined(harness)
+    n_words = (5 << 20) // 8  # 5 MiB per node: more than two maximal messages
+    big = (
+        pb.TensorLayout(name="count", shape=[], offset=0, size=1),
+        pb.TensorLayout(name="big", shape=[n_words - 1], offset=1, size=n_words - 1),
+    )
+    data = zero_sum(("a", "b", "c"), n_words, seed=50)
+    receipts = [
+        send(
+            harness, n, upload_messages(harness, n, 0, as_bytes(data.payloads[n]), layout=list(big))
+        )
+        for n in ("a", "b", "c")
+    ]
+    assert [r.submitted_count for r in receipts] == [1, 2, 3]
+    header, payload = fetch_result(harness, "b", 0)
+    assert header.status == pb.ROUND_STATUS_READY
+    assert list(header.survivor_node_ids) == ["a", "b", "c"]
+    assert header.payload.sha256 == hashlib.sha256(payload).digest()
+    np.testing.assert_array_equal(np.frombuffer(payload, dtype="<u8"), data.total(["a", "b", "c"]))
+    status = harness.stub("c").GetStatus(pb.GetStatusRequest(session_id=harness.session_id))
+    assert status.state == pb.SESSION_STATE_RUNNING and status.current_round_name == "scatter"
+
+
+def test_the_same_upload_again_is_acknowledged_as_a_duplicate(harness: Harness) -> None:
+    joined(harness)
+    data = as_bytes(zero_sum(("a", "b", "c"), N_WORDS, seed=51).payloads["a"])
+    first = send(harness, "a", upload_messages(harness, "a", 0, data))
+    before = harness.session.store.dump()
+    again = send(harness, "a", upload_messages(harness, "a", 0, data))
+    assert again.duplicate and not first.duplicate and again.sha256 == first.sha256
+    assert harness.session.store.dump() == before
+
+
+def test_dropout_is_unmasked_over_the_network(tmp_path: Path, certificates: Certificates) -> None:
+    h = start(tmp_path, certificates, round_ms=1500)
+    try:
+        joined(h)
+        data = zero_sum(("a", "b", "c"), N_WORDS, seed=52)
+        for node in ("a", "b"):
+            send(h, node, upload_messages(h, node, 0, as_bytes(data.payloads[node])))
+        deadline = time.monotonic() + 10
+        request = pb.UnmaskRequest()
+        while not request.pending and time.monotonic() < deadline:
+            time.sleep(0.05)
+            request = h.stub("a").GetUnmaskRequest(
+                pb.GetUnmaskRequestRequest(session_id=h.session_id, round_index=0, node_id="a")
+            )
+        assert request.pending and list(request.dropped_node_ids) == ["c"]
+        for node in ("a", "b"):
+            message = h.fed.attestation(node, h.session_id, 0, request.survivor_hash)
+            h.stub(node).AttestSurvivors(
+                pb.SurvivorAttestation(
+                    session_id=h.session_id,
+                    round_index=0,
+                    node_id=node,
+                    survivor_hash=message.survivor_hash,
+                    signature=message.signature,
+                )
+            )
+        for node in ("a", "b"):
+            correction = as_bytes(data.correction(node, ["c"]))
+
+            def answer(
+                node: str = node, correction: bytes = correction
+            ) -> Iterator[pb.UnmaskChunk]:
+                yield pb.UnmaskChunk(
+                    header=pb.UnmaskHeader(
+                        session_id=h.session_id,
+                        round_index=0,
+                        round_name="moments",
+                        node_id=node,
+                        dropped_node_ids=["c"],
+                        survivor_hash=request.survivor_hash,
+                        payload=pb.PayloadHeader(
+                            total_bytes=len(correction),
+                            total_elements=len(correction) // 8,
+                            sha256=hashlib.sha256(correction).digest(),
+                            fixed_point_bits=32,
+                            tensors=layout_messages(),
+                        ),
+                    )
+                )
+                yield pb.UnmaskChunk(data=pb.PayloadChunk(offset=0, data=correction))
+
+            receipt = h.stub(node).SubmitUnmask(answer())
+            assert receipt.accepted
+        header, payload = fetch_result(h, "a", 0)
+        assert header.status == pb.ROUND_STATUS_READY
+        assert list(header.dropped_node_ids) == ["c"]
+        np.testing.assert_array_equal(np.frombuffer(payload, dtype="<u8"), data.total(["a", "b"]))
+    finally:
+        for channel in h.channels:
+            channel.close()
+        h.server.stop(0)
+
+
+# ---------------------------------------------------------------- bad input, one test each
+
+
+def test_unknown_node_is_permission_denied(harness: Harness) -> None:
+    stranger = IdentityKey.generate()
+    bundle = sign_key_bundle(
+        stranger,
+        config_hash=CONFIG_HASH,
+        session_id=harness.session_id,
+        node_id="zed",
+        public_key=bytes(range(32)),
+    )
+    request = pb.JoinRequest(
+        bundle=pb.KeyBundle(
+            config_hash=bundle.config_hash,
+            session_id=bundle.session_id,
+            node_id="zed",
+            public_key=bundle.public_key,
+            signature=bundle.signature,
+        )
+    )
+    rejected(
+        harness,
+        grpc.StatusCode.PERMISSION_DENIED,
+        lambda: harness.stub("zed").Join(request),
+        words="'zed' is not a member of federation 'testfed'",
+    )
+
+
+def test_certificate_of_one_node_claiming_another_is_permission_denied(harness: Harness) -> None:
+    joined(harness)
+    data = as_bytes(zero_sum(("a", "b", "c"), N_WORDS, seed=53).payloads["b"])
+    rejected(
+        harness,
+        grpc.StatusCode.PERMISSION_DENIED,
+        lambda: send(harness, "a", upload_messages(harness, "b", 0, data)),
+        words="belongs to node 'a' but the message claims node_id 'b'",
+    )
+
+
+def test_no_client_certificate_fails_the_tls_handshake(harness: Harness) -> None:
+    before = harness.session.store.dump()
+    with pytest.raises(grpc.RpcError) as caught:
+        harness.stub(None).GetStatus(pb.GetStatusRequest(), timeout=5)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert harness.session.store.dump() == before
+
+
+def test_wrong_session_is_invalid_argument(harness: Harness) -> None:
+    joined(harness)
+    data = as_bytes(zero_sum(("a", "b", "c"), N_WORDS, seed=54).payloads["a"])
+    rejected(
+        harness,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: send(harness, "a", upload_messages(harness, "a", 0, data, session_id="f" * 32)),
+        words="is not this coordinator's session",
+    )
+
+
+def test_round_not_open_is_failed_precondition(harness: Harness) -> None:
+    joined(harness)
+    data = as_bytes(zero_sum(("a", "b", "c"), N_WORDS, seed=55).payloads["a"])
+    rejected(
+        harness,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        lambda: send(harness, "a", upload_messages(harness, "a", 1, data)),
+        words="round_index 1 has not opened; the current round is 0 ('moments')",
+    )
+
+
+def test_wrong_round_name_is_invalid_argument(harness: Harness) -> None:
+    joined(harness)
+    data = as_bytes(zero_sum(("a", "b", "c"), N_WORDS, seed=56).payloads["a"])
+    rejected(
+        harness,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: send(harness, "a", upload_messages(harness, "a", 0, data, round_name="scatter")),
+        words="round_name 'scatter' does not match round 0, which is 'moments'",
+    )
+
+
+def test_bad_signature_is_unauthenticated(harness: Harness) -> None:
+    bundle = harness.fed.bundle("a", harness.session_id)
+    forged = bytearray(bundle.signature)
+    forged[0] ^= 1
+    request = pb.JoinRequest(
+        bundle=pb.KeyBundle(
+            config_hash=bundle.config_hash,
+            session_id=bundle.session_id,
+            node_id="a",
+            public_key=bundle.public_key,
+            signature=bytes(forged),
+        )
+    )
+    rejected(
+        harness,
+        grpc.StatusCode.UNAUTHENTICATED,
+        lambda: harness.stub("a").Join(request),
+        words="does not verify against the pinned identity key",
+    )
+
+
+def test_join_replayed_from_another_session_is_unauthenticated(harness: Harness) -> None:
+    old = harness.fed.bundle("a", "0123456789abcdef0123456789abcdef")
+    request = pb.JoinRequest(
+        bundle=pb.KeyBundle(
+            config_hash=old.config_hash,
+            session_id=old.session_id,
+            node_id="a",
+            public_key=old.public_key,
+            signature=old.signature,
+        )
+    )
+    rejected(
+        harness,
+        grpc.StatusCode.UNAUTHENTICATED,
+        lambda: harness.stub("a").Join(request),
+        words="replayed from another session",
+    )
+
+
+def test_malformed_key_bundle_is_invalid_argument(harness: Harness) -> None:
+    bundle = harness.fed.bundle("a", harness.session_id)
+    request = pb.JoinRequest(
+        bundle=pb.KeyBundle(
+            config_hash=bundle.config_hash,
+            session_id=bundle.session_id,
+            node_id="a",
+            public_key=bundle.public_key[:31],
+            signature=bundle.signature,
+        )
+    )
+    rejected(
+        harness,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: harness.stub("a").Join(request),
+        words="must be 32 bytes; got 31 bytes",
+    )
+
+
+def test_conflicting_upload_is_already_exists(harness: Harness) -> None:
+    joined(harness)
+    data = zero_sum(("a", "b", "c"), N_WORDS, seed=57).payloads["a"]
+    send(harness, "a", upload_messages(harness, "a", 0, as_bytes(data)))
+    changed = data.copy()
+    changed[7] ^= np.uint64(1)
+    rejected(
+        harness,
+        grpc.StatusCode.ALREADY_EXISTS,
+        lambda: send(harness, "a", upload_messages(harness, "a", 0, as_bytes(changed))),
+        words="conflicting upload: node 'a' already submitted round 0",
+    )
+
+
+def test_wrong_size_is_invalid_argument(harness: Harness) -> None:
+    joined(harness)
+    data = as_bytes(zero_sum(("a", "b", "c"), N_WORDS, seed=58).payloads["a"])
+
+    def short_stream() -> Iterator[pb.UploadChunk]:
+        messages = upload_messages(harness, "a", 0, data, chunk=100)
+        yield next(messages)
+        yield next(messages)  # 100 of 288 bytes, then the stream ends
+
+    rejected(
+        harness,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: send(harness, "a", short_stream()),
+        words="the stream ended after 100 of 288 bytes (wrong size)",
+    )
+
+
+def test_oversized_message_is_resource_exhausted(harness: Harness) -> None:
+    joined(harness)
+    data = bytes(MAX_MESSAGE_BYTES + 64)
+    layout = [pb.TensorLayout(name="big", shape=[len(data) // 8], offset=0, size=len(data) // 8)]
+
+    def one_huge_chunk() -> Iterator[pb.UploadChunk]:
+        messages = upload_messages(harness, "a", 0, data, layout=layout)
+        yield next(messages)
+        yield pb.UploadChunk(data=pb.PayloadChunk(offset=0, data=data))
+
+    before = harness.session.store.dump()
+    with pytest.raises(grpc.RpcError) as caught:
+        send(harness, "a", one_huge_chunk())
+    assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "larger than max" in (caught.value.details() or "")
+    # gRPC refuses the message itself, so the handler may still be cleaning up.
+    give_up = time.monotonic() + 5
+    while list(harness.session.store.payload_dir.glob(".part-*")) and time.monotonic() < give_up:
+        time.sleep(0.01)
+    assert harness.session.store.dump() == before
+
+
+def test_layout_mismatch_between_nodes_is_invalid_argument(harness: Harness) -> None:
+    joined(harness)
+    data = zero_sum(("a", "b", "c"), N_WORDS, seed=59).payloads
+    send(harness, "a", upload_messages(harness, "a", 0, as_bytes(data["a"])))
+    renamed = layout_messages()
+    renamed[2] = pb.TensorLayout(name="rest", shape=[20], offset=16, size=20)
+    rejected(
+        harness,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: send(
+            harness, "b", upload_messages(harness, "b", 0, as_bytes(data["b"]), layout=renamed)
+        ),
+        words="tensor 'rest' is not in this round's layout",
+    )
+
+
+def test_first_message_must_be_a_header(harness: Harness) -> None:
+    joined(harness)
+
+    def no_header() -> Iterator[pb.UploadChunk]:
+        yield pb.UploadChunk(data=pb.PayloadChunk(offset=0, data=b"\x00" * 8))
+
+    rejected(
+        harness,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: send(harness, "a", no_header()),
+        words="the first message of an upload must be its header",
+    )
+
+
+def test_result_of_an_unopened_round_is_not_found(harness: Harness) -> None:
+    joined(harness)
+    rejected(
+        harness,
+        grpc.StatusCode.NOT_FOUND,
+        lambda: fetch_result(harness, "a", 1),
+        words="round_index 1 has not opened",
+    )

@@ -1,0 +1,803 @@
+"""The coordinator's state machine without a network: joins, rounds, dropouts, unmasking.
+
+Every refused message is checked to leave the state file (every row and every
+payload file) exactly as it was, and the aggregate computed afterwards to be
+exact, so a refused partial stream left no trace in the running sum either.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from coordinator.errors import (
+    AlreadyExists,
+    CoordinatorError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    RetryLater,
+    StateFileError,
+    Unauthenticated,
+)
+from coordinator.layout import PayloadSpec, TensorSlot
+from coordinator.messages import (
+    RoundStatus,
+    SessionState,
+    UnmaskHeader,
+    UnmaskReceipt,
+    UnmaskRefusal,
+    UploadHeader,
+)
+from coordinator.session import Session, Ticket
+from coordinator.store import Store
+from noise.keys import IdentityKey, sign_key_bundle
+from noise.transcript import survivor_set_hash
+from tests.coordinator.support import (
+    CONFIG_HASH,
+    LAYOUT,
+    N_WORDS,
+    FakeClock,
+    Federation,
+    join_all,
+    make_federation,
+    read_result,
+    spec_for,
+    stream,
+    submit_correction,
+    upload,
+    zero_sum,
+)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def fed() -> Federation:
+    return make_federation(("a", "b", "c"), min_nodes=2)
+
+
+@pytest.fixture
+def state_path(tmp_path: Path) -> Path:
+    return tmp_path / "coordinator" / "state.sqlite"
+
+
+@pytest.fixture
+def session(fed: Federation, state_path: Path, clock: FakeClock) -> Iterator[Session]:
+    store = Store(state_path)
+    yield Session(store, fed.config, clock=clock)
+    store.close()
+
+
+def refused(session: Session, error: type[CoordinatorError], action: Callable[[], object]) -> str:
+    """Run ``action``, expect ``error``, and check the state file did not change."""
+    before = session.store.dump()
+    with pytest.raises(error) as caught:
+        action()
+    assert session.store.dump() == before
+    return str(caught.value)
+
+
+# ---------------------------------------------------------------- joins and roster
+
+
+def test_first_start_creates_a_random_session_in_the_join_phase(session: Session) -> None:
+    assert len(session.session_id) == 32
+    int(session.session_id, 16)
+    assert session.state() == SessionState.JOINING
+    assert not session.resumed
+
+
+def test_roster_becomes_final_and_round_0_opens_when_every_node_joined(
+    fed: Federation, session: Session
+) -> None:
+    receipt = session.join(fed.bundle("a", session.session_id), caller="a")
+    assert (receipt.joined_count, receipt.federation_size, receipt.rejoined) == (1, 3, False)
+    roster = session.roster(session.session_id, caller="b")
+    assert not roster.final and roster.version == 1
+    join_all(fed, session, ["b", "c"])
+    roster = session.roster(session.session_id, caller="b")
+    assert roster.final and roster.version == 3 and roster.excluded == ()
+    assert [b.node_id for b in roster.bundles] == ["a", "b", "c"]
+    assert session.state() == SessionState.RUNNING
+    status = session.status(session.session_id)
+    assert (status.current_round_index, status.current_round_name) == (0, "moments")
+    assert status.rounds[0].status == RoundStatus.OPEN
+
+
+def test_the_same_join_again_is_accepted_as_a_rejoin(fed: Federation, session: Session) -> None:
+    bundle = fed.bundle("a", session.session_id)
+    session.join(bundle, caller="a")
+    before = session.store.dump()
+    receipt = session.join(bundle, caller="a")
+    assert receipt.rejoined
+    assert session.store.dump() == before
+
+
+def test_a_second_key_for_a_joined_node_is_refused(fed: Federation, session: Session) -> None:
+    session.join(fed.bundle("a", session.session_id), caller="a")
+    fed.ephemeral.clear()
+    message = refused(
+        session,
+        AlreadyExists,
+        lambda: session.join(fed.bundle("a", session.session_id), caller="a"),
+    )
+    assert "already joined" in message
+
+
+def test_join_replayed_from_another_session_is_refused(fed: Federation, session: Session) -> None:
+    old = fed.bundle("a", "0" * 32)
+    message = refused(session, Unauthenticated, lambda: session.join(old, caller="a"))
+    assert "replayed from another session" in message
+
+
+def test_join_signed_for_another_federation_is_refused(fed: Federation, session: Session) -> None:
+    other = fed.bundle("a", session.session_id, config_hash=hashlib.sha256(b"other").digest())
+    message = refused(session, Unauthenticated, lambda: session.join(other, caller="a"))
+    assert "another federation" in message
+
+
+def test_join_with_a_bad_signature_is_refused(fed: Federation, session: Session) -> None:
+    forged = sign_key_bundle(
+        IdentityKey.generate(),
+        config_hash=CONFIG_HASH,
+        session_id=session.session_id,
+        node_id="a",
+        public_key=bytes(range(32)),
+    )
+    message = refused(session, Unauthenticated, lambda: session.join(forged, caller="a"))
+    assert "does not verify against the pinned identity key" in message
+
+
+def test_join_for_another_node_than_the_certificate_is_refused(
+    fed: Federation, session: Session
+) -> None:
+    bundle = fed.bundle("b", session.session_id)
+    message = refused(session, PermissionDenied, lambda: session.join(bundle, caller="a"))
+    assert "belongs to node 'a'" in message and "'b'" in message
+
+
+def test_join_by_a_node_outside_the_federation_is_refused(session: Session) -> None:
+    stranger = IdentityKey.generate()
+    bundle = sign_key_bundle(
+        stranger,
+        config_hash=CONFIG_HASH,
+        session_id=session.session_id,
+        node_id="zed",
+        public_key=bytes(range(32)),
+    )
+    message = refused(session, PermissionDenied, lambda: session.join(bundle, caller="zed"))
+    assert "not a member of federation 'testfed'" in message
+
+
+def test_join_deadline_with_enough_nodes_runs_without_the_late_one(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    join_all(fed, session, ["a", "b"])
+    session.tick(clock.advance(59_999))
+    assert session.state() == SessionState.JOINING
+    session.tick(clock.advance(1))
+    assert session.state() == SessionState.RUNNING
+    roster = session.roster(session.session_id, caller="a")
+    assert roster.final and roster.excluded == ("c",)
+    late = fed.bundle("c", session.session_id)
+    message = refused(session, FailedPrecondition, lambda: session.join(late, caller="c"))
+    assert "join phase" in message and "excluded" in message
+
+
+def test_join_deadline_with_too_few_nodes_fails_the_session(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    join_all(fed, session, ["b"])
+    session.tick(clock.advance(60_000))
+    assert session.state() == SessionState.FAILED
+    assert session.reason() == (
+        "only 1 of 3 nodes joined before the join deadline (a, c missing); "
+        "the federation requires at least 2"
+    )
+
+
+def test_roster_request_with_a_wrong_session_id_is_refused(session: Session) -> None:
+    message = refused(session, InvalidArgument, lambda: session.roster("f" * 32, caller="a"))
+    assert "is not this coordinator's session" in message
+
+
+# ---------------------------------------------------------------- rounds
+
+
+def run_round(session: Session, payloads: dict[str, np.ndarray], round_index: int) -> None:
+    for node, payload in payloads.items():
+        upload(session, node, round_index, payload)
+
+
+def test_two_rounds_without_dropouts_give_the_exact_sums(fed: Federation, session: Session) -> None:
+    join_all(fed, session)
+    for round_index in (0, 1):
+        data = zero_sum(fed.node_ids, N_WORDS, seed=round_index)
+        run_round(session, data.payloads, round_index)
+        np.testing.assert_array_equal(read_result(session, round_index), data.total(fed.node_ids))
+        view = session.result(session.session_id, round_index, caller="b")
+        assert view.status == RoundStatus.READY and view.survivors == ("a", "b", "c")
+        assert view.payload is not None and view.payload.tensors == LAYOUT
+        assert view.payload.sha256 == hashlib.sha256(view.path.read_bytes()).digest()  # type: ignore[union-attr]
+    assert session.state() == SessionState.COMPLETED
+    status = session.status(session.session_id)
+    assert [r.round_name for r in status.rounds] == ["moments", "scatter"]
+
+
+def test_chunks_not_aligned_to_words_are_summed_exactly(fed: Federation, session: Session) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=5)
+    for node, chunk in zip(fed.node_ids, (1, 13, 287), strict=True):
+        upload(session, node, 0, data.payloads[node], chunk=chunk)
+    np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
+
+
+def test_the_same_upload_again_is_a_duplicate_and_changes_nothing(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=1)
+    first = upload(session, "a", 0, data.payloads["a"])
+    before = session.store.dump()
+    again = upload(session, "a", 0, data.payloads["a"])
+    assert session.store.dump() == before
+    assert again.duplicate and not first.duplicate and again.sha256 == first.sha256
+    upload(session, "b", 0, data.payloads["b"])
+    upload(session, "c", 0, data.payloads["c"])
+    # Still a duplicate after the round completed (a retry whose answer was lost).
+    assert upload(session, "a", 0, data.payloads["a"]).duplicate
+    np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
+
+
+def test_a_conflicting_upload_is_refused(fed: Federation, session: Session) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=1)
+    upload(session, "a", 0, data.payloads["a"])
+    other = data.payloads["a"].copy()
+    other[0] ^= np.uint64(1)
+    message = refused(session, AlreadyExists, lambda: upload(session, "a", 0, other))
+    assert message.startswith("conflicting upload: node 'a' already submitted round 0")
+
+
+def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, UploadHeader]]:
+    good = spec_for(payload)
+    sid = session.session_id
+
+    def header(**changes: object) -> UploadHeader:
+        fields: dict[str, object] = {
+            "session_id": sid,
+            "round_index": 0,
+            "round_name": "moments",
+            "node_id": "a",
+            "payload": good,
+        }
+        fields.update(changes)
+        return UploadHeader(**fields)  # type: ignore[arg-type]
+
+    def spec(**changes: object) -> PayloadSpec:
+        fields = {
+            "total_bytes": good.total_bytes,
+            "total_elements": good.total_elements,
+            "sha256": good.sha256,
+            "fixed_point_bits": good.fixed_point_bits,
+            "tensors": good.tensors,
+        }
+        fields.update(changes)
+        return PayloadSpec(**fields)  # type: ignore[arg-type]
+
+    shifted = (TensorSlot("count", (), 0, 1), TensorSlot("sums", (3, 5), 2, 15))
+    return {
+        "wrong session": (InvalidArgument, header(session_id="0" * 32)),
+        "round not open": (FailedPrecondition, header(round_index=1, round_name="scatter")),
+        "wrong round name": (InvalidArgument, header(round_name="scatter")),
+        "other node's id": (PermissionDenied, header(node_id="b")),
+        "unknown node": (PermissionDenied, header(node_id="zed")),
+        "size mismatch": (InvalidArgument, header(payload=spec(total_bytes=good.total_bytes - 8))),
+        "layout gap": (
+            InvalidArgument,
+            header(payload=spec(tensors=shifted, total_elements=17, total_bytes=136)),
+        ),
+        "short sha": (InvalidArgument, header(payload=spec(sha256=b"\x00" * 31))),
+        "wrong scale": (InvalidArgument, header(payload=spec(fixed_point_bits=16))),
+        "empty": (InvalidArgument, header(payload=spec(total_bytes=0, total_elements=0))),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "wrong session",
+        "round not open",
+        "wrong round name",
+        "other node's id",
+        "unknown node",
+        "size mismatch",
+        "layout gap",
+        "short sha",
+        "wrong scale",
+        "empty",
+    ],
+)
+def test_bad_upload_headers_are_refused_and_change_nothing(
+    fed: Federation, session: Session, case: str
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=2)
+    error, header = bad_headers(session, data.payloads["a"])[case]
+    refused(session, error, lambda: session.begin_upload(header, caller="a"))
+    run_round(session, data.payloads, 0)
+    np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
+
+
+def test_a_layout_different_from_the_rounds_is_refused_naming_the_tensor(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=3)
+    upload(session, "a", 0, data.payloads["a"])
+    reshaped = (
+        TensorSlot("count", (), 0, 1),
+        TensorSlot("sums", (5, 3), 1, 15),
+        TensorSlot("tail", (20,), 16, 20),
+    )
+    header = UploadHeader(
+        session.session_id, 0, "moments", "b", spec_for(data.payloads["b"], reshaped)
+    )
+    message = refused(session, InvalidArgument, lambda: session.begin_upload(header, caller="b"))
+    assert "tensor 'sums' has shape (5, 3); expected (3, 5)" in message
+
+
+StreamFault = Callable[[Session, Ticket, bytes], None]
+
+
+def _gap(session: Session, ticket: Ticket, data: bytes) -> None:
+    session.receive(ticket, 0, data[:40])
+    session.receive(ticket, 48, data[48:])
+
+
+def _too_long(session: Session, ticket: Ticket, data: bytes) -> None:
+    session.receive(ticket, 0, data + b"\x00" * 8)
+
+
+def _short(session: Session, ticket: Ticket, data: bytes) -> None:
+    session.receive(ticket, 0, data[:-3])
+    session.finish(ticket)
+
+
+def _corrupt(session: Session, ticket: Ticket, data: bytes) -> None:
+    stream(session, ticket, data[:-1] + bytes([data[-1] ^ 1]), 50)
+    session.finish(ticket)
+
+
+def _huge_chunk(session: Session, ticket: Ticket, data: bytes) -> None:
+    session.receive(ticket, 0, data[:16])
+    session.receive(ticket, 16, bytes((1 << 20) + 1))
+
+
+@pytest.mark.parametrize(
+    ("fault", "words"),
+    [
+        (_gap, "expected 40"),
+        (_too_long, "runs past"),
+        (_short, "ended after 285 of 288 bytes"),
+        (_corrupt, "sha256"),
+        (_huge_chunk, "exceeds the limit"),
+    ],
+)
+def test_bad_streams_are_refused_and_leave_no_trace_in_the_sum(
+    fed: Federation, session: Session, fault: StreamFault, words: str
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=4)
+    upload(session, "b", 0, data.payloads["b"])
+    before = session.store.dump()
+    payload = data.payloads["a"].astype("<u8").tobytes()
+    header = UploadHeader(session.session_id, 0, "moments", "a", spec_for(data.payloads["a"]))
+    ticket = session.begin_upload(header, caller="a")
+    assert isinstance(ticket, Ticket)
+    with pytest.raises(InvalidArgument, match=words):
+        try:
+            fault(session, ticket, payload)
+        finally:
+            session.abandon(ticket)
+    assert session.store.dump() == before
+    upload(session, "a", 0, data.payloads["a"])
+    upload(session, "c", 0, data.payloads["c"])
+    np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
+
+
+def test_a_second_concurrent_stream_of_the_same_upload_is_told_to_retry(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=6)
+    header = UploadHeader(session.session_id, 0, "moments", "a", spec_for(data.payloads["a"]))
+    ticket = session.begin_upload(header, caller="a")
+    assert isinstance(ticket, Ticket)
+    refused(session, RetryLater, lambda: session.begin_upload(header, caller="a"))
+    session.abandon(ticket)
+    run_round(session, data.payloads, 0)
+    np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
+
+
+def test_result_of_a_round_not_yet_open_is_not_found(fed: Federation, session: Session) -> None:
+    join_all(fed, session)
+    message = refused(session, NotFound, lambda: session.result(session.session_id, 1, caller="a"))
+    assert "round_index 1 has not opened" in message
+
+
+# ---------------------------------------------------------------- dropouts and unmasking
+
+
+def unmask_round(
+    fed: Federation, session: Session, round_index: int, survivors: list[str]
+) -> tuple[str, ...]:
+    """Every survivor attests the request it was shown; returns the dropped set."""
+    dropped: tuple[str, ...] = ()
+    for node in survivors:
+        request = session.unmask_request(session.session_id, round_index, caller=node)
+        assert request.pending
+        dropped = request.dropped
+        session.attest(
+            fed.attestation(node, session.session_id, round_index, request.survivor_hash),
+            caller=node,
+        )
+    return dropped
+
+
+def test_dropout_after_the_roster_is_unmasked_to_the_exact_survivor_sum(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=7)
+    upload(session, "a", 0, data.payloads["a"])
+    upload(session, "b", 0, data.payloads["b"])
+    session.tick(clock.advance(60_000))
+    view = session.result(session.session_id, 0, caller="a")
+    assert view.status == RoundStatus.UNMASK
+    assert (view.survivors, view.dropped) == (("a", "b"), ("c",))
+    assert view.survivor_hash == survivor_set_hash(
+        CONFIG_HASH, session.session_id, 0, ["a", "b"], ["c"]
+    )
+    assert view.unmask_request is not None and view.unmask_request.tensors == LAYOUT
+    dropped = unmask_round(fed, session, 0, ["a", "b"])
+    assert dropped == ("c",)
+    request = session.unmask_request(session.session_id, 0, caller="a")
+    assert {a.node_id for a in request.attestations} == {"a", "b"}
+    receipt = submit_correction(session, "a", 0, data.correction("a", dropped))
+    assert isinstance(receipt, UnmaskReceipt) and receipt.received_count == 1
+    submit_correction(session, "b", 0, data.correction("b", dropped))
+    np.testing.assert_array_equal(read_result(session, 0), data.total(["a", "b"]))
+    # Round 1 is between the survivors only; c stays dropped.
+    status = session.status(session.session_id)
+    assert status.rounds[0].dropped == ("c",)
+    assert session.store.round(1).participants == ("a", "b")  # type: ignore[union-attr]
+    late = zero_sum(fed.node_ids, N_WORDS, seed=8).payloads["c"]
+    message = refused(session, FailedPrecondition, lambda: upload(session, "c", 1, late))
+    assert "was dropped from this session in round 0" in message
+    second = zero_sum(["a", "b"], N_WORDS, seed=9)
+    run_round(session, second.payloads, 1)
+    np.testing.assert_array_equal(read_result(session, 1), second.total(["a", "b"]))
+    assert session.state() == SessionState.COMPLETED
+
+
+def test_too_few_answers_at_the_unmask_deadline_fail_the_session(
+    clock: FakeClock, state_path: Path
+) -> None:
+    fed = make_federation(("a", "b", "c", "d"), min_nodes=2)
+    session = Session(Store(state_path), fed.config, clock=clock)
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=10)
+    for node in ("a", "b", "c"):
+        upload(session, node, 0, data.payloads[node])
+    session.tick(clock.advance(60_000))
+    unmask_round(fed, session, 0, ["a", "b", "c"])
+    submit_correction(session, "a", 0, data.correction("a", ["d"]))
+    session.tick(clock.advance(60_000))  # b and c never answer
+    assert session.state() == SessionState.FAILED
+    assert session.reason() == (
+        "only 1 of 3 survivors answered the unmask request for round 'moments' (b, c dropped); "
+        "the federation requires at least 2"
+    )
+    assert session.result(session.session_id, 0, caller="a").status == RoundStatus.FAILED
+
+
+def test_survivor_silent_at_the_unmask_deadline_moves_to_the_dropped_set(
+    clock: FakeClock, state_path: Path
+) -> None:
+    fed = make_federation(("a", "b", "c", "d"), min_nodes=2)
+    session = Session(Store(state_path), fed.config, clock=clock)
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=11)
+    for node in ("a", "b", "c"):
+        upload(session, node, 0, data.payloads[node])
+    session.tick(clock.advance(60_000))
+    unmask_round(fed, session, 0, ["a", "b", "c"])
+    submit_correction(session, "a", 0, data.correction("a", ["d"]))
+    submit_correction(session, "b", 0, data.correction("b", ["d"]))
+    session.tick(clock.advance(60_000))  # c never answers
+    view = session.result(session.session_id, 0, caller="a")
+    assert (view.survivors, view.dropped) == (("a", "b"), ("c", "d"))
+    dropped = unmask_round(fed, session, 0, ["a", "b"])
+    assert dropped == ("c", "d")
+    submit_correction(session, "a", 0, data.correction("a", dropped))
+    submit_correction(session, "b", 0, data.correction("b", dropped))
+    np.testing.assert_array_equal(read_result(session, 0), data.total(["a", "b"]))
+
+
+def test_too_few_uploads_at_the_deadline_fail_the_session_with_a_reason(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    join_all(fed, session)
+    upload(session, "c", 0, zero_sum(fed.node_ids, N_WORDS, seed=12).payloads["c"])
+    session.tick(clock.advance(60_000))
+    assert session.state() == SessionState.FAILED
+    assert session.reason() == (
+        "only 1 of 3 nodes submitted round 'moments' (a, b dropped); "
+        "the federation requires at least 2"
+    )
+    view = session.result(session.session_id, 0, caller="c")
+    assert view.status == RoundStatus.FAILED and view.reason == session.reason()
+    assert view.dropped == ("a", "b")
+
+
+def test_upload_in_progress_at_the_deadline_is_withdrawn_from_the_sum(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=13)
+    upload(session, "a", 0, data.payloads["a"])
+    upload(session, "b", 0, data.payloads["b"])
+    header = UploadHeader(session.session_id, 0, "moments", "c", spec_for(data.payloads["c"]))
+    ticket = session.begin_upload(header, caller="c")
+    assert isinstance(ticket, Ticket)
+    raw = data.payloads["c"].astype("<u8").tobytes()
+    session.receive(ticket, 0, raw[:101])
+    session.tick(clock.advance(60_000))
+    with pytest.raises(FailedPrecondition, match="dropped while the stream was in progress"):
+        session.receive(ticket, 101, raw[101:])
+    session.abandon(ticket)
+    dropped = unmask_round(fed, session, 0, ["a", "b"])
+    submit_correction(session, "a", 0, data.correction("a", dropped))
+    submit_correction(session, "b", 0, data.correction("b", dropped))
+    np.testing.assert_array_equal(read_result(session, 0), data.total(["a", "b"]))
+    assert not list(session.store.payload_dir.glob(".part-*"))
+
+
+def test_bad_attestations_and_early_corrections_are_refused(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=14)
+    upload(session, "a", 0, data.payloads["a"])
+    upload(session, "b", 0, data.payloads["b"])
+    session.tick(clock.advance(60_000))
+    request = session.unmask_request(session.session_id, 0, caller="a")
+    sid = session.session_id
+    stale = fed.attestation("a", sid, 0, hashlib.sha256(b"other set").digest())
+    assert "fetch the request again" in refused(
+        session, FailedPrecondition, lambda: session.attest(stale, caller="a")
+    )
+    forged = fed.attestation("b", sid, 0, request.survivor_hash)
+    forged = type(forged)(sid, 0, "a", request.survivor_hash, forged.signature)
+    assert "does not verify" in refused(
+        session, Unauthenticated, lambda: session.attest(forged, caller="a")
+    )
+    dropped_one = fed.attestation("c", sid, 0, request.survivor_hash)
+    assert "not a survivor" in refused(
+        session, FailedPrecondition, lambda: session.attest(dropped_one, caller="c")
+    )
+    session.attest(fed.attestation("a", sid, 0, request.survivor_hash), caller="a")
+    early = data.correction("a", ["c"])
+    header = UnmaskHeader(sid, 0, "moments", "a", ("c",), request.survivor_hash, spec_for(early))
+    assert "not every survivor has attested" in refused(
+        session, FailedPrecondition, lambda: session.begin_unmask(header, caller="a")
+    )
+    wrong_set = UnmaskHeader(sid, 0, "moments", "a", (), request.survivor_hash, spec_for(early))
+    assert "fetch the request again" in refused(
+        session, FailedPrecondition, lambda: session.begin_unmask(wrong_set, caller="a")
+    )
+
+
+def test_a_conflicting_correction_is_refused(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=15)
+    upload(session, "a", 0, data.payloads["a"])
+    upload(session, "b", 0, data.payloads["b"])
+    session.tick(clock.advance(60_000))
+    unmask_round(fed, session, 0, ["a", "b"])
+    right = data.correction("a", ["c"])
+    submit_correction(session, "a", 0, right)
+    again = submit_correction(session, "a", 0, right)
+    assert isinstance(again, UnmaskReceipt) and again.duplicate
+    wrong = right.copy()
+    wrong[3] ^= np.uint64(8)
+    assert "conflicting unmask correction" in refused(
+        session, AlreadyExists, lambda: submit_correction(session, "a", 0, wrong)
+    )
+
+
+def test_a_refusal_to_unmask_ends_the_session_with_the_nodes_reason(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=16)
+    upload(session, "a", 0, data.payloads["a"])
+    upload(session, "b", 0, data.payloads["b"])
+    session.tick(clock.advance(60_000))
+    request = session.unmask_request(session.session_id, 0, caller="b")
+    refusal = UnmaskRefusal(
+        session.session_id,
+        0,
+        "b",
+        request.dropped,
+        request.survivor_hash,
+        "noise left on my round-0 egress would fall to σ = 0.12, below my floor of 0.35",
+    )
+    receipt = session.refuse_unmask(refusal, caller="b")
+    assert not receipt.accepted
+    assert session.state() == SessionState.FAILED
+    assert session.reason() == (
+        "node 'b' refused to unmask round 0 ('moments'): noise left on my round-0 egress "
+        "would fall to σ = 0.12, below my floor of 0.35"
+    )
+    assert session.store.refusals(0, 1)[0].node_id == "b"
+
+
+def test_cape_dropout_in_a_model_round_reruns_the_cape_sum_among_survivors(
+    clock: FakeClock, state_path: Path
+) -> None:
+    fed = make_federation(("a", "b", "c"), construction="cape")
+    session = Session(Store(state_path), fed.config, clock=clock)
+    join_all(fed, session)
+    assert session.status().current_round_name == "cape-sum/moments"
+    blind = zero_sum(fed.node_ids, N_WORDS, seed=17)
+    run_round(session, blind.payloads, 0)
+    np.testing.assert_array_equal(read_result(session, 0), blind.total(fed.node_ids))
+    model = zero_sum(fed.node_ids, N_WORDS, seed=18)
+    upload(session, "a", 1, model.payloads["a"])
+    upload(session, "b", 1, model.payloads["b"])
+    session.tick(clock.advance(60_000))
+    status = session.status()
+    assert [(r.round_name, r.status) for r in status.rounds] == [
+        ("cape-sum/moments", RoundStatus.READY),
+        ("moments", RoundStatus.SUPERSEDED),
+        ("cape-sum/moments", RoundStatus.OPEN),
+    ]
+    assert "rerun among the 2 survivors from round 2" in status.rounds[1].reason
+    assert session.store.round(2).participants == ("a", "b")  # type: ignore[union-attr]
+    for round_index in (2, 3, 4, 5):
+        data = zero_sum(["a", "b"], N_WORDS, seed=20 + round_index)
+        run_round(session, data.payloads, round_index)
+        np.testing.assert_array_equal(read_result(session, round_index), data.total(["a", "b"]))
+    assert [r.round_name for r in session.status().rounds][3:] == [
+        "moments",
+        "cape-sum/scatter",
+        "scatter",
+    ]
+    assert session.state() == SessionState.COMPLETED
+
+
+# ---------------------------------------------------------------- restart
+
+
+def test_restart_keeps_the_session_uploads_and_results_and_drops_streams_in_flight(
+    fed: Federation, state_path: Path, clock: FakeClock
+) -> None:
+    store = Store(state_path)
+    session = Session(store, fed.config, clock=clock)
+    session_id = session.session_id
+    join_all(fed, session)
+    first = zero_sum(fed.node_ids, N_WORDS, seed=30)
+    run_round(session, first.payloads, 0)
+    result_bytes = session.result(session_id, 0, caller="a").path.read_bytes()  # type: ignore[union-attr]
+    second = zero_sum(fed.node_ids, N_WORDS, seed=31)
+    upload(session, "a", 1, second.payloads["a"])
+    header = UploadHeader(session_id, 1, "scatter", "b", spec_for(second.payloads["b"]))
+    ticket = session.begin_upload(header, caller="b")
+    assert isinstance(ticket, Ticket)
+    session.receive(ticket, 0, second.payloads["b"].astype("<u8").tobytes()[:77])
+    # The process dies here: no abandon, no close.
+    restarted = Session(Store(state_path), fed.config, clock=clock)
+    assert restarted.resumed and restarted.session_id == session_id
+    assert not list(restarted.store.payload_dir.glob(".part-*"))
+    view = restarted.result(session_id, 0, caller="c")
+    assert view.path is not None and view.path.read_bytes() == result_bytes
+    assert upload(restarted, "a", 1, second.payloads["a"]).duplicate
+    upload(restarted, "b", 1, second.payloads["b"])
+    upload(restarted, "c", 1, second.payloads["c"])
+    np.testing.assert_array_equal(read_result(restarted, 1), second.total(fed.node_ids))
+    store.close()
+
+
+def test_restart_during_unmask_rebuilds_the_sum_from_the_stored_uploads(
+    fed: Federation, state_path: Path, clock: FakeClock
+) -> None:
+    session = Session(Store(state_path), fed.config, clock=clock)
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=32)
+    upload(session, "a", 0, data.payloads["a"])
+    upload(session, "b", 0, data.payloads["b"])
+    session.tick(clock.advance(60_000))
+    dropped = unmask_round(fed, session, 0, ["a", "b"])
+    submit_correction(session, "a", 0, data.correction("a", dropped))
+    restarted = Session(Store(state_path), fed.config, clock=clock)
+    submit_correction(restarted, "b", 0, data.correction("b", dropped))
+    np.testing.assert_array_equal(read_result(restarted, 0), data.total(["a", "b"]))
+
+
+def test_restart_gives_the_nodes_a_full_period_again(
+    fed: Federation, state_path: Path, clock: FakeClock
+) -> None:
+    session = Session(Store(state_path), fed.config, clock=clock)
+    join_all(fed, session)
+    clock.advance(50_000)
+    restarted = Session(Store(state_path), fed.config, clock=clock)
+    assert restarted.store.round(0).deadline_ms == clock.now + 60_000  # type: ignore[union-attr]
+    restarted.tick(clock.advance(59_000))
+    assert restarted.state() == SessionState.RUNNING
+    assert restarted.store.round(0).status == RoundStatus.OPEN  # type: ignore[union-attr]
+
+
+def test_a_state_file_of_another_federation_config_is_refused(
+    fed: Federation, state_path: Path, clock: FakeClock
+) -> None:
+    Session(Store(state_path), fed.config, clock=clock)
+    other = make_federation(("a", "b", "c"))
+    changed = type(other.config)(
+        federation_id="testfed",
+        config_hash=hashlib.sha256(b"changed").digest(),
+        identity_keys=other.config.identity_keys,
+        min_nodes=2,
+        join_timeout_ms=1000,
+        round_timeout_ms=1000,
+    )
+    with pytest.raises(StateFileError, match="start with a new --state path"):
+        Session(Store(state_path), changed, clock=clock)
+
+
+def test_everyone_informed_after_the_final_result_is_delivered(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    for round_index in (0, 1):
+        run_round(
+            session, zero_sum(fed.node_ids, N_WORDS, seed=40 + round_index).payloads, round_index
+        )
+    assert session.ended() and not session.everyone_informed()
+    for node in fed.node_ids:
+        session.record_delivery(1, node)
+    assert session.everyone_informed()
+
+
+def test_a_join_after_the_deadline_is_refused_even_before_the_deadline_is_applied(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    join_all(fed, session, ["a", "b"])
+    clock.advance(60_000)
+    late = fed.bundle("c", session.session_id)
+    message = refused(session, FailedPrecondition, lambda: session.join(late, caller="c"))
+    assert "join deadline" in message and "passed" in message
+
+
+def test_an_upload_after_the_deadline_is_refused_even_before_the_deadline_is_applied(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=50)
+    clock.advance(60_000)
+    message = refused(
+        session, FailedPrecondition, lambda: upload(session, "a", 0, data.payloads["a"])
+    )
+    assert "stopped accepting uploads at its deadline" in message

@@ -1,0 +1,150 @@
+"""The SQLite state file and its payload directory."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from coordinator.errors import StateFileError
+from coordinator.layout import TensorSlot
+from coordinator.store import SCHEMA_VERSION, Store, UploadRow, payload_dir_for
+
+LAYOUT = (TensorSlot("t", (2,), 0, 2),)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store(tmp_path / "coordinator" / "state.sqlite")
+
+
+def create(store: Store) -> None:
+    with store.transaction():
+        store.create_session(
+            session_id="ab" * 16,
+            config_hash=b"\x01" * 32,
+            federation_id="fed",
+            created_ms=1,
+            join_deadline_ms=2,
+        )
+        store.add_member("a", b"\x02" * 32, b"\x03" * 64, 1)
+        store.open_round(0, "moments", ["a"], 1, 10)
+
+
+def stored_upload(store: Store, data: bytes = b"\x05" * 16) -> UploadRow:
+    writer = store.new_payload()
+    writer.write(data[:5])
+    writer.write(data[5:])
+    digest = writer.finish()
+    name = store.upload_name(0, "a", digest)
+    writer.place(name)
+    row = UploadRow(0, "a", digest, len(data), name, LAYOUT, 32, 5)
+    with store.transaction():
+        store.add_upload(row)
+    return row
+
+
+def test_a_new_state_file_has_the_schema_wal_and_foreign_keys(store: Store) -> None:
+    db = sqlite3.connect(store.path)
+    assert db.execute("SELECT version FROM schema_version").fetchone() == (SCHEMA_VERSION,)
+    assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    db.close()
+    assert store.session() is None
+    assert store.payload_dir == payload_dir_for(store.path)
+    assert store.payload_dir.name == "state.payloads" and store.payload_dir.is_dir()
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"), store.transaction():
+        store.add_upload(UploadRow(7, "nobody", b"\x00" * 32, 8, "x.u64", LAYOUT, 32, 0))
+
+
+def test_rows_survive_reopening(store: Store) -> None:
+    create(store)
+    row = stored_upload(store)
+    store.close()
+    again = Store(store.path)
+    session = again.session()
+    assert session is not None and session.session_id == "ab" * 16 and session.state == "joining"
+    assert again.members()[0].node_id == "a"
+    assert again.round(0).participants == ("a",)  # type: ignore[union-attr]
+    assert again.upload(0, "a") == row
+    assert again.payload_path(row.path).read_bytes() == b"\x05" * 16
+    assert row.sha256 == hashlib.sha256(b"\x05" * 16).digest()
+
+
+def test_a_failed_transaction_leaves_nothing_behind(store: Store) -> None:
+    create(store)
+    before = store.dump()
+    with pytest.raises(KeyError), store.transaction():
+        store.add_member("b", b"\x02" * 32, b"\x03" * 64, 1)
+        store.update_session(state="running")
+        raise KeyError("crash in the middle of a transition")
+    assert store.dump() == before
+
+
+def test_writes_outside_a_transaction_are_refused(store: Store) -> None:
+    with pytest.raises(RuntimeError, match=r"inside Store\.transaction"):
+        store.add_member("a", b"\x02" * 32, b"\x03" * 64, 1)
+    with pytest.raises(RuntimeError, match="do not nest"), store.transaction(), store.transaction():
+        pass
+
+
+def test_recovery_deletes_temporary_and_unreferenced_files(store: Store) -> None:
+    create(store)
+    row = stored_upload(store)
+    unfinished = store.new_payload()
+    unfinished.write(b"half")
+    orphan = store.new_payload()
+    orphan.write(b"\x09" * 8)
+    orphan.place("r0000-upload-a-0000000000000000.u64")  # renamed, row never inserted
+    removed = store.recover()
+    assert sorted(removed) == sorted([unfinished.path.name, "r0000-upload-a-0000000000000000.u64"])
+    assert [p.name for p in store.payload_dir.iterdir()] == [row.path]
+
+
+def test_recovery_refuses_a_state_file_whose_payload_is_missing(store: Store) -> None:
+    create(store)
+    row = stored_upload(store)
+    store.payload_path(row.path).unlink()
+    with pytest.raises(StateFileError, match="missing or does not hold 16 bytes"):
+        store.recover()
+
+
+def test_a_discarded_writer_leaves_no_file(store: Store) -> None:
+    writer = store.new_payload()
+    writer.write(b"abc")
+    writer.discard()
+    assert not any(store.payload_dir.iterdir())
+
+
+def test_files_that_are_not_state_files_are_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other.sqlite"
+    db = sqlite3.connect(other)
+    db.execute("CREATE TABLE notes (x)")
+    db.commit()
+    db.close()
+    with pytest.raises(StateFileError, match="not a zerosum coordinator state file"):
+        Store(other)
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StateFileError, match="cannot be opened"):
+        Store(garbage)
+
+
+def test_a_state_file_of_another_schema_version_is_refused(store: Store) -> None:
+    store.close()
+    db = sqlite3.connect(store.path)
+    db.execute("UPDATE schema_version SET version = 99")
+    db.commit()
+    db.close()
+    with pytest.raises(StateFileError, match="schema version 99"):
+        Store(store.path)
+
+
+def test_file_names_are_safe_for_any_node_id() -> None:
+    digest = b"\xab" * 32
+    assert Store.upload_name(3, "site-a", digest) == "r0003-upload-site-a-abababababababab.u64"
+    odd = Store.upload_name(3, "../x y", digest)
+    assert "/" not in odd and " " not in odd and odd.startswith("r0003-upload-x")
+    assert Store.result_name(12, digest) == "r0012-result-abababababababab.u64"
+    assert Store.correction_name(1, 2, "b", digest) == "r0001-unmask2-b-abababababababab.u64"

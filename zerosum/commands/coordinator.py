@@ -1,0 +1,170 @@
+"""`zerosum coordinator`: run the federation's coordinator for one session.
+
+Starts (or resumes) the session kept in the state file, serves the nodes over
+mutual TLS and prints one progress line per transition to stderr. The exit
+status says how the session ended: 0 completed, 1 failed (the reason is
+printed), 2 bad arguments or files; on SIGINT/SIGTERM the server stops cleanly
+and the exit status is 128 + the signal number. Starting again with the same
+arguments resumes the same session from the state file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+
+DESCRIPTION = """\
+Run the coordinator of a federation for one session: accept the nodes' signed
+keys, publish the roster, sum each round's masked uploads (exactly, modulo
+2^64), handle dropouts by asking the survivors for unmask corrections, and
+serve the results. State lives in a SQLite file (default: coordinator/state.sqlite
+next to the federation file); a restart with the same arguments resumes the
+same session, keeping every upload and result already stored.
+"""
+
+EPILOG = """\
+TLS files are read from the federation folder: ca/ca.pem (or the config's
+ca_certificate) and coordinator/server.pem + coordinator/server.key.
+
+exit status: 0 session completed, 1 session failed (reason printed),
+2 bad arguments or unreadable files, 128+N stopped by signal N (resumable).
+
+examples:
+  zerosum coordinator --federation fed/federation.toml
+  zerosum coordinator --federation fed/federation.toml --listen 0.0.0.0:50051
+  zerosum coordinator --federation fed/federation.toml --listen 127.0.0.1:0   # any free port
+"""
+
+_PREFIX = "zerosum coordinator"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "--federation", required=True, type=Path, metavar="F", help="the federation.toml file"
+    )
+    parser.add_argument(
+        "--state",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="SQLite state file (default: coordinator/state.sqlite next to the federation file)",
+    )
+    parser.add_argument(
+        "--listen",
+        default=None,
+        metavar="HOST:PORT",
+        help="address to serve on (default: the config's coordinator_address; port 0 = any)",
+    )
+    parser.add_argument(
+        "--tls-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="folder with server.pem and server.key (default: coordinator/ next to the "
+        "federation file)",
+    )
+    parser.add_argument(
+        "--linger",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="after the session ends, keep serving until every node has fetched the outcome "
+        "or this long (default: the round deadline)",
+    )
+
+
+def _say(line: str) -> None:
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    print(f"{stamp} {_PREFIX}: {line}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from coordinator.config import SessionConfig
+    from coordinator.errors import StateFileError
+    from coordinator.server import ServerTLS, start_server
+    from coordinator.session import Session
+    from coordinator.store import Store
+    from noise.federation import ConfigError, config_hash, load_federation
+
+    try:
+        federation = load_federation(args.federation)
+    except (ConfigError, OSError) as error:
+        print(f"{_PREFIX}: cannot read {args.federation}: {error}", file=sys.stderr)
+        return 2
+    base = federation.base_dir or args.federation.resolve().parent
+    state_path: Path = args.state or base / "coordinator" / "state.sqlite"
+    tls_dir: Path = args.tls_dir or base / "coordinator"
+    try:
+        tls = ServerTLS(
+            certificate=(tls_dir / "server.pem").read_bytes(),
+            private_key=(tls_dir / "server.key").read_bytes(),
+            ca_certificate=federation.ca_certificate_path.read_bytes(),
+        )
+    except OSError as error:
+        print(f"{_PREFIX}: cannot read the TLS files: {error}", file=sys.stderr)
+        return 2
+
+    config = SessionConfig.from_federation(federation, config_hash(federation))
+    try:
+        store = Store(state_path)
+        session = Session(store, config, log=_say)
+    except StateFileError as error:
+        print(f"{_PREFIX}: {error}", file=sys.stderr)
+        return 2
+    verb = "resumed" if session.resumed else "started"
+    _say(
+        f"{verb} session {session.session_id} of federation {federation.federation_id!r} "
+        f"({len(config.node_ids)} nodes, at least {config.min_nodes}; state {state_path})"
+    )
+
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    listen = args.listen or federation.coordinator_address
+    try:
+        try:
+            server = start_server(session, tls, listen=listen, log=_say)
+        except (OSError, RuntimeError) as error:
+            print(f"{_PREFIX}: cannot listen on {listen}: {error}", file=sys.stderr)
+            return 2
+        host = listen.rpartition(":")[0] or "0.0.0.0"
+        _say(f"listening on {host}:{server.port}")
+        linger_s = args.linger if args.linger is not None else config.round_timeout_ms / 1000
+        ended_at: float | None = None
+        try:
+            while not stop.wait(0.1):
+                if not session.ended():
+                    continue
+                if ended_at is None:
+                    ended_at = time.monotonic()
+                if session.everyone_informed() or time.monotonic() - ended_at >= linger_s:
+                    break
+        finally:
+            server.stop(grace=2.0)
+        state, reason, session_id = session.state(), session.reason(), session.session_id
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        store.close()
+
+    if state == "completed":
+        _say(f"session {session_id} completed")
+        return 0
+    if state == "failed":
+        _say(f"session {session_id} failed: {reason}")
+        return 1
+    name = signal.Signals(received[0]).name if received else "a signal"
+    _say(f"stopped by {name}; start again with the same arguments to resume the session")
+    return 128 + (received[0] if received else signal.SIGTERM)
