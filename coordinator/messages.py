@@ -182,7 +182,12 @@ class UnmaskRequestView:
 
 @dataclass(frozen=True)
 class ResultView:
-    """A round's status; when READY, also the aggregate's header and stored file."""
+    """A round's status; when READY, also the aggregate's header and stored file.
+
+    ``survivors``: READY, the nodes summed; AWAITING_UNMASK, the current S;
+    OPEN, the round's participants (the nodes expected to upload). ``dropped``:
+    the participants left out (READY) or the current D (AWAITING_UNMASK).
+    """
 
     session_id: str
     round_index: int

@@ -258,16 +258,19 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             self.session.abandon(ticket)
             raise
         try:
-            for message in messages:
-                if message.WhichOneof("part") != "data":
-                    raise InvalidArgument(
-                        f"{ticket.what}: only data chunks may follow the header; "
-                        f"got a {message.WhichOneof('part') or 'empty'} message."
-                    )
-                self.session.receive(ticket, message.data.offset, message.data.data)
+            try:
+                for message in messages:
+                    if message.WhichOneof("part") != "data":
+                        raise InvalidArgument(
+                            f"{ticket.what}: only data chunks may follow the header; "
+                            f"got a {message.WhichOneof('part') or 'empty'} message."
+                        )
+                    self.session.receive(ticket, message.data.offset, message.data.data)
+            finally:
+                # Checking, fsyncing and recording need no slot: the bytes are in.
+                self._slots.release()
             return self.session.finish(ticket)
         finally:
-            self._slots.release()
             self.session.abandon(ticket)
 
     def UploadEgress(
@@ -543,6 +546,8 @@ def start_server(
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            # Refuse to share the port with another process (a second coordinator).
+            ("grpc.so_reuseport", 0),
             # A fixed 64 KiB read-ahead per stream instead of gRPC's bandwidth-delay
             # probing, which grows every stream's window to megabytes: with K nodes
             # uploading at once the buffered bytes would otherwise grow with K.

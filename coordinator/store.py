@@ -25,6 +25,7 @@ content.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -379,6 +380,26 @@ class PayloadWriter:
             self.path.unlink(missing_ok=True)
 
 
+def _lock_exclusively(state_path: Path) -> int:
+    """Hold an exclusive lock on ``<state>.lock`` for as long as the process uses the state.
+
+    Two coordinators on one state file would corrupt the session; the lock
+    makes the second refuse to start. The operating system releases it when
+    the process ends, however it ends (``kill -9`` included).
+    """
+    lock_path = state_path.with_name(state_path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StateFileError(
+            f"state file {state_path} is in use by another coordinator process "
+            f"(it holds {lock_path.name}); stop that one first."
+        ) from None
+    return fd
+
+
 def _fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -400,6 +421,7 @@ class Store:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._owner = _lock_exclusively(self.path)
         self.payload_dir = payload_dir_for(self.path)
         self.payload_dir.mkdir(exist_ok=True)
         self._lock = threading.RLock()
@@ -412,7 +434,12 @@ class Store:
             self._ensure_schema()
         except sqlite3.DatabaseError as exc:
             self._db.close()
+            os.close(self._owner)
             raise StateFileError(f"state file {self.path} cannot be opened: {exc}.") from None
+        except BaseException:
+            self._db.close()
+            os.close(self._owner)
+            raise
 
     def _ensure_schema(self) -> None:
         tables = {
@@ -438,9 +465,12 @@ class Store:
             )
 
     def close(self) -> None:
-        """Close the database connection."""
+        """Close the database connection and release the state file for another process."""
         with self._lock:
             self._db.close()
+            if self._owner >= 0:
+                os.close(self._owner)
+                self._owner = -1
 
     # ------------------------------------------------------------ transactions
 

@@ -21,6 +21,7 @@ from coordinator.server import MAX_MESSAGE_BYTES, RunningServer, ServerTLS, star
 from coordinator.session import Session
 from coordinator.store import Store
 from noise.keys import IdentityKey, sign_key_bundle
+from noise.transcript import roster_hash
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from tests.coordinator.support import (
@@ -223,6 +224,27 @@ def test_a_round_over_the_network_sums_payloads_larger_than_one_message(
     np.testing.assert_array_equal(np.frombuffer(payload, dtype="<u8"), data.total(["a", "b", "c"]))
     status = harness.stub("c").GetStatus(pb.GetStatusRequest(session_id=harness.session_id))
     assert status.state == pb.SESSION_STATE_RUNNING and status.current_round_name == "scatter"
+
+
+def test_status_names_the_session_and_the_roster_is_final_once_all_joined(
+    harness: Harness,
+) -> None:
+    status = harness.stub("b").GetStatus(pb.GetStatusRequest(), timeout=10)
+    assert status.session_id == harness.session_id
+    assert status.state == pb.SESSION_STATE_JOINING and status.min_nodes == 2
+    harness.join("a")
+    request = pb.GetRosterRequest(session_id=harness.session_id, node_id="b")
+    roster = harness.stub("b").GetRoster(request, timeout=10)
+    assert not roster.final and roster.version == 1
+    harness.join("b")
+    harness.join("c")
+    again = harness.join("c")
+    assert again.rejoined and again.joined_count == 3 and again.federation_size == 3
+    roster = harness.stub("b").GetRoster(request, timeout=10)
+    assert roster.final and roster.version == 3 and not roster.excluded_node_ids
+    assert [b.node_id for b in roster.bundles] == ["a", "b", "c"]
+    assert roster.roster_hash == roster_hash(CONFIG_HASH, harness.session_id, roster.bundles)
+    assert [(d.round_index, d.round_name) for d in roster.round_deadlines] == [(0, "moments")]
 
 
 def test_the_same_upload_again_is_acknowledged_as_a_duplicate(harness: Harness) -> None:

@@ -708,7 +708,8 @@ def test_restart_keeps_the_session_uploads_and_results_and_drops_streams_in_flig
     ticket = session.begin_upload(header, caller="b")
     assert isinstance(ticket, Ticket)
     session.receive(ticket, 0, second.payloads["b"].astype("<u8").tobytes()[:77])
-    # The process dies here: no abandon, no close.
+    # The process dies here: nothing is cleaned up; the OS releases the state file.
+    store.close()
     restarted = Session(Store(state_path), fed.config, clock=clock)
     assert restarted.resumed and restarted.session_id == session_id
     assert not list(restarted.store.payload_dir.glob(".part-*"))
@@ -718,7 +719,6 @@ def test_restart_keeps_the_session_uploads_and_results_and_drops_streams_in_flig
     upload(restarted, "b", 1, second.payloads["b"])
     upload(restarted, "c", 1, second.payloads["c"])
     np.testing.assert_array_equal(read_result(restarted, 1), second.total(fed.node_ids))
-    store.close()
 
 
 def test_restart_during_unmask_rebuilds_the_sum_from_the_stored_uploads(
@@ -732,6 +732,7 @@ def test_restart_during_unmask_rebuilds_the_sum_from_the_stored_uploads(
     session.tick(clock.advance(60_000))
     dropped = unmask_round(fed, session, 0, ["a", "b"])
     submit_correction(session, "a", 0, data.correction("a", dropped))
+    session.store.close()  # the process dies
     restarted = Session(Store(state_path), fed.config, clock=clock)
     submit_correction(restarted, "b", 0, data.correction("b", dropped))
     np.testing.assert_array_equal(read_result(restarted, 0), data.total(["a", "b"]))
@@ -743,6 +744,7 @@ def test_restart_gives_the_nodes_a_full_period_again(
     session = Session(Store(state_path), fed.config, clock=clock)
     join_all(fed, session)
     clock.advance(50_000)
+    session.store.close()  # the process dies
     restarted = Session(Store(state_path), fed.config, clock=clock)
     assert restarted.store.round(0).deadline_ms == clock.now + 60_000  # type: ignore[union-attr]
     restarted.tick(clock.advance(59_000))
@@ -753,7 +755,7 @@ def test_restart_gives_the_nodes_a_full_period_again(
 def test_a_state_file_of_another_federation_config_is_refused(
     fed: Federation, state_path: Path, clock: FakeClock
 ) -> None:
-    Session(Store(state_path), fed.config, clock=clock)
+    Session(Store(state_path), fed.config, clock=clock).store.close()
     other = make_federation(("a", "b", "c"))
     changed = type(other.config)(
         federation_id="testfed",
@@ -801,3 +803,10 @@ def test_an_upload_after_the_deadline_is_refused_even_before_the_deadline_is_app
         session, FailedPrecondition, lambda: upload(session, "a", 0, data.payloads["a"])
     )
     assert "stopped accepting uploads at its deadline" in message
+
+
+def test_a_second_coordinator_on_the_same_state_file_is_refused(
+    session: Session, state_path: Path
+) -> None:
+    with pytest.raises(StateFileError, match="in use by another coordinator process"):
+        Store(state_path)
