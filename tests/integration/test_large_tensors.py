@@ -1,0 +1,167 @@
+"""Payloads of about 21 MB per node reach a real coordinator process in chunks and sum exactly.
+
+gRPC refuses single messages above 4 MiB by default (the coordinator sets
+2 MiB), so a 2.6·10^6-word uint64 payload can only arrive as a stream of
+chunks. Three clients — node/client.py's CoordinatorClient, with the
+federation's TLS certificates and identity keys — join with signed key
+bundles and upload full-range random words laid out as two named tensors;
+the coordinator knows nothing of their meaning and only sums them. The
+downloaded aggregate must equal the wrapping sum bit for bit, a repeated
+upload must be acknowledged as a duplicate, and the session must complete.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from node.client import CHUNK_BYTES, CoordinatorClient, RetryPolicy, TensorSlot
+from noise.federation import config_hash
+from noise.fixed_point import wrapping_sum
+from noise.keys import EphemeralKey, sign_key_bundle
+from proto.zerosum.v1 import session_pb2 as pb
+from tests.integration.conftest import Federation, Processes, SessionRun, init_federation
+
+pytestmark = pytest.mark.integration
+
+NODES = ("a", "b", "c")
+WORDS = 2_600_000
+LAYOUT = (
+    TensorSlot("block", (1000, 1300), 0, 1_300_000),
+    TensorSlot("tail", (1_300_000,), 1_300_000, 1_300_000),
+)
+
+
+@pytest.fixture
+def session(tmp_path: Path, processes: Processes) -> SessionRun:
+    federation = init_federation(
+        tmp_path / "federation",
+        NODES,
+        cohort_sizes=(150, 120, 130),
+        join_deadline=120,
+        round_deadline=120,
+    )
+    run = SessionRun(federation, tmp_path / "session", processes)
+    run.start_coordinator()
+    return run
+
+
+@pytest.fixture
+def clients(session: SessionRun) -> Iterator[dict[str, CoordinatorClient]]:
+    root = session.federation.root
+    made = {
+        node: CoordinatorClient.from_files(
+            session.address,
+            node_id=node,
+            ca_certificate=root / "ca" / "ca.pem",
+            client_certificate=root / "nodes" / node / "client.pem",
+            client_key=root / "nodes" / node / "client.key",
+            retry=RetryPolicy(total_seconds=60.0),
+        )
+        for node in NODES
+    }
+    yield made
+    for client in made.values():
+        client.close()
+
+
+def _join(federation: Federation, client: CoordinatorClient, session_id: str) -> None:
+    bundle = sign_key_bundle(
+        federation.identity(client.node_id),
+        config_hash=config_hash(federation.config),
+        session_id=session_id,
+        node_id=client.node_id,
+        public_key=EphemeralKey.generate().public_bytes(),
+    )
+    client.join(
+        pb.KeyBundle(
+            config_hash=bundle.config_hash,
+            session_id=bundle.session_id,
+            node_id=bundle.node_id,
+            public_key=bundle.public_key,
+            signature=bundle.signature,
+        )
+    )
+
+
+def test_twenty_megabyte_payloads_sum_exactly(
+    session: SessionRun, clients: dict[str, CoordinatorClient]
+) -> None:
+    federation = session.federation
+    bits = federation.config.fixed_point_bits
+    session_id = clients["a"].get_status("").session_id
+    for client in clients.values():
+        _join(federation, client, session_id)
+    status = clients["a"].get_status(session_id)
+    assert (status.current_round_index, status.current_round_name) == (0, "moments")
+
+    rng = np.random.default_rng(20240611)
+    payloads = {
+        node: rng.integers(0, 2**64 - 1, WORDS, dtype=np.uint64, endpoint=True) for node in NODES
+    }
+    assert payloads["a"].nbytes >= 20_000_000 > 4 * CHUNK_BYTES
+
+    def upload(node: str) -> pb.UploadReceipt:
+        return clients[node].upload(
+            session_id=session_id,
+            round_index=0,
+            round_name="moments",
+            payload=payloads[node],
+            tensors=LAYOUT,
+            fixed_point_bits=bits,
+        )
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(len(NODES)) as pool:
+        receipts = dict(zip(NODES, pool.map(upload, NODES), strict=True))
+    upload_seconds = time.monotonic() - started
+    for node, receipt in receipts.items():
+        assert receipt.received_bytes == payloads[node].nbytes
+        assert not receipt.duplicate
+    # Every upload is on disk and in the state file before it is acknowledged.
+    assert session.state.uploads(0) == set(NODES)
+
+    expected = wrapping_sum(list(payloads.values()))
+    for node in NODES:
+        header, aggregate = clients[node].get_result(session_id, 0)
+        assert header.status == pb.ROUND_STATUS_READY
+        assert tuple(header.survivor_node_ids) == NODES
+        assert [(t.name, tuple(t.shape)) for t in header.payload.tensors] == [
+            (t.name, t.shape) for t in LAYOUT
+        ]
+        assert aggregate is not None and np.array_equal(aggregate, expected)
+    stored = session.state.result(0)
+    assert stored is not None and np.array_equal(stored[1], expected)
+
+    # The same 21 MB again: acknowledged as already received, nothing changes.
+    again = upload("b")
+    assert again.duplicate and again.sha256 == receipts["b"].sha256
+    _, unchanged = clients["c"].get_result(session_id, 0)
+    assert unchanged is not None and np.array_equal(unchanged, expected)
+
+    # A small last round lets the session complete and the coordinator exit.
+    small = (TensorSlot("v", (8,), 0, 8),)
+    for node in NODES:
+        clients[node].upload(
+            session_id=session_id,
+            round_index=1,
+            round_name="scatter",
+            payload=np.full(8, ord(node), dtype=np.uint64),
+            tensors=small,
+            fixed_point_bits=bits,
+        )
+    for node in NODES:
+        header, last = clients[node].get_result(session_id, 1)
+        assert header.status == pb.ROUND_STATUS_READY
+        assert last is not None and np.array_equal(
+            last, np.full(8, sum(ord(n) for n in NODES), dtype=np.uint64)
+        )
+    assert session.coordinator.wait(60) == 0
+    assert "completed" in session.coordinator.stderr()
+    # Three 21 MB streams over mutual TLS on loopback: seconds, not minutes.
+    assert upload_seconds < 60
