@@ -104,8 +104,15 @@ def _node_mask(
     for attempt in range(repeats + 1):
         seeds = {peer: os.urandom(32) for peer in ids[1:]}
         t_mask = _seconds(
-            lambda seeds=seeds, attempt=attempt: pairwise_mask(
-                design, me, seeds, round_index=attempt, tensor="sxx", size=d, codec=codec
+            partial(
+                pairwise_mask,
+                design,
+                me,
+                seeds,
+                round_index=attempt,
+                tensor="sxx",
+                size=d,
+                codec=codec,
             )
         )
         t_draw = 0.0

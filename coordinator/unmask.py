@@ -102,9 +102,19 @@ class UnmaskSteps(SessionBase):
         )
 
     def _unmask_deadline(self, round_row: RoundRow, request: UnmaskRow, now: int) -> None:
-        answered = {
-            c.node_id for c in self.store.corrections(round_row.round_index, request.attempt)
+        # Corrections can only be sent once every survivor has attested, so a
+        # survivor that never attested must not take down those that attested
+        # and were waiting for it: while attestations are missing, only the
+        # silent ones are laggards; after that, those without a correction.
+        attested = {
+            a.node_id for a in self.store.attestations(round_row.round_index, request.attempt)
         }
+        if set(request.survivors) - attested:
+            answered = attested
+        else:
+            answered = {
+                c.node_id for c in self.store.corrections(round_row.round_index, request.attempt)
+            }
         laggards = set(request.survivors) - answered
         survivors = sorted(set(request.survivors) - laggards)
         dropped = sorted(set(request.dropped) | laggards)

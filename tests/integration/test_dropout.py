@@ -288,15 +288,6 @@ def test_node_lost_after_its_upload_counts_in_the_rounds_it_finished(
         assert _unmask_entries(run, node) == [(1, ["a"])]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "coordinator/unmask.py _unmask_deadline drops every survivor that has not sent "
-        "a correction, including those that attested and were waiting (as the protocol "
-        "requires) for the silent node's attestation; with b silent the session fails with "
-        "'only 0 of 3 survivors answered' instead of rerunning the unmask among c and d"
-    ),
-)
 def test_survivor_silent_during_unmask_is_dropped_and_the_unmask_rerun(
     scenarios: dict[str, Finished | BaseException],
 ) -> None:

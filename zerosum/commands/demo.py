@@ -143,7 +143,7 @@ def _init_federation(args: argparse.Namespace, node_ids: list[str], port: int) -
         code = main(argv)
     if code != 0:
         raise DemoError(f"federation init failed: {captured.getvalue().strip()}")
-    return args.out / "federation.toml"
+    return Path(args.out) / "federation.toml"
 
 
 def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -303,7 +303,7 @@ def _evaluate(args: argparse.Namespace, node_ids: list[str]) -> dict[str, Any]:
         "max_difference_between_nodes_years": spread,
         "holdout_mae_years": float(np.mean(np.abs(fed_age - _ages(holdout)))),
         "holdout_delta_correlation": float(np.corrcoef(delta, truth.true_delta)[0, 1]),
-        "holdout_subjects": int(holdout.age.size),
+        "holdout_subjects": int(_ages(holdout).size),
     }
 
 
