@@ -48,6 +48,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "zerosum.commands.privacy",
         "print the per-observer privacy table (outsider / coordinator / coalition) for a design",
     ),
+    "simulate": (
+        "zerosum.commands.simulate",
+        "simulate correlated vs independent noise: utility, privacy, attacks, report",
+    ),
     "synth": (
         "zerosum.commands.synth",
         "write a synthetic brain-age cohort with a known ground truth",

@@ -1,0 +1,379 @@
+"""Sweep configuration: presets, TOML overrides, validation, and the list of cells.
+
+A sweep varies one parameter at a time around a base point (the ``[base]``
+table), over the values listed in ``[axes]``; every distinct parameter set is
+a *utility cell* run ``reps`` times. Attack, reconstruction and over-the-air
+cells are listed from their own tables. A TOML file overrides the chosen
+preset key by key::
+
+    seed = 7
+    reps = 20
+    schemes = ["none", "independent", "zerosum", "zerosum+residual", "seed_fedavg"]
+    constructions = ["pairwise", "cape"]
+
+    [base]
+    n_nodes = 10
+    epsilon = 1.0
+
+    [axes]
+    epsilon = [0.1, 1.0, 10.0]
+
+    [attack]
+    trials = 4000
+
+Unknown keys and bad values raise :class:`ConfigError`, naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from simulations.schemes import CONSTRUCTIONS, SCHEMES
+
+__all__ = [
+    "AXES",
+    "PRESETS",
+    "AttackParams",
+    "ConfigError",
+    "OverTheAirParams",
+    "ReconstructionParams",
+    "SimConfig",
+    "UtilityParams",
+    "load_config",
+]
+
+MODELS = ("simple", "unbiased", "unbiased_quadratic", "alternate", "alternate_quadratic")
+
+
+class ConfigError(ValueError):
+    """A simulation setting is unknown or out of range; names the field and the value."""
+
+    def __init__(self, field_name: str, value: object, reason: str) -> None:
+        self.field = field_name
+        self.value = value
+        self.reason = reason
+        super().__init__(f"simulation setting {field_name} = {value!r} {reason}")
+
+
+@dataclass(frozen=True)
+class UtilityParams:
+    """One point of the utility sweep.
+
+    ``feature_proportion`` keeps the top floor(p·P) principal components (Smith
+    et al. 2019 keep 10–25 %); 0 keeps every component (least squares on all
+    features), which noisy scatter matrices make ill-conditioned.
+    """
+
+    n_nodes: int = 10
+    epsilon: float = 1.0
+    delta: float = 1e-6
+    n_per_node: int = 1000
+    n_features: int = 20
+    site_offset_sd: float = 0.5
+    collusion_threshold: int = 1
+    coalition_size: int = 1
+    holdout_size: int = 1000
+    model: str = "unbiased"
+    feature_proportion: float = 0.25
+
+
+AXES = ("n_nodes", "epsilon", "delta", "n_per_node", "n_features", "site_offset_sd")
+
+
+@dataclass(frozen=True)
+class AttackParams:
+    """Membership inference against one node's scatter-round release (one ε per cell).
+
+    The attack uses few features (5) to keep the trials cheap: the release is
+    calibrated per egress, so the declared μ does not depend on P.
+    """
+
+    n_nodes: int = 10
+    epsilon: float = 1.0
+    delta: float = 1e-6
+    n_per_node: int = 200
+    n_features: int = 5
+    site_offset_sd: float = 0.5
+    collusion_threshold: int = 1
+    coalition_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    trials: int = 2000
+
+
+@dataclass(frozen=True)
+class ReconstructionParams:
+    """Difference attack on two releases of a small node (with and without one subject)."""
+
+    n_nodes: int = 5
+    epsilon: float = 1.0
+    delta: float = 1e-6
+    n_per_node: int = 20
+    n_features: int = 20
+    site_offset_sd: float = 0.5
+    collusion_threshold: int = 1
+    targets: int = 200
+
+
+@dataclass(frozen=True)
+class OverTheAirParams:
+    """Gradient descent under the over-the-air model with zero-sum vs uncorrelated perturbations."""
+
+    n_users: int = 10
+    dim: int = 20
+    samples_per_user: int = 40
+    ridge: float = 0.1
+    iterations: int = 200
+    perturbation_std: float = 1.0
+    channel_noise_std: float = 0.05
+    power_scaling: float = 1.0
+    reps: int = 20
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything a sweep needs; cells and seeds are functions of it alone."""
+
+    preset: str
+    seed: int
+    reps: int
+    schemes: tuple[str, ...]
+    constructions: tuple[str, ...]
+    base: UtilityParams
+    axes: tuple[tuple[str, tuple[float, ...]], ...]
+    attack: AttackParams
+    attack_epsilons: tuple[float, ...]
+    reconstruction: ReconstructionParams
+    overtheair: OverTheAirParams
+
+    def utility_cells(self) -> list[UtilityParams]:
+        """Distinct parameter sets: the base, then each axis value in the order given."""
+        cells: list[UtilityParams] = [self.base]
+        for name, values in self.axes:
+            for value in values:
+                cast: object = int(value) if name in _INT_FIELDS else float(value)
+                point = replace(self.base, **{name: cast})  # type: ignore[arg-type]
+                if point not in cells:
+                    cells.append(point)
+        return cells
+
+    def attack_cells(self) -> list[AttackParams]:
+        return [replace(self.attack, epsilon=float(e)) for e in self.attack_epsilons]
+
+    def axis(self, name: str) -> tuple[float, ...]:
+        return dict(self.axes).get(name, ())
+
+
+_INT_FIELDS = {
+    "n_nodes",
+    "n_per_node",
+    "n_features",
+    "collusion_threshold",
+    "coalition_size",
+    "holdout_size",
+    "trials",
+    "targets",
+    "n_users",
+    "dim",
+    "samples_per_user",
+    "iterations",
+    "reps",
+}
+
+_QUICK = SimConfig(
+    preset="quick",
+    seed=20251129,
+    reps=20,
+    schemes=SCHEMES,
+    constructions=CONSTRUCTIONS,
+    base=UtilityParams(),
+    axes=(
+        ("n_nodes", (2, 5, 10, 50)),
+        ("epsilon", (0.1, 0.3, 1.0, 3.0, 10.0)),
+        ("delta", (1e-9, 1e-6, 1e-3)),
+        ("n_per_node", (250, 1000, 4000)),
+        ("n_features", (10, 20)),
+        ("site_offset_sd", (0.0, 0.5, 1.0)),
+    ),
+    attack=AttackParams(),
+    attack_epsilons=(0.1, 0.3, 1.0, 3.0, 10.0),
+    reconstruction=ReconstructionParams(),
+    overtheair=OverTheAirParams(),
+)
+
+_FULL = replace(
+    _QUICK,
+    preset="full",
+    reps=20,
+    axes=(
+        ("n_nodes", (2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)),
+        ("epsilon", (0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0)),
+        ("delta", (1e-9, 1e-7, 1e-6, 1e-5, 1e-3)),
+        ("n_per_node", (50, 100, 200, 500, 1000, 2000, 5000, 10000)),
+        ("n_features", (5, 10, 20, 50)),
+        ("site_offset_sd", (0.0, 0.25, 0.5, 1.0, 2.0)),
+    ),
+    attack=replace(AttackParams(), trials=10000),
+    attack_epsilons=(0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0),
+    reconstruction=replace(ReconstructionParams(), targets=1000),
+    overtheair=replace(OverTheAirParams(), reps=50),
+)
+
+PRESETS: dict[str, SimConfig] = {"quick": _QUICK, "full": _FULL}
+
+
+# -- validation ---------------------------------------------------------------------------
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_value(where: str, name: str, value: object) -> None:
+    """Range checks shared by every parameter of that name."""
+    label = f"{where}.{name}" if where else name
+    positive_ints = {"n_per_node", "n_features", "holdout_size", "trials", "targets", "reps"}
+    positive_ints |= {"n_users", "dim", "samples_per_user", "iterations"}
+    if name in _INT_FIELDS:
+        if not _is_int(value):
+            raise ConfigError(label, value, "must be a whole number")
+        assert isinstance(value, int)
+        if name == "n_nodes" and not 2 <= value <= 100_000:
+            raise ConfigError(label, value, "must be between 2 and 100000 nodes")
+        if name in positive_ints and value < 1:
+            raise ConfigError(label, value, "must be at least 1")
+        if name in ("collusion_threshold", "coalition_size") and value < 0:
+            raise ConfigError(label, value, "must be 0 or more")
+        return
+    if name == "model":
+        if value not in MODELS:
+            raise ConfigError(label, value, f"must be one of {list(MODELS)}")
+        return
+    if name == "coalition_sizes":
+        if not isinstance(value, tuple) or not all(_is_int(v) and v >= 1 for v in value):
+            raise ConfigError(label, value, "must be a list of whole numbers >= 1")
+        return
+    if not _is_number(value) or not math.isfinite(float(value)):  # type: ignore[arg-type]
+        raise ConfigError(label, value, "must be a finite number")
+    x = float(value)  # type: ignore[arg-type]
+    if name == "epsilon" and not x > 0.0:
+        raise ConfigError(label, value, "must be > 0")
+    if name == "delta" and not 0.0 < x < 1.0:
+        raise ConfigError(label, value, "must lie strictly between 0 and 1")
+    if name in ("site_offset_sd", "ridge", "channel_noise_std", "perturbation_std") and x < 0.0:
+        raise ConfigError(label, value, "must be >= 0")
+    if name == "feature_proportion" and not 0.0 <= x <= 1.0:
+        raise ConfigError(label, value, "must lie in [0, 1] (0 keeps every component)")
+    if name == "power_scaling" and not x > 0.0:
+        raise ConfigError(label, value, "must be > 0")
+
+
+def _override(section: str, current: Any, table: object) -> Any:
+    """``current`` (a params dataclass) with the keys of ``table`` replaced, after checks."""
+    if not isinstance(table, Mapping):
+        raise ConfigError(section, table, "must be a table of settings")
+    known = {f.name: f for f in fields(current)}
+    changes: dict[str, object] = {}
+    for name, given in table.items():
+        if name not in known:
+            raise ConfigError(
+                f"{section}.{name}", given, f"is not a known setting; known: {sorted(known)}"
+            )
+        value: object = tuple(given) if isinstance(given, list) else given
+        if isinstance(getattr(current, name), float) and isinstance(value, int):
+            value = float(value)
+        _check_value(section, name, value)
+        changes[name] = value
+    return replace(current, **changes)
+
+
+def _override_axes(
+    current: tuple[tuple[str, tuple[float, ...]], ...], table: object
+) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    if not isinstance(table, Mapping):
+        raise ConfigError("axes", table, "must be a table of parameter lists")
+    axes = dict(current)
+    for name, values in table.items():
+        if name not in AXES:
+            raise ConfigError(f"axes.{name}", values, f"is not a sweep axis; axes: {list(AXES)}")
+        if not isinstance(values, list):
+            raise ConfigError(f"axes.{name}", values, "must be a list of values")
+        for v in values:
+            _check_value("axes", name, float(v) if name not in _INT_FIELDS and _is_int(v) else v)
+        axes[name] = tuple(values)
+    return tuple((name, axes[name]) for name in AXES if name in axes)
+
+
+def _names(field_name: str, value: object, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(field_name, value, f"must be a non-empty list drawn from {list(allowed)}")
+    for v in value:
+        if v not in allowed:
+            raise ConfigError(field_name, v, f"is not one of {list(allowed)}")
+    return tuple(v for v in allowed if v in value)
+
+
+def apply_overrides(config: SimConfig, data: Mapping[str, object]) -> SimConfig:
+    """``config`` with the settings of a parsed TOML document applied."""
+    top = {f.name for f in fields(SimConfig)} - {"preset", "axes", "attack_epsilons"}
+    changes: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "seed":
+            if not _is_int(value) or value < 0:  # type: ignore[operator]
+                raise ConfigError("seed", value, "must be a non-negative whole number")
+            changes["seed"] = value
+        elif key == "reps":
+            if not _is_int(value) or value < 1:  # type: ignore[operator]
+                raise ConfigError("reps", value, "must be a whole number >= 1")
+            changes["reps"] = value
+        elif key == "schemes":
+            changes["schemes"] = _names("schemes", value, SCHEMES)
+        elif key == "constructions":
+            changes["constructions"] = _names("constructions", value, CONSTRUCTIONS)
+        elif key == "base":
+            changes["base"] = _override("base", config.base, value)
+        elif key == "axes":
+            changes["axes"] = _override_axes(config.axes, value)
+        elif key == "attack":
+            table = dict(value) if isinstance(value, Mapping) else value
+            if isinstance(table, dict) and "epsilons" in table:
+                eps = table.pop("epsilons")
+                if not isinstance(eps, list) or not eps:
+                    raise ConfigError("attack.epsilons", eps, "must be a non-empty list")
+                for e in eps:
+                    _check_value("attack", "epsilon", e)
+                changes["attack_epsilons"] = tuple(float(e) for e in eps)
+            changes["attack"] = _override("attack", config.attack, table)
+        elif key == "reconstruction":
+            changes["reconstruction"] = _override("reconstruction", config.reconstruction, value)
+        elif key == "overtheair":
+            changes["overtheair"] = _override("overtheair", config.overtheair, value)
+        else:
+            known = sorted(top | {"axes", "attack"})
+            raise ConfigError(key, value, f"is not a known setting; known: {known}")
+    return dataclasses.replace(config, **changes)
+
+
+def load_config(preset: str = "quick", path: str | Path | None = None) -> SimConfig:
+    """The preset, overridden by the TOML file at ``path`` if given."""
+    if preset not in PRESETS:
+        raise ConfigError("preset", preset, f"must be one of {sorted(PRESETS)}")
+    config = PRESETS[preset]
+    if path is None:
+        return config
+    source = Path(path)
+    try:
+        data = tomllib.loads(source.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("config", str(source), "does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("config", str(source), f"is not valid TOML ({exc})") from None
+    return apply_overrides(config, data)
