@@ -19,6 +19,7 @@ from pathlib import Path
 MODULES: list[str] = [
     "benchmarks.noise_bench",
     "benchmarks.deltab_bench",
+    "benchmarks.session_bench",
 ]
 
 

@@ -121,7 +121,7 @@ def payload_header(
     return pb.PayloadHeader(
         total_bytes=data.nbytes,
         total_elements=data.size,
-        sha256=hashlib.sha256(data.tobytes()).digest(),
+        sha256=hashlib.sha256(data.view(np.uint8).data).digest(),
         fixed_point_bits=fixed_point_bits,
         tensors=[
             pb.TensorLayout(name=t.name, shape=list(t.shape), offset=t.offset, size=t.size)
@@ -147,21 +147,34 @@ def layout_of(tensors: Sequence[pb.TensorLayout]) -> tuple[TensorSlot, ...]:
 def assemble_payload(
     header: pb.PayloadHeader, chunks: Sequence[pb.PayloadChunk], *, what: str
 ) -> NDArray[np.uint64]:
-    """Join streamed chunks, checking order, size and SHA-256 against the header."""
-    buffer = bytearray()
-    for chunk in chunks:
-        if chunk.offset != len(buffer):
-            raise ValueError(
-                f"{what}: a chunk starts at byte {chunk.offset}; expected {len(buffer)}"
-            )
-        buffer += chunk.data
-    if len(buffer) != header.total_bytes or header.total_bytes != 8 * header.total_elements:
+    """Join streamed chunks, checking order, size and SHA-256 against the header.
+
+    The words land directly in their final array and are hashed as they
+    arrive: no intermediate buffer, no second copy.
+    """
+    total = int(header.total_bytes)
+    if total != 8 * header.total_elements:
         raise ValueError(
-            f"{what}: received {len(buffer)} bytes; the header announced {header.total_bytes}"
+            f"{what}: the header announces {total} bytes for {header.total_elements} words"
         )
-    if hashlib.sha256(buffer).digest() != header.sha256:
+    words = np.empty(int(header.total_elements), dtype=_U64)
+    target = words.view(np.uint8)
+    digest = hashlib.sha256()
+    filled = 0
+    for chunk in chunks:
+        if chunk.offset != filled:
+            raise ValueError(f"{what}: a chunk starts at byte {chunk.offset}; expected {filled}")
+        size = len(chunk.data)
+        if filled + size > total:
+            raise ValueError(f"{what}: received more than the {total} bytes the header announced")
+        target[filled : filled + size] = np.frombuffer(chunk.data, dtype=np.uint8)
+        digest.update(chunk.data)
+        filled += size
+    if filled != total:
+        raise ValueError(f"{what}: received {filled} bytes; the header announced {total}")
+    if digest.digest() != header.sha256:
         raise ValueError(f"{what}: the received bytes do not match the announced SHA-256")
-    return np.frombuffer(bytes(buffer), dtype=_U64).astype(np.uint64)
+    return words if words.dtype == np.dtype(np.uint64) else words.astype(np.uint64)
 
 
 def _read(path: Path, what: str) -> bytes:

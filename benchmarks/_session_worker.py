@@ -1,0 +1,276 @@
+"""One node process of the session benchmark (benchmarks/session_bench.py).
+
+Run as ``python -m benchmarks._session_worker --federation F --node-id ID
+--index I --size D``. The process holds its node's d float64 values (uniform
+on [-1, 1], drawn from a generator seeded with its index: benchmark data, not
+a secret) and obeys one JSON command per line on stdin, answering each with
+one JSON line on stdout (``{"error": ...}`` when the command failed):
+
+* ``{"cmd": "join", "address": A}``: open a mutual-TLS
+  :class:`~node.client.CoordinatorClient` to the coordinator at A, join its
+  session with a fresh X25519 key signed by the node's Ed25519 identity key,
+  poll the roster until it is final, verify every bundle against the pinned
+  identities and derive the pairwise seeds (``noise.seeds.pairwise_seed``).
+* ``{"cmd": "plain", "address": A}``: connect (TLS handshake included) to the
+  bare baseline server of benchmarks/_plain_grpc.py.
+* ``{"cmd": "round", "transport": "session" | "plain", "round_index": r,
+  "round_name": n, "mask": bool}``: the line is the start signal. Encode the
+  values in fixed point, add the node's pairwise mask over the complete
+  design of the roster when ``mask`` (``noise.masks.pairwise_mask``), upload,
+  then obtain the round's aggregate — from the coordinator by polling
+  ``GetResult`` every ``--poll-seconds`` (default :data:`POLL_SECONDS`), or
+  from the baseline server, which answers when the sum is complete. The
+  answer carries ``time.monotonic()`` stamps (one system-wide clock on Linux,
+  so the parent can compare them with its own) at the start, after masking,
+  after the upload and once the aggregate is in hand, and the aggregate's
+  SHA-256.
+* ``{"cmd": "quit"}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+from numpy.typing import NDArray
+
+from benchmarks._plain_grpc import plain_channel, plain_round
+from node.client import CoordinatorClient, RetryPolicy, TensorSlot
+from node.roster import derive_seeds, verify_roster
+from noise.designs import Design, complete_design
+from noise.federation import config_hash, load_federation
+from noise.fixed_point import FixedPointCodec
+from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
+from noise.masks import pairwise_mask
+from proto.zerosum.v1 import session_pb2 as pb
+
+__all__ = ["POLL_SECONDS", "TENSOR", "main", "node_values"]
+
+# Result polling period: short enough to add at most 10 ms to a round, long
+# enough that K pollers leave the coordinator's CPU to the uploads.
+POLL_SECONDS = 0.01
+TENSOR = "values"
+# Every call waits at most this long; the parent bounds the whole run too.
+_CALL_SECONDS = 120.0
+_VALUE_SEED_TAG = 0x5E55
+
+
+def node_values(index: int, size: int) -> NDArray[np.float64]:
+    """Node ``index``'s benchmark values: ``size`` draws uniform on [-1, 1] (deterministic)."""
+    rng = np.random.default_rng([index, _VALUE_SEED_TAG])
+    return rng.uniform(-1.0, 1.0, size)
+
+
+class _Node:
+    """The state one node process keeps between commands."""
+
+    def __init__(
+        self, federation: Path, node_id: str, index: int, size: int, poll_seconds: float
+    ) -> None:
+        config = load_federation(federation)
+        base = config.base_dir or federation.resolve().parent
+        folder = base / "nodes" / node_id
+        self.node_id = node_id
+        self.poll_seconds = poll_seconds
+        self.config = config
+        self.config_hash = config_hash(config)
+        self.codec = FixedPointCodec(config.fixed_point_bits)
+        self.identity = IdentityKey.read_pem(folder / "identity.pem")
+        self.ca = config.ca_certificate_path.read_bytes()
+        self.certificate = (folder / "client.pem").read_bytes()
+        self.key = (folder / "client.key").read_bytes()
+        self.values = node_values(index, size)
+        self.layout = (TensorSlot(TENSOR, (size,), 0, size),)
+        self.client: CoordinatorClient | None = None
+        self.session_id = ""
+        self.seeds: dict[str, bytes] = {}
+        self.design: Design | None = None
+        self.plain: grpc.Channel | None = None
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+        if self.plain is not None:
+            self.plain.close()
+            self.plain = None
+
+    def handle(self, command: dict[str, Any]) -> dict[str, Any]:
+        action = command.get("cmd")
+        if action == "join":
+            return self._join(str(command["address"]))
+        if action == "plain":
+            return self._connect_plain(str(command["address"]))
+        if action == "round":
+            return self._round(
+                transport=str(command["transport"]),
+                round_index=int(command["round_index"]),
+                round_name=str(command["round_name"]),
+                mask=bool(command["mask"]),
+            )
+        raise ValueError(f"unknown command {action!r}")
+
+    def _join(self, address: str) -> dict[str, Any]:
+        if self.client is not None:
+            self.client.close()
+        self.client = CoordinatorClient(
+            address,
+            node_id=self.node_id,
+            root_certificate=self.ca,
+            certificate_chain=self.certificate,
+            private_key=self.key,
+            retry=RetryPolicy(total_seconds=_CALL_SECONDS, attempt_timeout=_CALL_SECONDS),
+        )
+        status = self.client.get_status("")
+        self.session_id = status.session_id
+        ephemeral = EphemeralKey.generate()
+        bundle = sign_key_bundle(
+            self.identity,
+            config_hash=self.config_hash,
+            session_id=self.session_id,
+            node_id=self.node_id,
+            public_key=ephemeral.public_bytes(),
+        )
+        self.client.join(
+            pb.KeyBundle(
+                config_hash=bundle.config_hash,
+                session_id=bundle.session_id,
+                node_id=bundle.node_id,
+                public_key=bundle.public_key,
+                signature=bundle.signature,
+            )
+        )
+        give_up = time.monotonic() + _CALL_SECONDS
+        while not (roster := self.client.get_roster(self.session_id)).final:
+            if time.monotonic() > give_up:
+                raise TimeoutError(f"the roster of session {self.session_id} never became final")
+            time.sleep(self.poll_seconds)
+        verified = verify_roster(
+            roster,
+            node_id=self.node_id,
+            own_public_key=ephemeral.public_bytes(),
+            session_id=self.session_id,
+            config_hash=self.config_hash,
+            identity_keys=self.config.identity_keys,
+        )
+        self.seeds = derive_seeds(
+            verified, ephemeral, node_id=self.node_id, config_hash=self.config_hash
+        )
+        self.design = complete_design(
+            verified.node_ids, 1.0, collusion_threshold=self.config.privacy.collusion_threshold
+        )
+        return {"session_id": self.session_id, "nodes": len(verified.node_ids)}
+
+    def _connect_plain(self, address: str) -> dict[str, Any]:
+        if self.plain is not None:
+            self.plain.close()
+        self.plain = plain_channel(
+            address,
+            root_certificate=self.ca,
+            certificate_chain=self.certificate,
+            private_key=self.key,
+        )
+        grpc.channel_ready_future(self.plain).result(timeout=_CALL_SECONDS)
+        return {}
+
+    def _payload(self, round_index: int, tensor: str, mask: bool) -> NDArray[np.uint64]:
+        payload = self.codec.encode(self.values, tensor=TENSOR)
+        if mask:
+            if self.design is None:
+                raise RuntimeError("a masked round needs a session joined first")
+            payload += pairwise_mask(
+                self.design,
+                self.node_id,
+                self.seeds,
+                round_index=round_index,
+                tensor=tensor,
+                size=self.values.size,
+                codec=self.codec,
+            )
+        return payload
+
+    def _round(
+        self, *, transport: str, round_index: int, round_name: str, mask: bool
+    ) -> dict[str, Any]:
+        started = time.monotonic()
+        polls = 0
+        if transport == "session":
+            client = self.client
+            if client is None:
+                raise RuntimeError("join a session before a session round")
+            payload = self._payload(round_index, TENSOR, mask)
+            masked = time.monotonic()
+            client.upload(
+                session_id=self.session_id,
+                round_index=round_index,
+                round_name=round_name,
+                payload=payload,
+                tensors=self.layout,
+                fixed_point_bits=self.codec.frac_bits,
+            )
+            uploaded = time.monotonic()
+            while True:
+                header, aggregate = client.get_result(self.session_id, round_index)
+                if aggregate is not None:
+                    break
+                if header.status == pb.ROUND_STATUS_FAILED:
+                    raise RuntimeError(f"round {round_index} failed: {header.reason}")
+                if time.monotonic() - uploaded > _CALL_SECONDS:
+                    raise TimeoutError(f"round {round_index} was not aggregated in time")
+                polls += 1
+                time.sleep(self.poll_seconds)
+        elif transport == "plain":
+            if self.plain is None:
+                raise RuntimeError("connect to the plain server before a plain round")
+            # A tensor name of its own, so no keystream of a session round is reused.
+            payload = self._payload(round_index, "plain/" + TENSOR, mask)
+            masked = time.monotonic()
+            uploaded, aggregate = plain_round(self.plain, payload, timeout=_CALL_SECONDS)
+        else:
+            raise ValueError(f"unknown transport {transport!r}")
+        done = time.monotonic()
+        return {
+            "started": started,
+            "masked": masked,
+            "uploaded": uploaded,
+            "done": done,
+            "polls": polls,
+            "sha256": hashlib.sha256(aggregate.tobytes()).hexdigest(),
+        }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks._session_worker")
+    parser.add_argument("--federation", type=Path, required=True)
+    parser.add_argument("--node-id", required=True)
+    parser.add_argument("--index", type=int, required=True)
+    parser.add_argument("--size", type=int, required=True)
+    parser.add_argument("--poll-seconds", type=float, default=POLL_SECONDS)
+    args = parser.parse_args(argv)
+    node = _Node(args.federation, args.node_id, args.index, args.size, args.poll_seconds)
+    try:
+        print(json.dumps({"ready": args.node_id}), flush=True)
+        while line := sys.stdin.readline():
+            command = json.loads(line)
+            if command.get("cmd") == "quit":
+                break
+            try:
+                answer = node.handle(command)
+            except Exception as error:  # reported to the parent, which aborts the run
+                answer = {"error": f"node {args.node_id}: {type(error).__name__}: {error}"}
+            print(json.dumps(answer), flush=True)
+    finally:
+        node.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
