@@ -9,7 +9,11 @@ sessions for the same data) with one entry per event:
   nodes) for that release;
 * ``unmask`` — the node revealed its pair terms with dropped nodes for a round;
   the coordinator then holds more of the node's noise than before, so the
-  entry records the release's new, larger μ per observer class;
+  entry records the release's new, larger μ per observer class. Its
+  ``dropped`` list is everything revealed for that round so far (a node only
+  answers a request whose dropped set contains every earlier one). For a CAPE
+  secure-sum round the revealed values are one-time pads, the entry has no μ
+  and ``details.secure_sum`` is true;
 * ``refusal`` — the node declined an unmask request, with its reason (no
   privacy cost, kept for the record).
 
@@ -236,7 +240,9 @@ class PrivacyLedger:
         """Per release (session, round): the largest μ recorded per observer class."""
         out: dict[tuple[str, int], dict[str, float]] = {}
         for entry in self._entries:
-            if entry.kind == "refusal":
+            # A refusal costs nothing, nor does revealing CAPE secure-sum pads
+            # (an unmask entry without μ, for a round that released no egress).
+            if entry.kind == "refusal" or (entry.kind == "unmask" and not entry.mu):
                 continue
             current = out.setdefault(entry.release_key, {})
             for label, mu in entry.mu.items():
@@ -336,6 +342,38 @@ class PrivacyLedger:
             timestamp=_now(),
             mu=_check_mu(mu),
             details={"dropped": sorted(dropped), "survivors": sorted(survivors)},
+        )
+        self._append(entry)
+        return entry
+
+    def record_secure_sum_unmask(
+        self,
+        *,
+        session_id: str,
+        round_index: int,
+        round_name: str,
+        dropped: Sequence[str],
+        survivors: Sequence[str],
+    ) -> LedgerEntry:
+        """Record CAPE secure-sum pads revealed with ``dropped`` (no μ of its own).
+
+        The pads blind a private Gaussian draw, not data: revealing those with
+        D lets the coordinator learn Σ_S ê_k, the sum it publishes anyway. Its
+        cost shows in the model round's release, whose CAPE noise is then
+        planned among the survivors S only (and refused below the floor). The
+        entry keeps the record of what was revealed to whom.
+        """
+        entry = LedgerEntry(
+            kind="unmask",
+            session_id=session_id,
+            round_index=round_index,
+            round_name=round_name,
+            timestamp=_now(),
+            details={
+                "dropped": sorted(dropped),
+                "survivors": sorted(survivors),
+                "secure_sum": True,
+            },
         )
         self._append(entry)
         return entry

@@ -39,6 +39,7 @@ __all__ = [
     "FLOOR_RTOL",
     "ReleaseNoise",
     "TensorSensitivity",
+    "cape_floor_shortfall",
     "plan_release",
     "scale_design",
     "with_cape_participants",
@@ -74,6 +75,41 @@ def with_cape_participants(noise: ReleaseNoise, participants: Collection[str]) -
     """
     design = cape_design(sorted(participants), noise.unit.design.cape_variance)
     return replace(noise, unit=replace(noise.unit, design=design))
+
+
+def cape_floor_shortfall(noise: ReleaseNoise, collusion_threshold: int, dropped: int) -> str | None:
+    """Why a CAPE round among ``noise``'s participants would breach the floor, or None.
+
+    :func:`with_cape_participants` keeps τ² but shrinks K, so among K' nodes
+    an egress keeps τ²(1 − 1/(K' − m)) + σ_res² against m colluders (the
+    coordinator knows the CAPE sum, so m nodes pooling their draws learn the
+    honest rest's sum). The plan met the per-egress target at m = T for the
+    full roster of K. Like the pairwise floor check, which reveals the pair
+    terms with the ``dropped`` nodes and so spends that much of the collusion
+    budget T, the rerun is checked against m = max(T − dropped, 0) colluders:
+    every remaining participant must then keep the target, which holds exactly
+    while dropped ≤ T (K' − m = K − T) and fails beyond. Against a full T
+    colluders no rerun among fewer nodes could ever pass, as τ² is fixed.
+    """
+    design = noise.unit.design
+    floor = noise.unit.target_variance
+    colluders = max(collusion_threshold - max(dropped, 0), 0)
+    left = {
+        node: worst_remaining_variance(design, node, colluders, noise.unit.residual_variance)
+        for node in design.node_ids
+    }
+    worst = min(left, key=lambda node: (left[node], node != noise.node_id))
+    if left[worst] >= floor * (1.0 - FLOOR_RTOL):
+        return None
+    first = noise.tensors[0].name
+    scale = noise.scales[first]
+    whose = "my egress" if worst == noise.node_id else f"the egress of node {worst!r}"
+    return (
+        f"a CAPE rerun among {len(design.node_ids)} nodes would leave σ = "
+        f"{math.sqrt(left[worst]) * scale:.4g} on {whose} against {colluders} colluding "
+        f"node(s) ({dropped} dropped, collusion threshold {collusion_threshold}), below my "
+        f"floor of {math.sqrt(floor) * scale:.4g} (tensor {first!r})"
+    )
 
 
 def scale_design(design: Design, factor: float) -> Design:

@@ -30,7 +30,15 @@ one-time pad of uniform pairwise masks); it is not an egress for review, but
 its digest is noted in ``OUT/egress/round-<r>/cape-sum.json``. A CAPE rerun
 reuses the node's draws and residual noise, so the coordinator, which sees
 both attempts, learns nothing new; the ledger still counts the rerun as a
-release (an over-count, never an under-count).
+release (an over-count, never an under-count). Keeping τ² among fewer nodes
+lowers every egress's noise, so a rerun is released only while it keeps the
+floor (``node.release.cape_floor_shortfall``).
+
+Unmask answers for one round are tracked together (``node.unmask``): a node
+answers only for the round it awaits, its dropped sets may only grow, and it
+never answers a request that drops a survivor of an attempt it already
+answered, since the difference of two answers would isolate its pair terms
+with that node.
 """
 
 from __future__ import annotations
@@ -67,11 +75,18 @@ from node.masking import (
     unmask_corrections,
 )
 from node.receipt import SDCEvidence
-from node.release import ReleaseNoise, plan_release, with_cape_participants
+from node.release import (
+    ReleaseNoise,
+    cape_floor_shortfall,
+    plan_release,
+    with_cape_participants,
+)
 from node.roster import RosterError, VerifiedRoster, derive_seeds, verify_roster
 from node.unmask import (
+    RevealedTerms,
     UnmaskAsk,
     attestation_signature,
+    check_against_revealed,
     check_attestations,
     check_request,
 )
@@ -129,6 +144,12 @@ class _CapeState:
     residual: U64 | None = None
     participants: tuple[str, ...] = ()
     total: U64 | None = None
+    planned: tuple[str, ...] = ()  # the roster τ² was planned for
+
+    def floor_shortfall(self, noise: ReleaseNoise, threshold: int) -> str | None:
+        """The floor check of a CAPE round with ``noise`` (see cape_floor_shortfall)."""
+        dropped = len(self.planned) - len(noise.unit.design.node_ids)
+        return cape_floor_shortfall(noise, threshold, dropped)
 
 
 def _stderr(line: str) -> None:
@@ -324,6 +345,8 @@ class NodeRunner:
         self._cape: dict[str, _CapeState] = {}
         self._attested: set[bytes] = set()
         self._answered: set[bytes] = set()
+        # Per round index: what earlier unmask answers of that round revealed.
+        self._revealed: dict[int, RevealedTerms] = {}
         while not self.plan.complete:
             status = self.client.get_status(self.session_id)
             if status.state == pb.SESSION_STATE_ABORTED:
@@ -366,6 +389,13 @@ class NodeRunner:
                     f"{_names(participants)}"
                 )
             noise = state.noise
+            # A rerun keeps τ² but shrinks K; the ε budget check below cannot
+            # see that the remaining participants' noise fell below the floor.
+            shortfall = state.floor_shortfall(noise, self.config.privacy.collusion_threshold)
+            if shortfall is not None:
+                raise NodeRefused(
+                    f"round {index} ({name!r}) not released: {shortfall}; nothing was sent"
+                )
             mask = cape_masks(state.draws, state.total, participants, self.node_id)
             if state.residual is None:
                 state.residual = add_residual_noise(
@@ -515,10 +545,18 @@ class NodeRunner:
                 self.config, participants, self.node_id, self.plan.sensitivities(model_round)
             )
             rng = self.options.rng or os_generator()
-            state = _CapeState(noise=noise, draws=cape_draws(noise, layout, self.codec, rng))
+            state = _CapeState(
+                noise=noise,
+                draws=cape_draws(noise, layout, self.codec, rng),
+                planned=participants,
+            )
             self._cape[model_round] = state
         else:
             state.noise = with_cape_participants(state.noise, participants)
+            # Stop before a rerun whose model round could not be released anyway.
+            shortfall = state.floor_shortfall(state.noise, self.config.privacy.collusion_threshold)
+            if shortfall is not None:
+                raise NodeRefused(f"round {index} ({name!r}) not joined: {shortfall}")
         payload = cape_sum_payload(
             state.draws, participants, self.node_id, self.seeds, layout, round_index=index
         )
@@ -581,7 +619,9 @@ class NodeRunner:
                 and header.HasField("unmask_request")
                 and header.unmask_request.pending
             ):
-                self._answer_unmask(header.unmask_request, name, layout, participants, noise)
+                self._answer_unmask(
+                    header.unmask_request, name, layout, participants, noise, index=index
+                )
             self._sleep()
 
     def _refuse(self, request: pb.UnmaskRequest, ask: UnmaskAsk, reason: str) -> NoReturn:
@@ -608,8 +648,15 @@ class NodeRunner:
         layout: Sequence[TensorSlot],
         participants: tuple[str, ...],
         noise: ReleaseNoise,
+        *,
+        index: int,
     ) -> None:
-        """One step of answering an unmask request: attest, then (when all agree) answer."""
+        """One step of answering an unmask request for round ``index``, the round awaited.
+
+        Attest, then (when all agree) answer. Every check, the attestation and
+        the corrections use ``index``, never the request's own round: a request
+        for another round is refused.
+        """
         assert self.config is not None
         ask = UnmaskAsk.from_message(request)
         if ask.survivor_hash in self._answered:
@@ -618,11 +665,13 @@ class NodeRunner:
             ask,
             node_id=self.node_id,
             session_id=self.session_id,
-            round_index=ask.round_index,
+            round_index=index,
             participants=participants,
             config_hash=self.config_hash,
             min_nodes=self.config.min_nodes,
         )
+        if reason is None:
+            reason = check_against_revealed(ask, self._revealed.get(index))
         if reason is not None:
             self._refuse(request, ask, reason)
         if ask.survivor_hash not in self._attested:
@@ -630,18 +679,18 @@ class NodeRunner:
                 self.identity,
                 config_hash=self.config_hash,
                 session_id=self.session_id,
-                round_index=ask.round_index,
+                round_index=index,
                 survivor_hash=ask.survivor_hash,
             )
             self.client.attest_survivors(
                 session_id=self.session_id,
-                round_index=ask.round_index,
+                round_index=index,
                 survivor_hash=ask.survivor_hash,
                 signature=signature,
             )
             self._attested.add(ask.survivor_hash)
             self.say(
-                f"round {ask.round_index} ({name!r}): attested survivors {_names(ask.survivors)} "
+                f"round {index} ({name!r}): attested survivors {_names(ask.survivors)} "
                 f"(dropped {_names(ask.dropped)})"
             )
             return
@@ -652,7 +701,30 @@ class NodeRunner:
             self._refuse(request, ask, reason)
         if not complete:
             return
+        # Everything revealed for this round once this answer is sent: the floor
+        # check and the ledger must see the union, not this request alone. (The
+        # request contains every earlier dropped set, see check_against_revealed,
+        # so the union is ask.dropped; the answer itself stays the terms with D.)
+        earlier = self._revealed.get(index)
+        revealed = set(ask.dropped) | (earlier.dropped if earlier else set())
         if name.startswith(CAPE_SUM_PREFIX):
+            # The pads blind a private draw, not data: with D's pads revealed the
+            # coordinator learns Σ_S ê_k, which it publishes anyway. What it costs
+            # is the model round's CAPE noise among S alone, so refuse now if
+            # that would fall below the floor (the model round checks again).
+            shortfall = self._cape[name.removeprefix(CAPE_SUM_PREFIX)].floor_shortfall(
+                with_cape_participants(noise, ask.survivors),
+                self.config.privacy.collusion_threshold,
+            )
+            if shortfall is not None:
+                self._refuse(request, ask, shortfall)
+            self.ledger.record_secure_sum_unmask(
+                session_id=self.session_id,
+                round_index=index,
+                round_name=ask.round_name,
+                dropped=sorted(revealed),
+                survivors=ask.survivors,
+            )
             corrections = np.empty(layout[-1].offset + layout[-1].size, dtype=np.uint64)
             pad_partners = sorted({self.node_id, *ask.dropped})
             for slot in layout:
@@ -660,7 +732,7 @@ class NodeRunner:
                     pad_partners,
                     self.node_id,
                     self.seeds,
-                    round_index=ask.round_index,
+                    round_index=index,
                     tensor=slot.name,
                     size=slot.size,
                 )
@@ -671,25 +743,31 @@ class NodeRunner:
                 "CAPE noise cannot be unmasked; the round must be rerun among the survivors",
             )
         else:
-            shortfall = noise.floor_shortfall(ask.dropped)
+            shortfall = noise.floor_shortfall(revealed)
             if shortfall is not None:
                 self._refuse(request, ask, shortfall)
             self.ledger.record_unmask(
                 session_id=self.session_id,
-                round_index=ask.round_index,
+                round_index=index,
                 round_name=ask.round_name,
-                dropped=ask.dropped,
+                dropped=sorted(revealed),
                 survivors=ask.survivors,
-                mu=noise.mu_after_unmask(ask.dropped),
+                mu=noise.mu_after_unmask(revealed),
             )
             corrections = unmask_corrections(
                 noise,
                 self.seeds,
                 layout,
                 ask.dropped,
-                round_index=ask.round_index,
+                round_index=index,
                 codec=self.codec,
             )
+        # Counted as revealed from here on, whether or not the coordinator takes
+        # the answer: its bytes may reach the coordinator before a rejection.
+        if earlier is None:
+            earlier = self._revealed[index] = RevealedTerms(set(), set())
+        earlier.dropped |= revealed
+        earlier.survivors |= set(ask.survivors)
         try:
             self.client.submit_unmask(
                 request=request,
@@ -702,7 +780,7 @@ class NodeRunner:
             self.say(f"unmask answer not taken ({error.details}); fetching the request again")
             return
         self._answered.add(ask.survivor_hash)
-        self.say(f"round {ask.round_index} ({name!r}): sent pair terms with {_names(ask.dropped)}")
+        self.say(f"round {index} ({name!r}): sent pair terms with {_names(ask.dropped)}")
 
     # ------------------------------------------------------------ results
 

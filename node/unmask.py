@@ -17,7 +17,11 @@ answers only when (DESIGN.md §4.7):
    2017 (ACM CCS), which stops a coordinator from telling different survivors
    different stories to learn two complementary sets of pair terms;
 4. the noise left on this node's egress once D's pair terms are known stays at
-   or above its floor (``ReleaseNoise.floor_shortfall``).
+   or above its floor (``ReleaseNoise.floor_shortfall``);
+5. nothing revealed for an earlier attempt of the same round combines with
+   this answer into more than the floor check saw: D contains every node whose
+   pair terms were already sent, and no node that was a survivor of an
+   answered attempt (``check_against_revealed``).
 
 Each check returns a reason sentence, recorded in the ledger and sent to the
 coordinator in the refusal, or None.
@@ -37,8 +41,10 @@ from proto.zerosum.v1 import session_pb2 as pb
 
 __all__ = [
     "Attestation",
+    "RevealedTerms",
     "UnmaskAsk",
     "attestation_signature",
+    "check_against_revealed",
     "check_attestations",
     "check_request",
     "missing_attestations",
@@ -97,10 +103,15 @@ def check_request(
     min_nodes: int,
 ) -> str | None:
     """Checks 1 and 2: a reason to refuse before attesting, or None."""
-    if ask.session_id != session_id or ask.round_index != round_index:
+    if ask.session_id != session_id:
+        return f"the request concerns session {ask.session_id!r}, not session {session_id!r}"
+    # ``round_index`` must be the round this node is awaiting, never the
+    # request's own: another round's stream keys must not be revealed with this
+    # round's layout and noise (nor any round's without its own checks).
+    if ask.round_index != round_index:
         return (
-            f"the request concerns session {ask.session_id!r} round {ask.round_index}, "
-            f"not session {session_id!r} round {round_index}"
+            f"the request concerns round {ask.round_index}, but I am awaiting the result of "
+            f"round {round_index}; I only reveal pair terms for the round I am waiting on"
         )
     survivors, dropped = set(ask.survivors), set(ask.dropped)
     if len(survivors) != len(ask.survivors) or len(dropped) != len(ask.dropped):
@@ -123,6 +134,63 @@ def check_request(
         return (
             "the survivor-set hash in the request does not match the survivors "
             f"{_names(survivors)} and dropped {_names(dropped)} it lists"
+        )
+    return None
+
+
+@dataclass
+class RevealedTerms:
+    """What this node has already sent for one round's unmask attempts.
+
+    ``dropped`` is the union of every dropped set whose pair terms (or CAPE
+    pads) were sent, ``survivors`` the union of the survivor sets of those
+    attempts. Both count from the moment an answer starts to leave the TRE,
+    whether or not the coordinator then takes it (an over-count, never an
+    under-count).
+    """
+
+    dropped: set[str]
+    survivors: set[str]
+
+
+def check_against_revealed(ask: UnmaskAsk, revealed: RevealedTerms | None) -> str | None:
+    """A reason to refuse because of what earlier attempts of the round revealed, or None.
+
+    Two answers for the same round leak their *difference*; each check stops
+    a difference that isolates pair terms the noise floor never accounted for.
+
+    * The dropped set may only grow. Answers for D₁ = {c} and then D₂ = {b}
+      together reveal the pair terms with {b, c}, although each request alone
+      passes the floor check; requiring D₂ ⊇ D₁ makes the latest D the union
+      of everything revealed, so the floor check and the ledger see it whole.
+    * No earlier survivor may become dropped. Once this node answered an
+      attempt in which L was a survivor, the coordinator holds L's upload
+      x_L + Σ_j ±q(c_Lj·z_Lj); a later answer for D ∪ {L} minus the earlier one
+      for D is this node's pair term with L, and with every survivor's such
+      difference the coordinator strips L's noise down to its pair terms with
+      D — the laggard attack on the re-run of Bonawitz et al. 2017 (ACM CCS),
+      which their protocol prevents by never answering twice for one round.
+    """
+    if revealed is None:
+        return None
+    dropped = set(ask.dropped)
+    if not revealed.dropped <= dropped:
+        added = dropped - revealed.dropped
+        what = (
+            f"reveals pair terms with {_names(added)}" if added else f"drops only {_names(dropped)}"
+        )
+        return (
+            f"request for round {ask.round_index} {what} after {_names(revealed.dropped)} was "
+            "already revealed; an unmask may only grow the dropped set"
+        )
+    stripped = dropped & revealed.survivors
+    if stripped:
+        who = ", ".join(repr(n) for n in sorted(stripped))
+        return (
+            f"request for round {ask.round_index} drops {who}, which was a survivor when I "
+            f"already sent my pair terms with {_names(revealed.dropped)} for this round; "
+            f"revealing my pair terms with {who} now would strip that node's noise (the "
+            "coordinator holds its upload and the difference of my two answers)"
         )
     return None
 

@@ -309,7 +309,8 @@ def test_a_consistent_request_passes() -> None:
         (_ask(["b", "c"], ["a"]), "I am not in the survivor set"),
         (_ask(["a", "b"], []), "names no dropped node"),
         (_ask(["a", "b"], ["d"]), "survivor set inconsistent"),
-        (_ask(["a", "b"], ["c"], round_index=0), "concerns session"),
+        (_ask(["a", "b"], ["c"], round_index=0), "concerns round 0, but I am awaiting"),
+        (_ask(["a", "b"], ["c"], session_id="f" * 32), "concerns session"),
         (
             _ask(["a", "b"], ["c"], survivor_hash=bytes(32)),
             "survivor-set hash in the request does not match",
