@@ -70,7 +70,7 @@ MAX_MESSAGE_BYTES = 2 << 20
 # Payload streams read at once (uploads and corrections together).
 DEFAULT_PAYLOAD_SLOTS = 4
 # Result chunks sent; smaller than the 1 MiB limit to keep K concurrent downloads small.
-RESULT_CHUNK_BYTES = 1 << 20
+RESULT_CHUNK_BYTES = 256 << 10
 
 _ROUND_STATUS = {
     RoundStatus.OPEN: pb.ROUND_STATUS_OPEN,
