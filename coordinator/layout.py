@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from coordinator.errors import InvalidArgument
+from proto.chunks import TensorSlot
 
 __all__ = [
     "MAX_FIXED_POINT_BITS",
@@ -27,20 +28,6 @@ __all__ = [
 ]
 
 MAX_FIXED_POINT_BITS = 62
-
-
-@dataclass(frozen=True)
-class TensorSlot:
-    """One named tensor in a payload; ``offset`` and ``size`` count uint64 words."""
-
-    name: str
-    shape: tuple[int, ...]
-    offset: int
-    size: int
-
-    def describe(self) -> str:
-        """``'sxx' (10, 10) at word 4``, for messages."""
-        return f"{self.name!r} {self.shape} at word {self.offset}"
 
 
 @dataclass(frozen=True)

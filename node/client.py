@@ -31,6 +31,7 @@ import grpc
 import numpy as np
 from numpy.typing import NDArray
 
+from proto.chunks import TensorSlot
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 
@@ -101,16 +102,6 @@ class RetryPolicy:
         """Sleep before retry number ``attempt`` (0-based)."""
         ceiling = min(self.max_backoff, self.initial_backoff * 2.0**attempt)
         return rng.uniform(0.0, ceiling)
-
-
-@dataclass(frozen=True)
-class TensorSlot:
-    """A tensor's place in a flat payload (uint64 words), as the wire layout names it."""
-
-    name: str
-    shape: tuple[int, ...]
-    offset: int
-    size: int
 
 
 def payload_header(

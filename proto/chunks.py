@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,6 +31,7 @@ __all__ = [
     "WORD_BYTES",
     "PayloadAssembler",
     "PayloadError",
+    "TensorSlot",
     "check_layout",
     "pack_tensors",
     "payload_chunks",
@@ -40,6 +42,23 @@ __all__ = [
 CHUNK_BYTES = 1 << 20  # 1 MiB: a quarter of gRPC's default message limit
 WORD_BYTES = 8
 _LE_U64 = np.dtype("<u8")
+
+
+@dataclass(frozen=True)
+class TensorSlot:
+    """One named tensor in a flat payload; ``offset`` and ``size`` count uint64 words.
+
+    The plain-Python form of ``TensorLayout``, shared by node and coordinator.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    offset: int
+    size: int
+
+    def describe(self) -> str:
+        """``'sxx' (10, 10) at word 4``, for messages."""
+        return f"{self.name!r} {self.shape} at word {self.offset}"
 
 
 class PayloadError(ValueError):
