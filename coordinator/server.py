@@ -289,10 +289,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 payload=_spec(h.payload),
             )
             outcome = self.session.begin_upload(header, caller=caller)
-            receipt = outcome if not isinstance(outcome, Ticket) else None
-            if isinstance(outcome, Ticket):
-                receipt = self._stream_in(outcome, request_iterator, context)
-            assert receipt is not None
+            receipt = (
+                self._stream_in(outcome, request_iterator, context)
+                if isinstance(outcome, Ticket)
+                else outcome
+            )
             return pb.UploadReceipt(
                 session_id=receipt.session_id,
                 round_index=receipt.round_index,

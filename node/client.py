@@ -31,7 +31,7 @@ import grpc
 import numpy as np
 from numpy.typing import NDArray
 
-from proto.chunks import TensorSlot
+from proto.chunks import CHUNK_BYTES, TensorSlot, payload_chunks
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 
@@ -47,7 +47,6 @@ __all__ = [
     "payload_header",
 ]
 
-CHUNK_BYTES = 1 << 20
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 _U64 = np.dtype("<u8")
 
@@ -123,9 +122,7 @@ def payload_header(
 
 def chunk_payload(payload: NDArray[np.uint64]) -> Iterator[pb.PayloadChunk]:
     """The payload's little-endian bytes in order, at most :data:`CHUNK_BYTES` per chunk."""
-    data = np.ascontiguousarray(payload, dtype=_U64).view(np.uint8)
-    for start in range(0, data.size, CHUNK_BYTES):
-        yield pb.PayloadChunk(offset=start, data=data[start : start + CHUNK_BYTES].tobytes())
+    return payload_chunks(np.ascontiguousarray(payload, dtype=_U64).view(np.uint8).data)
 
 
 def layout_of(tensors: Sequence[pb.TensorLayout]) -> tuple[TensorSlot, ...]:

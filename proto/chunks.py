@@ -143,8 +143,13 @@ def payload_header(
     )
 
 
-def payload_chunks(data: bytes, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.PayloadChunk]:
-    """``data`` as consecutive chunks of at most ``chunk_bytes`` bytes (none when empty)."""
+def payload_chunks(
+    data: bytes | memoryview, chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[pb.PayloadChunk]:
+    """``data`` as consecutive chunks of at most ``chunk_bytes`` bytes (none when empty).
+
+    ``data`` may be a byte view of an array: each chunk copies only its own slice.
+    """
     if not 0 < chunk_bytes <= CHUNK_BYTES:
         raise ValueError(f"chunk_bytes = {chunk_bytes}: must be between 1 and {CHUNK_BYTES}.")
     view = memoryview(data)
