@@ -13,13 +13,21 @@ one JSON line on stdout (``{"error": ...}`` when the command failed):
   identities and derive the pairwise seeds (``noise.seeds.pairwise_seed``).
 * ``{"cmd": "plain", "address": A}``: connect (TLS handshake included) to the
   bare baseline server of benchmarks/_plain_grpc.py.
+* ``{"cmd": "prepare", "round_index": r, "tensor": t}``: draw the node's
+  pairwise mask for round r and tensor t over the complete design of the
+  roster and keep it, as a node does once it knows a round's layout and
+  participants (``node.masking.MaskPrefetch``); answers when it is drawn.
 * ``{"cmd": "round", "transport": "session" | "plain", "round_index": r,
-  "round_name": n, "mask": bool}``: the line is the start signal. Encode the
-  values in fixed point, add the node's pairwise mask over the complete
-  design of the roster when ``mask`` (``noise.masks.pairwise_mask``), upload,
-  then obtain the round's aggregate — from the coordinator by polling
+  "round_name": n, "mask": "ahead" | "in_round" | "none"}``: the line is the
+  start signal. Encode the values in fixed point and add the node's pairwise
+  mask: the one prepared for this round ("ahead"; an error if none was), or
+  one drawn now (``noise.masks.pairwise_mask``, "in_round"); then upload it
+  with a signed upload statement (``node.statements``) and obtain the round's
+  aggregate — from the coordinator by polling
   ``GetResult`` every ``--poll-seconds`` (default :data:`POLL_SECONDS`), or
-  from the baseline server, which answers when the sum is complete. The
+  from the baseline server, which answers when the sum is complete; the
+  coordinator's aggregate is accepted only once every counted node's
+  statement checks out, as a node does. The
   answer carries ``time.monotonic()`` stamps (one system-wide clock on Linux,
   so the parent can compare them with its own) at the start, after masking,
   after the upload and once the aggregate is in hand, and the aggregate's
@@ -45,6 +53,7 @@ from numpy.typing import NDArray
 from benchmarks._plain_grpc import plain_channel, plain_round
 from node.client import CoordinatorClient, RetryPolicy, TensorSlot
 from node.roster import derive_seeds, verify_roster
+from node.statements import check_statements, sign_upload_statement
 from noise.designs import Design, complete_design
 from noise.federation import config_hash, load_federation
 from noise.fixed_point import FixedPointCodec
@@ -52,12 +61,17 @@ from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.masks import pairwise_mask
 from proto.zerosum.v1 import session_pb2 as pb
 
-__all__ = ["POLL_SECONDS", "TENSOR", "main", "node_values"]
+__all__ = ["MASK_MODES", "PLAIN_TENSOR", "POLL_SECONDS", "TENSOR", "main", "node_values"]
+
+MASK_MODES = ("ahead", "in_round", "none")
 
 # Result polling period: short enough to add at most 10 ms to a round, long
 # enough that K pollers leave the coordinator's CPU to the uploads.
 POLL_SECONDS = 0.01
 TENSOR = "values"
+# The bare baseline's rounds use a tensor name of their own, so no keystream of a
+# session round is reused.
+PLAIN_TENSOR = "plain/" + TENSOR
 # Every call waits at most this long; the parent bounds the whole run too.
 _CALL_SECONDS = 120.0
 _VALUE_SEED_TAG = 0x5E55
@@ -93,7 +107,10 @@ class _Node:
         self.session_id = ""
         self.seeds: dict[str, bytes] = {}
         self.design: Design | None = None
+        self.roster_hash = b""
+        self.participants: tuple[str, ...] = ()
         self.plain: grpc.Channel | None = None
+        self.prepared: dict[tuple[int, str], NDArray[np.uint64]] = {}
 
     def close(self) -> None:
         if self.client is not None:
@@ -109,12 +126,19 @@ class _Node:
             return self._join(str(command["address"]))
         if action == "plain":
             return self._connect_plain(str(command["address"]))
+        if action == "prepare":
+            round_index, tensor = int(command["round_index"]), str(command["tensor"])
+            self.prepared[(round_index, tensor)] = self._mask(round_index, tensor)
+            return {"drawn": time.monotonic()}
         if action == "round":
+            mask = str(command["mask"])
+            if mask not in MASK_MODES:
+                raise ValueError(f"mask must be one of {MASK_MODES}; got {mask!r}")
             return self._round(
                 transport=str(command["transport"]),
                 round_index=int(command["round_index"]),
                 round_name=str(command["round_name"]),
-                mask=bool(command["mask"]),
+                mask=mask,
             )
         raise ValueError(f"unknown command {action!r}")
 
@@ -160,6 +184,7 @@ class _Node:
             session_id=self.session_id,
             config_hash=self.config_hash,
             identity_keys=self.config.identity_keys,
+            min_nodes=self.config.min_nodes,
         )
         self.seeds = derive_seeds(
             verified, ephemeral, node_id=self.node_id, config_hash=self.config_hash
@@ -167,6 +192,8 @@ class _Node:
         self.design = complete_design(
             verified.node_ids, 1.0, collusion_threshold=self.config.privacy.collusion_threshold
         )
+        self.roster_hash = verified.roster_hash
+        self.participants = verified.node_ids
         return {"session_id": self.session_id, "nodes": len(verified.node_ids)}
 
     def _connect_plain(self, address: str) -> dict[str, Any]:
@@ -181,24 +208,32 @@ class _Node:
         grpc.channel_ready_future(self.plain).result(timeout=_CALL_SECONDS)
         return {}
 
-    def _payload(self, round_index: int, tensor: str, mask: bool) -> NDArray[np.uint64]:
+    def _mask(self, round_index: int, tensor: str) -> NDArray[np.uint64]:
+        if self.design is None:
+            raise RuntimeError("a masked round needs a session joined first")
+        return pairwise_mask(
+            self.design,
+            self.node_id,
+            self.seeds,
+            round_index=round_index,
+            tensor=tensor,
+            size=self.values.size,
+            codec=self.codec,
+        )
+
+    def _payload(self, round_index: int, tensor: str, mask: str) -> NDArray[np.uint64]:
         payload = self.codec.encode(self.values, tensor=TENSOR)
-        if mask:
-            if self.design is None:
-                raise RuntimeError("a masked round needs a session joined first")
-            payload += pairwise_mask(
-                self.design,
-                self.node_id,
-                self.seeds,
-                round_index=round_index,
-                tensor=tensor,
-                size=self.values.size,
-                codec=self.codec,
-            )
+        if mask == "in_round":
+            payload += self._mask(round_index, tensor)
+        elif mask == "ahead":
+            prepared = self.prepared.pop((round_index, tensor), None)
+            if prepared is None:
+                raise RuntimeError(f"no mask was prepared for round {round_index}, {tensor!r}")
+            payload += prepared
         return payload
 
     def _round(
-        self, *, transport: str, round_index: int, round_name: str, mask: bool
+        self, *, transport: str, round_index: int, round_name: str, mask: str
     ) -> dict[str, Any]:
         started = time.monotonic()
         polls = 0
@@ -208,6 +243,7 @@ class _Node:
                 raise RuntimeError("join a session before a session round")
             payload = self._payload(round_index, TENSOR, mask)
             masked = time.monotonic()
+            digest = hashlib.sha256(payload.astype("<u8", copy=False).tobytes()).digest()
             client.upload(
                 session_id=self.session_id,
                 round_index=round_index,
@@ -215,11 +251,34 @@ class _Node:
                 payload=payload,
                 tensors=self.layout,
                 fixed_point_bits=self.codec.frac_bits,
+                roster_hash=self.roster_hash,
+                statement_signature=sign_upload_statement(
+                    self.identity,
+                    config_hash=self.config_hash,
+                    session_id=self.session_id,
+                    round_index=round_index,
+                    round_name=round_name,
+                    roster_hash=self.roster_hash,
+                    payload_sha256=digest,
+                ),
             )
             uploaded = time.monotonic()
             while True:
                 header, aggregate = client.get_result(self.session_id, round_index)
                 if aggregate is not None:
+                    # As a node does: every counted upload was signed for this roster.
+                    check_statements(
+                        header,
+                        config_hash=self.config_hash,
+                        session_id=self.session_id,
+                        round_index=round_index,
+                        roster_hash=self.roster_hash,
+                        identity_keys=self.config.identity_keys,
+                        own_node_id=self.node_id,
+                        own_sha256=digest,
+                        participants=self.participants,
+                        round_name=round_name,
+                    )
                     break
                 if header.status == pb.ROUND_STATUS_FAILED:
                     raise RuntimeError(f"round {round_index} failed: {header.reason}")
@@ -230,8 +289,7 @@ class _Node:
         elif transport == "plain":
             if self.plain is None:
                 raise RuntimeError("connect to the plain server before a plain round")
-            # A tensor name of its own, so no keystream of a session round is reused.
-            payload = self._payload(round_index, "plain/" + TENSOR, mask)
+            payload = self._payload(round_index, PLAIN_TENSOR, mask)
             masked = time.monotonic()
             uploaded, aggregate = plain_round(self.plain, payload, timeout=_CALL_SECONDS)
         else:

@@ -24,31 +24,45 @@ the last node holds the round's aggregate. In between each node
 3. polls ``GetResult`` every 10 ms until the round is ready, then downloads
    the 8 MB aggregate (checked against its SHA-256).
 
+A mask depends on the pairwise seeds, the round, the layout and the design,
+never on data, so a node draws it as soon as it knows those — after the
+roster, or after the previous round's result — while it computes its
+statistics or waits for the round to open (``node.masking.MaskPrefetch``, as
+``NodeRunner`` does). The headline round therefore adds a mask drawn ahead:
+just before the start line every node is told to draw it, and the time all
+10 processes take to do so side by side is ``mask_draw_seconds_k10_d1e6``.
+Two other kinds of round are measured as well:
+``round_seconds_k10_d1e6_masks_in_round`` draws the mask inside the timed
+window, after the start line (what a node that cannot draw ahead would pay;
+``round_masking_seconds_k10_d1e6`` is the time until the last node finished
+step 1 there), and ``round_seconds_k10_d1e6_upload_only`` adds no mask
+(steps 2 and 3 only: what the coordinator and the network cost).
+
 Every node's aggregate is compared with Σ_k q(x_k) computed in the parent:
 the masks must cancel bit for bit. A session has as many rounds as the
 federation's round plan (``coordinator.config.SessionConfig.plan``: "moments"
-and "scatter" under the pairwise construction), so the benchmark runs
-``repeats`` + 1 sessions; the first is a warm-up. In each session the first
-round is masked and the second is not (``round_seconds_k10_d1e6_upload_only``:
-steps 2 and 3 only, which is what the coordinator and the network cost).
-``round_masking_seconds_k10_d1e6`` is the time until the last node finished
-step 1 (10 processes share the machine's cores).
+and "scatter" under the pairwise construction). In every session the first
+round is a drawn-ahead round and the second alternates between the two other
+kinds, so the benchmark runs 2 · ``repeats`` + 1 sessions (the first is a
+warm-up): ``repeats`` samples of each alternating kind, twice as many of the
+headline.
 
 **Baselines.** ``round_ratio_vs_flower_secagg_reference``: the round over
 2.2 s, the time Flower's secure aggregation (SecAgg, Bonawitz et al. 2017,
 ACM CCS; every node a neighbour of every other) took for the same K and d on
-this class of machine: a fixed reference, not re-measured here.
-``round_ratio_vs_plain_grpc``: in every session, right before or after each
-round (alternating), the same node processes run the same round — same
-masking, same bytes, same TLS certificates — against a bare gRPC sum server
-(benchmarks/_plain_grpc.py, in this process: raw-byte messages, no header,
-checksum, state or polling; a download blocks until the sum is complete).
-The figure is the median of the per-session ratios session round / bare
-round; ``round_ratio_vs_plain_grpc_upload_only`` is the same without masks,
-and ``plain_grpc_round_seconds_k10_d1e6[_upload_only]`` are the bare rounds'
-own medians. Masking is CPU work in the node processes: with 10 of them on a
-machine with few cores, it bounds the masked round from below whatever the
-transport.
+this class of machine: a fixed reference, not re-measured here
+(``..._masks_in_round``: the same for the in-window round).
+``round_ratio_vs_plain_grpc[_masks_in_round|_upload_only]``: in every
+session, right before or after each round (alternating), the same node
+processes run the same round — same masking, same bytes, same TLS
+certificates — against a bare gRPC sum server (benchmarks/_plain_grpc.py, in
+this process: raw-byte messages, no header, checksum, state or polling; a
+download blocks until the sum is complete). Each figure is the median of the
+per-session ratios session round / bare round, and
+``plain_grpc_round_seconds_k10_d1e6[...]`` are the bare rounds' own medians.
+Masking is CPU work in the node processes: with 10 of them on a machine with
+few cores, drawing inside the window bounds the round from below whatever
+the transport.
 
 **Coordinator memory** (``coordinator_peak_rss_mb_k{5,20}_d1e6``). For K = 5
 and K = 20 nodes (separate federations), a fresh coordinator process runs one
@@ -84,7 +98,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from benchmarks._plain_grpc import PlainSumServer
-from benchmarks._session_worker import node_values
+from benchmarks._session_worker import MASK_MODES, PLAIN_TENSOR, TENSOR, node_values
 from coordinator.config import SessionConfig
 from noise.federation import config_hash, load_federation
 from noise.fixed_point import FixedPointCodec, wrapping_sum
@@ -413,6 +427,20 @@ def _timed_round(
     )
 
 
+def _prepare(fleet: _Fleet, round_index: int, tensor: str, deadline: _Deadline) -> float:
+    """Every node draws its mask for (round, tensor) ahead; seconds until the last is done."""
+    start = time.monotonic()
+    answers = fleet.broadcast(
+        {"cmd": "prepare", "round_index": round_index, "tensor": tensor}, deadline
+    )
+    return float(max(a["drawn"] for a in answers)) - start
+
+
+def _session_kinds(session: int) -> tuple[str, str]:
+    """The mask mode of round 0 and round 1 of a session (see the module docstring)."""
+    return ("ahead", "in_round" if session % 2 else "none")
+
+
 def _round_session(
     fleet: _Fleet,
     server: PlainSumServer,
@@ -423,7 +451,7 @@ def _round_session(
     state: Path,
     session: int,
 ) -> dict[str, float]:
-    """One session: a masked and an unmasked round, each paired with its bare-gRPC twin."""
+    """One session: two rounds (see :func:`_session_kinds`), each with its bare-gRPC twin."""
     deadline = _Deadline(MEASUREMENT_SECONDS, f"session {session} of the round benchmark")
 
     def reset() -> None:
@@ -432,29 +460,35 @@ def _round_session(
     figures: dict[str, float] = {}
     with _coordinator(federation, state, deadline) as coordinator:
         fleet.broadcast({"cmd": "join", "address": coordinator.address}, deadline)
-        for round_index, round_name in enumerate(plan[:2]):
-            mask = round_index == 0
-            kind = "masked" if mask else "upload"
+        for round_index, (round_name, kind) in enumerate(
+            zip(plan[:2], _session_kinds(session), strict=True)
+        ):
             ours = {
                 "cmd": "round",
                 "transport": "session",
                 "round_index": round_index,
                 "round_name": round_name,
-                "mask": mask,
+                "mask": kind,
             }
-            bare = {**ours, "transport": "plain"}
             # Alternate which of the pair goes first, so neither always meets
             # the warmer (or the busier) machine.
-            if (session + round_index) % 2:
-                figures[kind], figures["masking_" + kind] = _timed_round(
-                    fleet, ours, expected, deadline
-                )
-                figures["plain_" + kind], _ = _timed_round(fleet, bare, expected, deadline, reset)
-            else:
-                figures["plain_" + kind], _ = _timed_round(fleet, bare, expected, deadline, reset)
-                figures[kind], figures["masking_" + kind] = _timed_round(
-                    fleet, ours, expected, deadline
-                )
+            order = ("session", "plain")
+            if (session // 2 + round_index) % 2:
+                order = ("plain", "session")
+            for transport in order:
+                command = {**ours, "transport": transport}
+                if transport == "session":
+                    if kind == "ahead":
+                        figures["draw"] = _prepare(fleet, round_index, TENSOR, deadline)
+                    figures[kind], figures["masking_" + kind] = _timed_round(
+                        fleet, command, expected, deadline
+                    )
+                else:
+                    if kind == "ahead":
+                        _prepare(fleet, round_index, PLAIN_TENSOR, deadline)
+                    figures["plain_" + kind], _ = _timed_round(
+                        fleet, command, expected, deadline, reset
+                    )
         if len(plan) == 2:
             coordinator.finish(deadline)
     return figures
@@ -484,7 +518,9 @@ def _round_figures(work: Path, repeats: int) -> dict[str, float]:
         setup = _Deadline(MEASUREMENT_SECONDS, "starting the node processes")
         fleet.wait_ready(setup)
         fleet.broadcast({"cmd": "plain", "address": server.address}, setup)
-        for session in range(repeats + 1):
+        # Session 0 warms up; then 2·repeats sessions, so that each of the
+        # alternating second rounds ("in_round", "none") gets ``repeats`` samples.
+        for session in range(2 * repeats + 1):
             state = work / f"state-k10-{session}.sqlite"
             figures = _round_session(
                 fleet,
@@ -497,21 +533,27 @@ def _round_figures(work: Path, repeats: int) -> dict[str, float]:
             )
             if session == 0:
                 continue  # warm-up
-            figures["ratio_masked"] = figures["masked"] / figures["plain_masked"]
-            figures["ratio_upload"] = figures["upload"] / figures["plain_upload"]
+            for kind in MASK_MODES:
+                if kind in figures:
+                    figures["ratio_" + kind] = figures[kind] / figures["plain_" + kind]
             for key, value in figures.items():
                 samples.setdefault(key, []).append(value)
     median = {key: statistics.median(values) for key, values in samples.items()}
     return {
-        "round_seconds_k10_d1e6": median["masked"],
-        "round_seconds_k10_d1e6_upload_only": median["upload"],
-        "round_masking_seconds_k10_d1e6": median["masking_masked"],
-        "round_ratio_vs_flower_secagg_reference": median["masked"]
+        "round_seconds_k10_d1e6": median["ahead"],
+        "round_seconds_k10_d1e6_masks_in_round": median["in_round"],
+        "round_seconds_k10_d1e6_upload_only": median["none"],
+        "mask_draw_seconds_k10_d1e6": median["draw"],
+        "round_masking_seconds_k10_d1e6": median["masking_in_round"],
+        "round_ratio_vs_flower_secagg_reference": median["ahead"] / FLOWER_SECAGG_REFERENCE_SECONDS,
+        "round_ratio_vs_flower_secagg_reference_masks_in_round": median["in_round"]
         / FLOWER_SECAGG_REFERENCE_SECONDS,
-        "round_ratio_vs_plain_grpc": median["ratio_masked"],
-        "round_ratio_vs_plain_grpc_upload_only": median["ratio_upload"],
-        "plain_grpc_round_seconds_k10_d1e6": median["plain_masked"],
-        "plain_grpc_round_seconds_k10_d1e6_upload_only": median["plain_upload"],
+        "round_ratio_vs_plain_grpc": median["ratio_ahead"],
+        "round_ratio_vs_plain_grpc_masks_in_round": median["ratio_in_round"],
+        "round_ratio_vs_plain_grpc_upload_only": median["ratio_none"],
+        "plain_grpc_round_seconds_k10_d1e6": median["plain_ahead"],
+        "plain_grpc_round_seconds_k10_d1e6_masks_in_round": median["plain_in_round"],
+        "plain_grpc_round_seconds_k10_d1e6_upload_only": median["plain_none"],
     }
 
 
@@ -523,7 +565,7 @@ def _peak_rss_mb(work: Path, n_nodes: int, repeats: int) -> float:
         "transport": "session",
         "round_index": 0,
         "round_name": _plan(federation)[0],
-        "mask": False,
+        "mask": "none",
     }
     expected = _expected_sha256(federation, n_nodes, VALUES_PER_NODE)
     peaks: list[float] = []

@@ -12,10 +12,11 @@ their use in gRPC"):
 
 * ``INVALID_ARGUMENT``: the message itself is malformed, whatever the state
   (wrong session id, unknown round, layout or size mismatch, bad checksum);
-* ``FAILED_PRECONDITION``: a well-formed message arrives at the wrong time
-  (join after the deadline, upload to a round that is not open, a dropped node);
-* ``ALREADY_EXISTS``: a different value for something already recorded
-  (a second key for a joined node, a conflicting upload);
+* ``FAILED_PRECONDITION``: a well-formed message the session's state does
+  not allow: it arrives at the wrong time (join after the deadline, upload to
+  a round that is not open, a dropped node), contradicts what is already
+  recorded (a second key for a joined node, a conflicting upload or
+  correction), or was made against another roster than the session's;
 * ``PERMISSION_DENIED``: the caller is not allowed to speak for that node
   (certificate of one node, message of another; a node outside the federation);
 * ``UNAUTHENTICATED``: a signature does not verify, or was made for another
@@ -30,7 +31,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
-    "AlreadyExists",
     "CoordinatorError",
     "FailedPrecondition",
     "InvalidArgument",
@@ -62,12 +62,6 @@ class FailedPrecondition(CoordinatorError):
     """The message is well formed but the session is not in a state that accepts it."""
 
     status = "FAILED_PRECONDITION"
-
-
-class AlreadyExists(CoordinatorError):
-    """The message conflicts with a value already recorded for the same slot."""
-
-    status = "ALREADY_EXISTS"
 
 
 class PermissionDenied(CoordinatorError):

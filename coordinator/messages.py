@@ -30,6 +30,7 @@ __all__ = [
     "UnmaskRequestView",
     "UploadHeader",
     "UploadReceipt",
+    "UploadStatement",
 ]
 
 
@@ -61,13 +62,20 @@ class RoundStatus:
 
 @dataclass(frozen=True)
 class UploadHeader:
-    """First message of an upload stream."""
+    """First message of an upload stream, with the node's signed upload statement.
+
+    ``statement_signature`` is the node's Ed25519 identity signature over
+    ``noise.transcript.upload_statement_message(config hash, session_id,
+    round_index, round_name, roster_hash, payload.sha256)``.
+    """
 
     session_id: str
     round_index: int
     round_name: str
     node_id: str
     payload: PayloadSpec
+    roster_hash: bytes
+    statement_signature: bytes
 
 
 @dataclass(frozen=True)
@@ -162,6 +170,17 @@ class UploadReceipt:
 
 
 @dataclass(frozen=True)
+class UploadStatement:
+    """A stored upload's signed statement, handed back with the aggregate that counts it."""
+
+    node_id: str
+    round_name: str
+    roster_hash: bytes
+    payload_sha256: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True)
 class UnmaskRequestView:
     """What the coordinator asks of one survivor (``pending`` False: nothing)."""
 
@@ -187,6 +206,7 @@ class ResultView:
     ``survivors``: READY, the nodes summed; AWAITING_UNMASK, the current S;
     OPEN, the round's participants (the nodes expected to upload). ``dropped``:
     the participants left out (READY) or the current D (AWAITING_UNMASK).
+    ``statements``: READY only, the upload statement of every survivor.
     """
 
     session_id: str
@@ -201,6 +221,7 @@ class ResultView:
     payload: PayloadSpec | None
     path: Path | None
     unmask_request: UnmaskRequestView | None
+    statements: tuple[UploadStatement, ...] = ()
 
 
 @dataclass(frozen=True)

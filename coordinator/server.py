@@ -287,6 +287,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 round_name=h.round_name,
                 node_id=h.node_id,
                 payload=_spec(h.payload),
+                roster_hash=bytes(h.roster_hash),
+                statement_signature=bytes(h.statement_signature),
             )
             outcome = self.session.begin_upload(header, caller=caller)
             receipt = (
@@ -387,6 +389,16 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             survivor_node_ids=list(view.survivors),
             dropped_node_ids=list(view.dropped),
             survivor_hash=view.survivor_hash,
+            statements=[
+                pb.UploadStatement(
+                    node_id=s.node_id,
+                    round_name=s.round_name,
+                    roster_hash=s.roster_hash,
+                    payload_sha256=s.payload_sha256,
+                    signature=s.signature,
+                )
+                for s in view.statements
+            ],
         )
         if view.payload is not None:
             header.payload.CopyFrom(_payload_header(view.payload))

@@ -45,7 +45,6 @@ from pathlib import Path
 
 from coordinator.config import SessionConfig, is_cape_sum_round
 from coordinator.errors import (
-    AlreadyExists,
     FailedPrecondition,
     NotFound,
     StateFileError,
@@ -61,6 +60,7 @@ from coordinator.messages import (
     RoundSummary,
     SessionState,
     StatusView,
+    UploadStatement,
 )
 from coordinator.session_base import (
     MAX_CHUNK_BYTES,
@@ -175,7 +175,7 @@ class Session(UploadSteps, UnmaskSteps):
                     return self._join_receipt(
                         row, bundle.node_id, rejoined=True, count=len(members)
                     )
-                raise AlreadyExists(
+                raise FailedPrecondition(
                     f"node {bundle.node_id!r} already joined session {row.session_id!r} with key "
                     f"{key_fingerprint(existing.public_key)}; a second key "
                     f"{key_fingerprint(bundle.public_key)} is refused."
@@ -358,6 +358,7 @@ class Session(UploadSteps, UnmaskSteps):
             digest = b""
             payload: PayloadSpec | None = None
             path: Path | None = None
+            statements: tuple[UploadStatement, ...] = ()
             deadline = round_row.deadline_ms
             status = round_row.status
             if status == RoundStatus.READY:
@@ -375,6 +376,7 @@ class Session(UploadSteps, UnmaskSteps):
                     tensors=round_row.layout,
                 )
                 path = self.store.payload_path(stored.path)
+                statements = self._statements(row, round_row, survivors)
             elif status == RoundStatus.UNMASK:
                 request = self._unmask_row(round_row)
                 survivors, dropped, digest = (
@@ -407,7 +409,26 @@ class Session(UploadSteps, UnmaskSteps):
                 payload=payload,
                 path=path,
                 unmask_request=request_view if request_view.pending else None,
+                statements=statements,
             )
+
+    def _statements(
+        self, row: SessionRow, round_row: RoundRow, survivors: tuple[str, ...]
+    ) -> tuple[UploadStatement, ...]:
+        """The stored upload statement of every survivor (the uploads in the aggregate)."""
+        final = self._roster_hash(row)
+        counted = set(survivors)
+        return tuple(
+            UploadStatement(
+                node_id=upload.node_id,
+                round_name=round_row.name,
+                roster_hash=final,
+                payload_sha256=upload.sha256,
+                signature=upload.statement_signature,
+            )
+            for upload in self.store.uploads(round_row.round_index)
+            if upload.node_id in counted
+        )
 
     def record_delivery(self, round_index: int, node_id: str) -> None:
         """Note that ``node_id`` was sent the whole result of a round."""

@@ -47,6 +47,7 @@ from coordinator.store import (
     Store,
     UnmaskRow,
 )
+from noise.transcript import roster_hash
 
 __all__ = [
     "MAX_CHUNK_BYTES",
@@ -103,6 +104,7 @@ class Ticket:
     running: RoundSum | None = None
     contribution: Contribution | None = None
     attempt: int = 0
+    statement_signature: bytes = b""  # uploads only: the node's signed upload statement
     received: int = 0
     # cancelled: the session gave up on the stream (its node was dropped);
     # closed: the stream's owner has finished with it (stored or abandoned).
@@ -177,6 +179,10 @@ class SessionBase:
         if row is None:  # pragma: no cover - written with the status
             raise RuntimeError(f"round {round_row.round_index} has no unmask request.")
         return row
+
+    def _roster_hash(self, row: SessionRow) -> bytes:
+        """``noise.transcript.roster_hash`` of the joined nodes' keys (final once running)."""
+        return roster_hash(row.config_hash, row.session_id, self.store.members())
 
     def state(self) -> str:
         """'joining', 'running', 'completed' or 'failed'."""

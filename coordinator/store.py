@@ -2,10 +2,11 @@
 
 The state file holds the session (id, config hash, state, reason), the roster
 of signed ephemeral keys, every round with its status and deadline, the
-uploads, results, unmask requests, survivor attestations, corrections and
-refusals. Payloads (uploads, corrections, results) live as raw little-endian
-uint64 files in ``<stem>.payloads/`` next to the SQLite file; a row names its
-file and records its SHA-256 and size.
+uploads with their signed upload statements, results, unmask requests,
+survivor attestations, corrections and refusals. Payloads (uploads,
+corrections, results) live as raw little-endian uint64 files in
+``<stem>.payloads/`` next to the SQLite file; a row names its file and
+records its SHA-256 and size.
 
 Crash safety (a ``kill -9`` at any instant leaves a consistent state):
 
@@ -58,7 +59,9 @@ __all__ = [
     "payload_dir_for",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# What each version added, for the sentence refusing an older state file.
+_SCHEMA_CHANGES = {2: "uploads carry the node's signed upload statement"}
 _PART_PREFIX = ".part-"
 
 _SCHEMA = """
@@ -107,6 +110,7 @@ CREATE TABLE uploads (
     layout TEXT NOT NULL,
     fixed_point_bits INTEGER NOT NULL,
     received_ms INTEGER NOT NULL,
+    statement_signature BLOB NOT NULL,
     PRIMARY KEY (round_index, node_id)
 );
 CREATE TABLE results (
@@ -231,7 +235,11 @@ class RoundRow:
 
 @dataclass(frozen=True)
 class UploadRow:
-    """A node's stored payload for a round."""
+    """A node's stored payload for a round and its signed upload statement.
+
+    The statement's other fields are the round's name, the session's final
+    roster hash and ``sha256``, so only the signature needs storing.
+    """
 
     round_index: int
     node_id: str
@@ -241,6 +249,7 @@ class UploadRow:
     layout: tuple[TensorSlot, ...]
     fixed_point_bits: int
     received_ms: int
+    statement_signature: bytes
 
 
 @dataclass(frozen=True)
@@ -459,6 +468,20 @@ class Store:
         row = self._db.execute("SELECT version FROM schema_version").fetchone()
         if row is None or row[0] != SCHEMA_VERSION:
             found = None if row is None else row[0]
+            if isinstance(found, int) and found < SCHEMA_VERSION:
+                # Not migrated: the uploads of an older file have no signed
+                # statements, and nodes refuse an aggregate without them.
+                since = "; ".join(
+                    f"version {v}: {what}"
+                    for v, what in sorted(_SCHEMA_CHANGES.items())
+                    if v > found
+                )
+                raise StateFileError(
+                    f"state file {self.path} has schema version {found}, written by an "
+                    f"earlier coordinator; this coordinator reads version {SCHEMA_VERSION} "
+                    f"({since}). Finish that session with the release that started it, or "
+                    "start a new session with a new --state path."
+                )
             raise StateFileError(
                 f"state file {self.path} has schema version {found}; this coordinator "
                 f"reads version {SCHEMA_VERSION}."
@@ -665,10 +688,13 @@ class Store:
     def uploads(self, round_index: int) -> list[UploadRow]:
         """Stored uploads of a round, sorted by node id."""
         return [
-            UploadRow(r[0], r[1], bytes(r[2]), r[3], r[4], layout_from_json(r[5]), r[6], r[7])
+            UploadRow(
+                r[0], r[1], bytes(r[2]), r[3], r[4], layout_from_json(r[5]), r[6], r[7], bytes(r[8])
+            )
             for r in self._read(
                 "SELECT round_index, node_id, sha256, size, path, layout, fixed_point_bits, "
-                "received_ms FROM uploads WHERE round_index = ? ORDER BY node_id",
+                "received_ms, statement_signature FROM uploads WHERE round_index = ? "
+                "ORDER BY node_id",
                 (round_index,),
             )
         ]
@@ -684,7 +710,8 @@ class Store:
         """Record a stored upload (its file must already be placed)."""
         self._write(
             "INSERT INTO uploads (round_index, node_id, sha256, size, path, layout, "
-            "fixed_point_bits, received_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "fixed_point_bits, received_ms, statement_signature) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.round_index,
                 row.node_id,
@@ -694,6 +721,7 @@ class Store:
                 layout_to_json(row.layout),
                 row.fixed_point_bits,
                 row.received_ms,
+                row.statement_signature,
             ),
         )
 

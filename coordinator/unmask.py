@@ -20,7 +20,6 @@ node's noise, so it ends the session with the node's reason.
 from __future__ import annotations
 
 from coordinator.errors import (
-    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     RetryLater,
@@ -341,7 +340,7 @@ class UnmaskSteps(SessionBase):
         self, stored: CorrectionRow, sha256: bytes, request: UnmaskRow, row: SessionRow
     ) -> UnmaskReceipt:
         if stored.sha256 != sha256:
-            raise AlreadyExists(
+            raise FailedPrecondition(
                 f"conflicting unmask correction: node {stored.node_id!r} already answered round "
                 f"{stored.round_index} (attempt {stored.attempt}) with sha256 "
                 f"{short_digest(stored.sha256)}; this one has sha256 {short_digest(sha256)}."

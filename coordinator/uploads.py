@@ -1,27 +1,38 @@
 """Upload steps of a session: a node's masked payload for a round, chunk by chunk.
 
 A header is checked completely before any byte is accepted (caller, session,
-round, liveness, size, fixed-point scale, and a layout equal to the round's);
+round, the node's signed upload statement, liveness, size, fixed-point scale,
+and a layout equal to the round's);
 chunks then go to a temporary file and, in the same pass, into the round's
 running sum (coordinator/aggregate.py), so memory does not grow with the
 number of nodes. At the end the size and SHA-256 are verified, the file is
 placed and the upload recorded in one transaction; if it was the last one the
 round's result is written and published in that same transaction.
 
+Upload statements: every header carries the node's Ed25519 identity
+signature over ``noise.transcript.upload_statement_message`` (config hash,
+session, round, round name, the roster hash the node verified, payload
+SHA-256). The coordinator refuses a signature that does not verify against
+the pinned identity (UNAUTHENTICATED) and a roster hash other than the
+session's final one (FAILED_PRECONDITION: the node was shown another roster,
+so its masks would not cancel), stores the signature with the upload, and
+returns the statements of all summed uploads with the aggregate; each node
+then checks that every contributor saw its roster (node/statements.py).
+
 Uploads are idempotent per (session, round, node) and content hash: the same
 payload again is acknowledged as a duplicate (even after the round is ready,
 for a node whose receipt was lost); a different one is refused
-(ALREADY_EXISTS).
+(FAILED_PRECONDITION).
 """
 
 from __future__ import annotations
 
 from coordinator.aggregate import ContributionWithdrawn, RoundSum
 from coordinator.errors import (
-    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     RetryLater,
+    Unauthenticated,
 )
 from coordinator.layout import PayloadSpec, compare_layouts, validate_payload
 from coordinator.messages import (
@@ -34,12 +45,15 @@ from coordinator.session_base import (
     Ticket,
     clock_text,
     short_digest,
+    verify_ed25519,
 )
 from coordinator.store import (
     RoundRow,
     SessionRow,
     UploadRow,
 )
+from noise.errors import KeyFormatError
+from noise.transcript import upload_statement_message
 
 __all__ = ["UploadSteps"]
 
@@ -55,6 +69,7 @@ class UploadSteps(SessionBase):
             self._check_session_id(header.session_id, row)
             round_row = self._check_round(header.round_index, row)
             self._check_round_name(round_row, header.round_name)
+            self._check_statement(header, row)
             stored = self.store.upload(header.round_index, header.node_id)
             if stored is not None:
                 return self._duplicate_upload(stored, header.payload.sha256, round_row, row)
@@ -103,9 +118,44 @@ class UploadSteps(SessionBase):
                 writer=writer,
                 running=running,
                 contribution=running.begin(what, writer.path),
+                statement_signature=header.statement_signature,
             )
             self._tickets[key] = ticket
             return ticket
+
+    def _check_statement(self, header: UploadHeader, row: SessionRow) -> None:
+        """Refuse an upload statement that is not the node's or names another roster.
+
+        The signature is checked first: a roster hash is only worth comparing
+        once it is known to be the node's own claim.
+        """
+        what = f"upload of node {header.node_id!r} for round {header.round_index}"
+        try:
+            message = upload_statement_message(
+                row.config_hash,
+                row.session_id,
+                header.round_index,
+                header.round_name,
+                roster_hash=header.roster_hash,
+                payload_sha256=header.payload.sha256,
+            )
+        except (KeyFormatError, ValueError) as error:
+            raise InvalidArgument(f"{what}: the upload statement is malformed: {error}") from None
+        pinned = self.config.identity_keys[header.node_id]
+        if not verify_ed25519(pinned, header.statement_signature, message):
+            raise Unauthenticated(
+                f"the upload statement of node {header.node_id!r} for round "
+                f"{header.round_index} ({header.round_name!r}) does not verify against the "
+                f"identity key pinned for {header.node_id!r}; the upload is refused."
+            )
+        final = self._roster_hash(row)
+        if header.roster_hash != final:
+            raise FailedPrecondition(
+                f"node {header.node_id!r} signed its upload for round {header.round_index} "
+                f"({header.round_name!r}) over roster hash {short_digest(header.roster_hash)}, "
+                f"but this session's final roster hashes to {short_digest(final)}; the node "
+                "was shown a different roster, so its masks would not cancel."
+            )
 
     def _check_layout_against_sum(self, spec: PayloadSpec, what: str) -> None:
         compare_layouts(spec.tensors, self._sum_layout, what=what)
@@ -119,7 +169,7 @@ class UploadSteps(SessionBase):
         self, stored: UploadRow, sha256: bytes, round_row: RoundRow, row: SessionRow
     ) -> UploadReceipt:
         if stored.sha256 != sha256:
-            raise AlreadyExists(
+            raise FailedPrecondition(
                 f"conflicting upload: node {stored.node_id!r} already submitted round "
                 f"{stored.round_index} ({round_row.name!r}) with sha256 "
                 f"{short_digest(stored.sha256)}; this upload has sha256 {short_digest(sha256)}."
@@ -179,6 +229,7 @@ class UploadSteps(SessionBase):
             layout=ticket.spec.tensors,
             fixed_point_bits=ticket.spec.fixed_point_bits,
             received_ms=now,
+            statement_signature=ticket.statement_signature,
         )
         uploaded = {u.node_id for u in self.store.uploads(ticket.round_index)} | {ticket.node_id}
         complete = set(round_row.participants) <= uploaded

@@ -14,7 +14,11 @@ Payloads (uint64 fixed-point vectors, little-endian on the wire) travel as
 client or server streams of chunks of at most 1 MiB, far below gRPC's 4 MiB
 message limit whatever the payload size. A streamed upload is re-sent from
 its first chunk on each attempt; the coordinator treats a repeated identical
-upload as a no-op (idempotent per session, round, node and SHA-256).
+upload as a no-op (idempotent per session, round, node and SHA-256). Every
+upload carries the node's signed upload statement (node/statements.py); the
+client remembers the digest of each payload it uploaded, for checking the
+statements that come back with the aggregate. Downloads are put back
+together, checked and hashed in one pass by ``proto.chunks.PayloadAssembler``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -31,7 +35,7 @@ import grpc
 import numpy as np
 from numpy.typing import NDArray
 
-from proto.chunks import CHUNK_BYTES, TensorSlot, payload_chunks
+from proto.chunks import CHUNK_BYTES, PayloadAssembler, PayloadError, TensorSlot, payload_chunks
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 
@@ -133,36 +137,20 @@ def layout_of(tensors: Sequence[pb.TensorLayout]) -> tuple[TensorSlot, ...]:
 
 
 def assemble_payload(
-    header: pb.PayloadHeader, chunks: Sequence[pb.PayloadChunk], *, what: str
+    header: pb.PayloadHeader, chunks: Iterable[pb.PayloadChunk], *, what: str
 ) -> NDArray[np.uint64]:
-    """Join streamed chunks, checking order, size and SHA-256 against the header.
+    """Join streamed chunks with :class:`~proto.chunks.PayloadAssembler`.
 
-    The words land directly in their final array and are hashed as they
-    arrive: no intermediate buffer, no second copy.
+    Raises :class:`~proto.chunks.PayloadError` (a ValueError) naming ``what``
+    when the order, size or SHA-256 does not match the header.
     """
-    total = int(header.total_bytes)
-    if total != 8 * header.total_elements:
-        raise ValueError(
-            f"{what}: the header announces {total} bytes for {header.total_elements} words"
-        )
-    words = np.empty(int(header.total_elements), dtype=_U64)
-    target = words.view(np.uint8)
-    digest = hashlib.sha256()
-    filled = 0
-    for chunk in chunks:
-        if chunk.offset != filled:
-            raise ValueError(f"{what}: a chunk starts at byte {chunk.offset}; expected {filled}")
-        size = len(chunk.data)
-        if filled + size > total:
-            raise ValueError(f"{what}: received more than the {total} bytes the header announced")
-        target[filled : filled + size] = np.frombuffer(chunk.data, dtype=np.uint8)
-        digest.update(chunk.data)
-        filled += size
-    if filled != total:
-        raise ValueError(f"{what}: received {filled} bytes; the header announced {total}")
-    if digest.digest() != header.sha256:
-        raise ValueError(f"{what}: the received bytes do not match the announced SHA-256")
-    return words if words.dtype == np.dtype(np.uint64) else words.astype(np.uint64)
+    try:
+        assembler = PayloadAssembler(header)
+        for chunk in chunks:
+            assembler.add(chunk)
+        return assembler.finish_words()
+    except PayloadError as error:
+        raise PayloadError(f"{what}: {error}") from None
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -202,6 +190,8 @@ class CoordinatorClient:
         )
         self._channel = grpc.secure_channel(address, credentials)
         self._stub = pb_grpc.CoordinatorStub(self._channel)
+        # (session id, round index) -> SHA-256 of the payload this client uploaded.
+        self._uploaded: dict[tuple[str, int], bytes] = {}
 
     @classmethod
     def from_files(
@@ -275,13 +265,23 @@ class CoordinatorClient:
         payload: NDArray[np.uint64],
         tensors: Sequence[TensorSlot],
         fixed_point_bits: int,
+        roster_hash: bytes,
+        statement_signature: bytes,
     ) -> pb.UploadReceipt:
+        """Stream a payload with its signed upload statement (see node/statements.py).
+
+        ``roster_hash`` is the hash of the roster this node verified,
+        ``statement_signature`` its identity signature over the statement for
+        exactly this session, round, roster and payload.
+        """
         header = pb.UploadHeader(
             session_id=session_id,
             round_index=round_index,
             round_name=round_name,
             node_id=self.node_id,
             payload=payload_header(payload, tensors, fixed_point_bits),
+            roster_hash=roster_hash,
+            statement_signature=statement_signature,
         )
 
         def messages() -> Iterator[pb.UploadChunk]:
@@ -289,12 +289,27 @@ class CoordinatorClient:
             for chunk in chunk_payload(payload):
                 yield pb.UploadChunk(data=chunk)
 
-        return self._call("UploadEgress", lambda t: self._stub.UploadEgress(messages(), timeout=t))
+        receipt: pb.UploadReceipt = self._call(
+            "UploadEgress", lambda t: self._stub.UploadEgress(messages(), timeout=t)
+        )
+        self._uploaded[(session_id, round_index)] = bytes(header.payload.sha256)
+        return receipt
+
+    def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
+        """SHA-256 of the payload this client uploaded for a round; None if it sent none.
+
+        None also for a round uploaded before a restart, by an earlier client.
+        """
+        return self._uploaded.get((session_id, round_index))
 
     def get_result(
         self, session_id: str, round_index: int
     ) -> tuple[pb.ResultHeader, NDArray[np.uint64] | None]:
-        """The round's status; with status READY also the aggregate (checked against its hash)."""
+        """The round's status; with status READY also the aggregate (checked against its hash).
+
+        The header carries, when READY, the upload statements of every node
+        counted (``header.statements``), for node.statements.check_statements.
+        """
         request = pb.GetResultRequest(
             session_id=session_id, round_index=round_index, node_id=self.node_id
         )
@@ -309,13 +324,16 @@ class CoordinatorClient:
                     "the result stream did not start with a header",
                 )
             header = first.header
-            chunks = [message.data for message in stream if message.HasField("data")]
+            chunks = (message.data for message in stream if message.HasField("data"))
             if header.status != pb.ROUND_STATUS_READY:
+                for _ in chunks:  # none are sent; drain the stream all the same
+                    pass
                 return header, None
             what = f"aggregate of round {round_index}"
             try:
+                # Chunks go into the assembler as they arrive, never held as a list.
                 return header, assemble_payload(header.payload, chunks, what=what)
-            except ValueError as error:
+            except PayloadError as error:
                 raise CoordinatorError("GetResult", grpc.StatusCode.DATA_LOSS, str(error)) from None
 
         return self._call("GetResult", attempt)

@@ -284,9 +284,50 @@ class PrivacyLedger:
         return 0.0
 
     def has_release(self, session_id: str, round_index: int) -> bool:
+        return self.release_entry(session_id, round_index) is not None
+
+    def release_entry(self, session_id: str, round_index: int) -> LedgerEntry | None:
+        """The release recorded for (session, round), or None (there is at most one)."""
+        for entry in self._entries:
+            if entry.kind == "release" and entry.release_key == (session_id, round_index):
+                return entry
+        return None
+
+    def revealed(self, session_id: str) -> dict[int, tuple[frozenset[str], frozenset[str]]]:
+        """Per round of ``session_id``: what this node's unmask answers revealed.
+
+        (the union of the dropped sets, the union of the survivor sets) over
+        every ``unmask`` entry of the round, pair terms and CAPE pads alike.
+        Entries are written before an answer is sent, so this is what a node
+        that answered and then restarted must assume the coordinator holds.
+        """
+        out: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
+        for entry in self._entries:
+            if entry.kind != "unmask" or entry.session_id != session_id:
+                continue
+            dropped, survivors = out.get(entry.round_index, (frozenset(), frozenset()))
+            out[entry.round_index] = (
+                dropped | frozenset(entry.details.get("dropped", ())),
+                survivors | frozenset(entry.details.get("survivors", ())),
+            )
+        return out
+
+    def has_unmask(
+        self,
+        session_id: str,
+        round_index: int,
+        *,
+        dropped: Sequence[str],
+        survivors: Sequence[str],
+    ) -> bool:
+        """True when an unmask with exactly these dropped and survivor sets is recorded."""
+        want = (sorted(dropped), sorted(survivors))
         return any(
-            e.kind == "release" and e.release_key == (session_id, round_index)
-            for e in self._entries
+            entry.kind == "unmask"
+            and entry.release_key == (session_id, round_index)
+            and (list(entry.details.get("dropped", ())), list(entry.details.get("survivors", ())))
+            == want
+            for entry in self._entries
         )
 
     # -- updates --------------------------------------------------------

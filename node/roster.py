@@ -6,9 +6,14 @@ be able to substitute a key (a man in the middle would then share every
 identity key pinned for that node in the federation config, for this
 federation (config hash) and this session, and checks that its own entry is
 the key it sent (DESIGN.md §4.3). Any mismatch aborts the node with the node
-id and the reason. The roster hash is recomputed and compared, and the
-pairwise seeds s_kj = HKDF(X25519(sk_k, pk_j), ...) are derived only from a
-roster that passed (``noise.seeds.pairwise_seed``, DESIGN.md §4.4).
+id and the reason. A final roster with fewer members than the federation's
+``min_nodes`` is refused too: the local config decides, never the
+coordinator's word (DESIGN.md §4.3). The roster hash is recomputed and
+compared, and kept: the node binds it into every upload statement it signs
+(node/statements.py), which is how nodes learn that all contributors were
+shown the same roster. The pairwise seeds s_kj = HKDF(X25519(sk_k, pk_j), ...)
+are derived only from a roster that passed (``noise.seeds.pairwise_seed``,
+DESIGN.md §4.4).
 """
 
 from __future__ import annotations
@@ -36,11 +41,16 @@ class RosterError(Exception):
 
 @dataclass(frozen=True)
 class VerifiedRoster:
-    """The final roster after every signature checked out."""
+    """The final roster after every signature checked out.
+
+    ``roster_hash`` is ``noise.transcript.roster_hash`` recomputed from the
+    verified bundles, the digest this node signs into its upload statements.
+    """
 
     session_id: str
     public_keys: Mapping[str, bytes]  # node id -> X25519 public key, every joined node
     excluded: tuple[str, ...]
+    roster_hash: bytes
 
     @property
     def node_ids(self) -> tuple[str, ...]:
@@ -55,8 +65,14 @@ def verify_roster(
     session_id: str,
     config_hash: bytes,
     identity_keys: Mapping[str, bytes],
+    min_nodes: int = 2,
 ) -> VerifiedRoster:
-    """Verify every bundle of ``roster``; raise :class:`RosterError` on the first problem."""
+    """Verify every bundle of ``roster``; raise :class:`RosterError` on the first problem.
+
+    ``min_nodes`` is the federation's minimum (``FederationConfig.min_nodes``);
+    a final roster with fewer members is refused. The default, 2, is the
+    smallest minimum a federation config accepts.
+    """
     if roster.session_id != session_id:
         raise RosterError(
             node_id, f"the roster is for session {roster.session_id!r}, not {session_id!r}"
@@ -96,14 +112,20 @@ def verify_roster(
         raise RosterError(
             node_id, "the roster carries a different ephemeral key for this node than it sent"
         )
-    if roster.roster_hash and bytes(roster.roster_hash) != roster_hash(
-        config_hash, session_id, bundles
-    ):
+    digest = roster_hash(config_hash, session_id, bundles)
+    if roster.roster_hash and bytes(roster.roster_hash) != digest:
         raise RosterError(node_id, "the roster hash does not match the bundles it lists")
+    if roster.final and len(keys) < min_nodes:
+        raise RosterError(
+            node_id,
+            f"the final roster has {len(keys)} member(s) ({', '.join(sorted(keys))}), fewer "
+            f"than the federation's min_nodes = {min_nodes}",
+        )
     return VerifiedRoster(
         session_id=session_id,
         public_keys=keys,
         excluded=tuple(sorted(roster.excluded_node_ids)),
+        roster_hash=digest,
     )
 
 

@@ -6,8 +6,9 @@ Steps (DESIGN.md §4, §6):
    Ed25519 identity key and TLS files, and the local cohort; bad local data
    stops here (:class:`~node.cohort.LocalDataError`).
 2. **Join**: learn the session id from the coordinator, make a fresh X25519
-   key for this session only, sign it with the identity key over (config
-   hash, session id, node id, key) and post it.
+   key for this session only, save it in OUT (node/session_state.py) before
+   anything is sent, sign it with the identity key over (config hash,
+   session id, node id, key) and post it.
 3. **Roster**: wait until the roster is final, verify every bundle against the
    pinned identities (abort naming the node and the reason), and derive the
    pairwise seeds.
@@ -39,12 +40,32 @@ answers only for the round it awaits, its dropped sets may only grow, and it
 never answers a request that drops a survivor of an attempt it already
 answered, since the difference of two answers would isolate its pair terms
 with that node.
+
+**Restart.** Run again after a crash, a node finds the key it saved for the
+coordinator's current session and rejoins with it: the same key signed again
+gives the same bundle (X25519 and Ed25519 are deterministic), so the
+coordinator answers ``rejoined`` and the pairwise seeds are those of before.
+The node then catches up. Every round already aggregated is fed to the plan
+from its published result (no new egress, no new ledger entry). For the
+current round, an egress bundle written before the crash is never recomputed
+— its residual noise came from the OS CSPRNG, so a recomputation would be a
+second, different release of the same data — but verified and resubmitted
+as it is (the coordinator takes the same bytes again as a duplicate), after
+the approval gate if the reviewer had not yet signed it; the ledger's
+release entry is written once. What the node's unmask answers revealed is
+read back from the ledger's unmask entries (written before each answer
+leaves), so the "dropped sets only grow, answered survivors never dropped"
+rules of node/unmask.py hold across the restart. A CAPE node that had sent
+a share cannot resume: its private draws ê_k were held only in memory, so it
+stops and the coordinator reruns the round among the others.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import itertools
+import math
 import shutil
 import sys
 import time
@@ -53,25 +74,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NoReturn
 
+import grpc
 import numpy as np
 from numpy.typing import NDArray
 
 from node import plan_bridge
-from node.approval import ApprovalGate
+from node.approval import ApprovalGate, ApprovalRejected, read_approval, verify_approval
 from node.atomic import atomic_write_json, atomic_write_text
-from node.audit import AuditRecord, write_audit
+from node.audit import AUDIT, AuditRecord, audit_folder, write_audit
 from node.client import CoordinatorClient, CoordinatorError, RetryPolicy, TensorSlot
 from node.cohort import LocalCohort, load_cohort
-from node.egress import EgressBundle, decode_payload, egress_folder, payload_sha256
+from node.egress import (
+    MANIFEST,
+    EgressBundle,
+    EgressIntegrityError,
+    decode_payload,
+    egress_folder,
+    payload_sha256,
+)
 from node.ledger import PrivacyLedger
 from node.masking import (
+    MaskPrefetch,
     add_residual_noise,
     cape_draws,
     cape_masks,
     cape_sum_payload,
     encode_tensors,
     layout_of_tensors,
-    pairwise_masks,
     unmask_corrections,
 )
 from node.receipt import SDCEvidence
@@ -82,6 +111,8 @@ from node.release import (
     with_cape_participants,
 )
 from node.roster import RosterError, VerifiedRoster, derive_seeds, verify_roster
+from node.session_state import SessionStateError, SessionStore
+from node.statements import StatementError, check_statements, sign_upload_statement
 from node.unmask import (
     RevealedTerms,
     UnmaskAsk,
@@ -90,7 +121,8 @@ from node.unmask import (
     check_attestations,
     check_request,
 )
-from noise.federation import FederationConfig, config_hash, load_federation
+from noise.errors import NoiseError
+from noise.federation import FederationConfig, check_stream, config_hash, load_federation
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.masks import cape_blinding
@@ -195,6 +227,8 @@ class NodeRunner:
         """
         config = load_federation(self.config_path)
         config.node(self.node_id)  # KeyError naming the federation when unknown
+        # Masks cancel only if every node draws the same streams from the same keys.
+        check_stream(config)
         base = config.base_dir or self.config_path.parent
         node_dir = base / "nodes" / self.node_id
         self.config = config
@@ -241,7 +275,12 @@ class NodeRunner:
                 self.client = client
                 self._join()
                 self._fetch_roster()
-                self._run_rounds()
+                try:
+                    if not self.resuming:
+                        self._prefetch(0, self.roster.node_ids)
+                    self._run_rounds()
+                finally:
+                    self._masks.close()
                 return self._finish()
         except CoordinatorError as error:
             raise SessionFailed(f"the coordinator refused a request: {error}") from None
@@ -257,15 +296,44 @@ class NodeRunner:
                 "the coordinator runs a different federation configuration (config hash "
                 f"{bytes(status.config_hash).hex()[:16]}…, mine {self.config_hash.hex()[:16]}…)"
             )
-        if status.state in (pb.SESSION_STATE_COMPLETED, pb.SESSION_STATE_ABORTED):
-            ended = status.reason or "completed"
-            raise SessionFailed(f"session {status.session_id} has already ended ({ended})")
         self.session_id = status.session_id
+        self.sessions = SessionStore(self.out)
+        try:
+            saved = self.sessions.resume(
+                session_id=self.session_id, node_id=self.node_id, config_hash=self.config_hash
+            )
+        except SessionStateError as error:
+            raise SessionFailed(str(error)) from None
+        if saved is None:
+            # A key of an earlier session (or one orphaned by a crash before
+            # its record was written) is of no use any more.
+            self.sessions.discard_key()
+        # With its key saved, a node that crashed in the last round may still
+        # collect the final result while the coordinator lingers after the end.
+        ended = status.state == pb.SESSION_STATE_ABORTED or (
+            status.state == pb.SESSION_STATE_COMPLETED and saved is None
+        )
+        if ended:
+            self.sessions.discard_key()
+            why = status.reason or "completed"
+            raise SessionFailed(f"session {status.session_id} has already ended ({why})")
+        self.resuming = saved is not None
         self._prepare_output()
         self.ledger = PrivacyLedger.open(
             self.out / "ledger.json", self.node_id, self.config.privacy.delta
         )
-        self.ephemeral = EphemeralKey.generate()
+        if saved is None:
+            self.ephemeral = EphemeralKey.generate()
+            # Saved before the key is sent: once the coordinator holds it, it
+            # accepts no other key from this node for this session.
+            self.sessions.start(
+                session_id=self.session_id,
+                node_id=self.node_id,
+                config_hash=self.config_hash,
+                key=self.ephemeral,
+            )
+        else:
+            self.ephemeral = saved[1]
         bundle = sign_key_bundle(
             self.identity,
             config_hash=self.config_hash,
@@ -273,19 +341,39 @@ class NodeRunner:
             node_id=self.node_id,
             public_key=self.ephemeral.public_bytes(),
         )
-        response = self.client.join(
-            pb.KeyBundle(
-                config_hash=bundle.config_hash,
-                session_id=bundle.session_id,
-                node_id=bundle.node_id,
-                public_key=bundle.public_key,
-                signature=bundle.signature,
+        try:
+            response = self.client.join(
+                pb.KeyBundle(
+                    config_hash=bundle.config_hash,
+                    session_id=bundle.session_id,
+                    node_id=bundle.node_id,
+                    public_key=bundle.public_key,
+                    signature=bundle.signature,
+                )
             )
-        )
-        self.say(
-            f"joined session {self.session_id} ({response.joined_count} of "
-            f"{response.federation_size} nodes so far)"
-        )
+        except CoordinatorError as error:
+            if error.code != grpc.StatusCode.FAILED_PRECONDITION or (
+                "already joined" not in error.details
+            ):
+                raise
+            raise SessionFailed(
+                f"the coordinator already holds another session key of this node for session "
+                f"{self.session_id}, and {self.sessions.key_path} does not hold it (was the "
+                f"output folder replaced?); this node cannot rejoin that session: {error.details}"
+            ) from None
+        count = f"{response.joined_count} of {response.federation_size} nodes"
+        if response.rejoined:
+            self.say(
+                f"rejoined session {self.session_id} with the key saved in "
+                f"{self.sessions.key_path} ({count} joined)"
+            )
+        elif self.resuming:
+            self.say(
+                f"joined session {self.session_id} with the key saved before the restart "
+                f"({count} so far)"
+            )
+        else:
+            self.say(f"joined session {self.session_id} ({count} so far)")
 
     def _prepare_output(self) -> None:
         """Move a previous session's egress and audit folders aside; the ledger stays."""
@@ -322,12 +410,14 @@ class NodeRunner:
                 session_id=self.session_id,
                 config_hash=self.config_hash,
                 identity_keys=self.config.identity_keys,
+                min_nodes=self.config.min_nodes,
             )
         except RosterError as error:
             raise SessionFailed(str(error)) from None
         self.seeds = derive_seeds(
             self.roster, self.ephemeral, node_id=self.node_id, config_hash=self.config_hash
         )
+        self._masks = MaskPrefetch(self.seeds, self.codec)
         excluded = f"; excluded: {_names(self.roster.excluded)}" if self.roster.excluded else ""
         self.say(f"roster verified: {_names(self.roster.node_ids)}{excluded}")
 
@@ -346,7 +436,9 @@ class NodeRunner:
         self._attested: set[bytes] = set()
         self._answered: set[bytes] = set()
         # Per round index: what earlier unmask answers of that round revealed.
-        self._revealed: dict[int, RevealedTerms] = {}
+        self._revealed: dict[int, RevealedTerms] = self._revealed_in_ledger()
+        if self.resuming:
+            self._catch_up()
         while not self.plan.complete:
             status = self.client.get_status(self.session_id)
             if status.state == pb.SESSION_STATE_ABORTED:
@@ -375,13 +467,106 @@ class NodeRunner:
                 )
             self._done.add(index)
 
+    def _revealed_in_ledger(self) -> dict[int, RevealedTerms]:
+        """What this node's unmask answers of this session revealed, per round.
+
+        The ledger records each answer before it leaves, also those of a
+        process that crashed: they bind a restarted node as they bound that
+        one, so it never answers what the uninterrupted node would refuse.
+        (Which survivor sets it attested need not survive: an attestation
+        reveals nothing, and signing the same hash again gives the same
+        signature.)
+        """
+        return {
+            index: RevealedTerms(set(dropped), set(survivors))
+            for index, (dropped, survivors) in self.ledger.revealed(self.session_id).items()
+        }
+
+    def _catch_up(self) -> None:
+        """After a restart: take in every round the coordinator aggregated meanwhile.
+
+        Each published aggregate feeds the plan as if it had been awaited; no
+        egress is written and nothing enters the ledger (this node's releases
+        of those rounds are recorded already). The current round is left to
+        the main loop, which resubmits a bundle written before the restart.
+        """
+        assert self.config is not None
+        status = self.client.get_status(self.session_id)
+        sent = [s for s in status.rounds if self.node_id in s.submitted_node_ids]
+        if self.config.privacy.noise_design.construction == "cape" and sent:
+            first = sent[0]
+            raise SessionFailed(
+                f"cannot resume session {self.session_id}: it uses the CAPE construction and this "
+                f"node already sent round {first.round_index} ({first.round_name!r}) before it "
+                "restarted; its private CAPE draws ê_k were held only in memory and are gone, so "
+                "its further shares could not match what it sent. It stops here; the coordinator "
+                "drops it at the round deadline and reruns the round among the others, and a "
+                "new session includes it again"
+            )
+        aggregated: list[str] = []
+        for summary in status.rounds:
+            index, name = summary.round_index, summary.round_name
+            if self.node_id in summary.dropped_node_ids:
+                raise SessionFailed(
+                    f"the coordinator dropped this node from round {index} ({name!r}) while it "
+                    "was not running (a deadline passed); it cannot rejoin this session"
+                )
+            if summary.status == pb.ROUND_STATUS_FAILED and index != status.current_round_index:
+                self._done.add(index)  # superseded by a rerun
+                continue
+            if summary.status != pb.ROUND_STATUS_READY:
+                continue
+            if name not in self.plan.round_names:
+                raise SessionFailed(
+                    f"the coordinator aggregated round {index} named {name!r}, which is not part "
+                    f"of this node's plan {list(self.plan.round_names)}"
+                )
+            self._take_published(index, name, self._participants(status, index))
+            self._done.add(index)
+            aggregated.append(str(index))
+        done = (
+            f"round{'s' if len(aggregated) > 1 else ''} {', '.join(aggregated)} aggregated"
+            if aggregated
+            else "no round aggregated yet"
+        )
+        if not status.rounds or status.current_round_index in self._done:
+            where = "nothing left to send"
+        else:
+            index, name = status.current_round_index, status.current_round_name
+            written = (egress_folder(self.out, index) / MANIFEST).exists()
+            where = (
+                f"round {index} ({name!r}) bundle found, resubmitting"
+                if written
+                else f"round {index} ({name!r}) not written yet here"
+            )
+        self.say(f"resuming session {self.session_id}: {done}, {where}")
+
+    def _take_published(self, index: int, name: str, participants: tuple[str, ...]) -> None:
+        """Feed the plan a round's published aggregate (the round is READY)."""
+        assert self.config is not None
+        # The local tensors give the aggregate's layout (and the plan's state
+        # for the round); nothing of them is sent again.
+        layout = layout_of_tensors(self.plan.tensors(name))
+        noise = plan_release(self.config, participants, self.node_id, self.plan.sensitivities(name))
+        result = self._await_result(index, name, layout, participants, noise)
+        if result is None:
+            raise SessionFailed(f"round {index} ({name!r}) was aggregated but is now superseded")
+        values = decode_payload(result, self.config.fixed_point_bits)
+        self.plan.receive(name, aggregate_tensors(values, layout))
+
     def _model_round(self, index: int, name: str, participants: tuple[str, ...]) -> None:
         assert self.config is not None
         tensors = self.plan.tensors(name)
         layout = layout_of_tensors(tensors)
         clean = encode_tensors(tensors, layout, self.codec)
+        earlier = self._bundle_before_restart(index, name)
         residual_rng = self.options.rng
-        if self.config.privacy.noise_design.construction == "cape":
+        if earlier is not None:
+            # Sent again exactly as written: recomputing would draw new
+            # residual noise, a second and different release of the same data.
+            noise = self._earlier_noise(earlier, participants, layout)
+            egress = earlier.payload
+        elif self.config.privacy.noise_design.construction == "cape":
             state = self._cape.get(name)
             if state is None or state.total is None or state.participants != participants:
                 raise SessionFailed(
@@ -406,11 +591,16 @@ class NodeRunner:
             noise = plan_release(
                 self.config, participants, self.node_id, self.plan.sensitivities(name)
             )
-            mask = pairwise_masks(noise, self.seeds, layout, round_index=index, codec=self.codec)
+            mask = self._masks.take(noise, layout, round_index=index)
             egress = add_residual_noise(clean + mask, noise, layout, self.codec, residual_rng)
-        folder = self._release(
-            index=index, name=name, layout=layout, noise=noise, clean=clean, egress=egress
-        )
+        if earlier is None:
+            folder = self._release(
+                index=index, name=name, layout=layout, noise=noise, clean=clean, egress=egress
+            )
+        else:
+            folder = self._release_again(
+                index=index, name=name, layout=layout, noise=noise, clean=clean, bundle=earlier
+            )
         receipt = self.client.upload(
             session_id=self.session_id,
             round_index=index,
@@ -418,10 +608,21 @@ class NodeRunner:
             payload=egress,
             tensors=layout,
             fixed_point_bits=self.config.fixed_point_bits,
+            roster_hash=self.roster.roster_hash,
+            statement_signature=sign_upload_statement(
+                self.identity,
+                config_hash=self.config_hash,
+                session_id=self.session_id,
+                round_index=index,
+                round_name=name,
+                roster_hash=self.roster.roster_hash,
+                payload_sha256=bytes.fromhex(payload_sha256(egress)),
+            ),
         )
+        held = "; the coordinator already held these bytes" if receipt.duplicate else ""
         self.say(
             f"round {index} ({name!r}) uploaded from {folder} "
-            f"({receipt.submitted_count} of {receipt.expected_count} nodes in)"
+            f"({receipt.submitted_count} of {receipt.expected_count} nodes in{held})"
         )
         result = self._await_result(index, name, layout, participants, noise)
         if result is None:
@@ -430,6 +631,34 @@ class NodeRunner:
         values = decode_payload(result, self.config.fixed_point_bits)
         self.plan.receive(name, aggregate_tensors(values, layout))
         self.say(f"round {index} ({name!r}) aggregated")
+        self._prefetch(index + 1, self._last_survivors)
+
+    def _prefetch(self, index: int, participants: tuple[str, ...]) -> None:
+        """Start drawing round ``index``'s pairwise mask now (``node.masking.MaskPrefetch``).
+
+        Under the pairwise construction round ``index`` is the plan's round of
+        that position, and its participants are those of the round just
+        finished unless someone drops meanwhile. The mask needs no data, so it
+        is drawn in the background while this node computes, waits for the
+        round to open or writes its bundle; ``_model_round`` takes it if the
+        round turns out as predicted and draws afresh otherwise.
+        """
+        assert self.config is not None
+        if (
+            self.config.privacy.noise_design.construction != "pairwise"
+            or index >= len(self.plan.round_names)
+            or (egress_folder(self.out, index) / MANIFEST).exists()
+        ):
+            return
+        name = self.plan.round_names[index]
+        try:
+            layout = layout_of_tensors(self.plan.tensors(name))
+            noise = plan_release(
+                self.config, participants, self.node_id, self.plan.sensitivities(name)
+            )
+        except (ValueError, KeyError, NoiseError):
+            return  # the round itself reports the problem if it really opens so
+        self._masks.start(noise, layout, round_index=index)
 
     def _release(
         self,
@@ -445,13 +674,7 @@ class NodeRunner:
         assert self.config is not None
         privacy = self.config.privacy
         mu = noise.mu()
-        projected = self.ledger.projected_epsilon("outsider", mu)
-        if projected > privacy.epsilon_budget * (1.0 + 1e-12):
-            raise NodeRefused(
-                f"releasing round {index} ({name!r}) would bring this node's total ε against an "
-                f"outsider to {projected:.4g}, above the budget of {privacy.epsilon_budget:g} "
-                "(privacy.epsilon_budget); nothing was sent"
-            )
+        self._check_budget(index, name, mu)
         totals = [t.as_release() for t in self.ledger.totals(extra=mu)]
         shapes = {slot.name: slot.shape for slot in layout}
         bundle = EgressBundle(
@@ -472,6 +695,25 @@ class NodeRunner:
             config_hash=self.config_hash.hex(),
         )
         folder = bundle.write(self.out)
+        self._write_audit(index, name, bundle, clean)
+        self.say(f"round {index} ({name!r}): egress bundle written to {folder}")
+        return self._approve_and_record(
+            index=index, name=name, layout=layout, noise=noise, folder=folder, egress=egress
+        )
+
+    def _check_budget(self, index: int, name: str, mu: dict[str, float]) -> None:
+        assert self.config is not None
+        privacy = self.config.privacy
+        projected = self.ledger.projected_epsilon("outsider", mu)
+        if projected > privacy.epsilon_budget * (1.0 + 1e-12):
+            raise NodeRefused(
+                f"releasing round {index} ({name!r}) would bring this node's total ε against an "
+                f"outsider to {projected:.4g}, above the budget of {privacy.epsilon_budget:g} "
+                "(privacy.epsilon_budget); nothing was sent"
+            )
+
+    def _write_audit(self, index: int, name: str, bundle: EgressBundle, clean: U64) -> None:
+        assert self.config is not None
         write_audit(
             self.out,
             AuditRecord(
@@ -486,7 +728,23 @@ class NodeRunner:
                 egress_payload_sha256=bundle.payload_sha256,
             ),
         )
-        self.say(f"round {index} ({name!r}): egress bundle written to {folder}")
+
+    def _approve_and_record(
+        self,
+        *,
+        index: int,
+        name: str,
+        layout: Sequence[TensorSlot],
+        noise: ReleaseNoise,
+        folder: Path,
+        egress: U64,
+        resumed: bool = False,
+    ) -> Path:
+        """The reviewer's approval of the bundle in ``folder``, then its ledger entry (once).
+
+        A resumed bundle keeps an approval given before the restart (checked
+        again); in manual mode the gate finds it on its first look.
+        """
         gate = ApprovalGate(
             self.options.approve,
             identity=self.identity,
@@ -494,20 +752,146 @@ class NodeRunner:
             progress=self.say,
             interrupt=self._session_watch(index),
         )
-        approval = gate.wait(folder)
+        found = read_approval(folder) if resumed and self.options.approve == "auto" else None
+        if found is not None:
+            verify_approval(
+                found,
+                manifest_sha256=EgressBundle.manifest_sha256(folder),
+                accepted_keys=gate.accepted_keys,
+            )
+            if found.decision == "reject":
+                raise ApprovalRejected(folder, found.reviewer, found.comment)
+            approval = found
+        else:
+            approval = gate.wait(folder)
         checked = EgressBundle.verify(folder)
         if not np.array_equal(checked.payload, egress):
             raise SessionFailed(f"the payload in {folder} changed after it was written")
         self.say(f"round {index} ({name!r}) approved by {approval.reviewer}")
+        if self.ledger.has_release(self.session_id, index):
+            return folder  # recorded before a restart (_bundle_before_restart checked it)
         self.ledger.record_release(
             session_id=self.session_id,
             round_index=index,
             round_name=name,
-            mu=mu,
+            mu=noise.mu(),
             manifest_sha256=EgressBundle.manifest_sha256(folder),
             tensors=[slot.name for slot in layout],
         )
         return folder
+
+    # ------------------------------------------------------------ resuming a round
+
+    def _bundle_before_restart(self, index: int, name: str) -> EgressBundle | None:
+        """This node's verified egress of round ``index``, written before a restart, or None.
+
+        None when the round has no bundle yet (a folder without a manifest is
+        the remains of an interrupted write: nothing of it was approved or
+        sent). A bundle that fails verification, belongs to another round,
+        session or node, or is not the one the ledger recorded stops the node:
+        it never replaces a release record.
+        """
+        assert self.config is not None
+        folder = egress_folder(self.out, index)
+        if not (folder / MANIFEST).exists():
+            return None
+        try:
+            bundle = EgressBundle.verify(folder)
+        except EgressIntegrityError as error:
+            raise SessionFailed(
+                f"{error}. This node wrote that bundle before it restarted and never recomputes "
+                "a release (new noise would make it a second, different release); restore the "
+                "folder, or move it away if it was certainly never approved nor sent"
+            ) from None
+        mine = (self.session_id, index, name, self.node_id, self.config_hash.hex())
+        found = (
+            bundle.session_id,
+            bundle.round_index,
+            bundle.round_name,
+            bundle.node_id,
+            bundle.config_hash,
+        )
+        if found != mine:
+            raise SessionFailed(
+                f"{folder} holds the egress of session {bundle.session_id}, round "
+                f"{bundle.round_index} ({bundle.round_name!r}), node {bundle.node_id!r}, not this "
+                f"node's round {index} ({name!r}) of session {self.session_id}; move it away "
+                "to go on"
+            )
+        if self.config.privacy.noise_design.construction == "cape":
+            raise SessionFailed(
+                f"{folder} holds a CAPE egress written before a restart; the CAPE draws it was "
+                "built with are gone, so this node cannot take part in the round again"
+            )
+        recorded = self.ledger.release_entry(self.session_id, index)
+        digest = EgressBundle.manifest_sha256(folder)
+        if recorded is not None and recorded.details.get("manifest_sha256") != digest:
+            raise SessionFailed(
+                f"the ledger records the release of round {index} with manifest sha256 "
+                f"{str(recorded.details.get('manifest_sha256'))[:16]}…, but {folder} holds "
+                f"manifest {digest[:16]}…; refusing to send anything but the recorded release"
+            )
+        return bundle
+
+    def _earlier_noise(
+        self, bundle: EgressBundle, participants: tuple[str, ...], layout: Sequence[TensorSlot]
+    ) -> ReleaseNoise:
+        """The round's noise plan, checked against the one ``bundle`` declares.
+
+        Unmask answers and the ledger use this plan for the resubmitted
+        payload, so it must be the plan the payload was made with.
+        """
+        assert self.config is not None
+        name = bundle.round_name
+        noise = plan_release(self.config, participants, self.node_id, self.plan.sensitivities(name))
+        planned = noise.entries({slot.name: slot.shape for slot in layout})
+        for have, want in itertools.zip_longest(bundle.tensors, planned):
+            same = (
+                have is not None
+                and want is not None
+                and (have.name, have.shape, have.offset) == (want.name, want.shape, want.offset)
+                and math.isclose(have.sigma, want.sigma, rel_tol=1e-9)
+            )
+            if not same:
+                raise SessionFailed(
+                    f"the egress of round {bundle.round_index} ({name!r}) written before the "
+                    f"restart declares tensors {[t.name for t in bundle.tensors]} with other "
+                    "noise than this node plans for the round now; refusing to resubmit it"
+                )
+        return noise
+
+    def _release_again(
+        self,
+        *,
+        index: int,
+        name: str,
+        layout: Sequence[TensorSlot],
+        noise: ReleaseNoise,
+        clean: U64,
+        bundle: EgressBundle,
+    ) -> Path:
+        """Approval and ledger entry of a bundle written before a restart (once each)."""
+        folder = egress_folder(self.out, index)
+        if not (audit_folder(self.out, index) / AUDIT).exists():
+            # The crash came between the bundle and its audit record.
+            self._write_audit(index, name, bundle, clean)
+        released = self.ledger.has_release(self.session_id, index)
+        if not released:
+            self._check_budget(index, name, noise.mu())
+        state = "approved and recorded" if released else "not yet released"
+        self.say(
+            f"round {index} ({name!r}): resubmitting the egress bundle in {folder} written "
+            f"before the restart ({state}; not recomputed)"
+        )
+        return self._approve_and_record(
+            index=index,
+            name=name,
+            layout=layout,
+            noise=noise,
+            folder=folder,
+            egress=bundle.payload,
+            resumed=True,
+        )
 
     def _session_watch(self, index: int) -> Callable[[], None]:
         """While a reviewer decides: stop if the session ends or moves on without this node."""
@@ -583,6 +967,16 @@ class NodeRunner:
             payload=payload,
             tensors=layout,
             fixed_point_bits=self.config.fixed_point_bits,
+            roster_hash=self.roster.roster_hash,
+            statement_signature=sign_upload_statement(
+                self.identity,
+                config_hash=self.config_hash,
+                session_id=self.session_id,
+                round_index=index,
+                round_name=name,
+                roster_hash=self.roster.roster_hash,
+                payload_sha256=bytes.fromhex(payload_sha256(payload)),
+            ),
         )
         self.say(f"round {index} ({name!r}) CAPE sum share uploaded")
         result = self._await_result(index, name, layout, participants, state.noise)
@@ -606,7 +1000,24 @@ class NodeRunner:
         while True:
             header, aggregate = self.client.get_result(self.session_id, index)
             if header.status == pb.ROUND_STATUS_READY:
-                assert aggregate is not None
+                assert aggregate is not None and self.config is not None
+                # Every contributor must have signed for the roster this node
+                # verified, and this node's own upload must be the one counted.
+                try:
+                    check_statements(
+                        header,
+                        config_hash=self.config_hash,
+                        session_id=self.session_id,
+                        round_index=index,
+                        roster_hash=self.roster.roster_hash,
+                        identity_keys=self.config.identity_keys,
+                        own_node_id=self.node_id,
+                        own_sha256=self.client.uploaded_sha256(self.session_id, index),
+                        participants=participants,
+                        round_name=name,
+                    )
+                except StatementError as error:
+                    raise SessionFailed(str(error)) from None
                 self._last_survivors = tuple(header.survivor_node_ids)
                 return aggregate
             if header.status == pb.ROUND_STATUS_FAILED:
@@ -718,13 +1129,14 @@ class NodeRunner:
             )
             if shortfall is not None:
                 self._refuse(request, ask, shortfall)
-            self.ledger.record_secure_sum_unmask(
-                session_id=self.session_id,
-                round_index=index,
-                round_name=ask.round_name,
-                dropped=sorted(revealed),
-                survivors=ask.survivors,
-            )
+            if not self._unmask_recorded(index, revealed, ask):
+                self.ledger.record_secure_sum_unmask(
+                    session_id=self.session_id,
+                    round_index=index,
+                    round_name=ask.round_name,
+                    dropped=sorted(revealed),
+                    survivors=ask.survivors,
+                )
             corrections = np.empty(layout[-1].offset + layout[-1].size, dtype=np.uint64)
             pad_partners = sorted({self.node_id, *ask.dropped})
             for slot in layout:
@@ -746,14 +1158,15 @@ class NodeRunner:
             shortfall = noise.floor_shortfall(revealed)
             if shortfall is not None:
                 self._refuse(request, ask, shortfall)
-            self.ledger.record_unmask(
-                session_id=self.session_id,
-                round_index=index,
-                round_name=ask.round_name,
-                dropped=sorted(revealed),
-                survivors=ask.survivors,
-                mu=noise.mu_after_unmask(revealed),
-            )
+            if not self._unmask_recorded(index, revealed, ask):
+                self.ledger.record_unmask(
+                    session_id=self.session_id,
+                    round_index=index,
+                    round_name=ask.round_name,
+                    dropped=sorted(revealed),
+                    survivors=ask.survivors,
+                    mu=noise.mu_after_unmask(revealed),
+                )
             corrections = unmask_corrections(
                 noise,
                 self.seeds,
@@ -782,6 +1195,15 @@ class NodeRunner:
         self._answered.add(ask.survivor_hash)
         self.say(f"round {index} ({name!r}): sent pair terms with {_names(ask.dropped)}")
 
+    def _unmask_recorded(self, index: int, revealed: set[str], ask: UnmaskAsk) -> bool:
+        """True when the ledger already holds this very answer (same terms, same cost).
+
+        It is sent again after a restart, or when the coordinator missed it.
+        """
+        return self.ledger.has_unmask(
+            self.session_id, index, dropped=sorted(revealed), survivors=ask.survivors
+        )
+
     # ------------------------------------------------------------ results
 
     def _finish(self) -> RunOutcome:
@@ -797,6 +1219,8 @@ class NodeRunner:
         ):
             writer.writerow([subject, _cell(age), _cell(predicted), _cell(gap)])
         atomic_write_text(predictions, buffer.getvalue())
+        # The session key has served its purpose; nothing may be derived from it any more.
+        SessionStore(self.out).complete()
         self.say(f"model written to {model_path}; predictions to {predictions}")
         return RunOutcome(
             session_id=self.session_id,

@@ -60,6 +60,7 @@ __all__ = [
     "PrivacyPolicy",
     "SessionTimings",
     "canonical_encoding",
+    "check_stream",
     "config_hash",
     "dump_federation",
     "load_federation",
@@ -82,6 +83,7 @@ _ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _ID_RULE: Final = (
     "must be 1 to 64 characters from A-Z, a-z, 0-9, '_', '.', '-', starting with a letter or digit"
 )
+_HEX64_RE: Final = re.compile(r"[0-9a-f]{64}")
 _DNS_LABEL: Final = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOST_RE: Final = re.compile(rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*")
 
@@ -415,6 +417,9 @@ class FederationConfig:
     min_cohort_size: int = 100
     min_nodes: int = 2
     session: SessionTimings = field(default_factory=SessionTimings)
+    # noise.stream.stream_fingerprint() of the installation that made the
+    # federation; None skips the check (a federation written by hand).
+    stream_check: str | None = None
     base_dir: Path | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -426,6 +431,12 @@ class FederationConfig:
             )
         _int("fixed_point_bits", self.fixed_point_bits, 1, 62)
         _int("min_cohort_size", self.min_cohort_size, 1)
+        if self.stream_check is not None and (
+            not isinstance(self.stream_check, str) or not _HEX64_RE.fullmatch(self.stream_check)
+        ):
+            raise ConfigError(
+                "stream_check", self.stream_check, "must be 64 lowercase hexadecimal digits"
+            )
         for name, kind in (
             ("model", ModelSpec),
             ("clipping", ClippingBounds),
@@ -624,6 +635,7 @@ _TOP_KEYS: Final = (
     "fixed_point_bits",
     "min_cohort_size",
     "min_nodes",
+    "stream_check",
     "privacy",
     "model",
     "clipping",
@@ -669,7 +681,7 @@ def parse_federation(
     session = SessionTimings(**session_table.arguments((), _SESSION_KEYS))
     settings = top.arguments(
         ("federation_id", "coordinator_address", "ca_certificate"),
-        ("fixed_point_bits", "min_cohort_size", "min_nodes"),
+        ("fixed_point_bits", "min_cohort_size", "min_nodes", "stream_check"),
     )
     return FederationConfig(
         nodes=nodes,
@@ -758,6 +770,14 @@ def dump_federation(config: FederationConfig) -> str:
         f"min_cohort_size = {config.min_cohort_size}",
         "# fewest surviving nodes a round may be aggregated from",
         f"min_nodes = {config.min_nodes}",
+    ]
+    if config.stream_check is not None:
+        lines += [
+            "# SHA-256 of the reference Gaussian stream (noise.stream.stream_fingerprint);",
+            "# a node whose installation draws differently refuses to start",
+            f"stream_check = {_toml_string(config.stream_check)}",
+        ]
+    lines += [
         "",
         "[privacy]",
         "# (epsilon, delta) per release; epsilon_budget caps the composed total",
@@ -816,7 +836,7 @@ def _canonical_document(config: FederationConfig) -> dict[str, object]:
     def bound(value: FeatureBound) -> float | list[float]:
         return list(value) if isinstance(value, tuple) else value
 
-    return {
+    document: dict[str, object] = {
         "format": CONFIG_FORMAT,
         "federation_id": config.federation_id,
         "coordinator_address": config.coordinator_address,
@@ -857,6 +877,10 @@ def _canonical_document(config: FederationConfig) -> dict[str, object]:
             for n in config.nodes
         ],
     }
+    if config.stream_check is not None:
+        # Absent rather than null when unset, so older federation files keep their hash.
+        document["stream_check"] = config.stream_check
+    return document
 
 
 def canonical_encoding(config: FederationConfig) -> bytes:
@@ -874,3 +898,30 @@ def canonical_encoding(config: FederationConfig) -> bytes:
 def config_hash(config: FederationConfig) -> bytes:
     """SHA-256 (32 bytes) of :func:`canonical_encoding`: the federation's identity."""
     return hashlib.sha256(canonical_encoding(config)).digest()
+
+
+def check_stream(config: FederationConfig) -> None:
+    """Refuse an installation whose keyed Gaussian streams differ from the federation's.
+
+    ``config.stream_check`` is the reference digest pinned when the federation
+    was made (``noise.stream.stream_fingerprint``); a node whose numpy,
+    randomgen or maths library draws a different stream from the same key
+    would add masks that do not cancel. Raises :class:`ConfigError` naming the
+    installed versions; does nothing when no digest is pinned.
+    """
+    if config.stream_check is None:
+        return
+    from importlib.metadata import version
+
+    from noise.stream import stream_fingerprint
+
+    local = stream_fingerprint()
+    if local != config.stream_check:
+        raise ConfigError(
+            "stream_check",
+            config.stream_check,
+            f"differs from this installation's reference stream {local[:16]}… "
+            f"(numpy {version('numpy')}, randomgen {version('randomgen')}): masks drawn here "
+            "would not cancel with the other nodes' masks; install the numpy and randomgen "
+            "versions the federation was made with",
+        )

@@ -195,7 +195,11 @@ class EphemeralKey:
         return cls(X25519PrivateKey.from_private_bytes(data))
 
     def private_bytes(self) -> bytes:
-        """The 32-byte raw private key (for tests and simulations; never persisted)."""
+        """The 32-byte raw private key (tests, simulations, and a node's saved session key).
+
+        A node keeps it only in its private output folder, mode 0600, until the
+        session ends (node/session_state.py), so a restarted node can rejoin.
+        """
         return self._private.private_bytes(
             serialization.Encoding.Raw,
             serialization.PrivateFormat.Raw,

@@ -31,10 +31,22 @@ Why AES-128-CTR:
 
 ``os_generator()`` keys the same construction from ``os.urandom(32)`` for
 noise that no other party must be able to regenerate (residual DP noise).
+
+Exact cancellation needs both ends of a pair to draw *the same* normals.
+numpy's ziggurat is stable across releases in practice, but numpy makes no
+promise that ``Generator`` streams stay identical between versions, and its
+wedge and tail steps call the platform's ``exp`` and ``log``. TREs install
+their own software, so :func:`stream_fingerprint` digests a reference stream
+(:data:`STREAM_CHECK_DRAWS` normals and as many raw words from a published
+key, enough to pass through the wedge and tail code many times).
+``zerosum federation init`` pins it in ``federation.toml`` (``stream_check``)
+and a node whose draws differ refuses to start, instead of producing an
+aggregate that is silently wrong.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 import numpy as np
@@ -44,15 +56,21 @@ from randomgen import AESCounter
 from noise.keys import require_bytes
 
 __all__ = [
+    "STREAM_CHECK_DRAWS",
     "STREAM_KEY_BYTES",
     "aes_counter",
     "keyed_generator",
     "os_generator",
     "standard_normal",
+    "stream_fingerprint",
     "uniform_uint64",
 ]
 
 STREAM_KEY_BYTES = 32
+# 2^17 normals: about 34 are expected in the ziggurat's tail (|z| > 3.654, log) and
+# many more in its wedges (exp), so both platform-dependent paths are exercised.
+STREAM_CHECK_DRAWS = 1 << 17
+_STREAM_CHECK_KEY = hashlib.sha256(b"zerosum/v1/stream-check").digest()
 
 
 def aes_counter(key: bytes) -> np.random.BitGenerator:
@@ -107,3 +125,19 @@ def uniform_uint64(key: bytes, size: int | tuple[int, ...]) -> NDArray[np.uint64
 def os_generator() -> np.random.Generator:
     """A ``Generator`` keyed from the operating system's CSPRNG (``os.urandom(32)``)."""
     return keyed_generator(os.urandom(STREAM_KEY_BYTES))
+
+
+def stream_fingerprint() -> str:
+    """Hex SHA-256 of this installation's reference stream (see the module docstring).
+
+    The digest covers the IEEE-754 bytes of :data:`STREAM_CHECK_DRAWS` normals
+    and the same number of raw uint64 words, both from the stream keyed with
+    SHA-256(b"zerosum/v1/stream-check"). Two installations that agree on it
+    draw the same masks from the same keys.
+    """
+    draws = standard_normal(_STREAM_CHECK_KEY, STREAM_CHECK_DRAWS)
+    words = uniform_uint64(_STREAM_CHECK_KEY, STREAM_CHECK_DRAWS)
+    digest = hashlib.sha256(b"zerosum/v1/stream-check")
+    digest.update(draws.astype("<f8").tobytes())
+    digest.update(words.astype("<u8").tobytes())
+    return digest.hexdigest()

@@ -21,9 +21,17 @@ unsigned integers and ‖ concatenation:
   signs it with its Ed25519 identity key before answering an unmask request,
   the consistency check of Bonawitz et al. 2017 (ACM CCS, "Practical Secure
   Aggregation for Privacy-Preserving Machine Learning", round ConsistencyCheck).
+* upload statement message = b"zerosum/v1/upload-statement" ‖ config_hash ‖
+  lp(session_id) ‖ u64(round_index) ‖ lp(round_name) ‖ roster_hash ‖
+  payload_sha256; each node signs it with its Ed25519 identity key when it
+  uploads. The coordinator hands every counted node's statement back with
+  the aggregate, so each node can see that all contributors were shown the
+  roster it verified (pairwise masks cancel only among nodes that derived
+  their seeds from the same keys) and which payloads the aggregate covers.
+  This is the roster analogue of the survivor consistency check above.
 
 Every field is length-delimited or of fixed width, so distinct inputs never
-share an encoding; the leading labels separate the three uses.
+share an encoding; the leading labels separate the four uses.
 """
 
 from __future__ import annotations
@@ -41,11 +49,13 @@ __all__ = [
     "roster_hash",
     "survivor_attestation_message",
     "survivor_set_hash",
+    "upload_statement_message",
 ]
 
 _ROSTER_LABEL = b"zerosum/v1/roster"
 _SURVIVORS_LABEL = b"zerosum/v1/survivors"
 _ATTESTATION_LABEL = b"zerosum/v1/survivor-attestation"
+_UPLOAD_STATEMENT_LABEL = b"zerosum/v1/upload-statement"
 
 
 class SignedKey(Protocol):
@@ -135,5 +145,35 @@ def survivor_attestation_message(
             _lp(session_id, "session id"),
             _round(round_index),
             require_bytes(survivor_hash, 32, "survivor hash"),
+        )
+    )
+
+
+def upload_statement_message(
+    config_hash: bytes,
+    session_id: str,
+    round_index: int,
+    round_name: str,
+    *,
+    roster_hash: bytes,
+    payload_sha256: bytes,
+) -> bytes:
+    """The bytes a node signs when it uploads: which roster it saw, which payload it sent.
+
+    The two digests are keyword-only so that they cannot be swapped unnoticed.
+
+    Raises KeyFormatError (a ValueError) when a digest is not 32 bytes or the
+    session id or round name is empty or too long, ValueError when the round
+    index is out of range.
+    """
+    return b"".join(
+        (
+            _UPLOAD_STATEMENT_LABEL,
+            require_bytes(config_hash, 32, "config hash"),
+            _lp(session_id, "session id"),
+            _round(round_index),
+            _lp(round_name, "round name"),
+            require_bytes(roster_hash, 32, "roster hash"),
+            require_bytes(payload_sha256, 32, "payload sha256"),
         )
     )

@@ -11,7 +11,8 @@ Both ends use this module, so they cannot disagree on the byte layout.
 * :func:`payload_header`: the header for a packed payload;
 * :func:`payload_chunks`: the chunk messages for it;
 * :class:`PayloadAssembler`: rebuilds a payload from chunks and checks offsets,
-  size and SHA-256 against the header, raising :class:`PayloadError`.
+  size and SHA-256 against the header, raising :class:`PayloadError`; the one
+  place where a downloaded payload is put back together.
 """
 
 from __future__ import annotations
@@ -158,7 +159,13 @@ def payload_chunks(
 
 
 class PayloadAssembler:
-    """Collects the chunks announced by a header and returns the verified payload."""
+    """Collects the chunks announced by a header and returns the verified payload.
+
+    The payload's words are written straight into one buffer allocated from
+    the header's size (each chunk is copied once, through a memoryview) and
+    hashed as they arrive, so :meth:`finish_words` needs no further copy and
+    no second pass over the data.
+    """
 
     def __init__(self, header: pb.PayloadHeader, *, max_bytes: int | None = None) -> None:
         if header.total_bytes != WORD_BYTES * header.total_elements:
@@ -174,33 +181,57 @@ class PayloadAssembler:
             raise PayloadError(f"header sha256 has {len(header.sha256)} bytes; expected 32.")
         check_layout(header.tensors, header.total_elements)
         self.header = header
-        self._buffer = bytearray()
+        self._words: NDArray[np.uint64] = np.empty(int(header.total_elements), dtype=_LE_U64)
+        self._target = self._words.view(np.uint8).data
+        self._digest = hashlib.sha256()
+        self._filled = 0
+        self._verified = False
 
     @property
     def received_bytes(self) -> int:
-        return len(self._buffer)
+        return self._filled
 
     def add(self, chunk: pb.PayloadChunk) -> None:
-        """Append one chunk; it must start where the previous one ended."""
-        if chunk.offset != len(self._buffer):
+        """Take one chunk; it must start where the previous one ended."""
+        if chunk.offset != self._filled:
             raise PayloadError(
-                f"chunk at byte {chunk.offset} arrived; expected byte {len(self._buffer)}."
+                f"chunk at byte {chunk.offset} arrived; expected byte {self._filled}."
             )
-        if len(chunk.data) > CHUNK_BYTES:
-            raise PayloadError(f"chunk of {len(chunk.data)} bytes exceeds {CHUNK_BYTES} bytes.")
-        if len(self._buffer) + len(chunk.data) > self.header.total_bytes:
+        data = chunk.data
+        size = len(data)
+        if size > CHUNK_BYTES:
+            raise PayloadError(f"chunk of {size} bytes exceeds {CHUNK_BYTES} bytes.")
+        end = self._filled + size
+        if end > self.header.total_bytes:
             raise PayloadError(
                 f"chunks exceed the {self.header.total_bytes} bytes the header announced."
             )
-        self._buffer += chunk.data
+        self._target[self._filled : end] = data
+        self._digest.update(data)
+        self._filled = end
+
+    def _verify(self) -> None:
+        if self._verified:
+            return
+        if self._filled != self.header.total_bytes:
+            raise PayloadError(
+                f"received {self._filled} of the {self.header.total_bytes} bytes announced."
+            )
+        if self._digest.digest() != self.header.sha256:
+            raise PayloadError("payload SHA-256 does not match the header; it was altered.")
+        self._verified = True
+
+    def finish_words(self) -> NDArray[np.uint64]:
+        """The complete payload as uint64 words, after checking size and SHA-256.
+
+        On a little-endian machine this is the assembler's own buffer (no copy).
+        """
+        self._verify()
+        if self._words.dtype == np.dtype(np.uint64):
+            return self._words
+        return self._words.astype(np.uint64)  # pragma: no cover - big-endian hosts only
 
     def finish(self) -> bytes:
-        """The complete payload, after checking its size and SHA-256 against the header."""
-        if len(self._buffer) != self.header.total_bytes:
-            raise PayloadError(
-                f"received {len(self._buffer)} of the {self.header.total_bytes} bytes announced."
-            )
-        data = bytes(self._buffer)
-        if hashlib.sha256(data).digest() != self.header.sha256:
-            raise PayloadError("payload SHA-256 does not match the header; it was altered.")
-        return data
+        """The complete payload as bytes, after checking its size and SHA-256."""
+        self._verify()
+        return bytes(self._target)

@@ -20,6 +20,7 @@ from cryptography.x509.verification import PolicyBuilder, Store
 
 from noise.federation import config_hash, load_federation
 from noise.keys import IdentityKey
+from noise.stream import stream_fingerprint
 from proto.chunks import PayloadAssembler, pack_tensors, payload_chunks, payload_header
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
@@ -83,6 +84,8 @@ def test_config_pins_the_identity_keys_on_disk(federation_dir: Path) -> None:
     # Three nodes: the default collusion threshold is min(1, K - 2) = 1.
     assert config.privacy.collusion_threshold == 1
     assert config.model.n_features == 6
+    # The installation's reference stream is pinned, so mismatched nodes refuse to start.
+    assert config.stream_check == stream_fingerprint()
 
 
 def test_certificates_chain_to_the_ca_with_the_right_names(federation_dir: Path) -> None:

@@ -106,6 +106,27 @@ def test_assembler_rejects_gaps_overflow_short_and_altered_payloads() -> None:
         fresh.finish()
 
 
+def test_assembler_hands_out_verified_words_in_chunks_of_any_size() -> None:
+    tensors = sample()
+    data, assembler = _assembler()
+    # Odd chunk sizes: words arrive split across chunks.
+    for start in range(0, len(data), 13):
+        assembler.add(pb.PayloadChunk(offset=start, data=data[start : start + 13]))
+    words = assembler.finish_words()
+    assert words.dtype == np.uint64 and words.shape == (31,)
+    assert int(words[0]) == 7
+    np.testing.assert_array_equal(words[6:], tensors["sxx"].ravel())
+    assert assembler.finish() == data
+    assert assembler.finish_words() is words
+
+
+def test_an_altered_payload_gives_no_words() -> None:
+    data, assembler = _assembler()
+    assembler.add(pb.PayloadChunk(offset=0, data=data[:-1] + bytes([data[-1] ^ 0x80])))
+    with pytest.raises(PayloadError, match="SHA-256 does not match"):
+        assembler.finish_words()
+
+
 def test_assembler_checks_the_header() -> None:
     data, layouts = pack_tensors(sample())
     header = payload_header(data, layouts, 32)

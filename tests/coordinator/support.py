@@ -1,4 +1,8 @@
-"""Shared pieces for the coordinator tests: identities, a fake clock, zero-sum payloads."""
+"""Shared pieces for the coordinator tests: identities, a fake clock, zero-sum payloads.
+
+Uploads carry the node's signed upload statement; :func:`signed_header` makes
+one with the identity key of the test federation the session belongs to.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +19,13 @@ from coordinator.layout import PayloadSpec, TensorSlot
 from coordinator.messages import Attestation, UnmaskHeader, UploadHeader, UploadReceipt
 from coordinator.session import Session, Ticket
 from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
-from noise.transcript import survivor_attestation_message
+from noise.transcript import roster_hash, survivor_attestation_message, upload_statement_message
 
 CONFIG_HASH = hashlib.sha256(b"zerosum test federation").digest()
+
+# Every test federation's identity keys, by public key: what lets a helper
+# that only has the session sign as one of its nodes.
+_IDENTITIES: dict[bytes, IdentityKey] = {}
 
 
 class FakeClock:
@@ -78,6 +86,7 @@ def make_federation(
     fixed_point_bits: int | None = 32,
 ) -> Federation:
     identities = {n: IdentityKey.generate() for n in node_ids}
+    _IDENTITIES.update({k.public_bytes(): k for k in identities.values()})
     config = SessionConfig(
         federation_id="testfed",
         config_hash=CONFIG_HASH,
@@ -167,6 +176,46 @@ def stream(session: Session, ticket: Ticket, data: bytes, chunk: int) -> None:
         session.receive(ticket, offset, data[offset : offset + chunk])
 
 
+def final_roster_hash(session: Session) -> bytes:
+    """The roster hash every node of the session verified (all joined keys)."""
+    return roster_hash(session.config.config_hash, session.session_id, session.store.members())
+
+
+def signed_header(
+    session: Session,
+    node: str,
+    round_index: int,
+    round_name: str,
+    spec: PayloadSpec,
+    *,
+    session_id: str | None = None,
+    roster: bytes | None = None,
+    identity: IdentityKey | None = None,
+) -> UploadHeader:
+    """An upload header with ``node``'s statement over exactly these fields.
+
+    ``roster`` defaults to the session's final roster hash, ``identity`` to the
+    node's pinned key. A statement that cannot be encoded (a digest of the
+    wrong length) gets a zero signature: the coordinator must refuse it anyway.
+    """
+    sid = session.session_id if session_id is None else session_id
+    digest = final_roster_hash(session) if roster is None else roster
+    signer = identity or _IDENTITIES.get(session.config.identity_keys.get(node, b""))
+    try:
+        message = upload_statement_message(
+            session.config.config_hash,
+            sid,
+            round_index,
+            round_name,
+            roster_hash=digest,
+            payload_sha256=spec.sha256,
+        )
+    except ValueError:
+        message = None
+    signature = signer.sign(message) if signer is not None and message is not None else bytes(64)
+    return UploadHeader(sid, round_index, round_name, node, spec, digest, signature)
+
+
 def upload(
     session: Session,
     node: str,
@@ -179,13 +228,7 @@ def upload(
     """Send a whole payload through the session as the server would."""
     opened = session.store.round(round_index)
     name = round_name if round_name is not None else opened.name if opened else "?"
-    header = UploadHeader(
-        session_id=session.session_id,
-        round_index=round_index,
-        round_name=name,
-        node_id=node,
-        payload=spec_for(payload),
-    )
+    header = signed_header(session, node, round_index, name, spec_for(payload))
     ticket = session.begin_upload(header, caller=node)
     if isinstance(ticket, UploadReceipt):
         return ticket

@@ -20,6 +20,7 @@ import pytest
 
 from noise.federation import config_hash, load_federation
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
+from noise.transcript import upload_statement_message
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from tests.coordinator.support import zero_sum
@@ -171,8 +172,17 @@ def join(node: Node, session_id: str, fed_hash: bytes) -> None:
     )
 
 
-def upload(node: Node, session_id: str, round_index: int, name: str, data: bytes) -> None:
+def upload(
+    node: Node, session_id: str, fed_hash: bytes, round_index: int, name: str, *, data: bytes
+) -> None:
     words = len(data) // 8
+    roster = node.stub.GetRoster(
+        pb.GetRosterRequest(session_id=session_id, node_id=node.node_id), timeout=10
+    ).roster_hash
+    sha256 = hashlib.sha256(data).digest()
+    statement = upload_statement_message(
+        fed_hash, session_id, round_index, name, roster_hash=roster, payload_sha256=sha256
+    )
 
     def messages() -> Iterator[pb.UploadChunk]:
         yield pb.UploadChunk(
@@ -184,10 +194,12 @@ def upload(node: Node, session_id: str, round_index: int, name: str, data: bytes
                 payload=pb.PayloadHeader(
                     total_bytes=len(data),
                     total_elements=words,
-                    sha256=hashlib.sha256(data).digest(),
+                    sha256=sha256,
                     fixed_point_bits=32,
                     tensors=[pb.TensorLayout(name="v", shape=[words], offset=0, size=words)],
                 ),
+                roster_hash=roster,
+                statement_signature=node.identity.sign(statement),
             )
         )
         yield pb.UploadChunk(data=pb.PayloadChunk(offset=0, data=data))
@@ -218,7 +230,8 @@ def test_a_completed_session_exits_0_after_every_node_has_the_result(
     for round_index, name in enumerate(("moments", "scatter")):
         data = zero_sum(("a", "b", "c"), 64, seed=round_index)
         for node in nodes.values():
-            upload(node, session_id, round_index, name, data.payloads[node.node_id].tobytes())
+            payload = data.payloads[node.node_id].tobytes()
+            upload(node, session_id, fed_hash, round_index, name, data=payload)
         for node in nodes.values():
             total = np.frombuffer(result(node, session_id, round_index), dtype="<u8")
             np.testing.assert_array_equal(total, data.total(["a", "b", "c"]))

@@ -21,7 +21,7 @@ from coordinator.server import MAX_MESSAGE_BYTES, RunningServer, ServerTLS, star
 from coordinator.session import Session
 from coordinator.store import Store
 from noise.keys import IdentityKey, sign_key_bundle
-from noise.transcript import roster_hash
+from noise.transcript import roster_hash, upload_statement_message
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from tests.coordinator.support import (
@@ -152,8 +152,21 @@ def upload_messages(
         "round_name": ["moments", "scatter"][round_index],
         "node_id": node,
         "payload": payload,
+        "roster_hash": roster_hash(CONFIG_HASH, h.session_id, h.session.store.members()),
     }
     fields.update(header_changes)
+    if "statement_signature" not in fields:
+        # The node's statement over the header as sent, whatever was changed.
+        fields["statement_signature"] = h.fed.identities[node].sign(
+            upload_statement_message(
+                CONFIG_HASH,
+                str(fields["session_id"]),
+                int(fields["round_index"]),  # type: ignore[call-overload]
+                str(fields["round_name"]),
+                roster_hash=bytes(fields["roster_hash"]),  # type: ignore[call-overload]
+                payload_sha256=payload.sha256,
+            )
+        )
     yield pb.UploadChunk(header=pb.UploadHeader(**fields))  # type: ignore[arg-type]
     for offset in range(0, len(data), chunk):
         yield pb.UploadChunk(
@@ -221,6 +234,14 @@ def test_a_round_over_the_network_sums_payloads_larger_than_one_message(
     assert header.status == pb.ROUND_STATUS_READY
     assert list(header.survivor_node_ids) == ["a", "b", "c"]
     assert header.payload.sha256 == hashlib.sha256(payload).digest()
+    final = roster_hash(CONFIG_HASH, harness.session_id, harness.session.store.members())
+    assert [
+        (s.node_id, s.round_name, s.roster_hash, s.payload_sha256) for s in header.statements
+    ] == [
+        (n, "moments", final, hashlib.sha256(as_bytes(data.payloads[n])).digest())
+        for n in ("a", "b", "c")
+    ]
+    assert all(len(s.signature) == 64 for s in header.statements)
     np.testing.assert_array_equal(np.frombuffer(payload, dtype="<u8"), data.total(["a", "b", "c"]))
     status = harness.stub("c").GetStatus(pb.GetStatusRequest(session_id=harness.session_id))
     assert status.state == pb.SESSION_STATE_RUNNING and status.current_round_name == "scatter"
@@ -460,7 +481,7 @@ def test_malformed_key_bundle_is_invalid_argument(harness: Harness) -> None:
     )
 
 
-def test_conflicting_upload_is_already_exists(harness: Harness) -> None:
+def test_conflicting_upload_is_failed_precondition(harness: Harness) -> None:
     joined(harness)
     data = zero_sum(("a", "b", "c"), N_WORDS, seed=57).payloads["a"]
     send(harness, "a", upload_messages(harness, "a", 0, as_bytes(data)))
@@ -468,10 +489,49 @@ def test_conflicting_upload_is_already_exists(harness: Harness) -> None:
     changed[7] ^= np.uint64(1)
     rejected(
         harness,
-        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.FAILED_PRECONDITION,
         lambda: send(harness, "a", upload_messages(harness, "a", 0, as_bytes(changed))),
         words="conflicting upload: node 'a' already submitted round 0",
     )
+
+
+def test_second_key_for_a_joined_node_is_failed_precondition(harness: Harness) -> None:
+    harness.join("a")
+    harness.fed.ephemeral.clear()
+    rejected(
+        harness,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        lambda: harness.join("a"),
+        words="node 'a' already joined session",
+    )
+
+
+def test_upload_statement_by_another_key_is_unauthenticated(harness: Harness) -> None:
+    joined(harness)
+    data = as_bytes(zero_sum(("a", "b", "c"), N_WORDS, seed=60).payloads["a"])
+    forged = IdentityKey.generate().sign(b"anything")
+    rejected(
+        harness,
+        grpc.StatusCode.UNAUTHENTICATED,
+        lambda: send(
+            harness, "a", upload_messages(harness, "a", 0, data, statement_signature=forged)
+        ),
+        words="the upload statement of node 'a' for round 0 ('moments') does not verify",
+    )
+
+
+def test_upload_statement_over_another_roster_is_failed_precondition(harness: Harness) -> None:
+    joined(harness)
+    data = as_bytes(zero_sum(("a", "b", "c"), N_WORDS, seed=61).payloads["a"])
+    other = hashlib.sha256(b"the roster only 'a' was shown").digest()
+    details = rejected(
+        harness,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        lambda: send(harness, "a", upload_messages(harness, "a", 0, data, roster_hash=other)),
+        words=f"node 'a' signed its upload for round 0 ('moments') over roster hash "
+        f"{other.hex()[:16]}…",
+    )
+    assert "the node was shown a different roster" in details
 
 
 def test_wrong_size_is_invalid_argument(harness: Harness) -> None:

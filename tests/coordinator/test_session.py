@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from coordinator.errors import (
-    AlreadyExists,
     CoordinatorError,
     FailedPrecondition,
     InvalidArgument,
@@ -33,6 +33,7 @@ from coordinator.messages import (
     UnmaskReceipt,
     UnmaskRefusal,
     UploadHeader,
+    UploadStatement,
 )
 from coordinator.session import Session, Ticket
 from coordinator.store import Store
@@ -44,9 +45,11 @@ from tests.coordinator.support import (
     N_WORDS,
     FakeClock,
     Federation,
+    final_roster_hash,
     join_all,
     make_federation,
     read_result,
+    signed_header,
     spec_for,
     stream,
     submit_correction,
@@ -127,7 +130,7 @@ def test_a_second_key_for_a_joined_node_is_refused(fed: Federation, session: Ses
     fed.ephemeral.clear()
     message = refused(
         session,
-        AlreadyExists,
+        FailedPrecondition,
         lambda: session.join(fed.bundle("a", session.session_id), caller="a"),
     )
     assert "already joined" in message
@@ -264,7 +267,7 @@ def test_a_conflicting_upload_is_refused(fed: Federation, session: Session) -> N
     upload(session, "a", 0, data.payloads["a"])
     other = data.payloads["a"].copy()
     other[0] ^= np.uint64(1)
-    message = refused(session, AlreadyExists, lambda: upload(session, "a", 0, other))
+    message = refused(session, FailedPrecondition, lambda: upload(session, "a", 0, other))
     assert message.startswith("conflicting upload: node 'a' already submitted round 0")
 
 
@@ -277,11 +280,11 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
             "session_id": sid,
             "round_index": 0,
             "round_name": "moments",
-            "node_id": "a",
-            "payload": good,
+            "node": "a",
+            "spec": good,
         }
         fields.update(changes)
-        return UploadHeader(**fields)  # type: ignore[arg-type]
+        return signed_header(session, **fields)  # type: ignore[arg-type]
 
     def spec(**changes: object) -> PayloadSpec:
         fields = {
@@ -299,16 +302,30 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
         "wrong session": (InvalidArgument, header(session_id="0" * 32)),
         "round not open": (FailedPrecondition, header(round_index=1, round_name="scatter")),
         "wrong round name": (InvalidArgument, header(round_name="scatter")),
-        "other node's id": (PermissionDenied, header(node_id="b")),
-        "unknown node": (PermissionDenied, header(node_id="zed")),
-        "size mismatch": (InvalidArgument, header(payload=spec(total_bytes=good.total_bytes - 8))),
+        "other node's id": (PermissionDenied, header(node="b")),
+        "unknown node": (PermissionDenied, header(node="zed")),
+        "size mismatch": (InvalidArgument, header(spec=spec(total_bytes=good.total_bytes - 8))),
         "layout gap": (
             InvalidArgument,
-            header(payload=spec(tensors=shifted, total_elements=17, total_bytes=136)),
+            header(spec=spec(tensors=shifted, total_elements=17, total_bytes=136)),
         ),
-        "short sha": (InvalidArgument, header(payload=spec(sha256=b"\x00" * 31))),
-        "wrong scale": (InvalidArgument, header(payload=spec(fixed_point_bits=16))),
-        "empty": (InvalidArgument, header(payload=spec(total_bytes=0, total_elements=0))),
+        "short sha": (InvalidArgument, header(spec=spec(sha256=b"\x00" * 31))),
+        "wrong scale": (InvalidArgument, header(spec=spec(fixed_point_bits=16))),
+        "empty": (InvalidArgument, header(spec=spec(total_bytes=0, total_elements=0))),
+        "statement by a stranger": (Unauthenticated, header(identity=IdentityKey.generate())),
+        "no statement": (
+            Unauthenticated,
+            replace(header(), statement_signature=b""),
+        ),
+        "statement for another payload": (
+            Unauthenticated,
+            replace(header(), payload=spec(sha256=hashlib.sha256(b"other").digest())),
+        ),
+        "statement over another roster": (
+            FailedPrecondition,
+            header(roster=hashlib.sha256(b"another roster").digest()),
+        ),
+        "short roster hash": (InvalidArgument, header(roster=b"\x01" * 31)),
     }
 
 
@@ -325,6 +342,11 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
         "short sha",
         "wrong scale",
         "empty",
+        "statement by a stranger",
+        "no statement",
+        "statement for another payload",
+        "statement over another roster",
+        "short roster hash",
     ],
 )
 def test_bad_upload_headers_are_refused_and_change_nothing(
@@ -338,6 +360,44 @@ def test_bad_upload_headers_are_refused_and_change_nothing(
     np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
 
 
+def test_upload_statements_are_checked_then_returned_with_the_aggregate(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=16)
+    spec = spec_for(data.payloads["a"])
+    forged = signed_header(session, "a", 0, "moments", spec, identity=fed.identities["b"])
+    message = refused(session, Unauthenticated, lambda: session.begin_upload(forged, caller="a"))
+    assert message == (
+        "the upload statement of node 'a' for round 0 ('moments') does not verify against the "
+        "identity key pinned for 'a'; the upload is refused."
+    )
+    final = final_roster_hash(session)
+    other = hashlib.sha256(b"a roster only a was shown").digest()
+    elsewhere = signed_header(session, "a", 0, "moments", spec, roster=other)
+    message = refused(
+        session, FailedPrecondition, lambda: session.begin_upload(elsewhere, caller="a")
+    )
+    assert f"over roster hash {other.hex()[:16]}…" in message
+    assert f"final roster hashes to {final.hex()[:16]}…" in message
+    run_round(session, data.payloads, 0)
+    # A retry of a stored upload is checked too before it is called a duplicate.
+    refused(session, FailedPrecondition, lambda: session.begin_upload(elsewhere, caller="a"))
+    view = session.result(session.session_id, 0, caller="c")
+    assert view.statements == tuple(
+        UploadStatement(
+            node_id=node,
+            round_name="moments",
+            roster_hash=final,
+            payload_sha256=spec_for(data.payloads[node]).sha256,
+            signature=signed_header(
+                session, node, 0, "moments", spec_for(data.payloads[node])
+            ).statement_signature,
+        )
+        for node in fed.node_ids
+    )
+
+
 def test_a_layout_different_from_the_rounds_is_refused_naming_the_tensor(
     fed: Federation, session: Session
 ) -> None:
@@ -349,9 +409,7 @@ def test_a_layout_different_from_the_rounds_is_refused_naming_the_tensor(
         TensorSlot("sums", (5, 3), 1, 15),
         TensorSlot("tail", (20,), 16, 20),
     )
-    header = UploadHeader(
-        session.session_id, 0, "moments", "b", spec_for(data.payloads["b"], reshaped)
-    )
+    header = signed_header(session, "b", 0, "moments", spec_for(data.payloads["b"], reshaped))
     message = refused(session, InvalidArgument, lambda: session.begin_upload(header, caller="b"))
     assert "tensor 'sums' has shape (5, 3); expected (3, 5)" in message
 
@@ -401,7 +459,7 @@ def test_bad_streams_are_refused_and_leave_no_trace_in_the_sum(
     upload(session, "b", 0, data.payloads["b"])
     before = session.store.dump()
     payload = data.payloads["a"].astype("<u8").tobytes()
-    header = UploadHeader(session.session_id, 0, "moments", "a", spec_for(data.payloads["a"]))
+    header = signed_header(session, "a", 0, "moments", spec_for(data.payloads["a"]))
     ticket = session.begin_upload(header, caller="a")
     assert isinstance(ticket, Ticket)
     with pytest.raises(InvalidArgument, match=words):
@@ -420,7 +478,7 @@ def test_a_second_concurrent_stream_of_the_same_upload_is_told_to_retry(
 ) -> None:
     join_all(fed, session)
     data = zero_sum(fed.node_ids, N_WORDS, seed=6)
-    header = UploadHeader(session.session_id, 0, "moments", "a", spec_for(data.payloads["a"]))
+    header = signed_header(session, "a", 0, "moments", spec_for(data.payloads["a"]))
     ticket = session.begin_upload(header, caller="a")
     assert isinstance(ticket, Ticket)
     refused(session, RetryLater, lambda: session.begin_upload(header, caller="a"))
@@ -532,6 +590,10 @@ def test_survivor_silent_at_the_unmask_deadline_moves_to_the_dropped_set(
     submit_correction(session, "a", 0, data.correction("a", dropped))
     submit_correction(session, "b", 0, data.correction("b", dropped))
     np.testing.assert_array_equal(read_result(session, 0), data.total(["a", "b"]))
+    # c's upload is stored but left the sum, so its statement is not handed out.
+    assert session.store.upload(0, "c") is not None
+    statements = session.result(session.session_id, 0, caller="a").statements
+    assert [s.node_id for s in statements] == ["a", "b"]
 
 
 def test_too_few_uploads_at_the_deadline_fail_the_session_with_a_reason(
@@ -557,7 +619,7 @@ def test_upload_in_progress_at_the_deadline_is_withdrawn_from_the_sum(
     data = zero_sum(fed.node_ids, N_WORDS, seed=13)
     upload(session, "a", 0, data.payloads["a"])
     upload(session, "b", 0, data.payloads["b"])
-    header = UploadHeader(session.session_id, 0, "moments", "c", spec_for(data.payloads["c"]))
+    header = signed_header(session, "c", 0, "moments", spec_for(data.payloads["c"]))
     ticket = session.begin_upload(header, caller="c")
     assert isinstance(ticket, Ticket)
     raw = data.payloads["c"].astype("<u8").tobytes()
@@ -624,7 +686,7 @@ def test_a_conflicting_correction_is_refused(
     wrong = right.copy()
     wrong[3] ^= np.uint64(8)
     assert "conflicting unmask correction" in refused(
-        session, AlreadyExists, lambda: submit_correction(session, "a", 0, wrong)
+        session, FailedPrecondition, lambda: submit_correction(session, "a", 0, wrong)
     )
 
 
@@ -702,9 +764,10 @@ def test_restart_keeps_the_session_uploads_and_results_and_drops_streams_in_flig
     first = zero_sum(fed.node_ids, N_WORDS, seed=30)
     run_round(session, first.payloads, 0)
     result_bytes = session.result(session_id, 0, caller="a").path.read_bytes()  # type: ignore[union-attr]
+    statements = session.result(session_id, 0, caller="a").statements
     second = zero_sum(fed.node_ids, N_WORDS, seed=31)
     upload(session, "a", 1, second.payloads["a"])
-    header = UploadHeader(session_id, 1, "scatter", "b", spec_for(second.payloads["b"]))
+    header = signed_header(session, "b", 1, "scatter", spec_for(second.payloads["b"]))
     ticket = session.begin_upload(header, caller="b")
     assert isinstance(ticket, Ticket)
     session.receive(ticket, 0, second.payloads["b"].astype("<u8").tobytes()[:77])
@@ -715,6 +778,7 @@ def test_restart_keeps_the_session_uploads_and_results_and_drops_streams_in_flig
     assert not list(restarted.store.payload_dir.glob(".part-*"))
     view = restarted.result(session_id, 0, caller="c")
     assert view.path is not None and view.path.read_bytes() == result_bytes
+    assert view.statements == statements and len(statements) == 3
     assert upload(restarted, "a", 1, second.payloads["a"]).duplicate
     upload(restarted, "b", 1, second.payloads["b"])
     upload(restarted, "c", 1, second.payloads["c"])

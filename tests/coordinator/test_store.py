@@ -40,7 +40,7 @@ def stored_upload(store: Store, data: bytes = b"\x05" * 16) -> UploadRow:
     digest = writer.finish()
     name = store.upload_name(0, "a", digest)
     writer.place(name)
-    row = UploadRow(0, "a", digest, len(data), name, LAYOUT, 32, 5)
+    row = UploadRow(0, "a", digest, len(data), name, LAYOUT, 32, 5, b"\x07" * 64)
     with store.transaction():
         store.add_upload(row)
     return row
@@ -55,7 +55,9 @@ def test_a_new_state_file_has_the_schema_wal_and_foreign_keys(store: Store) -> N
     assert store.payload_dir == payload_dir_for(store.path)
     assert store.payload_dir.name == "state.payloads" and store.payload_dir.is_dir()
     with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"), store.transaction():
-        store.add_upload(UploadRow(7, "nobody", b"\x00" * 32, 8, "x.u64", LAYOUT, 32, 0))
+        store.add_upload(
+            UploadRow(7, "nobody", b"\x00" * 32, 8, "x.u64", LAYOUT, 32, 0, b"\x00" * 64)
+        )
 
 
 def test_rows_survive_reopening(store: Store) -> None:
@@ -139,6 +141,22 @@ def test_a_state_file_of_another_schema_version_is_refused(store: Store) -> None
     db.close()
     with pytest.raises(StateFileError, match="schema version 99"):
         Store(store.path)
+
+
+def test_a_state_file_of_an_earlier_schema_is_refused_saying_what_changed(store: Store) -> None:
+    # Version 1 stored uploads without their signed statements; nodes would refuse
+    # every aggregate of such a session, so it is not resumed.
+    store.close()
+    db = sqlite3.connect(store.path)
+    db.execute("UPDATE schema_version SET version = 1")
+    db.commit()
+    db.close()
+    with pytest.raises(StateFileError) as caught:
+        Store(store.path)
+    message = str(caught.value)
+    assert "has schema version 1, written by an earlier coordinator" in message
+    assert f"reads version {SCHEMA_VERSION} (version 2: uploads carry the node's signed" in message
+    assert "start a new session with a new --state path" in message
 
 
 def test_file_names_are_safe_for_any_node_id() -> None:

@@ -5,9 +5,12 @@ gRPC refuses single messages above 4 MiB by default (the coordinator sets
 chunks. Three clients — node/client.py's CoordinatorClient, with the
 federation's TLS certificates and identity keys — join with signed key
 bundles and upload full-range random words laid out as two named tensors;
-the coordinator knows nothing of their meaning and only sums them. The
-downloaded aggregate must equal the wrapping sum bit for bit, a repeated
-upload must be acknowledged as a duplicate, and the session must complete.
+the coordinator knows nothing of their meaning and only sums them. Each
+upload carries the node's signed upload statement over the roster it
+verified, and every node checks the statements that come back with the
+aggregate (node/statements.py). The downloaded aggregate must equal the
+wrapping sum bit for bit, a repeated upload must be acknowledged as a
+duplicate, and the session must complete.
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 
 from node.client import CHUNK_BYTES, CoordinatorClient, RetryPolicy, TensorSlot
+from node.egress import payload_sha256
+from node.roster import VerifiedRoster, verify_roster
+from node.statements import check_statements, sign_upload_statement
 from noise.federation import config_hash
 from noise.fixed_point import wrapping_sum
 from noise.keys import EphemeralKey, sign_key_bundle
@@ -70,13 +77,14 @@ def clients(session: SessionRun) -> Iterator[dict[str, CoordinatorClient]]:
         client.close()
 
 
-def _join(federation: Federation, client: CoordinatorClient, session_id: str) -> None:
+def _join(federation: Federation, client: CoordinatorClient, session_id: str) -> EphemeralKey:
+    key = EphemeralKey.generate()
     bundle = sign_key_bundle(
         federation.identity(client.node_id),
         config_hash=config_hash(federation.config),
         session_id=session_id,
         node_id=client.node_id,
-        public_key=EphemeralKey.generate().public_bytes(),
+        public_key=key.public_bytes(),
     )
     client.join(
         pb.KeyBundle(
@@ -87,6 +95,21 @@ def _join(federation: Federation, client: CoordinatorClient, session_id: str) ->
             signature=bundle.signature,
         )
     )
+    return key
+
+
+def _roster(
+    federation: Federation, client: CoordinatorClient, session_id: str, key: EphemeralKey
+) -> VerifiedRoster:
+    return verify_roster(
+        client.get_roster(session_id),
+        node_id=client.node_id,
+        own_public_key=key.public_bytes(),
+        session_id=session_id,
+        config_hash=config_hash(federation.config),
+        identity_keys=federation.config.identity_keys,
+        min_nodes=federation.config.min_nodes,
+    )
 
 
 def test_twenty_megabyte_payloads_sum_exactly(
@@ -94,9 +117,10 @@ def test_twenty_megabyte_payloads_sum_exactly(
 ) -> None:
     federation = session.federation
     bits = federation.config.fixed_point_bits
+    fed_hash = config_hash(federation.config)
     session_id = clients["a"].get_status("").session_id
-    for client in clients.values():
-        _join(federation, client, session_id)
+    keys = {node: _join(federation, client, session_id) for node, client in clients.items()}
+    rosters = {node: _roster(federation, clients[node], session_id, keys[node]) for node in NODES}
     status = clients["a"].get_status(session_id)
     assert (status.current_round_index, status.current_round_name) == (0, "moments")
 
@@ -106,15 +130,35 @@ def test_twenty_megabyte_payloads_sum_exactly(
     }
     assert payloads["a"].nbytes >= 20_000_000 > 4 * CHUNK_BYTES
 
-    def upload(node: str) -> pb.UploadReceipt:
+    def send(
+        node: str,
+        round_index: int,
+        round_name: str,
+        payload: NDArray[np.uint64],
+        layout: tuple[TensorSlot, ...],
+    ) -> pb.UploadReceipt:
+        roster = rosters[node].roster_hash
         return clients[node].upload(
             session_id=session_id,
-            round_index=0,
-            round_name="moments",
-            payload=payloads[node],
-            tensors=LAYOUT,
+            round_index=round_index,
+            round_name=round_name,
+            payload=payload,
+            tensors=layout,
             fixed_point_bits=bits,
+            roster_hash=roster,
+            statement_signature=sign_upload_statement(
+                federation.identity(node),
+                config_hash=fed_hash,
+                session_id=session_id,
+                round_index=round_index,
+                round_name=round_name,
+                roster_hash=roster,
+                payload_sha256=bytes.fromhex(payload_sha256(payload)),
+            ),
         )
+
+    def upload(node: str) -> pb.UploadReceipt:
+        return send(node, 0, "moments", payloads[node], LAYOUT)
 
     started = time.monotonic()
     with ThreadPoolExecutor(len(NODES)) as pool:
@@ -135,6 +179,20 @@ def test_twenty_megabyte_payloads_sum_exactly(
             (t.name, t.shape) for t in LAYOUT
         ]
         assert aggregate is not None and np.array_equal(aggregate, expected)
+        # Every contributor signed for the roster this node verified, and the
+        # aggregate counts exactly the payload this node sent.
+        check_statements(
+            header,
+            config_hash=fed_hash,
+            session_id=session_id,
+            round_index=0,
+            roster_hash=rosters[node].roster_hash,
+            identity_keys=federation.config.identity_keys,
+            own_node_id=node,
+            own_sha256=clients[node].uploaded_sha256(session_id, 0),
+            participants=NODES,
+        )
+        assert [s.node_id for s in header.statements] == list(NODES)
     stored = session.state.result(0)
     assert stored is not None and np.array_equal(stored[1], expected)
 
@@ -147,14 +205,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
     # A small last round lets the session complete and the coordinator exit.
     small = (TensorSlot("v", (8,), 0, 8),)
     for node in NODES:
-        clients[node].upload(
-            session_id=session_id,
-            round_index=1,
-            round_name="scatter",
-            payload=np.full(8, ord(node), dtype=np.uint64),
-            tensors=small,
-            fixed_point_bits=bits,
-        )
+        send(node, 1, "scatter", np.full(8, ord(node), dtype=np.uint64), small)
     for node in NODES:
         header, last = clients[node].get_result(session_id, 1)
         assert header.status == pb.ROUND_STATUS_READY

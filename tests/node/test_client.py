@@ -20,6 +20,7 @@ from node.client import (
     chunk_payload,
     payload_header,
 )
+from proto.chunks import PayloadError
 
 
 class FakeRpcError(grpc.RpcError):
@@ -79,11 +80,13 @@ def test_reassembly_rejects_gaps_and_corruption() -> None:
     header = payload_header(payload, [TensorSlot("w", (10,), 0, 10)], 32)
     chunks = list(chunk_payload(payload))
     chunks[0].offset = 8
-    with pytest.raises(ValueError, match="starts at byte 8; expected 0"):
+    with pytest.raises(PayloadError, match="aggregate: chunk at byte 8 arrived; expected byte 0"):
         assemble_payload(header, chunks, what="aggregate")
     corrupted = list(chunk_payload(payload + np.uint64(1)))
-    with pytest.raises(ValueError, match="do not match the announced SHA-256"):
+    with pytest.raises(PayloadError, match="aggregate: payload SHA-256 does not match the header"):
         assemble_payload(header, corrupted, what="aggregate")
+    with pytest.raises(PayloadError, match="received 40 of the 80 bytes announced"):
+        assemble_payload(header, list(chunk_payload(payload[:5])), what="aggregate")
 
 
 def test_transient_failures_are_retried_with_capped_jittered_backoff() -> None:

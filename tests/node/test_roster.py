@@ -109,3 +109,48 @@ def test_unknown_node_and_bad_roster_hash_are_caught() -> None:
     roster.roster_hash = bytes(32)
     with pytest.raises(RosterError, match="roster hash does not match"):
         _verify(roster)
+
+
+def test_the_verified_roster_keeps_the_hash_it_recomputed() -> None:
+    bundles = [_bundle(n) for n in IDS]
+    roster = _roster(bundles)
+    roster.roster_hash = b""  # a coordinator that sends none: the node computes it anyway
+    verified = verify_roster(
+        roster,
+        node_id="a",
+        own_public_key=EPHEMERAL["a"].public_bytes(),
+        session_id=SESSION,
+        config_hash=CONFIG_HASH,
+        identity_keys=PINNED,
+    )
+    assert verified.roster_hash == roster_hash(CONFIG_HASH, SESSION, bundles)
+
+
+def _verify_with_minimum(roster: pb.Roster, min_nodes: int) -> object:
+    return verify_roster(
+        roster,
+        node_id="a",
+        own_public_key=EPHEMERAL["a"].public_bytes(),
+        session_id=SESSION,
+        config_hash=CONFIG_HASH,
+        identity_keys=PINNED,
+        min_nodes=min_nodes,
+    )
+
+
+def test_a_final_roster_below_the_federation_minimum_is_refused() -> None:
+    two = _roster([_bundle("a"), _bundle("c")])
+    _verify_with_minimum(two, 2)
+    with pytest.raises(RosterError) as caught:
+        _verify_with_minimum(two, 3)
+    assert str(caught.value) == (
+        "roster entry of node 'a' rejected: the final roster has 2 member(s) (a, c), fewer "
+        "than the federation's min_nodes = 3"
+    )
+    # Alone on the roster: refused even with the default minimum of 2.
+    with pytest.raises(RosterError, match="the final roster has 1 member"):
+        _verify(_roster([_bundle("a")]))
+    # A roster still filling up is not judged by its size.
+    filling = _roster([_bundle("a")])
+    filling.final = False
+    _verify_with_minimum(filling, 3)

@@ -136,8 +136,11 @@ def test_three_nodes_reach_the_exact_pooled_model(
     fed = _federation(tmp_path / "fed", "a,b,c", round_deadline=30.0)
     server = _serve(fed, tmp_path / "state")
     server_factory.append(server)
-    outcomes = _run_nodes([_runner(fed, n, server.port, tmp_path) for n in "abc"])
+    runners = [_runner(fed, n, server.port, tmp_path) for n in "abc"]
+    outcomes = _run_nodes(runners)
     assert all(not isinstance(o, BaseException) for o in outcomes.values()), outcomes
+    # Both rounds' masks were drawn ahead (after the roster, after round 0's result).
+    assert all((r._masks.hits, r._masks.misses) == (2, 0) for r in runners)
     config = load_federation(fed / "federation.toml")
     cohorts = [load_cohort(fed / "nodes" / n / "data.csv", config) for n in "abc"]
     pooled = deltab_plan.run_in_process(

@@ -25,11 +25,13 @@ from noise.federation import (
     PrivacyPolicy,
     SessionTimings,
     canonical_encoding,
+    check_stream,
     config_hash,
     dump_federation,
     load_federation,
     parse_federation,
 )
+from noise.stream import stream_fingerprint
 from tests.strategies import node_id_lists
 
 KEYS = {name: bytes([i + 1]) * 32 for i, name in enumerate(("alpha", "beta", "gamma", "delta"))}
@@ -70,6 +72,7 @@ VARIANTS: dict[str, Callable[[], FederationConfig]] = {
         min_cohort_size=200,
         min_nodes=3,
     ),
+    "stream check": lambda: make_config(stream_check="0123456789abcdef" * 4),
     "many features": lambda: make_config(
         model=ModelSpec(n_features=20, n_components=20),
         clipping=ClippingBounds(
@@ -179,6 +182,7 @@ MUTATIONS: dict[str, Callable[[FederationConfig], FederationConfig]] = {
     "fixed_point_bits": lambda c: dataclasses.replace(c, fixed_point_bits=31),
     "min_cohort_size": lambda c: dataclasses.replace(c, min_cohort_size=101),
     "min_nodes": lambda c: dataclasses.replace(c, min_nodes=3),
+    "stream_check": lambda c: dataclasses.replace(c, stream_check="ab" * 32),
     "node key": lambda c: dataclasses.replace(
         c, nodes=(NodeEntry("alpha", b"\x09" * 32), *c.nodes[1:])
     ),
@@ -250,7 +254,6 @@ def test_changing_any_setting_changes_the_hash(field: str) -> None:
 
 
 def test_every_setting_is_covered_by_a_mutation() -> None:
-    document = json.loads(canonical_encoding(make_config()))
     leaves: set[str] = set()
 
     def walk(prefix: str, value: object) -> None:
@@ -260,7 +263,8 @@ def test_every_setting_is_covered_by_a_mutation() -> None:
         else:
             leaves.add(prefix.rstrip("."))
 
-    walk("", document)
+    # stream_check appears in the document only when set.
+    walk("", json.loads(canonical_encoding(make_config(stream_check="cd" * 32))))
     leaves -= {"format", "nodes"}
     # degree changes together with graph (it exists only for harary graphs).
     missing = leaves - set(MUTATIONS) - {"privacy.noise_design.degree"}
@@ -543,3 +547,25 @@ def test_the_missing_marker_reads_as_such() -> None:
     text = edited(KEYS["beta"].hex(), "!" * 44)
     with pytest.raises(ConfigError, match=r"nodes\[1\]\.identity_public_key = '!!!"):
         parse_federation(text)
+
+
+def test_an_unset_stream_check_is_absent_from_the_hashed_document() -> None:
+    # Federations written before the check existed keep their config hash.
+    assert b"stream_check" not in canonical_encoding(make_config())
+    assert "stream_check" not in dump_federation(make_config())
+    checked = make_config(stream_check="ef" * 32)
+    assert b'"stream_check":"' + b"ef" * 32 + b'"' in canonical_encoding(checked)
+
+
+@pytest.mark.parametrize("value", ["AB" * 32, "ab" * 31, "xy" * 32, 7])
+def test_a_bad_stream_check_names_the_field(value: object) -> None:
+    with pytest.raises(ConfigError, match=r"stream_check = .*64 lowercase hexadecimal digits"):
+        make_config(stream_check=value)
+
+
+def test_check_stream_accepts_this_installation_and_refuses_another() -> None:
+    check_stream(make_config())  # no pinned fingerprint: nothing to compare
+    check_stream(make_config(stream_check=stream_fingerprint()))
+    with pytest.raises(ConfigError, match=r"stream_check = '0000.*would not cancel") as error:
+        check_stream(make_config(stream_check="00" * 32))
+    assert "numpy " in str(error.value) and "randomgen " in str(error.value)

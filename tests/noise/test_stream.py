@@ -13,10 +13,12 @@ from scipy import stats
 
 from noise.errors import KeyFormatError
 from noise.stream import (
+    STREAM_CHECK_DRAWS,
     aes_counter,
     keyed_generator,
     os_generator,
     standard_normal,
+    stream_fingerprint,
     uniform_uint64,
 )
 
@@ -138,3 +140,12 @@ def test_os_generators_are_independent_aes_streams() -> None:
     first, second = os_generator(), os_generator()
     assert isinstance(first.bit_generator, AESCounter)
     assert not np.any(first.standard_normal(64) == second.standard_normal(64))
+
+
+def test_stream_fingerprint_is_a_known_answer() -> None:
+    # A different value here means this installation draws different masks from
+    # the same keys than the one this project is tested with (see noise.stream).
+    assert stream_fingerprint() == (
+        "03ee9f6d2e608595bb08885a66829db0b302159b6fac752354caddba6afc0b08"
+    )
+    assert STREAM_CHECK_DRAWS == 1 << 17

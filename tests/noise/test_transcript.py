@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 
 from noise.errors import KeyFormatError
 from noise.keys import IdentityKey, sign_key_bundle
-from noise.transcript import roster_hash, survivor_attestation_message, survivor_set_hash
+from noise.transcript import (
+    roster_hash,
+    survivor_attestation_message,
+    survivor_set_hash,
+    upload_statement_message,
+)
 from tests.strategies import node_id_lists
 
 CONFIG = b"\x11" * 32
@@ -145,3 +150,72 @@ def test_attestation_message_layout_and_signature() -> None:
     Ed25519PublicKey.from_public_bytes(identity.public_bytes()).verify(signature, message)
     with pytest.raises(KeyFormatError, match="survivor hash"):
         survivor_attestation_message(CONFIG, "s1", 2, b"short")
+
+
+ROSTER = b"\x22" * 32
+PAYLOAD = b"\x33" * 32
+
+
+def test_upload_statement_known_answer() -> None:
+    message = upload_statement_message(
+        CONFIG, "s1", 3, "scatter", roster_hash=ROSTER, payload_sha256=PAYLOAD
+    )
+    assert message == (
+        b"zerosum/v1/upload-statement"
+        + CONFIG
+        + b"\x00\x02s1"
+        + struct.pack(">Q", 3)
+        + b"\x00\x07scatter"
+        + ROSTER
+        + PAYLOAD
+    )
+    # Pinned, so a change to the encoding cannot pass unnoticed (nodes of two
+    # versions would refuse each other's statements).
+    assert (
+        hashlib.sha256(message).hexdigest()
+        == "681d8897b4f70a5a36ba04abbfbc4db671c86c2aed30e880d7158f38367527c6"
+    )
+
+
+def test_upload_statement_separates_every_field() -> None:
+    base = upload_statement_message(
+        CONFIG, "s1", 3, "scatter", roster_hash=ROSTER, payload_sha256=PAYLOAD
+    )
+    others = {
+        upload_statement_message(
+            b"\x12" * 32, "s1", 3, "scatter", roster_hash=ROSTER, payload_sha256=PAYLOAD
+        ),
+        upload_statement_message(
+            CONFIG, "s2", 3, "scatter", roster_hash=ROSTER, payload_sha256=PAYLOAD
+        ),
+        upload_statement_message(
+            CONFIG, "s1", 4, "scatter", roster_hash=ROSTER, payload_sha256=PAYLOAD
+        ),
+        upload_statement_message(
+            CONFIG, "s1", 3, "moments", roster_hash=ROSTER, payload_sha256=PAYLOAD
+        ),
+        upload_statement_message(
+            CONFIG, "s1", 3, "scatter", roster_hash=PAYLOAD, payload_sha256=PAYLOAD
+        ),
+        upload_statement_message(
+            CONFIG, "s1", 3, "scatter", roster_hash=ROSTER, payload_sha256=ROSTER
+        ),
+        # The label keeps it apart from a survivor attestation over the same fields.
+        survivor_attestation_message(CONFIG, "s1", 3, ROSTER),
+    }
+    assert base not in others and len(others) == 7
+
+
+def test_upload_statement_refuses_bad_fields() -> None:
+    with pytest.raises(KeyFormatError, match="roster hash must be 32 bytes; got 31 bytes"):
+        upload_statement_message(
+            CONFIG, "s1", 0, "moments", roster_hash=ROSTER[:31], payload_sha256=PAYLOAD
+        )
+    with pytest.raises(KeyFormatError, match="payload sha256 must be 32 bytes"):
+        upload_statement_message(CONFIG, "s1", 0, "moments", roster_hash=ROSTER, payload_sha256=b"")
+    with pytest.raises(KeyFormatError, match="round name"):
+        upload_statement_message(CONFIG, "s1", 0, "", roster_hash=ROSTER, payload_sha256=PAYLOAD)
+    with pytest.raises(ValueError, match="round_index = -1"):
+        upload_statement_message(
+            CONFIG, "s1", -1, "moments", roster_hash=ROSTER, payload_sha256=PAYLOAD
+        )

@@ -39,6 +39,7 @@ from noise.federation import (
     validate_identifier,
 )
 from noise.keys import IdentityKey
+from noise.stream import stream_fingerprint
 from zerosum import pki
 
 if TYPE_CHECKING:
@@ -297,6 +298,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         min_cohort_size=args.min_cohort_size,
         min_nodes=args.min_nodes,
         session=SessionTimings(args.join_deadline, args.round_deadline),
+        stream_check=stream_fingerprint(),
         base_dir=out,
     )
 

@@ -18,6 +18,14 @@ node's subjects) and the privacy ledger OUT/ledger.json.
 --approve manual waits for OUT/egress/round-<r>/approval.json signed by an
 accepted reviewer key (this node's identity key) before anything is sent.
 
+After a crash (kill, power loss, TRE VM restart) run the same command again: the
+node rejoins the same session with the key it saved in OUT/session.key (mode
+0600, deleted once the session is over), takes in the rounds aggregated
+meanwhile, and resubmits the egress bundle already written for the current round
+exactly as it is (after approval if it had none), never a recomputed one; the
+ledger records each release once. Under the CAPE construction a node that had
+already sent a share stops instead (its private draws were only in memory).
+
 exit status: 0 success; 1 the session failed or this node refused (the reason is
 printed); 2 bad local input (data, config or key files) found before contacting
 anyone.

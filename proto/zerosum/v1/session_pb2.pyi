@@ -444,12 +444,25 @@ class UploadHeader(_message.Message):
     ROUND_NAME_FIELD_NUMBER: _builtins.int
     NODE_ID_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    ROSTER_HASH_FIELD_NUMBER: _builtins.int
+    STATEMENT_SIGNATURE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     """0, 1, 2, ... in the order the node runs them"""
     round_name: _builtins.str
     """e.g. "standardise", "scatter", "cape-sum/scatter" """
     node_id: _builtins.str
+    roster_hash: _builtins.bytes
+    """32 bytes: the roster hash this node verified before deriving its seeds,
+    noise.transcript.roster_hash(config_hash, session_id, bundles).
+    """
+    statement_signature: _builtins.bytes
+    """64 bytes: the node's Ed25519 identity signature over
+      noise.transcript.upload_statement_message(config_hash, session_id,
+      round_index, round_name, roster_hash, payload.sha256)
+    = b"zerosum/v1/upload-statement" || config_hash || lp(session_id)
+      || u64(round_index) || lp(round_name) || roster_hash || payload.sha256.
+    """
     @_builtins.property
     def payload(self) -> Global___PayloadHeader: ...
     def __init__(
@@ -460,14 +473,57 @@ class UploadHeader(_message.Message):
         round_name: _builtins.str = ...,
         node_id: _builtins.str = ...,
         payload: Global___PayloadHeader | None = ...,
+        roster_hash: _builtins.bytes = ...,
+        statement_signature: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "payload", b"payload", "round_index", b"round_index", "round_name", b"round_name", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "payload", b"payload", "roster_hash", b"roster_hash", "round_index", b"round_index", "round_name", b"round_name", "session_id", b"session_id", "statement_signature", b"statement_signature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UploadHeader: _TypeAlias = UploadHeader  # noqa: Y015
+
+@_typing.final
+class UploadStatement(_message.Message):
+    """A node's signed statement about one upload, as the coordinator stored it
+    (session and round come from the enclosing ResultHeader). Every node checks
+    every statement of an aggregate: each signature against the pinned
+    identity, each roster hash against its own, and that the signers are
+    exactly the survivors summed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    ROUND_NAME_FIELD_NUMBER: _builtins.int
+    ROSTER_HASH_FIELD_NUMBER: _builtins.int
+    PAYLOAD_SHA256_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    round_name: _builtins.str
+    roster_hash: _builtins.bytes
+    """32 bytes"""
+    payload_sha256: _builtins.bytes
+    """32 bytes: the upload's PayloadHeader.sha256"""
+    signature: _builtins.bytes
+    """64 bytes: UploadHeader.statement_signature"""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        round_name: _builtins.str = ...,
+        roster_hash: _builtins.bytes = ...,
+        payload_sha256: _builtins.bytes = ...,
+        signature: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "payload_sha256", b"payload_sha256", "roster_hash", b"roster_hash", "round_name", b"round_name", "signature", b"signature"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UploadStatement: _TypeAlias = UploadStatement  # noqa: Y015
 
 @_typing.final
 class UploadChunk(_message.Message):
@@ -587,6 +643,7 @@ class ResultHeader(_message.Message):
     SURVIVOR_HASH_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
     UNMASK_REQUEST_FIELD_NUMBER: _builtins.int
+    STATEMENTS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     round_name: _builtins.str
@@ -612,6 +669,12 @@ class ResultHeader(_message.Message):
         corrections are still needed (the same message GetUnmaskRequest returns).
         """
 
+    @_builtins.property
+    def statements(self) -> _containers.RepeatedCompositeFieldContainer[Global___UploadStatement]:
+        """Set when status is READY: the statement of every upload counted in the
+        aggregate (one per survivor), sorted by node_id.
+        """
+
     def __init__(
         self,
         *,
@@ -626,10 +689,11 @@ class ResultHeader(_message.Message):
         survivor_hash: _builtins.bytes = ...,
         payload: Global___PayloadHeader | None = ...,
         unmask_request: Global___UnmaskRequest | None = ...,
+        statements: _abc.Iterable[Global___UploadStatement] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload", "unmask_request", b"unmask_request"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_unix_ms", b"deadline_unix_ms", "dropped_node_ids", b"dropped_node_ids", "payload", b"payload", "reason", b"reason", "round_index", b"round_index", "round_name", b"round_name", "session_id", b"session_id", "status", b"status", "survivor_hash", b"survivor_hash", "survivor_node_ids", b"survivor_node_ids", "unmask_request", b"unmask_request"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_unix_ms", b"deadline_unix_ms", "dropped_node_ids", b"dropped_node_ids", "payload", b"payload", "reason", b"reason", "round_index", b"round_index", "round_name", b"round_name", "session_id", b"session_id", "statements", b"statements", "status", b"status", "survivor_hash", b"survivor_hash", "survivor_node_ids", b"survivor_node_ids", "unmask_request", b"unmask_request"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

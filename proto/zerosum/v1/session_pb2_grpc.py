@@ -84,7 +84,7 @@ class CoordinatorServicer:
     def Join(self, request, context):
         """Register this node's signed ephemeral key for a session. Idempotent: the
         same bundle sent again is accepted (rejoined = true); a different key for
-        an already joined node is refused with ALREADY_EXISTS.
+        an already joined node is refused with FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -100,9 +100,12 @@ class CoordinatorServicer:
 
     def UploadEgress(self, request_iterator, context):
         """Client stream: one UploadChunk with a header, then data chunks in order.
-        Idempotent per (session, round, node) and payload sha256: the same
-        payload sent again is acknowledged with duplicate = true; a different
-        payload for the same round is refused with ALREADY_EXISTS.
+        The header carries the node's signed upload statement: a signature that
+        does not verify is refused with UNAUTHENTICATED, a roster hash other than
+        the session's final one with FAILED_PRECONDITION. Idempotent per
+        (session, round, node) and payload sha256: the same payload sent again is
+        acknowledged with duplicate = true; a different payload for the same
+        round is refused with FAILED_PRECONDITION.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -73,7 +73,7 @@ class CoordinatorStub:
     Join: _grpc.UnaryUnaryMultiCallable[_session_pb2.JoinRequest, _session_pb2.JoinResponse]
     """Register this node's signed ephemeral key for a session. Idempotent: the
     same bundle sent again is accepted (rejoined = true); a different key for
-    an already joined node is refused with ALREADY_EXISTS.
+    an already joined node is refused with FAILED_PRECONDITION.
     """
     GetRoster: _grpc.UnaryUnaryMultiCallable[_session_pb2.GetRosterRequest, _session_pb2.Roster]
     """Every joined node's signed bundle. Poll until final = true (the join
@@ -81,9 +81,12 @@ class CoordinatorStub:
     """
     UploadEgress: _grpc.StreamUnaryMultiCallable[_session_pb2.UploadChunk, _session_pb2.UploadReceipt]
     """Client stream: one UploadChunk with a header, then data chunks in order.
-    Idempotent per (session, round, node) and payload sha256: the same
-    payload sent again is acknowledged with duplicate = true; a different
-    payload for the same round is refused with ALREADY_EXISTS.
+    The header carries the node's signed upload statement: a signature that
+    does not verify is refused with UNAUTHENTICATED, a roster hash other than
+    the session's final one with FAILED_PRECONDITION. Idempotent per
+    (session, round, node) and payload sha256: the same payload sent again is
+    acknowledged with duplicate = true; a different payload for the same
+    round is refused with FAILED_PRECONDITION.
     """
     GetResult: _grpc.UnaryStreamMultiCallable[_session_pb2.GetResultRequest, _session_pb2.ResultChunk]
     """Server stream: first a ResultHeader; when status is READY, data chunks of
@@ -112,7 +115,7 @@ class CoordinatorAsyncStub(CoordinatorStub):
     Join: _aio.UnaryUnaryMultiCallable[_session_pb2.JoinRequest, _session_pb2.JoinResponse]  # type: ignore[assignment]
     """Register this node's signed ephemeral key for a session. Idempotent: the
     same bundle sent again is accepted (rejoined = true); a different key for
-    an already joined node is refused with ALREADY_EXISTS.
+    an already joined node is refused with FAILED_PRECONDITION.
     """
     GetRoster: _aio.UnaryUnaryMultiCallable[_session_pb2.GetRosterRequest, _session_pb2.Roster]  # type: ignore[assignment]
     """Every joined node's signed bundle. Poll until final = true (the join
@@ -120,9 +123,12 @@ class CoordinatorAsyncStub(CoordinatorStub):
     """
     UploadEgress: _aio.StreamUnaryMultiCallable[_session_pb2.UploadChunk, _session_pb2.UploadReceipt]  # type: ignore[assignment]
     """Client stream: one UploadChunk with a header, then data chunks in order.
-    Idempotent per (session, round, node) and payload sha256: the same
-    payload sent again is acknowledged with duplicate = true; a different
-    payload for the same round is refused with ALREADY_EXISTS.
+    The header carries the node's signed upload statement: a signature that
+    does not verify is refused with UNAUTHENTICATED, a roster hash other than
+    the session's final one with FAILED_PRECONDITION. Idempotent per
+    (session, round, node) and payload sha256: the same payload sent again is
+    acknowledged with duplicate = true; a different payload for the same
+    round is refused with FAILED_PRECONDITION.
     """
     GetResult: _aio.UnaryStreamMultiCallable[_session_pb2.GetResultRequest, _session_pb2.ResultChunk]  # type: ignore[assignment]
     """Server stream: first a ResultHeader; when status is READY, data chunks of
@@ -154,7 +160,7 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_session_pb2.JoinResponse, _abc.Awaitable[_session_pb2.JoinResponse]]:
         """Register this node's signed ephemeral key for a session. Idempotent: the
         same bundle sent again is accepted (rejoined = true); a different key for
-        an already joined node is refused with ALREADY_EXISTS.
+        an already joined node is refused with FAILED_PRECONDITION.
         """
 
     @_abc_1.abstractmethod
@@ -174,9 +180,12 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.UploadReceipt, _abc.Awaitable[_session_pb2.UploadReceipt]]:
         """Client stream: one UploadChunk with a header, then data chunks in order.
-        Idempotent per (session, round, node) and payload sha256: the same
-        payload sent again is acknowledged with duplicate = true; a different
-        payload for the same round is refused with ALREADY_EXISTS.
+        The header carries the node's signed upload statement: a signature that
+        does not verify is refused with UNAUTHENTICATED, a roster hash other than
+        the session's final one with FAILED_PRECONDITION. Idempotent per
+        (session, round, node) and payload sha256: the same payload sent again is
+        acknowledged with duplicate = true; a different payload for the same
+        round is refused with FAILED_PRECONDITION.
         """
 
     @_abc_1.abstractmethod

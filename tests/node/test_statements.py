@@ -1,0 +1,233 @@
+"""Upload statements: a node accepts an aggregate only if every contributor saw its roster."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from node.statements import StatementError, check_statements, sign_upload_statement
+from noise.keys import IdentityKey
+from noise.transcript import upload_statement_message
+from proto.zerosum.v1 import session_pb2 as pb
+
+IDS = ("a", "b", "c")
+CONFIG_HASH = hashlib.sha256(b"statements test federation").digest()
+SESSION = "0123456789abcdef0123456789abcdef"
+ROUND = 2
+NAME = "scatter"
+ROSTER = hashlib.sha256(b"the roster everyone verified").digest()
+IDENTITY = {n: IdentityKey.from_private_bytes(bytes([i + 40]) * 32) for i, n in enumerate(IDS)}
+PINNED = {n: k.public_bytes() for n, k in IDENTITY.items()}
+SHA = {n: hashlib.sha256(f"payload of {n}".encode()).digest() for n in IDS}
+
+
+def statement(
+    node: str,
+    *,
+    signer: str | None = None,
+    roster: bytes = ROSTER,
+    name: str = NAME,
+    sha256: bytes | None = None,
+) -> pb.UploadStatement:
+    digest = SHA[node] if sha256 is None else sha256
+    signature = sign_upload_statement(
+        IDENTITY[signer or node],
+        config_hash=CONFIG_HASH,
+        session_id=SESSION,
+        round_index=ROUND,
+        round_name=name,
+        roster_hash=roster,
+        payload_sha256=digest,
+    )
+    return pb.UploadStatement(
+        node_id=node,
+        round_name=name,
+        roster_hash=roster,
+        payload_sha256=digest,
+        signature=signature,
+    )
+
+
+def header(
+    statements: list[pb.UploadStatement], survivors: tuple[str, ...] = IDS
+) -> pb.ResultHeader:
+    return pb.ResultHeader(
+        session_id=SESSION,
+        round_index=ROUND,
+        round_name=NAME,
+        status=pb.ROUND_STATUS_READY,
+        survivor_node_ids=list(survivors),
+        statements=statements,
+    )
+
+
+def check(result: pb.ResultHeader, *, me: str = "a", own: bytes | None = None) -> None:
+    check_statements(
+        result,
+        config_hash=CONFIG_HASH,
+        session_id=SESSION,
+        round_index=ROUND,
+        roster_hash=ROSTER,
+        identity_keys=PINNED,
+        own_node_id=me,
+        own_sha256=SHA[me] if own is None else own,
+        participants=IDS,
+    )
+
+
+def honest() -> list[pb.UploadStatement]:
+    return [statement(n) for n in IDS]
+
+
+def refused(result: pb.ResultHeader, *, me: str = "a", own: bytes | None = None) -> str:
+    with pytest.raises(StatementError) as caught:
+        check(result, me=me, own=own)
+    return str(caught.value)
+
+
+def test_the_signature_is_over_the_transcript_message() -> None:
+    signed = statement("b")
+    message = upload_statement_message(
+        CONFIG_HASH, SESSION, ROUND, NAME, roster_hash=ROSTER, payload_sha256=SHA["b"]
+    )
+    Ed25519PublicKey.from_public_bytes(PINNED["b"]).verify(signed.signature, message)
+
+
+def test_honest_statements_pass_for_every_node() -> None:
+    for me in IDS:
+        check(header(honest()), me=me)
+
+
+def test_a_survivor_subset_with_its_statements_passes() -> None:
+    check(header([statement("a"), statement("c")], survivors=("a", "c")), me="c")
+
+
+def test_own_digest_unknown_still_needs_my_own_valid_statement() -> None:
+    check_statements(
+        header(honest()),
+        config_hash=CONFIG_HASH,
+        session_id=SESSION,
+        round_index=ROUND,
+        roster_hash=ROSTER,
+        identity_keys=PINNED,
+        own_node_id="a",
+        own_sha256=None,
+        participants=IDS,
+        round_name=NAME,
+    )
+    forged = [statement("a", signer="b"), statement("b"), statement("c")]
+    with pytest.raises(StatementError, match=r"node 'a' .* does not verify"):
+        check_statements(
+            header(forged),
+            config_hash=CONFIG_HASH,
+            session_id=SESSION,
+            round_index=ROUND,
+            roster_hash=ROSTER,
+            identity_keys=PINNED,
+            own_node_id="a",
+            own_sha256=None,
+            participants=IDS,
+        )
+
+
+def test_a_statement_signed_by_another_key_is_refused() -> None:
+    statements = honest()
+    statements[1] = statement("b", signer="c")
+    message = refused(header(statements))
+    assert message == (
+        "the upload statement of node 'b' in the aggregate of round 2 ('scatter') does not "
+        "verify against its pinned identity key"
+    )
+
+
+def test_a_statement_altered_after_signing_is_refused() -> None:
+    statements = honest()
+    statements[2].payload_sha256 = SHA["a"]
+    assert "node 'c'" in refused(header(statements))
+    assert "does not verify" in refused(header(statements))
+
+
+def test_a_node_shown_another_roster_is_named_with_both_digests() -> None:
+    other = hashlib.sha256(b"a roster with a substituted key").digest()
+    statements = honest()
+    statements[1] = statement("b", roster=other)
+    message = refused(header(statements))
+    assert message.startswith(
+        f"node 'b' was shown roster {other.hex()[:16]}… but I was shown {ROSTER.hex()[:16]}…"
+    )
+    assert "masks do not cancel" in message
+
+
+def test_signers_must_be_exactly_the_survivors_counted() -> None:
+    missing = refused(header([statement("a"), statement("b")]))
+    assert missing == (
+        "the aggregate of round 2 ('scatter') counts {a, b, c} but carries statements of {a, b}"
+    )
+    extra = refused(header(honest(), survivors=("a", "b")))
+    assert "counts {a, b} but carries statements of {a, b, c}" in extra
+
+
+def test_my_own_statement_must_be_there() -> None:
+    message = refused(header([statement("b"), statement("c")]))
+    assert message.startswith("the aggregate of round 2 ('scatter') carries no statement of my own")
+
+
+def test_my_own_statement_must_name_the_payload_i_sent() -> None:
+    sent = hashlib.sha256(b"what a really uploaded").digest()
+    message = refused(header(honest()), own=sent)
+    assert message == (
+        f"the aggregate of round 2 ('scatter') counts a payload of mine with sha256 "
+        f"{SHA['a'].hex()[:16]}…, but I uploaded {sent.hex()[:16]}…"
+    )
+
+
+def test_a_signer_outside_the_round_is_refused() -> None:
+    stranger = IdentityKey.generate()
+    pinned = {**PINNED, "z": stranger.public_bytes()}
+    extra = pb.UploadStatement(
+        node_id="z",
+        round_name=NAME,
+        roster_hash=ROSTER,
+        payload_sha256=SHA["a"],
+        signature=stranger.sign(
+            upload_statement_message(
+                CONFIG_HASH, SESSION, ROUND, NAME, roster_hash=ROSTER, payload_sha256=SHA["a"]
+            )
+        ),
+    )
+    with pytest.raises(StatementError, match=r"node 'z' signed a statement .* not one of its"):
+        check_statements(
+            header([*honest(), extra], survivors=(*IDS, "z")),
+            config_hash=CONFIG_HASH,
+            session_id=SESSION,
+            round_index=ROUND,
+            roster_hash=ROSTER,
+            identity_keys=pinned,
+            own_node_id="a",
+            own_sha256=SHA["a"],
+            participants=IDS,
+        )
+
+
+def test_a_statement_for_another_round_name_is_refused() -> None:
+    statements = honest()
+    statements[2] = statement("c", name="moments")
+    message = refused(header(statements))
+    assert message == (
+        "node 'c' signed its upload for round 'moments', but the aggregate is that of "
+        "round 2 ('scatter')"
+    )
+
+
+def test_a_node_with_two_statements_is_refused() -> None:
+    message = refused(header([*honest(), statement("b")]))
+    assert "carries two statements of node 'b'" in message
+
+
+def test_a_malformed_statement_is_refused() -> None:
+    statements = honest()
+    statements[1].roster_hash = ROSTER[:31]
+    assert "node 'b'" in refused(header(statements))
+    assert "malformed: roster hash must be 32 bytes" in refused(header(statements))
