@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 from pathlib import Path
 
@@ -112,3 +113,20 @@ def test_nan_features_are_allowed_but_an_empty_feature_is_not(fed: Path, tmp_pat
     data.write_text("\n".join(empty) + "\n")
     with pytest.raises(LocalDataError, match="feature 'f0005' has no observed value"):
         load_cohort(data, config)
+
+
+def test_a_node_drawing_other_streams_than_the_federation_exits_2(
+    fed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A copy of the federation whose pinned reference stream is not this
+    # installation's: as if it had been made where numpy draws differently.
+    copy = tmp_path / "fed"
+    shutil.copytree(fed, copy)
+    text = (copy / "federation.toml").read_text()
+    pinned = load_federation(fed / "federation.toml").stream_check
+    assert pinned is not None and pinned in text
+    (copy / "federation.toml").write_text(text.replace(pinned, "0" * 64))
+    code, err, seconds = _run(copy, copy / "nodes" / "a" / "data.csv", capsys)
+    assert code == 2
+    assert "stream_check" in err and "would not cancel" in err and "numpy " in err
+    assert seconds < 10
