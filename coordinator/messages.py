@@ -16,6 +16,7 @@ from noise.keys import KeyBundle
 __all__ = [
     "Attestation",
     "AttestationReceipt",
+    "DroppedNode",
     "JoinReceipt",
     "ResultView",
     "RosterView",
@@ -31,6 +32,8 @@ __all__ = [
     "UploadHeader",
     "UploadReceipt",
     "UploadStatement",
+    "WithdrawReceipt",
+    "WithdrawRequest",
 ]
 
 
@@ -111,6 +114,16 @@ class UnmaskRefusal:
     node_id: str
     dropped: tuple[str, ...]
     survivor_hash: bytes
+    reason: str
+
+
+@dataclass(frozen=True)
+class WithdrawRequest:
+    """A node stopping on purpose before it uploaded ``round_index``, and why."""
+
+    session_id: str
+    round_index: int
+    node_id: str
     reason: str
 
 
@@ -260,6 +273,26 @@ class RoundSummary:
 
 
 @dataclass(frozen=True)
+class DroppedNode:
+    """A node dropped from the session: the round it left and why."""
+
+    node_id: str
+    round_index: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class WithdrawReceipt:
+    """Answer to a withdrawal: who is dropped from the round now, and the session's state."""
+
+    session_id: str
+    round_index: int
+    node_id: str
+    dropped: tuple[str, ...]
+    state: str
+
+
+@dataclass(frozen=True)
 class StatusView:
     """Where the session is."""
 
@@ -276,3 +309,4 @@ class StatusView:
     join_deadline_ms: int
     min_nodes: int
     rounds: tuple[RoundSummary, ...]
+    dropped_nodes: tuple[DroppedNode, ...] = ()

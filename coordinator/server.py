@@ -50,6 +50,7 @@ from coordinator.messages import (
     UnmaskRefusal,
     UnmaskRequestView,
     UploadHeader,
+    WithdrawRequest,
 )
 from coordinator.session import Session, Ticket
 from noise.errors import KeyFormatError
@@ -480,9 +481,37 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                     )
                     for r in view.rounds
                 ],
+                dropped_nodes=[
+                    pb.DroppedNode(node_id=d.node_id, round_index=d.round_index, reason=d.reason)
+                    for d in view.dropped_nodes
+                ],
             )
 
         result: pb.SessionStatus = self._call(context, status)
+        return result
+
+    def Withdraw(
+        self, request: pb.WithdrawRequest, context: grpc.ServicerContext
+    ) -> pb.WithdrawReceipt:
+        def withdraw(caller: str) -> pb.WithdrawReceipt:
+            receipt = self.session.withdraw(
+                WithdrawRequest(
+                    session_id=request.session_id,
+                    round_index=request.round_index,
+                    node_id=request.node_id,
+                    reason=request.reason,
+                ),
+                caller=caller,
+            )
+            return pb.WithdrawReceipt(
+                session_id=receipt.session_id,
+                round_index=receipt.round_index,
+                node_id=receipt.node_id,
+                dropped_node_ids=list(receipt.dropped),
+                state=_SESSION_STATE[receipt.state],
+            )
+
+        result: pb.WithdrawReceipt = self._call(context, withdraw)
         return result
 
 

@@ -31,10 +31,16 @@ payload again is acknowledged as a duplicate; a different one is refused.
 Chunks are added to the round's running sum as they arrive
 (coordinator/aggregate.py), so memory does not grow with the number of nodes.
 
+A node that stops on purpose before uploading (its output checker rejected
+the egress, its budget or noise floor would be broken) withdraws at once
+instead of leaving everyone to wait for the deadline
+(coordinator/withdraw.py): it is dropped with its reason, and the round takes
+the deadline's path as soon as every participant still live has uploaded.
+
 This module holds the session's life: start or resume, joins and roster,
 deadlines, results and status. Receiving uploads is in coordinator/uploads.py,
-unmasking in coordinator/unmask.py, the shared machinery in
-coordinator/session_base.py.
+unmasking in coordinator/unmask.py, withdrawals in coordinator/withdraw.py,
+the shared machinery in coordinator/session_base.py.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from coordinator.errors import (
 )
 from coordinator.layout import PayloadSpec
 from coordinator.messages import (
+    DroppedNode,
     JoinReceipt,
     ResultView,
     RosterView,
@@ -76,6 +83,7 @@ from coordinator.store import (
 )
 from coordinator.unmask import UnmaskSteps
 from coordinator.uploads import UploadSteps
+from coordinator.withdraw import WithdrawSteps
 from noise.errors import SignatureError
 from noise.keys import KeyBundle, key_fingerprint, verify_key_bundle
 from noise.transcript import roster_hash, survivor_set_hash
@@ -83,7 +91,7 @@ from noise.transcript import roster_hash, survivor_set_hash
 __all__ = ["MAX_CHUNK_BYTES", "Session", "Ticket", "wall_clock_ms"]
 
 
-class Session(UploadSteps, UnmaskSteps):
+class Session(UploadSteps, UnmaskSteps, WithdrawSteps):
     """One federation session, resumed from (or created in) ``store``.
 
     ``clock`` returns Unix milliseconds; tests pass a fake one. ``log``
@@ -288,7 +296,9 @@ class Session(UploadSteps, UnmaskSteps):
             if row.state != SessionState.RUNNING or row.current_round is None:
                 return
             current = self._round_row(row.current_round)
-            if current.status == RoundStatus.OPEN and now >= current.deadline_ms:
+            if current.status == RoundStatus.OPEN and (
+                now >= current.deadline_ms or self._only_withdrawn_missing(current)
+            ):
                 self._round_deadline(current, now)
             elif current.status == RoundStatus.UNMASK:
                 request = self._unmask_row(current)
@@ -300,16 +310,20 @@ class Session(UploadSteps, UnmaskSteps):
         participants = set(round_row.participants)
         missing = participants - uploaded
         survivors = sorted(participants & uploaded)
+        # Nodes that withdrew are dropped already, with their own reason.
+        live = {m.node_id for m in self.store.members() if m.status == "live"}
+        late = sorted(missing & live)
         self._withdraw_streams("upload", round_row.round_index, missing)
         why = f"missed the deadline of round {round_row.round_index} ({round_row.name!r})"
         if len(survivors) < self.config.min_nodes:
+            withdrawals = self._withdrawal_notes(round_row)
             reason = (
                 f"only {len(survivors)} of {len(participants)} nodes submitted round "
                 f"{round_row.name!r} ({node_list(missing)} dropped); the federation requires at "
-                f"least {self.config.min_nodes}"
+                f"least {self.config.min_nodes}" + (f"; {withdrawals}" if withdrawals else "")
             )
             with self._transition():
-                for node_id in sorted(missing):
+                for node_id in late:
                     self.store.drop_member(node_id, round_row.round_index, why)
                 self._fail(round_row, reason, now)
             self._forget_sum()
@@ -324,7 +338,7 @@ class Session(UploadSteps, UnmaskSteps):
                 f"{round_row.round_index + 1}"
             )
             with self._transition():
-                for node_id in sorted(missing):
+                for node_id in late:
                     self.store.drop_member(node_id, round_row.round_index, why)
                 self.store.update_round(
                     round_row.round_index, status=RoundStatus.SUPERSEDED, reason=reason
@@ -334,7 +348,7 @@ class Session(UploadSteps, UnmaskSteps):
             self._forget_sum()
             return
         with self._transition():
-            for node_id in sorted(missing):
+            for node_id in late:
                 self.store.drop_member(node_id, round_row.round_index, why)
             self._request_unmask(round_row, 1, survivors, sorted(missing), now)
 
@@ -484,6 +498,11 @@ class Session(UploadSteps, UnmaskSteps):
                 join_deadline_ms=row.join_deadline_ms,
                 min_nodes=self.config.min_nodes,
                 rounds=tuple(summaries),
+                dropped_nodes=tuple(
+                    DroppedNode(m.node_id, int(m.dropped_round or 0), m.dropped_reason)
+                    for m in members
+                    if m.status == "dropped"
+                ),
             )
 
     def ended(self) -> bool:

@@ -252,6 +252,20 @@ class CoordinatorClient:
         request = pb.GetStatusRequest(session_id=session_id)
         return self._call("GetStatus", lambda t: self._stub.GetStatus(request, timeout=t))
 
+    def withdraw(self, session_id: str, round_index: int, reason: str) -> pb.WithdrawReceipt:
+        """Tell the coordinator this node stops before uploading ``round_index``, and why.
+
+        The coordinator drops the node from that round at once, as the round
+        deadline would have (see coordinator/withdraw.py); it refuses with
+        FAILED_PRECONDITION once the node has uploaded the round. ``reason`` is
+        shown to every node, so it must be a sentence without data (at most
+        1000 characters).
+        """
+        request = pb.WithdrawRequest(
+            session_id=session_id, node_id=self.node_id, round_index=round_index, reason=reason
+        )
+        return self._call("Withdraw", lambda t: self._stub.Withdraw(request, timeout=t))
+
     def get_roster(self, session_id: str) -> pb.Roster:
         request = pb.GetRosterRequest(session_id=session_id, node_id=self.node_id)
         return self._call("GetRoster", lambda t: self._stub.GetRoster(request, timeout=t))

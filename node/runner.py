@@ -55,9 +55,28 @@ the approval gate if the reviewer had not yet signed it; the ledger's
 release entry is written once. What the node's unmask answers revealed is
 read back from the ledger's unmask entries (written before each answer
 leaves), so the "dropped sets only grow, answered survivors never dropped"
-rules of node/unmask.py hold across the restart. A CAPE node that had sent
+rules of node/unmask.py hold across the restart; a node that refused an
+unmask request stopped there, and so does its restart. Only one process at
+a time runs a node on OUT (``OUT/node.lock``). A CAPE node that had sent
 a share cannot resume: its private draws ê_k were held only in memory, so it
 stops and the coordinator reruns the round among the others.
+
+**Withdrawal.** A node that stops on purpose before uploading the current
+round tells the coordinator at once (``Withdraw``), so the other TREs need
+not wait for the round deadline: the coordinator drops it as the deadline
+would have. Only deliberate refusals withdraw, those a restart would repeat:
+:class:`NodeRefused` (the ε budget or the noise floor would be broken),
+:class:`~noise.errors.InfeasibleDesignError` (no pair weights keep this
+node's noise floor among the round's participants) and
+:class:`~node.approval.ApprovalRejected` (the output checker signed a
+rejection of this exact bundle, which a restarted node finds again). A crash,
+kill, SIGTERM, Ctrl-C, an unreachable coordinator or a local fault the
+operator can repair (a damaged bundle folder) never withdraws: the node may be
+run again and resume the round before its deadline, and a withdrawn node
+cannot come back into the session. The reason sent is a sentence without
+data; a reviewer's comment stays in the TRE. Withdrawing is best effort (the
+node is stopping anyway): an error is printed, never raised, and an upload
+already made is never withdrawn (the coordinator would refuse it).
 """
 
 from __future__ import annotations
@@ -69,7 +88,8 @@ import math
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NoReturn
@@ -121,7 +141,7 @@ from node.unmask import (
     check_attestations,
     check_request,
 )
-from noise.errors import NoiseError
+from noise.errors import InfeasibleDesignError, NoiseError
 from noise.federation import FederationConfig, check_stream, config_hash, load_federation
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
@@ -229,6 +249,12 @@ class NodeRunner:
         config.node(self.node_id)  # KeyError naming the federation when unknown
         # Masks cancel only if every node draws the same streams from the same keys.
         check_stream(config)
+        if config.stream_check is None:
+            self.say(
+                f"{self.config_path} pins no stream_check, so this node cannot confirm that it "
+                "draws the same Gaussian streams as the other nodes (masks drawn differently do "
+                "not cancel); `zerosum federation init` pins one"
+            )
         base = config.base_dir or self.config_path.parent
         node_dir = base / "nodes" / self.node_id
         self.config = config
@@ -270,8 +296,10 @@ class NodeRunner:
             client_key=key,
             retry=self.options.retry,
         )
+        # The round in progress whose upload has not been made (see _withdraw).
+        self._unsent_round: int | None = None
         try:
-            with client:
+            with client, self._hold_output():
                 self.client = client
                 self._join()
                 self._fetch_roster()
@@ -279,11 +307,52 @@ class NodeRunner:
                     if not self.resuming:
                         self._prefetch(0, self.roster.node_ids)
                     self._run_rounds()
+                except (NodeRefused, InfeasibleDesignError, ApprovalRejected) as error:
+                    self._withdraw(error)
+                    raise
                 finally:
                     self._masks.close()
                 return self._finish()
         except CoordinatorError as error:
             raise SessionFailed(f"the coordinator refused a request: {error}") from None
+
+    def _withdraw(self, error: Exception) -> None:
+        """Best effort: tell the coordinator this node stops before uploading its current round."""
+        index = self._unsent_round
+        if index is None:
+            return
+        if isinstance(error, ApprovalRejected):
+            # Only the decision leaves the TRE: the reviewer's comment may speak of the data.
+            reason = "the TRE's output checker rejected this node's egress"
+        else:
+            reason = str(error)
+        reason = reason[:1000]  # the coordinator's bound on WithdrawRequest.reason
+        try:
+            receipt = self.client.withdraw(self.session_id, index, reason)
+        except CoordinatorError as failure:
+            self.say(
+                f"could not withdraw from round {index} ({failure}); the coordinator will drop "
+                "this node at the round deadline"
+            )
+            return
+        self.say(
+            f"withdrew from round {index}: {reason} (dropped from the round: "
+            f"{_names(receipt.dropped_node_ids)})"
+        )
+
+    @contextmanager
+    def _hold_output(self) -> Iterator[None]:
+        """This process's exclusive hold on OUT for the session (``SessionStore.exclusive``).
+
+        Taken before the saved key is read: a second process on the same
+        folder would replace the key, release the round again with other
+        residual noise and lose ledger entries.
+        """
+        try:
+            with SessionStore(self.out).exclusive():
+                yield
+        except SessionStateError as error:
+            raise SessionFailed(str(error)) from None
 
     def _sleep(self) -> None:
         time.sleep(self.options.poll_seconds)
@@ -491,6 +560,16 @@ class NodeRunner:
         the main loop, which resubmits a bundle written before the restart.
         """
         assert self.config is not None
+        for entry in self.ledger.entries:
+            if entry.kind == "refusal" and entry.session_id == self.session_id:
+                # The node stopped at that refusal; the coordinator may never have
+                # heard of it, and a restart must not cooperate further either.
+                raise NodeRefused(
+                    f"this node refused to unmask round {entry.round_index} "
+                    f"({entry.round_name!r}) of session {self.session_id} before it restarted "
+                    f"({entry.details.get('reason', 'no reason recorded')}); it does not go on "
+                    "in that session"
+                )
         status = self.client.get_status(self.session_id)
         sent = [s for s in status.rounds if self.node_id in s.submitted_node_ids]
         if self.config.privacy.noise_design.construction == "cape" and sent:
@@ -548,7 +627,10 @@ class NodeRunner:
         # for the round); nothing of them is sent again.
         layout = layout_of_tensors(self.plan.tensors(name))
         noise = plan_release(self.config, participants, self.node_id, self.plan.sensitivities(name))
-        result = self._await_result(index, name, layout, participants, noise)
+        # The aggregate must count the very payload this node's bundle holds.
+        bundle = self._bundle_before_restart(index, name)
+        own = None if bundle is None else bytes.fromhex(bundle.payload_sha256)
+        result = self._await_result(index, name, layout, participants, noise, own_sha256=own)
         if result is None:
             raise SessionFailed(f"round {index} ({name!r}) was aggregated but is now superseded")
         values = decode_payload(result, self.config.fixed_point_bits)
@@ -556,6 +638,7 @@ class NodeRunner:
 
     def _model_round(self, index: int, name: str, participants: tuple[str, ...]) -> None:
         assert self.config is not None
+        self._unsent_round = index
         tensors = self.plan.tensors(name)
         layout = layout_of_tensors(tensors)
         clean = encode_tensors(tensors, layout, self.codec)
@@ -619,6 +702,7 @@ class NodeRunner:
                 payload_sha256=bytes.fromhex(payload_sha256(egress)),
             ),
         )
+        self._unsent_round = None
         held = "; the coordinator already held these bytes" if receipt.duplicate else ""
         self.say(
             f"round {index} ({name!r}) uploaded from {folder} "
@@ -918,6 +1002,7 @@ class NodeRunner:
 
     def _cape_sum_round(self, index: int, name: str, participants: tuple[str, ...]) -> None:
         assert self.config is not None
+        self._unsent_round = index
         model_round = name.removeprefix(CAPE_SUM_PREFIX)
         if model_round not in self.plan.round_names:
             raise SessionFailed(f"the coordinator opened {name!r} for an unknown model round")
@@ -978,6 +1063,7 @@ class NodeRunner:
                 payload_sha256=bytes.fromhex(payload_sha256(payload)),
             ),
         )
+        self._unsent_round = None
         self.say(f"round {index} ({name!r}) CAPE sum share uploaded")
         result = self._await_result(index, name, layout, participants, state.noise)
         if result is None:
@@ -995,14 +1081,23 @@ class NodeRunner:
         layout: Sequence[TensorSlot],
         participants: tuple[str, ...],
         noise: ReleaseNoise,
+        *,
+        own_sha256: bytes | None = None,
     ) -> U64 | None:
-        """The round's aggregate, or None when the coordinator superseded the round."""
+        """The round's aggregate, or None when the coordinator superseded the round.
+
+        ``own_sha256``: the digest of this node's upload when this process did
+        not make it (a round sent before a restart, from its bundle).
+        """
         while True:
             header, aggregate = self.client.get_result(self.session_id, index)
             if header.status == pb.ROUND_STATUS_READY:
                 assert aggregate is not None and self.config is not None
                 # Every contributor must have signed for the roster this node
-                # verified, and this node's own upload must be the one counted.
+                # verified, this node's own upload must be the one counted, and
+                # the nodes left out must be those whose pair terms it revealed.
+                sent = self.client.uploaded_sha256(self.session_id, index) or own_sha256
+                revealed = self._revealed.get(index)
                 try:
                     check_statements(
                         header,
@@ -1012,9 +1107,10 @@ class NodeRunner:
                         roster_hash=self.roster.roster_hash,
                         identity_keys=self.config.identity_keys,
                         own_node_id=self.node_id,
-                        own_sha256=self.client.uploaded_sha256(self.session_id, index),
+                        own_sha256=sent,
                         participants=participants,
                         round_name=name,
+                        revealed=revealed.dropped if revealed is not None else (),
                     )
                 except StatementError as error:
                     raise SessionFailed(str(error)) from None

@@ -26,15 +26,28 @@ fsync, rename: node/atomic.py). The temporary file comes from
 whatever the umask, so the key is never readable by anyone else, not even
 between creation and rename. It is deleted as soon as it has no use: when the
 session completes at this node (model written) and when a different session
-starts. A key file readable by other users is refused on load, as ``ssh``
-refuses such a private key.
+starts; temporary copies a crash left behind mid-write
+(``OUT/.session.key.*.tmp``) go with it. A key file readable by other users
+is refused on load, as ``ssh`` refuses such a private key.
+
+``OUT/node.lock``
+    Held with an exclusive ``flock`` by the one process running the node on
+    OUT (:meth:`SessionStore.exclusive`). A second process on the same folder
+    — the same command started twice, or a rerun while the first still
+    lives — would overwrite the saved key, compute a second, differently
+    noised release of the same round and lose privacy-ledger entries (each
+    process rewrites the ledger from its own memory), so it is refused. The
+    operating system drops the lock when the holder ends, however it ends.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +58,7 @@ from noise.keys import EphemeralKey, key_fingerprint
 
 __all__ = [
     "KEY_FILE",
+    "LOCK_FILE",
     "SESSION_FILE",
     "SESSION_FORMAT",
     "SESSION_VERSION",
@@ -57,6 +71,7 @@ SESSION_FORMAT = "zerosum-node-session"
 SESSION_VERSION = 1
 SESSION_FILE = "session.json"
 KEY_FILE = "session.key"
+LOCK_FILE = "node.lock"
 KEY_MODE = 0o600
 _KEY_BYTES = 32
 
@@ -133,6 +148,33 @@ class SessionStore:
         self.out = Path(out)
         self.record_path = self.out / SESSION_FILE
         self.key_path = self.out / KEY_FILE
+        self.lock_path = self.out / LOCK_FILE
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold ``OUT/node.lock`` exclusively while the block runs (see the module docstring).
+
+        Raises :class:`SessionStateError` naming the holder's process id when
+        another process holds it. The lock file stays (removing it would let
+        a third process lock a new file while the second still holds the old).
+        """
+        self.out.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+                raise SessionStateError(
+                    f"{self.out} is in use by another process running a node (process "
+                    f"{holder} holds {self.lock_path.name}); one output folder serves one "
+                    "running node: stop that process, or wait for it to end"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+            yield
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
 
     def read(self) -> SessionRecord | None:
         """``session.json`` parsed and checked, or None when there is none."""
@@ -244,5 +286,12 @@ class SessionStore:
         self.discard_key()
 
     def discard_key(self) -> None:
-        """Delete the saved private key (a no-op when there is none)."""
+        """Delete the saved private key and any half-written copy (a no-op when there is none).
+
+        ``node.atomic`` writes the key to ``.session.key.<random>.tmp`` first;
+        a process killed before the rename leaves that file, a private key
+        like the other, behind.
+        """
         self.key_path.unlink(missing_ok=True)
+        for leftover in self.out.glob(f".{KEY_FILE}.*.tmp"):
+            leftover.unlink(missing_ok=True)

@@ -13,13 +13,15 @@ binding the roster it verified to the exact payload it sent. The coordinator
 hands back the statements of every upload it summed with the aggregate, and
 each node checks them (:func:`check_statements`): every signature against the
 pinned identity key, every roster hash against its own, the signers against
-the survivors the aggregate claims to count, and its own statement against
-the payload it uploaded. Any mismatch ends the session for that node with
-the reason. This is the roster counterpart of the survivor-set consistency
-check of Bonawitz et al. 2017 (ACM CCS, "Practical Secure Aggregation for
-Privacy-Preserving Machine Learning", round ConsistencyCheck): an
-equivocating coordinator is caught by the nodes it lied to, and the published
-result names exactly which signed payloads it covers.
+the survivors the aggregate claims to count, its own statement against the
+payload it uploaded, and the nodes left out against those whose pair terms
+it revealed in the round's unmask answers. Any mismatch ends the session for
+that node with the reason. This is the roster counterpart of the
+survivor-set consistency check of Bonawitz et al. 2017 (ACM CCS, "Practical
+Secure Aggregation for Privacy-Preserving Machine Learning", round
+ConsistencyCheck): an equivocating coordinator is caught by the nodes it
+lied to, and the published result names exactly which signed payloads it
+covers.
 """
 
 from __future__ import annotations
@@ -95,6 +97,7 @@ def check_statements(
     own_sha256: bytes | None,
     participants: Collection[str],
     round_name: str | None = None,
+    revealed: Collection[str] | None = None,
 ) -> None:
     """Raise :class:`StatementError` unless the READY ``header``'s statements all check out.
 
@@ -104,13 +107,25 @@ def check_statements(
     the payload this node uploaded, or None when it is not known here (a round
     sent before a restart): its own statement must then still be present and
     carry its own valid signature, which only this node can make.
+    ``revealed`` is every node whose pair terms (or CAPE pads) this node
+    sent in the round's unmask answers (``node.unmask.RevealedTerms``), or
+    None when not known (then the left-out participants are not checked).
+
+    The aggregate must leave out exactly the nodes in ``revealed``. Counting
+    one of them means the coordinator holds that node's upload *and* every
+    survivor's pair terms (or pads) with it, i.e. its masking noise stripped: it
+    reported a dropout that did not happen (the attack unmasking must not
+    allow; Bonawitz et al. 2017, §4). Leaving out a node whose terms were
+    never revealed here means this node's mask terms with it are still in
+    the sum, so the aggregate is not the survivors' sum.
 
     Checked, in order: for each statement, that it is the only one of its
     signer, the signer is a participant, the round name is this round's, the
     signature verifies against the signer's pinned identity key, and the
     roster hash is this node's; then that this node's own statement is
-    present and names its payload; finally that the signers are exactly the
-    survivors the aggregate counts.
+    present and names its payload; that the signers are exactly the
+    survivors the aggregate counts; finally (``revealed`` given) that the
+    participants it leaves out are exactly ``revealed``.
     """
     name = header.round_name if round_name is None else round_name
     where = f"round {round_index} ({name!r})"
@@ -173,4 +188,21 @@ def check_statements(
         raise StatementError(
             f"the aggregate of {where} counts {_names(survivors)} but carries statements "
             f"of {_names(signers)}"
+        )
+    if revealed is None:
+        return
+    unmasked = set(revealed)
+    stripped = survivors & unmasked
+    if stripped:
+        raise StatementError(
+            f"the aggregate of {where} counts {_names(stripped)}, whose pair terms with me I "
+            "revealed because the coordinator reported them dropped; it holds their uploads and "
+            "those terms, so their masking noise is stripped: the dropout was not real"
+        )
+    unanswered = members - survivors - unmasked
+    if unanswered:
+        raise StatementError(
+            f"the aggregate of {where} leaves out {_names(unanswered)}, but I revealed no pair "
+            "terms with them, so my mask terms with them cannot have cancelled; it is not the "
+            "sum over the nodes it names"
         )

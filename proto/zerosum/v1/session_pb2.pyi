@@ -21,6 +21,11 @@ Flow (DESIGN.md §4):
                   for unmask corrections, sign the survivor set they were
                   shown, and (once every survivor signed the same set) stream
                   their corrections back, or refuse and say why.
+  Withdraw        a node that stops on purpose before uploading the current
+                  round (its output checker rejected the egress, its ε budget
+                  or noise floor would be broken) says so at once; the
+                  coordinator drops it as the round deadline would have,
+                  instead of everyone waiting for that deadline.
   GetStatus       anyone with a valid certificate can ask where the session is.
 
 A CAPE secure-sum exchange is an ordinary round on the same upload/result
@@ -1107,6 +1112,36 @@ class RoundSummary(_message.Message):
 Global___RoundSummary: _TypeAlias = RoundSummary  # noqa: Y015
 
 @_typing.final
+class DroppedNode(_message.Message):
+    """A node dropped from the session: the round it left and why, e.g.
+    "missed the deadline of round 1 ('scatter')" or "withdrew from round 1
+    ('scatter'): the TRE's output checker rejected this node's egress".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    ROUND_INDEX_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    round_index: _builtins.int
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        round_index: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "reason", b"reason", "round_index", b"round_index"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DroppedNode: _TypeAlias = DroppedNode  # noqa: Y015
+
+@_typing.final
 class SessionStatus(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -1123,6 +1158,7 @@ class SessionStatus(_message.Message):
     JOIN_DEADLINE_UNIX_MS_FIELD_NUMBER: _builtins.int
     MIN_NODES_FIELD_NUMBER: _builtins.int
     ROUNDS_FIELD_NUMBER: _builtins.int
+    DROPPED_NODES_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     state: Global___SessionState.ValueType
     config_hash: _builtins.bytes
@@ -1144,6 +1180,10 @@ class SessionStatus(_message.Message):
     def excluded_node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def rounds(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoundSummary]: ...
+    @_builtins.property
+    def dropped_nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___DroppedNode]:
+        """Every node dropped so far, sorted by node_id, with its reason."""
+
     def __init__(
         self,
         *,
@@ -1160,11 +1200,85 @@ class SessionStatus(_message.Message):
         join_deadline_unix_ms: _builtins.int = ...,
         min_nodes: _builtins.int = ...,
         rounds: _abc.Iterable[Global___RoundSummary] | None = ...,
+        dropped_nodes: _abc.Iterable[Global___DroppedNode] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_hash", b"config_hash", "current_round_index", b"current_round_index", "current_round_name", b"current_round_name", "excluded_node_ids", b"excluded_node_ids", "federation_id", b"federation_id", "join_deadline_unix_ms", b"join_deadline_unix_ms", "joined_node_ids", b"joined_node_ids", "min_nodes", b"min_nodes", "reason", b"reason", "rounds", b"rounds", "session_id", b"session_id", "state", b"state", "submitted_node_ids", b"submitted_node_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_hash", b"config_hash", "current_round_index", b"current_round_index", "current_round_name", b"current_round_name", "dropped_nodes", b"dropped_nodes", "excluded_node_ids", b"excluded_node_ids", "federation_id", b"federation_id", "join_deadline_unix_ms", b"join_deadline_unix_ms", "joined_node_ids", b"joined_node_ids", "min_nodes", b"min_nodes", "reason", b"reason", "rounds", b"rounds", "session_id", b"session_id", "state", b"state", "submitted_node_ids", b"submitted_node_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SessionStatus: _TypeAlias = SessionStatus  # noqa: Y015
+
+@_typing.final
+class WithdrawRequest(_message.Message):
+    """---------------------------------------------------------------- withdraw"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    ROUND_INDEX_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    node_id: _builtins.str
+    """the caller; must match its client certificate"""
+    round_index: _builtins.int
+    """the open current round, which this node has not uploaded"""
+    reason: _builtins.str
+    """A sentence for people, at most 1000 characters, e.g. "the TRE's output
+    checker rejected this node's egress of round 1 ('scatter')". It is shown to
+    every node in GetStatus, so it must not carry data.
+    """
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        node_id: _builtins.str = ...,
+        round_index: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "reason", b"reason", "round_index", b"round_index", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WithdrawRequest: _TypeAlias = WithdrawRequest  # noqa: Y015
+
+@_typing.final
+class WithdrawReceipt(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    ROUND_INDEX_FIELD_NUMBER: _builtins.int
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    DROPPED_NODE_IDS_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    round_index: _builtins.int
+    node_id: _builtins.str
+    state: Global___SessionState.ValueType
+    """The session's state once the withdrawal was applied (ABORTED when too few
+    nodes remain).
+    """
+    @_builtins.property
+    def dropped_node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Every node dropped from this round so far (this one included), sorted."""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        round_index: _builtins.int = ...,
+        node_id: _builtins.str = ...,
+        dropped_node_ids: _abc.Iterable[_builtins.str] | None = ...,
+        state: Global___SessionState.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped_node_ids", b"dropped_node_ids", "node_id", b"node_id", "round_index", b"round_index", "session_id", b"session_id", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WithdrawReceipt: _TypeAlias = WithdrawReceipt  # noqa: Y015

@@ -75,6 +75,11 @@ class CoordinatorStub:
                 request_serializer=proto_dot_zerosum_dot_v1_dot_session__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=proto_dot_zerosum_dot_v1_dot_session__pb2.SessionStatus.FromString,
                 _registered_method=True)
+        self.Withdraw = channel.unary_unary(
+                '/zerosum.v1.Coordinator/Withdraw',
+                request_serializer=proto_dot_zerosum_dot_v1_dot_session__pb2.WithdrawRequest.SerializeToString,
+                response_deserializer=proto_dot_zerosum_dot_v1_dot_session__pb2.WithdrawReceipt.FromString,
+                _registered_method=True)
 
 
 class CoordinatorServicer:
@@ -151,6 +156,22 @@ class CoordinatorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Withdraw(self, request, context):
+        """This node stops taking part, from the open current round on, and says
+        why. Accepted only from a live participant that has not uploaded that
+        round: the coordinator then drops it exactly as the round deadline would
+        (the others go on, unmasking its pair terms, or the session fails when
+        fewer than min_nodes remain). Idempotent: the same withdrawal again gets
+        the same receipt. After the node's upload of the round it is refused with
+        FAILED_PRECONDITION (dropping it then would let its pair terms be revealed
+        next to its stored payload); so are a round that is not the open current
+        one, a node already dropped and a session that ended. A reason longer
+        than 1000 characters, or none, is INVALID_ARGUMENT.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CoordinatorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -193,6 +214,11 @@ def add_CoordinatorServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=proto_dot_zerosum_dot_v1_dot_session__pb2.GetStatusRequest.FromString,
                     response_serializer=proto_dot_zerosum_dot_v1_dot_session__pb2.SessionStatus.SerializeToString,
+            ),
+            'Withdraw': grpc.unary_unary_rpc_method_handler(
+                    servicer.Withdraw,
+                    request_deserializer=proto_dot_zerosum_dot_v1_dot_session__pb2.WithdrawRequest.FromString,
+                    response_serializer=proto_dot_zerosum_dot_v1_dot_session__pb2.WithdrawReceipt.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -412,6 +438,33 @@ class Coordinator:
             '/zerosum.v1.Coordinator/GetStatus',
             proto_dot_zerosum_dot_v1_dot_session__pb2.GetStatusRequest.SerializeToString,
             proto_dot_zerosum_dot_v1_dot_session__pb2.SessionStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Withdraw(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/zerosum.v1.Coordinator/Withdraw',
+            proto_dot_zerosum_dot_v1_dot_session__pb2.WithdrawRequest.SerializeToString,
+            proto_dot_zerosum_dot_v1_dot_session__pb2.WithdrawReceipt.FromString,
             options,
             channel_credentials,
             insecure,

@@ -21,6 +21,11 @@ Flow (DESIGN.md §4):
                   for unmask corrections, sign the survivor set they were
                   shown, and (once every survivor signed the same set) stream
                   their corrections back, or refuse and say why.
+  Withdraw        a node that stops on purpose before uploading the current
+                  round (its output checker rejected the egress, its ε budget
+                  or noise floor would be broken) says so at once; the
+                  coordinator drops it as the round deadline would have,
+                  instead of everyone waiting for that deadline.
   GetStatus       anyone with a valid certificate can ask where the session is.
 
 A CAPE secure-sum exchange is an ordinary round on the same upload/result
@@ -106,6 +111,18 @@ class CoordinatorStub:
     """
     GetStatus: _grpc.UnaryUnaryMultiCallable[_session_pb2.GetStatusRequest, _session_pb2.SessionStatus]
     """Where the session is, who joined, who submitted, why it ended."""
+    Withdraw: _grpc.UnaryUnaryMultiCallable[_session_pb2.WithdrawRequest, _session_pb2.WithdrawReceipt]
+    """This node stops taking part, from the open current round on, and says
+    why. Accepted only from a live participant that has not uploaded that
+    round: the coordinator then drops it exactly as the round deadline would
+    (the others go on, unmasking its pair terms, or the session fails when
+    fewer than min_nodes remain). Idempotent: the same withdrawal again gets
+    the same receipt. After the node's upload of the round it is refused with
+    FAILED_PRECONDITION (dropping it then would let its pair terms be revealed
+    next to its stored payload); so are a round that is not the open current
+    one, a node already dropped and a session that ended. A reason longer
+    than 1000 characters, or none, is INVALID_ARGUMENT.
+    """
 
 @_typing.type_check_only
 class CoordinatorAsyncStub(CoordinatorStub):
@@ -148,6 +165,18 @@ class CoordinatorAsyncStub(CoordinatorStub):
     """
     GetStatus: _aio.UnaryUnaryMultiCallable[_session_pb2.GetStatusRequest, _session_pb2.SessionStatus]  # type: ignore[assignment]
     """Where the session is, who joined, who submitted, why it ended."""
+    Withdraw: _aio.UnaryUnaryMultiCallable[_session_pb2.WithdrawRequest, _session_pb2.WithdrawReceipt]  # type: ignore[assignment]
+    """This node stops taking part, from the open current round on, and says
+    why. Accepted only from a live participant that has not uploaded that
+    round: the coordinator then drops it exactly as the round deadline would
+    (the others go on, unmasking its pair terms, or the session fails when
+    fewer than min_nodes remain). Idempotent: the same withdrawal again gets
+    the same receipt. After the node's upload of the round it is refused with
+    FAILED_PRECONDITION (dropping it then would let its pair terms be revealed
+    next to its stored payload); so are a round that is not the open current
+    one, a node already dropped and a session that ended. A reason longer
+    than 1000 characters, or none, is INVALID_ARGUMENT.
+    """
 
 class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
     """The coordinator of one federation: the only server in the protocol."""
@@ -235,5 +264,23 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_session_pb2.SessionStatus, _abc.Awaitable[_session_pb2.SessionStatus]]:
         """Where the session is, who joined, who submitted, why it ended."""
+
+    @_abc_1.abstractmethod
+    def Withdraw(
+        self,
+        request: _session_pb2.WithdrawRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_session_pb2.WithdrawReceipt, _abc.Awaitable[_session_pb2.WithdrawReceipt]]:
+        """This node stops taking part, from the open current round on, and says
+        why. Accepted only from a live participant that has not uploaded that
+        round: the coordinator then drops it exactly as the round deadline would
+        (the others go on, unmasking its pair terms, or the session fails when
+        fewer than min_nodes remain). Idempotent: the same withdrawal again gets
+        the same receipt. After the node's upload of the round it is refused with
+        FAILED_PRECONDITION (dropping it then would let its pair terms be revealed
+        next to its stored payload); so are a round that is not the open current
+        one, a node already dropped and a session that ended. A reason longer
+        than 1000 characters, or none, is INVALID_ARGUMENT.
+        """
 
 def add_CoordinatorServicer_to_server(servicer: CoordinatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,205 @@
+"""NodeRunner withdraws when it refuses on purpose, and never when it merely stops.
+
+A real coordinator on 127.0.0.1 (in-process server) and four nodes in
+threads. Node c's privacy ledger already holds an earlier session's release
+that spent its ε budget: it refuses round 0 before writing anything, tells the
+coordinator at once, and the other three finish long before the round
+deadline. A node interrupted (Ctrl-C) in the same place sends nothing: it may
+be run again and resume, so the coordinator waits for the deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coordinator.config import SessionConfig
+from coordinator.messages import SessionState
+from coordinator.server import RunningServer, ServerTLS, start_server
+from coordinator.session import Session
+from coordinator.store import Store
+from node.client import RetryPolicy
+from node.egress import EgressBundle
+from node.ledger import PrivacyLedger
+from node.runner import NodeOptions, NodeRefused, NodeRunner
+from noise.federation import config_hash, load_federation
+from zerosum.commands import federation as federation_command
+
+pytestmark = pytest.mark.integration
+
+NODES = "abcd"
+
+
+def _federation(out: Path, round_deadline: float) -> Path:
+    parser = argparse.ArgumentParser()
+    federation_command.add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "init",
+            "--nodes",
+            ",".join(NODES),
+            "--out",
+            str(out),
+            "--synthetic",
+            "--seed",
+            "5",
+            "--n-features",
+            "6",
+            "--n-components",
+            "3",
+            "--cohort-sizes",
+            "120,150,130,140",
+            "--coordinator",
+            "127.0.0.1:1",
+            "--round-deadline",
+            str(round_deadline),
+            "--join-deadline",
+            "30",
+        ]
+    )
+    assert federation_command.run(args) == 0
+    return out
+
+
+@pytest.fixture
+def servers() -> Iterator[list[RunningServer]]:
+    started: list[RunningServer] = []
+    yield started
+    for server in started:
+        server.stop(grace=None)
+        server.session.store.close()
+
+
+def _serve(fed: Path, state: Path, servers: list[RunningServer]) -> RunningServer:
+    config = load_federation(fed / "federation.toml")
+    session = Session(
+        Store(state / "coordinator.db"), SessionConfig.from_federation(config, config_hash(config))
+    )
+    tls = ServerTLS(
+        (fed / "coordinator" / "server.pem").read_bytes(),
+        (fed / "coordinator" / "server.key").read_bytes(),
+        (fed / "ca" / "ca.pem").read_bytes(),
+    )
+    server = start_server(session, tls, listen="127.0.0.1:0", tick_seconds=0.05)
+    servers.append(server)
+    return server
+
+
+def _runner(
+    fed: Path, node: str, port: int, tmp: Path, *, lines: list[str], cls: type[NodeRunner]
+) -> NodeRunner:
+    return cls(
+        fed,
+        node,
+        out=tmp / f"out-{node}",
+        options=NodeOptions(
+            poll_seconds=0.05,
+            address=f"127.0.0.1:{port}",
+            retry=RetryPolicy(total_seconds=10.0),
+        ),
+        progress=lines.append,
+    )
+
+
+def _start(runners: list[NodeRunner]) -> tuple[dict[str, object], dict[str, threading.Thread]]:
+    outcomes: dict[str, object] = {}
+
+    def go(runner: NodeRunner) -> None:
+        try:
+            outcomes[runner.node_id] = runner.run()
+        except BaseException as error:
+            outcomes[runner.node_id] = error
+
+    threads = {r.node_id: threading.Thread(target=go, args=(r,), daemon=True) for r in runners}
+    for thread in threads.values():
+        thread.start()
+    return outcomes, threads
+
+
+def _spend_budget(out: Path, node: str, fed: Path) -> None:
+    """An earlier session's release in the node's ledger, large enough to use up its ε budget."""
+    config = load_federation(fed / "federation.toml")
+    ledger = PrivacyLedger.open(out / "ledger.json", node, config.privacy.delta)
+    ledger.record_release(
+        session_id="an-earlier-session",
+        round_index=0,
+        round_name="moments",
+        mu={"outsider": 10.0, "coordinator": 10.0},
+        manifest_sha256="0" * 64,
+    )
+
+
+class InterruptedAtTheGate(NodeRunner):
+    """A node whose operator presses Ctrl-C while it prepares its first release."""
+
+    def _release(self, **kw: object) -> Path:
+        raise KeyboardInterrupt
+
+
+def test_a_node_over_its_budget_withdraws_and_the_others_finish_at_once(
+    tmp_path: Path, servers: list[RunningServer]
+) -> None:
+    fed = _federation(tmp_path / "fed", round_deadline=120.0)
+    server = _serve(fed, tmp_path / "state", servers)
+    _spend_budget(tmp_path / "out-c", "c", fed)
+    lines: dict[str, list[str]] = {n: [] for n in NODES}
+    runners = [
+        _runner(fed, n, server.port, tmp_path, lines=lines[n], cls=NodeRunner) for n in NODES
+    ]
+    started = time.monotonic()
+    outcomes, threads = _start(runners)
+    for thread in threads.values():
+        thread.join(timeout=60)
+    elapsed = time.monotonic() - started
+    assert isinstance(outcomes["c"], NodeRefused), outcomes["c"]
+    assert "above the budget" in str(outcomes["c"])
+    assert all(not isinstance(outcomes[n], BaseException) for n in "abd"), outcomes
+    # The round deadline was two minutes away.
+    assert elapsed < 30.0, f"the session took {elapsed:.1f} s"
+    session = server.session
+    assert session.state() == SessionState.COMPLETED
+    (dropped,) = session.status().dropped_nodes
+    assert (dropped.node_id, dropped.round_index) == ("c", 0)
+    assert dropped.reason == f"withdrew from round 0 ('moments'): {outcomes['c']}"
+    assert any(line.endswith("(dropped from the round: {c})") for line in lines["c"]), lines["c"]
+    # Nothing of c's was written for review, nor sent.
+    assert not (tmp_path / "out-c" / "egress" / "round-0").exists()
+    assert session.store.uploads(0) and "c" not in {u.node_id for u in session.store.uploads(0)}
+    for n in "abd":
+        EgressBundle.verify(tmp_path / f"out-{n}" / "egress" / "round-1")
+
+
+def test_an_interrupted_node_does_not_withdraw_and_is_dropped_at_the_deadline(
+    tmp_path: Path, servers: list[RunningServer]
+) -> None:
+    fed = _federation(tmp_path / "fed", round_deadline=6.0)
+    server = _serve(fed, tmp_path / "state", servers)
+    lines: dict[str, list[str]] = {n: [] for n in NODES}
+    runners = [
+        _runner(
+            fed,
+            n,
+            server.port,
+            tmp_path,
+            lines=lines[n],
+            cls=InterruptedAtTheGate if n == "c" else NodeRunner,
+        )
+        for n in NODES
+    ]
+    outcomes, threads = _start(runners)
+    threads["c"].join(timeout=60)
+    assert isinstance(outcomes["c"], KeyboardInterrupt), outcomes["c"]
+    # c has stopped, and the coordinator still counts on it until the deadline.
+    status = server.session.status()
+    assert status.dropped_nodes == () and status.rounds[0].dropped == ()
+    assert not any("withdr" in line for line in lines["c"]), lines["c"]
+    for n in "abd":
+        threads[n].join(timeout=60)
+        assert not isinstance(outcomes[n], BaseException), outcomes[n]
+    (dropped,) = server.session.status().dropped_nodes
+    assert (dropped.node_id, dropped.reason) == ("c", "missed the deadline of round 0 ('moments')")
