@@ -47,3 +47,35 @@ def test_demo_session_is_exact_and_fast(tmp_path: Path) -> None:
         assert np.array_equal(wrapping_sum(sent), wrapping_sum(clean))
     models = {(out / "nodes" / n / "out" / "model.json").read_bytes() for n in nodes}
     assert len(models) == 1
+
+
+def test_demo_with_cape_reports_only_the_egress_rounds(tmp_path: Path) -> None:
+    # Under CAPE every model round follows a secure-sum round whose folder
+    # holds a note on a blinded share, not an egress bundle.
+    out = tmp_path / "demo-cape"
+    finished = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "zerosum.cli",
+            "demo",
+            "--json",
+            "--construction",
+            "cape",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    summary = json.loads(finished.stdout)
+    assert summary["max_relative_difference_vs_pooled"] <= 1e-9
+    assert summary["payload_sums_equal_audit_sums"] is True
+    assert summary["rounds_checked"] == 2
+    for entry in summary["nodes"]:
+        sums = out / "nodes" / entry["node_id"] / "out" / "egress"
+        assert (sums / "round-0" / "cape-sum.json").exists()
+        assert not (sums / "round-0" / "manifest.json").exists()

@@ -248,6 +248,8 @@ def _node_summary(out: Path, node_id: str) -> NodeSummary:
     outsider = 0.0
     n_subjects = 0
     for folder in rounds:
+        if not (folder / "manifest.json").exists():
+            continue  # a CAPE secure-sum round: a blinded share, not an egress bundle
         manifest = json.loads((folder / "manifest.json").read_text())
         for t in manifest.get("tensors", []):
             sigma[f"{manifest['round_name']}.{t['name']}"] = float(t["sigma"])
