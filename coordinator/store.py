@@ -427,27 +427,48 @@ class Store:
     inside :meth:`transaction`, so every transition is atomic.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        """Open (creating if needed) and lock the state file.
+
+        ``read_only`` opens an existing file for inspection only (``zerosum
+        coordinator --status``): no lock is taken, so it works beside a running
+        coordinator, nothing is created, and every write fails.
+        """
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._owner = _lock_exclusively(self.path)
         self.payload_dir = payload_dir_for(self.path)
-        self.payload_dir.mkdir(exist_ok=True)
         self._lock = threading.RLock()
         self._in_transaction = False
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self.read_only = read_only
+        if read_only:
+            if not self.path.is_file():
+                raise StateFileError(f"state file {self.path} does not exist.")
+            self._owner = -1
+            self._db = sqlite3.connect(
+                f"{self.path.resolve().as_uri()}?mode=ro",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._owner = _lock_exclusively(self.path)
+            self.payload_dir.mkdir(exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA foreign_keys=ON")
+            if not read_only:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.execute("PRAGMA foreign_keys=ON")
             self._ensure_schema()
         except sqlite3.DatabaseError as exc:
             self._db.close()
-            os.close(self._owner)
+            if self._owner >= 0:
+                os.close(self._owner)
             raise StateFileError(f"state file {self.path} cannot be opened: {exc}.") from None
         except BaseException:
             self._db.close()
-            os.close(self._owner)
+            if self._owner >= 0:
+                os.close(self._owner)
             raise
 
     def _ensure_schema(self) -> None:
@@ -455,6 +476,8 @@ class Store:
             row[0]
             for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }
+        if not tables and self.read_only:
+            raise StateFileError(f"state file {self.path} holds no session yet.")
         if not tables:
             # One script, one transaction: a crash here leaves an empty file, not half a schema.
             self._db.executescript(

@@ -39,6 +39,7 @@ examples:
   zerosum coordinator --federation fed/federation.toml
   zerosum coordinator --federation fed/federation.toml --listen 0.0.0.0:50051
   zerosum coordinator --federation fed/federation.toml --listen 127.0.0.1:0   # any free port
+  zerosum coordinator --federation fed/federation.toml --status               # who is where
 """
 
 _PREFIX = "zerosum coordinator"
@@ -78,11 +79,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="after the session ends, keep serving until every node has fetched the outcome "
         "or this long (default: the round deadline)",
     )
+    parser.add_argument(
+        "--status",
+        action="store_true",
+        help="print the session's state from the state file and exit: who joined, who was "
+        "dropped and why, each round's submissions and deadline (read-only; works beside a "
+        "running coordinator)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="with --status: print it as JSON instead"
+    )
 
 
 def _say(line: str) -> None:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     print(f"{stamp} {_PREFIX}: {line}", file=sys.stderr, flush=True)
+
+
+def _print_status(state: Path, node_ids: tuple[str, ...], *, as_json: bool) -> int:
+    import json
+
+    from coordinator.errors import StateFileError
+    from coordinator.status_view import read_status, render_status
+
+    try:
+        status = read_status(state, node_ids)
+    except StateFileError as error:
+        print(f"{_PREFIX}: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(status, indent=2) if as_json else render_status(status), end="")
+    if as_json:
+        print()
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,6 +128,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     base = federation.base_dir or args.federation.resolve().parent
     state_path: Path = args.state or base / "coordinator" / "state.sqlite"
+    if args.status:
+        return _print_status(state_path, federation.node_ids, as_json=args.json)
+    if args.json:
+        print(f"{_PREFIX}: --json goes with --status", file=sys.stderr)
+        return 2
     tls_dir: Path = args.tls_dir or base / "coordinator"
     try:
         tls = ServerTLS(

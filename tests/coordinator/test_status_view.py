@@ -1,0 +1,104 @@
+"""`zerosum coordinator --status`: the session as the state file tells it, read-only."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from coordinator.errors import StateFileError
+from coordinator.session import Session
+from coordinator.status_view import read_status, render_status
+from coordinator.store import Store
+from tests.coordinator.support import (
+    N_WORDS,
+    FakeClock,
+    join_all,
+    make_federation,
+    upload,
+    zero_sum,
+)
+from tests.coordinator.test_withdraw import REJECTED, withdraw
+from zerosum.commands import coordinator as command
+from zerosum.commands import federation as federation_command
+
+
+def _running_session(tmp_path: Path) -> tuple[Path, Session, Store]:
+    """Nodes a, b, c, d in the federation; d never joins, c withdraws, a has uploaded."""
+    fed = make_federation(("a", "b", "c", "d"), min_nodes=2)
+    state = tmp_path / "state.sqlite"
+    store = Store(state)
+    session = Session(store, fed.config, clock=FakeClock())
+    join_all(fed, session, ["a", "b", "c"])
+    session.tick(session.store.session().join_deadline_ms)  # type: ignore[union-attr]
+    withdraw(session, "c")
+    data = zero_sum(("a", "b"), N_WORDS, seed=3)
+    upload(session, "a", 0, data.payloads["a"])
+    return state, session, store
+
+
+def test_the_status_names_who_joined_withdrew_submitted_and_is_awaited(tmp_path: Path) -> None:
+    state, session, store = _running_session(tmp_path)
+    before = store.dump()
+    # Read beside the live coordinator, which holds the state file's lock.
+    status = read_status(state, ("a", "b", "c", "d"))
+    assert store.dump() == before
+    assert status["session"]["session_id"] == session.session_id
+    assert status["session"]["state"] == "running"
+    assert status["never_joined"] == ["d"]
+    by_node = {n["node_id"]: n for n in status["nodes"]}
+    assert by_node["c"]["status"] == "dropped"
+    assert REJECTED in by_node["c"]["dropped_reason"]
+    assert by_node["a"]["status"] == "live" and by_node["a"]["dropped_reason"] is None
+    [round0] = status["rounds"]
+    assert (round0["name"], round0["status"]) == ("moments", "open")
+    assert round0["submitted"] == ["a"] and round0["awaited"] == ["b"]
+    text = render_status(status)
+    assert "never joined: d" in text
+    assert "1 of 2 submitted; awaiting b until" in text
+    assert f"dropped in round 0: withdrew from round 0 ('moments'): {REJECTED}" in text
+    json.dumps(status)  # JSON-ready as it is
+    store.close()
+
+
+def test_a_missing_or_foreign_state_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(StateFileError, match="does not exist"):
+        read_status(tmp_path / "nowhere.sqlite", ())
+    other = tmp_path / "other.sqlite"
+    other.write_bytes(b"not a database at all, just some bytes" * 10)
+    with pytest.raises(StateFileError, match="cannot be opened"):
+        read_status(other, ())
+
+
+def test_the_command_prints_text_or_json_and_exits_2_without_a_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    parser = argparse.ArgumentParser()
+    federation_command.add_arguments(parser)
+    out = tmp_path / "fed"
+    assert (
+        federation_command.run(parser.parse_args(["init", "--nodes", "a,b", "--out", str(out)]))
+        == 0
+    )
+    capsys.readouterr()
+
+    def status(*extra: str) -> tuple[int, str, str]:
+        parser = argparse.ArgumentParser()
+        command.add_arguments(parser)
+        args = parser.parse_args(["--federation", str(out / "federation.toml"), *extra])
+        code = command.run(args)
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    code, _, err = status("--status")
+    assert code == 2 and "state.sqlite does not exist" in err
+    state, session, store = _running_session(tmp_path)
+    code, text, _ = status("--status", "--state", str(state))
+    assert code == 0 and f"session {session.session_id}" in text and "awaiting b" in text
+    code, text, _ = status("--status", "--json", "--state", str(state))
+    assert code == 0 and json.loads(text)["rounds"][0]["submitted"] == ["a"]
+    code, _, err = status("--json")
+    assert code == 2 and "--json goes with --status" in err
+    store.close()
