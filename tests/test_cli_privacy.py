@@ -41,3 +41,19 @@ def test_bad_input_is_one_sentence(capsys: pytest.CaptureFixture[str]) -> None:
     assert "epsilon" in capsys.readouterr().err
     assert main(["privacy", "--nodes", "3", "--collusion-threshold", "2"]) == 2
     assert "infeasible" in capsys.readouterr().err
+
+
+def test_every_epsilon_column_composes_over_rounds(capsys: pytest.CaptureFixture[str]) -> None:
+    def first_row(rounds: int) -> list[str]:
+        assert (
+            main(["privacy", "--nodes", "5", "--collusion-threshold", "2", "--rounds", str(rounds)])
+            == 0
+        )
+        lines = capsys.readouterr().out.splitlines()
+        return lines[3].split()
+
+    one, two = first_row(1), first_row(2)
+    # node, egress σ, ε outsider, σ left vs T, ε outsider+T, ε coordinator, ...
+    assert one[1] == two[1] and one[3] == two[3]  # noise levels do not change with rounds
+    assert float(two[2]) > float(one[2])
+    assert float(two[4]) > float(one[4])  # the T-coalition column composes too

@@ -156,7 +156,11 @@ def run(args: argparse.Namespace) -> int:
             f"{math.sqrt(plan.design.variance(node) + plan.residual_variance):.4g}",
             _fmt(obs["outsider"].epsilon),
             f"{math.sqrt(worst_left):.4g}",
-            _fmt(epsilon_for_sigma(math.sqrt(worst_left), args.delta, args.sensitivity)),
+            # Composed like the other columns: R equal Gaussian releases are one
+            # release at σ/√R (μ adds in quadrature; Dong, Roth & Su 2022).
+            _fmt(
+                epsilon_for_sigma(math.sqrt(worst_left / args.rounds), args.delta, args.sensitivity)
+            ),
             _fmt(obs["coordinator"].epsilon),
         ]
         cells += [_fmt(obs[c].epsilon) for c in coalition_cols]
