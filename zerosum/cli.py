@@ -44,6 +44,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "zerosum.commands.predict",
         "apply a saved brain-age model to a table of new subjects",
     ),
+    "review": (
+        "zerosum.commands.review",
+        "inspect one egress bundle and sign the output checker's approval or rejection",
+    ),
     "privacy": (
         "zerosum.commands.privacy",
         "print the per-observer privacy table (outsider / coordinator / coalition) for a design",
