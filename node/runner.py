@@ -57,9 +57,25 @@ read back from the ledger's unmask entries (written before each answer
 leaves), so the "dropped sets only grow, answered survivors never dropped"
 rules of node/unmask.py hold across the restart; a node that refused an
 unmask request stopped there, and so does its restart. Only one process at
-a time runs a node on OUT (``OUT/node.lock``). A CAPE node that had sent
-a share cannot resume: its private draws ê_k were held only in memory, so it
-stops and the coordinator reruns the round among the others.
+a time runs a node on OUT (``OUT/node.lock``).
+
+Under CAPE the node's private material — its draws q(ê_k), its residual
+noise, the planned participants and the secure sum S with the nodes it
+covered — is saved per model round in ``OUT/audit/cape-<round>/``
+(node/cape_state.py), each piece before anything derived from it leaves: the
+draws before the CAPE-sum share is uploaded, S on receipt, the residual before
+the egress bundle is written. A restarted node loads it back: a CAPE-sum round
+already aggregated sets S and its participants from the published result, as
+the live path does; a share of the current CAPE-sum round is recomputed from
+the saved draws and the deterministic pads and must match the digest noted in
+``OUT/egress/round-<r>/cape-sum.json`` before it is sent again; a model-round
+bundle written before the crash must equal clean + e_k + residual rebuilt from
+the saved material before it is resubmitted; a rerun reuses the saved draws
+and residual. When the material of a round the node already sent is missing or
+damaged it stops (it never draws afresh: its shares would no longer match what
+it sent); the coordinator drops it at the round deadline and reruns the round
+among the others. The material is deleted with the session key when the
+session completes.
 
 **Withdrawal.** A node that stops on purpose before uploading the current
 round tells the coordinator at once (``Withdraw``), so the other TREs need
@@ -84,6 +100,7 @@ from __future__ import annotations
 import csv
 import io
 import itertools
+import json
 import math
 import shutil
 import sys
@@ -102,6 +119,7 @@ from node import plan_bridge
 from node.approval import ApprovalGate, ApprovalRejected, read_approval, verify_approval
 from node.atomic import atomic_write_json, atomic_write_text
 from node.audit import AUDIT, AuditRecord, audit_folder, write_audit
+from node.cape_state import CapeMaterial, CapeStateError, CapeStore, CapeSum
 from node.client import CoordinatorClient, CoordinatorError, RetryPolicy, TensorSlot
 from node.cohort import LocalCohort, load_cohort
 from node.egress import (
@@ -152,6 +170,7 @@ from proto.zerosum.v1 import session_pb2 as pb
 __all__ = ["NodeOptions", "NodeRefused", "NodeRunner", "RunOutcome", "SessionFailed"]
 
 CAPE_SUM_PREFIX = "cape-sum/"
+CAPE_SUM_NOTE = "cape-sum.json"  # OUT/egress/round-<r>/: the digest of a CAPE-sum share sent
 # How often to ask the coordinator about the session while awaiting approval.
 _WATCH_SECONDS = 2.0
 U64 = NDArray[np.uint64]
@@ -197,6 +216,7 @@ class _CapeState:
     participants: tuple[str, ...] = ()
     total: U64 | None = None
     planned: tuple[str, ...] = ()  # the roster τ² was planned for
+    sum_index: int | None = None  # the CAPE-sum round whose result ``total`` is
 
     def floor_shortfall(self, noise: ReleaseNoise, threshold: int) -> str | None:
         """The floor check of a CAPE round with ``noise`` (see cape_floor_shortfall)."""
@@ -375,8 +395,9 @@ class NodeRunner:
             raise SessionFailed(str(error)) from None
         if saved is None:
             # A key of an earlier session (or one orphaned by a crash before
-            # its record was written) is of no use any more.
+            # its record was written) is of no use any more, nor is its CAPE material.
             self.sessions.discard_key()
+            CapeStore(self.out).discard()
         # With its key saved, a node that crashed in the last round may still
         # collect the final result while the coordinator lingers after the end.
         ended = status.state == pb.SESSION_STATE_ABORTED or (
@@ -384,6 +405,7 @@ class NodeRunner:
         )
         if ended:
             self.sessions.discard_key()
+            CapeStore(self.out).discard()
             why = status.reason or "completed"
             raise SessionFailed(f"session {status.session_id} has already ended ({why})")
         self.resuming = saved is not None
@@ -454,6 +476,12 @@ class NodeRunner:
             except ValueError:
                 previous = "unknown"
             break
+        if previous is None:
+            # A CAPE session may have stopped after a secure-sum share, before any bundle.
+            for note in sorted((self.out / "egress").glob(f"round-*/{CAPE_SUM_NOTE}")):
+                found = _json_object(note)
+                previous = str(found.get("session_id", "unknown")) if found else "unknown"
+                break
         if previous is None or previous == self.session_id:
             return
         archive = self.out / "archive" / previous
@@ -502,6 +530,8 @@ class NodeRunner:
     def _run_rounds(self) -> None:
         self._done: set[int] = set()
         self._cape: dict[str, _CapeState] = {}
+        # Model rounds of which this node sent a CAPE-sum share before a restart.
+        self._cape_sent: set[str] = set()
         self._attested: set[bytes] = set()
         self._answered: set[bytes] = set()
         # Per round index: what earlier unmask answers of that round revealed.
@@ -512,6 +542,12 @@ class NodeRunner:
             status = self.client.get_status(self.session_id)
             if status.state == pb.SESSION_STATE_ABORTED:
                 raise SessionFailed(f"the session failed: {status.reason}")
+            if self.resuming:
+                # A round sent before the restart may be aggregated after the
+                # catch-up looked; only the current round is handled below.
+                self._take_aggregated(status)
+                if self.plan.complete:
+                    break
             if not status.rounds or status.current_round_index in self._done:
                 if status.state == pb.SESSION_STATE_COMPLETED:
                     raise SessionFailed(
@@ -556,8 +592,12 @@ class NodeRunner:
 
         Each published aggregate feeds the plan as if it had been awaited; no
         egress is written and nothing enters the ledger (this node's releases
-        of those rounds are recorded already). The current round is left to
-        the main loop, which resubmits a bundle written before the restart.
+        of those rounds are recorded already). A CAPE-sum round aggregated
+        sets S and its participants from the published result, as the live
+        path does, in the CAPE material saved before the restart (required
+        unless its model round is aggregated too). The current round is left
+        to the main loop, which resubmits a bundle written before the restart,
+        or sends a CAPE-sum share again from the saved draws.
         """
         assert self.config is not None
         for entry in self.ledger.entries:
@@ -571,38 +611,7 @@ class NodeRunner:
                     "in that session"
                 )
         status = self.client.get_status(self.session_id)
-        sent = [s for s in status.rounds if self.node_id in s.submitted_node_ids]
-        if self.config.privacy.noise_design.construction == "cape" and sent:
-            first = sent[0]
-            raise SessionFailed(
-                f"cannot resume session {self.session_id}: it uses the CAPE construction and this "
-                f"node already sent round {first.round_index} ({first.round_name!r}) before it "
-                "restarted; its private CAPE draws ê_k were held only in memory and are gone, so "
-                "its further shares could not match what it sent. It stops here; the coordinator "
-                "drops it at the round deadline and reruns the round among the others, and a "
-                "new session includes it again"
-            )
-        aggregated: list[str] = []
-        for summary in status.rounds:
-            index, name = summary.round_index, summary.round_name
-            if self.node_id in summary.dropped_node_ids:
-                raise SessionFailed(
-                    f"the coordinator dropped this node from round {index} ({name!r}) while it "
-                    "was not running (a deadline passed); it cannot rejoin this session"
-                )
-            if summary.status == pb.ROUND_STATUS_FAILED and index != status.current_round_index:
-                self._done.add(index)  # superseded by a rerun
-                continue
-            if summary.status != pb.ROUND_STATUS_READY:
-                continue
-            if name not in self.plan.round_names:
-                raise SessionFailed(
-                    f"the coordinator aggregated round {index} named {name!r}, which is not part "
-                    f"of this node's plan {list(self.plan.round_names)}"
-                )
-            self._take_published(index, name, self._participants(status, index))
-            self._done.add(index)
-            aggregated.append(str(index))
+        aggregated = self._take_aggregated(status)
         done = (
             f"round{'s' if len(aggregated) > 1 else ''} {', '.join(aggregated)} aggregated"
             if aggregated
@@ -612,13 +621,114 @@ class NodeRunner:
             where = "nothing left to send"
         else:
             index, name = status.current_round_index, status.current_round_name
-            written = (egress_folder(self.out, index) / MANIFEST).exists()
-            where = (
-                f"round {index} ({name!r}) bundle found, resubmitting"
-                if written
-                else f"round {index} ({name!r}) not written yet here"
-            )
+            if name.startswith(CAPE_SUM_PREFIX) and self._noted_share(index) is not None:
+                where = f"round {index} ({name!r}) CAPE sum share noted, sending it again"
+            elif (egress_folder(self.out, index) / MANIFEST).exists():
+                where = f"round {index} ({name!r}) bundle found, resubmitting"
+            else:
+                where = f"round {index} ({name!r}) not written yet here"
         self.say(f"resuming session {self.session_id}: {done}, {where}")
+
+    def _take_aggregated(self, status: pb.SessionStatus) -> list[str]:
+        """Take in every round of ``status`` not handled yet that is aggregated or superseded.
+
+        Returns the indices of the rounds taken in. A round counts as handled
+        (``_done``) from then on; a round still open is left to the main loop.
+        """
+        waiting = [s for s in status.rounds if s.round_index not in self._done]
+        # A share counts as sent once the coordinator holds it or the node noted
+        # it (the note is written just before the upload): its draws must be reused.
+        for summary in waiting:
+            if summary.round_name.startswith(CAPE_SUM_PREFIX) and (
+                self.node_id in summary.submitted_node_ids
+                or self._noted_share(summary.round_index) is not None
+            ):
+                self._cape_sent.add(summary.round_name.removeprefix(CAPE_SUM_PREFIX))
+        finished = {
+            s.round_name
+            for s in status.rounds
+            if s.status == pb.ROUND_STATUS_READY and s.round_name in self.plan.round_names
+        }
+        aggregated: list[str] = []
+        for summary in waiting:
+            index, name = summary.round_index, summary.round_name
+            if self.node_id in summary.dropped_node_ids:
+                raise SessionFailed(
+                    f"the coordinator dropped this node from round {index} ({name!r}) while it "
+                    "was away (a deadline passed); it cannot rejoin this session"
+                )
+            if summary.status == pb.ROUND_STATUS_FAILED and index != status.current_round_index:
+                self._done.add(index)  # superseded by a rerun
+                continue
+            if summary.status != pb.ROUND_STATUS_READY:
+                continue
+            participants = self._participants(status, index)
+            if name.startswith(CAPE_SUM_PREFIX):
+                model_round = name.removeprefix(CAPE_SUM_PREFIX)
+                self._take_published_cape_sum(
+                    index, name, participants, needed=model_round not in finished
+                )
+            elif name in self.plan.round_names:
+                self._take_published(index, name, participants)
+            else:
+                raise SessionFailed(
+                    f"the coordinator aggregated round {index} named {name!r}, which is not part "
+                    f"of this node's plan {list(self.plan.round_names)}"
+                )
+            self._done.add(index)
+            aggregated.append(str(index))
+        return aggregated
+
+    def _take_published_cape_sum(
+        self, index: int, name: str, participants: tuple[str, ...], *, needed: bool
+    ) -> None:
+        """Take in a CAPE-sum round aggregated while this node was not running.
+
+        Its result must count the share this node noted, and, while its model
+        round is still to come (``needed``), becomes S of the saved CAPE state
+        exactly as in :meth:`_cape_sum_round`.
+        """
+        assert self.config is not None
+        model_round = name.removeprefix(CAPE_SUM_PREFIX)
+        if model_round not in self.plan.round_names:
+            raise SessionFailed(f"the coordinator aggregated {name!r} for an unknown model round")
+        layout = layout_of_tensors(self.plan.tensors(model_round))
+        state = None
+        if needed:
+            # Aggregated with this node's share, so its draws are needed again.
+            self._cape_sent.add(model_round)
+            state = self._cape_state(model_round, layout)
+        noted = self._noted_share(index)
+        own = None
+        if noted is not None:
+            try:
+                own = bytes.fromhex(str(noted.get("payload_sha256")))
+            except ValueError:
+                raise SessionFailed(
+                    f"{egress_folder(self.out, index) / CAPE_SUM_NOTE} notes no valid sha256 of "
+                    "the CAPE sum share this node sent; restore it"
+                ) from None
+        noise = (
+            state.noise
+            if state is not None
+            else plan_release(
+                self.config, participants, self.node_id, self.plan.sensitivities(model_round)
+            )
+        )
+        result = self._await_result(index, name, layout, participants, noise, own_sha256=own)
+        if result is None:
+            raise SessionFailed(f"round {index} ({name!r}) was aggregated but is now superseded")
+        if state is None:
+            return
+        if state.sum_index == index and (
+            state.total is None or not np.array_equal(state.total, result)
+        ):
+            raise SessionFailed(
+                f"the CAPE sum of round {index} ({name!r}) saved in "
+                f"{CapeStore(self.out).folder(model_round)} differs from the one the coordinator "
+                "publishes now; refusing to go on with either"
+            )
+        self._take_cape_sum(model_round, state, index, result, layout)
 
     def _take_published(self, index: int, name: str, participants: tuple[str, ...]) -> None:
         """Feed the plan a round's published aggregate (the round is READY)."""
@@ -644,13 +754,17 @@ class NodeRunner:
         clean = encode_tensors(tensors, layout, self.codec)
         earlier = self._bundle_before_restart(index, name)
         residual_rng = self.options.rng
+        cape = self.config.privacy.noise_design.construction == "cape"
         if earlier is not None:
             # Sent again exactly as written: recomputing would draw new
             # residual noise, a second and different release of the same data.
-            noise = self._earlier_noise(earlier, participants, layout)
+            if cape:
+                noise = self._earlier_cape_noise(earlier, participants, layout, clean)
+            else:
+                noise = self._earlier_noise(earlier, participants, layout)
             egress = earlier.payload
-        elif self.config.privacy.noise_design.construction == "cape":
-            state = self._cape.get(name)
+        elif cape:
+            state = self._cape_state(name, layout)
             if state is None or state.total is None or state.participants != participants:
                 raise SessionFailed(
                     f"round {index} ({name!r}) opened without a completed CAPE sum among "
@@ -669,6 +783,8 @@ class NodeRunner:
                 state.residual = add_residual_noise(
                     np.zeros_like(clean), noise, layout, self.codec, residual_rng
                 )
+                # Saved before the bundle is written: a rerun must add this very noise again.
+                self._save_cape(name, state, layout)
             egress = clean + mask + state.residual
         else:
             noise = plan_release(
@@ -902,11 +1018,6 @@ class NodeRunner:
                 f"node's round {index} ({name!r}) of session {self.session_id}; move it away "
                 "to go on"
             )
-        if self.config.privacy.noise_design.construction == "cape":
-            raise SessionFailed(
-                f"{folder} holds a CAPE egress written before a restart; the CAPE draws it was "
-                "built with are gone, so this node cannot take part in the round again"
-            )
         recorded = self.ledger.release_entry(self.session_id, index)
         digest = EgressBundle.manifest_sha256(folder)
         if recorded is not None and recorded.details.get("manifest_sha256") != digest:
@@ -928,6 +1039,51 @@ class NodeRunner:
         assert self.config is not None
         name = bundle.round_name
         noise = plan_release(self.config, participants, self.node_id, self.plan.sensitivities(name))
+        self._check_bundle_noise(bundle, noise, layout)
+        return noise
+
+    def _earlier_cape_noise(
+        self,
+        bundle: EgressBundle,
+        participants: tuple[str, ...],
+        layout: Sequence[TensorSlot],
+        clean: U64,
+    ) -> ReleaseNoise:
+        """The CAPE noise plan of ``bundle`` (written before a restart), checked bit for bit.
+
+        The saved CAPE material must rebuild the bundle's payload exactly,
+        q(x_k) + q(ê_k) − share_k(S) + q(r_k): it is what unmask refusals,
+        the ledger and any rerun of the round go on with.
+        """
+        name = bundle.round_name
+        folder = egress_folder(self.out, bundle.round_index)
+        saved = CapeStore(self.out).folder(name)
+        state = self._cape_state(name, layout)
+        if (
+            state is None
+            or state.total is None
+            or state.residual is None
+            or state.participants != participants
+        ):
+            raise SessionFailed(
+                f"{folder} holds a CAPE egress written before a restart, but {saved} does not "
+                f"hold the draws, the CAPE sum among {_names(participants)} and the residual "
+                "noise it was built with; this node cannot take part in the round again"
+            )
+        self._check_bundle_noise(bundle, state.noise, layout)
+        mask = cape_masks(state.draws, state.total, participants, self.node_id)
+        if not np.array_equal(clean + mask + state.residual, bundle.payload):
+            raise SessionFailed(
+                f"the payload in {folder} is not the local values plus the CAPE noise saved in "
+                f"{saved}; refusing to resubmit it"
+            )
+        return state.noise
+
+    def _check_bundle_noise(
+        self, bundle: EgressBundle, noise: ReleaseNoise, layout: Sequence[TensorSlot]
+    ) -> None:
+        """Raise unless ``bundle`` declares the tensors and σ of ``noise`` over ``layout``."""
+        name = bundle.round_name
         planned = noise.entries({slot.name: slot.shape for slot in layout})
         for have, want in itertools.zip_longest(bundle.tensors, planned):
             same = (
@@ -942,7 +1098,6 @@ class NodeRunner:
                     f"restart declares tensors {[t.name for t in bundle.tensors]} with other "
                     "noise than this node plans for the round now; refusing to resubmit it"
                 )
-        return noise
 
     def _release_again(
         self,
@@ -1008,7 +1163,10 @@ class NodeRunner:
             raise SessionFailed(f"the coordinator opened {name!r} for an unknown model round")
         tensors = self.plan.tensors(model_round)
         layout = layout_of_tensors(tensors)
-        state = self._cape.get(model_round)
+        noted = self._noted_share(index)
+        if noted is not None:
+            self._cape_sent.add(model_round)
+        state = self._cape_state(model_round, layout)
         if state is None:
             noise = plan_release(
                 self.config, participants, self.node_id, self.plan.sensitivities(model_round)
@@ -1019,6 +1177,8 @@ class NodeRunner:
                 draws=cape_draws(noise, layout, self.codec, rng),
                 planned=participants,
             )
+            # Saved before the share leaves: a restart must send this very draw again.
+            self._save_cape(model_round, state, layout)
             self._cape[model_round] = state
         else:
             state.noise = with_cape_participants(state.noise, participants)
@@ -1029,22 +1189,38 @@ class NodeRunner:
         payload = cape_sum_payload(
             state.draws, participants, self.node_id, self.seeds, layout, round_index=index
         )
-        atomic_write_json(
-            egress_folder(self.out, index) / "cape-sum.json",
-            {
-                "format": "zerosum-cape-sum",
-                "session_id": self.session_id,
-                "round_index": index,
-                "round_name": name,
-                "node_id": self.node_id,
-                "participants": list(participants),
-                "payload_sha256": payload_sha256(payload),
-                "note": (
-                    "CAPE secure-sum share: a private Gaussian draw under uniform pairwise "
-                    "one-time pads; it carries no data and needs no review"
-                ),
-            },
-        )
+        digest = payload_sha256(payload)
+        note = egress_folder(self.out, index) / CAPE_SUM_NOTE
+        if noted is not None:
+            mine = (index, name, self.node_id, list(participants), digest)
+            keys = ("round_index", "round_name", "node_id", "participants", "payload_sha256")
+            found = tuple(noted.get(key) for key in keys)
+            if found != mine:
+                raise SessionFailed(
+                    f"round {index} ({name!r}): the CAPE sum share recomputed from the draws saved "
+                    f"in {CapeStore(self.out).folder(model_round)} (sha256 {digest[:16]}…, "
+                    f"participants {_names(participants)}) is not the share {note} notes "
+                    f"(sha256 {str(noted.get('payload_sha256'))[:16]}…); refusing to send a "
+                    "different share"
+                )
+            self.say(f"round {index} ({name!r}): sending the CAPE sum share noted in {note} again")
+        else:
+            atomic_write_json(
+                note,
+                {
+                    "format": "zerosum-cape-sum",
+                    "session_id": self.session_id,
+                    "round_index": index,
+                    "round_name": name,
+                    "node_id": self.node_id,
+                    "participants": list(participants),
+                    "payload_sha256": digest,
+                    "note": (
+                        "CAPE secure-sum share: a private Gaussian draw under uniform pairwise "
+                        "one-time pads; it carries no data and needs no review"
+                    ),
+                },
+            )
         self.client.upload(
             session_id=self.session_id,
             round_index=index,
@@ -1060,7 +1236,7 @@ class NodeRunner:
                 round_index=index,
                 round_name=name,
                 roster_hash=self.roster.roster_hash,
-                payload_sha256=bytes.fromhex(payload_sha256(payload)),
+                payload_sha256=bytes.fromhex(digest),
             ),
         )
         self._unsent_round = None
@@ -1068,9 +1244,124 @@ class NodeRunner:
         result = self._await_result(index, name, layout, participants, state.noise)
         if result is None:
             return
+        self._take_cape_sum(model_round, state, index, result, layout)
+
+    def _take_cape_sum(
+        self,
+        model_round: str,
+        state: _CapeState,
+        index: int,
+        result: U64,
+        layout: Sequence[TensorSlot],
+    ) -> None:
+        """S of CAPE-sum round ``index`` (aggregated over ``_last_survivors``) into ``state``."""
         state.total = result
         state.participants = self._last_survivors
+        state.sum_index = index
         state.noise = with_cape_participants(state.noise, state.participants)
+        # Saved before the model round's egress, which is derived from S, is written.
+        self._save_cape(model_round, state, layout)
+
+    # ------------------------------------------------------------ CAPE material on disk
+
+    def _cape_state(self, model_round: str, layout: Sequence[TensorSlot]) -> _CapeState | None:
+        """This node's CAPE state of ``model_round``: in memory, else saved before a restart.
+
+        None when there is none; a node that sent a share of the round
+        (``_cape_sent``) must find it, and damaged material stops the node:
+        it never draws afresh what its earlier shares were made of.
+        """
+        assert self.config is not None
+        state = self._cape.get(model_round)
+        if state is not None or not self.resuming:
+            return state
+        store = CapeStore(self.out)
+        folder = store.folder(model_round)
+        try:
+            saved = store.load(
+                model_round,
+                session_id=self.session_id,
+                node_id=self.node_id,
+                config_hash=self.config_hash,
+                layout=tuple(layout),
+            )
+        except CapeStateError as error:
+            raise SessionFailed(
+                f"cannot resume the CAPE rounds of {model_round!r} in session {self.session_id}: "
+                f"{error}. This node never draws its CAPE noise afresh once it may have sent a "
+                f"share made from it; restore {folder}, or move it away if this node certainly "
+                f"sent no CAPE sum share of {model_round!r} in this session"
+            ) from None
+        if saved is None:
+            if model_round in self._cape_sent:
+                raise SessionFailed(
+                    f"cannot resume session {self.session_id}: this node sent a CAPE sum share of "
+                    f"{model_round!r} before it restarted, but {folder} holds no saved CAPE "
+                    "material for it; drawing afresh would make its shares disagree with what it "
+                    "sent. It stops here; the coordinator drops it at the round deadline and "
+                    "reruns the round among the others, and a new session includes it again"
+                )
+            return None
+        noise = plan_release(
+            self.config, saved.planned, self.node_id, self.plan.sensitivities(model_round)
+        )
+        if saved.sum is not None:
+            noise = with_cape_participants(noise, saved.sum.participants)
+        state = _CapeState(
+            noise=noise,
+            draws=saved.draws,
+            residual=saved.residual,
+            participants=saved.sum.participants if saved.sum is not None else (),
+            total=saved.sum.total if saved.sum is not None else None,
+            planned=saved.planned,
+            sum_index=saved.sum.round_index if saved.sum is not None else None,
+        )
+        self._cape[model_round] = state
+        self.say(f"CAPE material of {model_round!r} loaded from {folder}")
+        return state
+
+    def _save_cape(self, model_round: str, state: _CapeState, layout: Sequence[TensorSlot]) -> None:
+        """Save ``state`` in ``OUT/audit/cape-<round>/`` (node/cape_state.py), checked."""
+        cape_sum = None
+        if state.total is not None:
+            assert state.sum_index is not None
+            cape_sum = CapeSum(state.sum_index, state.participants, state.total)
+        material = CapeMaterial(
+            session_id=self.session_id,
+            node_id=self.node_id,
+            config_hash=self.config_hash,
+            round_name=model_round,
+            layout=tuple(layout),
+            planned=state.planned,
+            draws=state.draws,
+            residual=state.residual,
+            sum=cape_sum,
+        )
+        try:
+            CapeStore(self.out).save(material)
+        except CapeStateError as error:
+            raise SessionFailed(
+                f"could not save the CAPE material of {model_round!r}: {error}; nothing derived "
+                "from it was sent"
+            ) from None
+
+    def _noted_share(self, index: int) -> dict[str, object] | None:
+        """This session's note of the CAPE-sum share of round ``index`` (``cape-sum.json``).
+
+        None when there is none (a note of an earlier session is not this
+        node's share). An unreadable note stops the node: it may have been
+        written just before the share left.
+        """
+        path = egress_folder(self.out, index) / CAPE_SUM_NOTE
+        if not path.exists():
+            return None
+        data = _json_object(path)
+        if data is None:
+            raise SessionFailed(
+                f"{path} is not a readable JSON object; it notes the digest of a CAPE sum share "
+                "this node may have sent, which it must check before sending again: restore it"
+            )
+        return data if data.get("session_id") == self.session_id else None
 
     # ------------------------------------------------------------ results and unmasking
 
@@ -1317,6 +1608,8 @@ class NodeRunner:
         atomic_write_text(predictions, buffer.getvalue())
         # The session key has served its purpose; nothing may be derived from it any more.
         SessionStore(self.out).complete()
+        # Nor from the CAPE material, whose only use was a restart (node/cape_state.py).
+        CapeStore(self.out).discard()
         self.say(f"model written to {model_path}; predictions to {predictions}")
         return RunOutcome(
             session_id=self.session_id,
@@ -1328,6 +1621,15 @@ class NodeRunner:
 
 def _cell(value: float) -> str:
     return "" if not np.isfinite(value) else repr(float(value))
+
+
+def _json_object(path: Path) -> dict[str, object] | None:
+    """The JSON object in ``path``, or None when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def aggregate_tensors(

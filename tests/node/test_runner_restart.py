@@ -18,9 +18,11 @@ import grpc
 import numpy as np
 import pytest
 
+from node.atomic import atomic_write_json
+from node.cape_state import CapeMaterial, CapeStore
 from node.client import CoordinatorError, TensorSlot
-from node.egress import EgressBundle, egress_folder
-from node.masking import encode_tensors, layout_of_tensors, pairwise_masks
+from node.egress import EgressBundle, egress_folder, payload_sha256
+from node.masking import cape_sum_payload, encode_tensors, layout_of_tensors, pairwise_masks
 from node.release import ReleaseNoise, TensorSensitivity, plan_release
 from node.runner import NodeOptions, NodeRefused, NodeRunner, SessionFailed
 from node.session_state import SessionStore
@@ -293,21 +295,105 @@ def _status(*rounds: pb.RoundSummary) -> pb.SessionStatus:
     )
 
 
-def test_a_cape_node_that_sent_a_share_does_not_resume(tmp_path: Path) -> None:
+CAPE = "cape-sum/moments"
+
+
+def _cape_node(out: Path, *, submitted: Sequence[str] = ("a", "c")) -> NodeRunner:
+    """A CAPE runner restarted in round 0 (the first CAPE sum), which ``submitted`` sent."""
     config = _config(IDS, threshold=1, construction="cape", min_nodes=2)
     status = _status(
         pb.RoundSummary(
             round_index=0,
-            round_name="cape-sum/moments",
+            round_name=CAPE,
             status=pb.ROUND_STATUS_OPEN,
-            submitted_node_ids=["a", "c"],
+            submitted_node_ids=list(submitted),
         )
     )
-    runner = _node(tmp_path, config, status=status)
+    runner = _node(out, config, status=status)
     runner._done = set()
-    with pytest.raises(SessionFailed, match="private CAPE draws ê_k were held only in memory"):
-        runner._catch_up()
+    runner._cape_sent = set()
+    return runner
+
+
+def _saved_draws(out: Path) -> np.ndarray:
+    """Round 'moments' CAPE draws saved the way a node saves them before its share leaves."""
+    draws = np.random.default_rng(7).integers(0, 2**64, size=21, dtype=np.uint64)
+    CapeStore(out).save(
+        CapeMaterial(
+            session_id=SESSION,
+            node_id="a",
+            config_hash=CONFIG_HASH,
+            round_name="moments",
+            layout=LAYOUT,
+            planned=tuple(IDS),
+            draws=draws,
+        )
+    )
+    return draws
+
+
+def _note(out: Path, digest: str) -> None:
+    atomic_write_json(
+        egress_folder(out, 0) / "cape-sum.json",
+        {
+            "session_id": SESSION,
+            "round_index": 0,
+            "round_name": CAPE,
+            "node_id": "a",
+            "participants": IDS,
+            "payload_sha256": digest,
+        },
+    )
+
+
+def test_a_cape_node_that_sent_a_share_without_saved_material_stops(tmp_path: Path) -> None:
+    runner = _cape_node(tmp_path)
+    runner._catch_up()
+    assert runner._cape_sent == {"moments"}
+    with pytest.raises(SessionFailed, match="holds no saved CAPE material for it; drawing afresh"):
+        runner._cape_sum_round(0, CAPE, tuple(IDS))
     assert _sent(runner).sent == []
+    assert not (tmp_path / "audit").exists()  # nothing was drawn
+
+
+def test_a_noted_share_without_saved_material_stops_too(tmp_path: Path) -> None:
+    # The coordinator may not have the share yet; the note says it may have left.
+    _note(tmp_path, "ab" * 32)
+    runner = _cape_node(tmp_path, submitted=())
+    runner._catch_up()
+    with pytest.raises(SessionFailed, match="holds no saved CAPE material"):
+        runner._cape_sum_round(0, CAPE, tuple(IDS))
+    assert _sent(runner).sent == []
+
+
+def test_damaged_cape_material_stops_the_node(tmp_path: Path) -> None:
+    _saved_draws(tmp_path)
+    draws = tmp_path / "audit" / "cape-moments" / "draws.npy"
+    draws.write_bytes(draws.read_bytes()[:-1] + b"\x01")
+    runner = _cape_node(tmp_path)
+    runner._catch_up()
+    with pytest.raises(
+        SessionFailed,
+        match=r"cannot resume the CAPE rounds of 'moments' .*/draws.npy has sha256 .* never draws",
+    ):
+        runner._cape_sum_round(0, CAPE, tuple(IDS))
+    assert _sent(runner).sent == []
+
+
+def test_a_share_that_differs_from_the_noted_one_is_not_sent(tmp_path: Path) -> None:
+    draws = _saved_draws(tmp_path)
+    runner = _cape_node(tmp_path)
+    share = cape_sum_payload(draws, IDS, "a", _seeds(IDS)["a"], LAYOUT, round_index=0)
+    # The noted share went out among other participants (or from other draws).
+    _note(tmp_path, payload_sha256(share))
+    runner._catch_up()
+    with pytest.raises(SessionFailed, match=r"is not the share .*cape-sum.json notes"):
+        runner._cape_sum_round(0, CAPE, ("a", "b", "c"))
+    assert _sent(runner).sent == []
+    # Among the noted participants it is the same share, and the saved draws are those used.
+    runner._cape.clear()
+    assert runner._cape_state("moments", LAYOUT) is not None
+    assert np.array_equal(runner._cape["moments"].draws, draws)
 
 
 def test_a_cape_node_that_sent_nothing_resumes(tmp_path: Path) -> None:
@@ -319,6 +405,7 @@ def test_a_cape_node_that_sent_nothing_resumes(tmp_path: Path) -> None:
     runner = _node(tmp_path, config, status=status)
     runner._progress = lines.append
     runner._done = set()
+    runner._cape_sent = set()
     runner._catch_up()
     assert lines == [
         f"zerosum node a: resuming session {SESSION}: no round aggregated yet, round 0 "

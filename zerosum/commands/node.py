@@ -23,8 +23,12 @@ node rejoins the same session with the key it saved in OUT/session.key (mode
 0600, deleted once the session is over), takes in the rounds aggregated
 meanwhile, and resubmits the egress bundle already written for the current round
 exactly as it is (after approval if it had none), never a recomputed one; the
-ledger records each release once. Under the CAPE construction a node that had
-already sent a share stops instead (its private draws were only in memory).
+ledger records each release once. Under the CAPE construction the node also
+saved its private CAPE draws, the secure sums and its residual noise in
+OUT/audit/cape-<round>/ (mode 0600, deleted with the session key), and sends
+its CAPE-sum share again from them, checked against the digest noted in
+OUT/egress/round-<r>/cape-sum.json; if that material is missing or damaged for
+a round it already sent, it stops rather than draw afresh.
 
 exit status: 0 success; 1 the session failed or this node refused (the reason is
 printed); 2 bad local input (data, config or key files) found before contacting
