@@ -309,3 +309,28 @@ def test_a_20_mb_upload_streams_under_the_default_message_limit(
     assert receipt.node_id == "south"
     assert receipt.received_bytes == len(data)
     assert receipt.sha256 == hashlib.sha256(data).digest()
+
+
+@pytest.mark.parametrize(
+    ("nodes", "extra", "says"),
+    [
+        ("a,b,c", [], "no node may drop out before the last round (min_nodes = 2 allows more)"),
+        ("a,b,c,d", [], "at most 1 node may drop out"),
+        ("a,b,c", ["--min-nodes", "3"], None),
+        ("a,b,c", ["--collusion-threshold", "0"], None),
+        ("a,b", [], None),
+    ],
+)
+def test_init_says_when_a_dropout_cannot_be_survived(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    nodes: str,
+    extra: list[str],
+    says: str | None,
+) -> None:
+    assert init("--nodes", nodes, "--out", str(tmp_path / "fed"), *extra) == 0
+    err = capsys.readouterr().err
+    if says is None:
+        assert "note:" not in err
+    else:
+        assert "every round needs at least" in err and says in err

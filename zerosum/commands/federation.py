@@ -383,4 +383,33 @@ def run(args: argparse.Namespace) -> int:
             return 2
     _write(plan, force=args.force)
     print(_summary(plan, out))
+    note = dropout_note(plan.config)
+    if note is not None:
+        print(f"zerosum federation init: note: {note}", file=sys.stderr)
     return 0
+
+
+def dropout_note(config: FederationConfig) -> str | None:
+    """A warning when a dropout cannot be survived although ``min_nodes`` suggests it can.
+
+    Every round's design needs at least T + 2 participants: each node must
+    keep a partner outside any coalition of T others (noise.designs). With
+    fewer nodes than that left, the next round cannot be planned, whatever
+    ``min_nodes`` allows.
+    """
+    threshold = config.privacy.collusion_threshold
+    need = threshold + 2
+    count = len(config.nodes)
+    if config.min_nodes >= need or count <= config.min_nodes:
+        return None
+    survivable = count - need
+    if survivable <= 0:
+        lost = "no node may drop out"
+    else:
+        lost = f"at most {survivable} node{'s' if survivable > 1 else ''} may drop out"
+    return (
+        f"with collusion threshold {threshold} every round needs at least {need} nodes, so "
+        f"{lost} before the last round (min_nodes = {config.min_nodes} allows more); add "
+        "nodes, lower --collusion-threshold, or pass --min-nodes "
+        f"{need} to make the coordinator stop at once when a session cannot finish"
+    )
