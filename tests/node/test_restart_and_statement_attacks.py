@@ -1,4 +1,4 @@
-"""Holes found reviewing node restarts, upload statements and the saved session key.
+"""Lying coordinators, crashes and second processes around node restarts and upload statements.
 
 Each test drives the runner (or the session store) the way a lying
 coordinator, a crash or a second process would, and names what it stops:
