@@ -4,17 +4,38 @@ A reader (a reviewer's tool, the approval gate, a restarted node) therefore
 sees either the previous complete file or the new complete file, never a
 half-written one: ``os.replace`` is atomic on POSIX file systems when source
 and target sit in the same directory.
+
+:func:`read_private_bytes` is the matching reader for secrets the node keeps
+in its output folder (its session key, its CAPE material): it does not follow
+a symbolic link and refuses a file that group or others may access.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "atomic_write_text", "json_bytes"]
+__all__ = [
+    "ExposedFileError",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "json_bytes",
+    "read_private_bytes",
+]
+
+
+class ExposedFileError(Exception):
+    """A file meant to be private to its owner is accessible to group or others."""
+
+    def __init__(self, path: Path, mode: int) -> None:
+        self.path = path
+        self.mode = mode
+        super().__init__(f"{path} is accessible to other users (mode {mode:04o})")
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
@@ -58,3 +79,21 @@ def atomic_write_json(path: Path, document: Any, *, mode: int | None = None) -> 
     data = json_bytes(document)
     atomic_write_bytes(path, data, mode=mode)
     return data
+
+
+def read_private_bytes(path: Path) -> bytes | None:
+    """The bytes of ``path``, or None when it does not exist.
+
+    Symbolic links are not followed (OSError), and a file whose mode grants
+    group or others any access raises :class:`ExposedFileError`: the mode is
+    read from the open descriptor, so the check and the read see one file.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
+        if mode & 0o077:
+            raise ExposedFileError(path, mode)
+        return handle.read()

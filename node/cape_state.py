@@ -55,10 +55,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import shutil
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +64,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from node.atomic import atomic_write_bytes, atomic_write_json
+from node.atomic import (
+    ExposedFileError,
+    atomic_write_bytes,
+    atomic_write_json,
+    read_private_bytes,
+)
 from node.egress import payload_sha256
 from proto.chunks import TensorSlot
 
@@ -354,26 +357,17 @@ class CapeStore:
         return material
 
 
-def _check_private(handle: Any, path: Path) -> None:
-    mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
-    if mode & 0o077:
-        raise CapeStateError(
-            f"{path} is accessible to other users (mode {mode:04o}); CAPE material strips this "
-            f"node's noise and must be private to its owner: chmod 600 {path}"
-        )
-
-
 def _open_private(path: Path) -> bytes | None:
     """The bytes of ``path`` (None when it does not exist), refusing a file others can read."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except FileNotFoundError:
-        return None
+        return read_private_bytes(path)
+    except ExposedFileError as error:
+        raise CapeStateError(
+            f"{path} is accessible to other users (mode {error.mode:04o}); CAPE material strips "
+            f"this node's noise and must be private to its owner: chmod 600 {path}"
+        ) from None
     except OSError as error:
         raise CapeStateError(f"{path} cannot be opened: {error.strerror}") from None
-    with os.fdopen(fd, "rb") as handle:
-        _check_private(handle, path)
-        return handle.read()
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -45,7 +45,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -53,7 +52,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from node.atomic import atomic_write_bytes, atomic_write_json
+from node.atomic import (
+    ExposedFileError,
+    atomic_write_bytes,
+    atomic_write_json,
+    read_private_bytes,
+)
 from noise.keys import EphemeralKey, key_fingerprint
 
 __all__ = [
@@ -248,21 +252,18 @@ class SessionStore:
     def _load_key(self, record: SessionRecord) -> EphemeralKey:
         shown = key_fingerprint(record.public_key)
         try:
-            fd = os.open(self.key_path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        except FileNotFoundError:
+            raw = read_private_bytes(self.key_path)
+        except ExposedFileError as error:
+            raise SessionStateError(
+                f"{self.key_path} is accessible to other users (mode {error.mode:04o}); a session "
+                f"key must be private to its owner: chmod 600 {self.key_path}"
+            ) from None
+        if raw is None:
             raise SessionStateError(
                 f"{self.key_path} is missing, but {self.record_path} says this node joined "
                 f"session {record.session_id} with key {shown}; without it the node cannot "
                 "rejoin that session"
-            ) from None
-        with os.fdopen(fd, "rb") as handle:
-            mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
-            if mode & 0o077:
-                raise SessionStateError(
-                    f"{self.key_path} is accessible to other users (mode {mode:04o}); a session "
-                    f"key must be private to its owner: chmod 600 {self.key_path}"
-                )
-            raw = handle.read(_KEY_BYTES + 1)
+            )
         if len(raw) != _KEY_BYTES:
             raise SessionStateError(
                 f"{self.key_path} must hold a raw {_KEY_BYTES}-byte X25519 private key; "
