@@ -311,7 +311,7 @@ class Session(UploadSteps, UnmaskSteps, WithdrawSteps):
         missing = participants - uploaded
         survivors = sorted(participants & uploaded)
         # Nodes that withdrew are dropped already, with their own reason.
-        live = {m.node_id for m in self.store.members() if m.status == "live"}
+        live = self.store.live_node_ids()
         late = sorted(missing & live)
         self._withdraw_streams("upload", round_row.round_index, missing)
         why = f"missed the deadline of round {round_row.round_index} ({round_row.name!r})"
@@ -513,7 +513,7 @@ class Session(UploadSteps, UnmaskSteps, WithdrawSteps):
         """True when every live node has learnt the outcome (final result sent, or failure seen)."""
         with self._lock:
             row = self._session()
-            live = {m.node_id for m in self.store.members() if m.status == "live"}
+            live = self.store.live_node_ids()
             if row.state == SessionState.COMPLETED and row.current_round is not None:
                 return live <= self.store.deliveries(row.current_round)
             if row.state == SessionState.FAILED:

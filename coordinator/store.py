@@ -617,6 +617,10 @@ class Store:
             )
         ]
 
+    def live_node_ids(self) -> set[str]:
+        """The ids of the joined nodes not dropped (so far)."""
+        return {r[0] for r in self._read("SELECT node_id FROM roster WHERE status = 'live'")}
+
     def add_member(self, node_id: str, public_key: bytes, signature: bytes, joined_ms: int) -> None:
         """Record a node's signed ephemeral key."""
         self._write(

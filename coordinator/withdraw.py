@@ -125,7 +125,7 @@ class WithdrawSteps(SessionBase):
     def _apply_withdrawal(self, round_row: RoundRow, node_id: str, why: str, now: int) -> None:
         """Drop the node (one transaction), then settle the round if nobody live is awaited."""
         index, name = round_row.round_index, round_row.name
-        live = {m.node_id for m in self.store.members() if m.status == "live"}
+        live = self.store.live_node_ids()
         remaining = sorted((set(round_row.participants) & live) - {node_id})
         failed = len(remaining) < self.config.min_nodes
         with self._transition():
@@ -170,7 +170,7 @@ class WithdrawSteps(SessionBase):
             return False
         uploaded = {u.node_id for u in self.store.uploads(round_row.round_index)}
         missing = set(round_row.participants) - uploaded
-        live = {m.node_id for m in self.store.members() if m.status == "live"}
+        live = self.store.live_node_ids()
         return bool(missing) and not (missing & live)
 
     def _withdraw_receipt(
