@@ -8,7 +8,7 @@ exact, so a refused partial stream left no trace in the running sum either.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -56,28 +56,6 @@ from tests.coordinator.support import (
     upload,
     zero_sum,
 )
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def fed() -> Federation:
-    return make_federation(("a", "b", "c"), min_nodes=2)
-
-
-@pytest.fixture
-def state_path(tmp_path: Path) -> Path:
-    return tmp_path / "coordinator" / "state.sqlite"
-
-
-@pytest.fixture
-def session(fed: Federation, state_path: Path, clock: FakeClock) -> Iterator[Session]:
-    store = Store(state_path)
-    yield Session(store, fed.config, clock=clock)
-    store.close()
 
 
 def refused(session: Session, error: type[CoordinatorError], action: Callable[[], object]) -> str:

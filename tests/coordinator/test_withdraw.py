@@ -11,7 +11,7 @@ exactly as it was.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -48,28 +48,6 @@ from tests.coordinator.support import (
 )
 
 REJECTED = "the TRE's output checker rejected this node's egress"
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def fed() -> Federation:
-    return make_federation(("a", "b", "c"), min_nodes=2)
-
-
-@pytest.fixture
-def state_path(tmp_path: Path) -> Path:
-    return tmp_path / "coordinator" / "state.sqlite"
-
-
-@pytest.fixture
-def session(fed: Federation, state_path: Path, clock: FakeClock) -> Iterator[Session]:
-    store = Store(state_path)
-    yield Session(store, fed.config, clock=clock)
-    store.close()
 
 
 def withdrawal(
