@@ -16,7 +16,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from node.egress import EgressBundle
 
 DESCRIPTION = """\
 Inspect one egress bundle (OUT/egress/round-<r>/ of a node run with
@@ -63,10 +66,7 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _summary(folder: Path) -> str:
-    from node.egress import EgressBundle
-
-    bundle = EgressBundle.read(folder)
+def _summary(folder: Path, bundle: EgressBundle) -> str:
     lines = [
         f"{folder}: session {bundle.session_id}, round {bundle.round_index} "
         f"({bundle.round_name!r}), node {bundle.node_id}; checksums verified",
@@ -114,8 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if not (folder / "manifest.json").is_file():
         return _fail(f"{folder} holds no manifest.json; it is not an egress folder")
     try:
-        EgressBundle.verify(folder)
-        summary = _summary(folder)
+        summary = _summary(folder, EgressBundle.verify(folder))
     except (EgressError, EgressIntegrityError, ValueError, OSError) as error:
         return _fail(f"{folder} does not verify, so nothing may be signed for it: {error}")
     print(summary, end="")
