@@ -243,14 +243,16 @@ def _exact_sums(out: Path, node_ids: list[str]) -> tuple[bool, int]:
 
 def _node_summary(out: Path, node_id: str) -> NodeSummary:
     base = out / "nodes" / node_id / "out"
-    rounds = sorted((base / "egress").glob("round-*"), key=lambda p: int(p.name.split("-")[1]))
+    # Egress bundles only: a CAPE secure-sum folder holds a note, no manifest.
+    manifests = sorted(
+        (base / "egress").glob("round-*/manifest.json"),
+        key=lambda p: int(p.parent.name.split("-")[1]),
+    )
     sigma: dict[str, float] = {}
     outsider = 0.0
     n_subjects = 0
-    for folder in rounds:
-        if not (folder / "manifest.json").exists():
-            continue  # a CAPE secure-sum round: a blinded share, not an egress bundle
-        manifest = json.loads((folder / "manifest.json").read_text())
+    for path in manifests:
+        manifest = json.loads(path.read_text())
         for t in manifest.get("tensors", []):
             sigma[f"{manifest['round_name']}.{t['name']}"] = float(t["sigma"])
         n_subjects = int(manifest.get("sdc", {}).get("n_subjects", n_subjects))
