@@ -51,13 +51,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from benchmarks._plain_grpc import plain_channel, plain_round
-from node.client import CoordinatorClient, RetryPolicy, TensorSlot
+from node.client import CoordinatorClient, RetryPolicy
 from node.roster import derive_seeds, verify_roster
 from node.statements import check_statements, sign_upload_statement
 from noise.designs import Design, complete_design
 from noise.federation import config_hash, load_federation
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
+from noise.layout import Layout
 from noise.masks import pairwise_mask
 from proto.zerosum.v1 import session_pb2 as pb
 
@@ -102,7 +103,7 @@ class _Node:
         self.certificate = (folder / "client.pem").read_bytes()
         self.key = (folder / "client.key").read_bytes()
         self.values = node_values(index, size)
-        self.layout = (TensorSlot(TENSOR, (size,), 0, size),)
+        self.layout = Layout.of({TENSOR: (size,)})
         self.client: CoordinatorClient | None = None
         self.session_id = ""
         self.seeds: dict[str, bytes] = {}
@@ -249,7 +250,7 @@ class _Node:
                 round_index=round_index,
                 round_name=round_name,
                 payload=payload,
-                tensors=self.layout,
+                layout=self.layout,
                 fixed_point_bits=self.codec.frac_bits,
                 roster_hash=self.roster_hash,
                 statement_signature=sign_upload_statement(

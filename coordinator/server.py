@@ -55,6 +55,8 @@ from coordinator.messages import (
 from coordinator.session import Session, Ticket
 from noise.errors import KeyFormatError
 from noise.keys import KeyBundle
+from noise.layout import Layout
+from proto.chunks import file_chunks, payload_header, tensor_layouts
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from zerosum.pki import CertificateError, node_id_from_auth_context
@@ -108,22 +110,6 @@ def _spec(header: pb.PayloadHeader) -> PayloadSpec:
     )
 
 
-def _payload_header(spec: PayloadSpec) -> pb.PayloadHeader:
-    return pb.PayloadHeader(
-        total_bytes=spec.total_bytes,
-        total_elements=spec.total_elements,
-        sha256=spec.sha256,
-        fixed_point_bits=spec.fixed_point_bits,
-        tensors=[_tensor(slot) for slot in spec.tensors],
-    )
-
-
-def _tensor(slot: TensorSlot) -> pb.TensorLayout:
-    return pb.TensorLayout(
-        name=slot.name, shape=list(slot.shape), offset=slot.offset, size=slot.size
-    )
-
-
 def _unmask_request(view: UnmaskRequestView) -> pb.UnmaskRequest:
     return pb.UnmaskRequest(
         session_id=view.session_id,
@@ -143,7 +129,7 @@ def _unmask_request(view: UnmaskRequestView) -> pb.UnmaskRequest:
             )
             for a in view.attestations
         ],
-        tensors=[_tensor(slot) for slot in view.tensors],
+        tensors=tensor_layouts(Layout(view.tensors)) if view.tensors else [],
         fixed_point_bits=view.fixed_point_bits,
         deadline_unix_ms=view.deadline_ms,
         min_survivors=view.min_survivors,
@@ -402,17 +388,19 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             ],
         )
         if view.payload is not None:
-            header.payload.CopyFrom(_payload_header(view.payload))
+            spec = view.payload
+            header.payload.CopyFrom(
+                payload_header(
+                    None, Layout(spec.tensors), spec.fixed_point_bits, sha256=spec.sha256
+                )
+            )
         if view.unmask_request is not None:
             header.unmask_request.CopyFrom(_unmask_request(view.unmask_request))
         yield pb.ResultChunk(header=header)
         if view.path is None:
             return
-        with view.path.open("rb") as handle:
-            offset = 0
-            while block := handle.read(RESULT_CHUNK_BYTES):
-                yield pb.ResultChunk(data=pb.PayloadChunk(offset=offset, data=block))
-                offset += len(block)
+        for chunk in file_chunks(view.path, RESULT_CHUNK_BYTES):
+            yield pb.ResultChunk(data=chunk)
         self.session.record_delivery(view.round_index, caller)
 
     # ------------------------------------------------------------ unmask and status

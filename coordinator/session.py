@@ -387,7 +387,7 @@ class Session(UploadSteps, UnmaskSteps, WithdrawSteps):
                     total_elements=stored.size // 8,
                     sha256=stored.sha256,
                     fixed_point_bits=int(round_row.fixed_point_bits or 0),
-                    tensors=round_row.layout,
+                    tensors=tuple(round_row.layout),
                 )
                 path = self.store.payload_path(stored.path)
                 statements = self._statements(row, round_row, survivors)

@@ -32,7 +32,7 @@ from coordinator.errors import (
     InvalidArgument,
     PermissionDenied,
 )
-from coordinator.layout import PayloadSpec, TensorSlot
+from coordinator.layout import PayloadSpec
 from coordinator.messages import (
     RoundStatus,
     SessionState,
@@ -47,6 +47,7 @@ from coordinator.store import (
     Store,
     UnmaskRow,
 )
+from noise.layout import Layout
 from noise.transcript import roster_hash
 
 __all__ = [
@@ -105,6 +106,7 @@ class Ticket:
     contribution: Contribution | None = None
     attempt: int = 0
     statement_signature: bytes = b""  # uploads only: the node's signed upload statement
+    layout: Layout | None = None  # the payload's layout, checked when the stream began
     received: int = 0
     # cancelled: the session gave up on the stream (its node was dropped);
     # closed: the stream's owner has finished with it (stored or abandoned).
@@ -137,7 +139,7 @@ class SessionBase:
         self._lock = threading.RLock()
         self._sum: RoundSum | None = None
         self._sum_round = -1
-        self._sum_layout: tuple[TensorSlot, ...] = ()
+        self._sum_layout: Layout | None = None
         self._sum_bits = 0
         self._tickets: dict[tuple[str, int, str], Ticket] = {}
         self._notified: set[str] = set()
@@ -280,7 +282,7 @@ class SessionBase:
         self._sum_round = round_row.round_index
         if round_row.layout is None:
             return None
-        n_words = sum(slot.size for slot in round_row.layout)
+        n_words = round_row.layout.size
         rebuilt = RoundSum(n_words)
         included = set(round_row.participants)
         if round_row.status == RoundStatus.UNMASK:

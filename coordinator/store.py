@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from coordinator.errors import StateFileError
-from coordinator.layout import TensorSlot, layout_from_json, layout_to_json
+from noise.layout import Layout
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -227,7 +227,7 @@ class RoundRow:
     participants: tuple[str, ...]
     opened_ms: int
     deadline_ms: int
-    layout: tuple[TensorSlot, ...] | None
+    layout: Layout | None
     fixed_point_bits: int | None
     unmask_attempt: int
     reason: str
@@ -246,7 +246,7 @@ class UploadRow:
     sha256: bytes
     size: int
     path: str
-    layout: tuple[TensorSlot, ...]
+    layout: Layout
     fixed_point_bits: int
     received_ms: int
     statement_signature: bytes
@@ -319,6 +319,14 @@ def _ids(text: str) -> tuple[str, ...]:
 
 def _ids_json(ids: Sequence[str]) -> str:
     return json.dumps(sorted(ids), separators=(",", ":"))
+
+
+def _layout(text: str) -> Layout:
+    return Layout.from_json(json.loads(text))
+
+
+def _layout_json(layout: Layout) -> str:
+    return json.dumps(layout.to_json(), separators=(",", ":"))
 
 
 def payload_dir_for(state_path: Path) -> Path:
@@ -667,7 +675,7 @@ class Store:
             participants=_ids(r[3]),
             opened_ms=r[4],
             deadline_ms=r[5],
-            layout=None if r[6] is None else layout_from_json(r[6]),
+            layout=None if r[6] is None else _layout(r[6]),
             fixed_point_bits=r[7],
             unmask_attempt=r[8],
             reason=r[9],
@@ -702,7 +710,7 @@ class Store:
         if unknown:
             raise ValueError(f"unknown round column(s): {sorted(unknown)}")
         values = [
-            layout_to_json(v) if name == "layout" and v is not None else v
+            _layout_json(v) if name == "layout" and v is not None else v
             for name, v in fields.items()
         ]
         assignments = ", ".join(f"{name} = ?" for name in fields)
@@ -715,9 +723,7 @@ class Store:
     def uploads(self, round_index: int) -> list[UploadRow]:
         """Stored uploads of a round, sorted by node id."""
         return [
-            UploadRow(
-                r[0], r[1], bytes(r[2]), r[3], r[4], layout_from_json(r[5]), r[6], r[7], bytes(r[8])
-            )
+            UploadRow(r[0], r[1], bytes(r[2]), r[3], r[4], _layout(r[5]), r[6], r[7], bytes(r[8]))
             for r in self._read(
                 "SELECT round_index, node_id, sha256, size, path, layout, fixed_point_bits, "
                 "received_ms, statement_signature FROM uploads WHERE round_index = ? "
@@ -745,7 +751,7 @@ class Store:
                 row.sha256,
                 row.size,
                 row.path,
-                layout_to_json(row.layout),
+                _layout_json(row.layout),
                 row.fixed_point_bits,
                 row.received_ms,
                 row.statement_signature,

@@ -25,7 +25,7 @@ from coordinator.errors import (
     RetryLater,
     Unauthenticated,
 )
-from coordinator.layout import compare_layouts, validate_payload
+from coordinator.layout import check_same_layout, validate_payload
 from coordinator.messages import (
     Attestation,
     AttestationReceipt,
@@ -230,7 +230,7 @@ class UnmaskSteps(SessionBase):
             survivors=request.survivors,
             survivor_hash=request.survivor_hash,
             attestations=attestations,
-            tensors=round_row.layout or (),
+            tensors=tuple(round_row.layout) if round_row.layout is not None else (),
             fixed_point_bits=int(round_row.fixed_point_bits or 0),
             deadline_ms=request.deadline_ms,
             min_survivors=self.config.min_nodes,
@@ -313,10 +313,10 @@ class UnmaskSteps(SessionBase):
                     f"({node_list(missing)} missing); answer once all have."
                 )
             spec = header.payload
-            validate_payload(spec, what=what, max_bytes=self.config.max_payload_bytes)
+            layout = validate_payload(spec, what=what, max_bytes=self.config.max_payload_bytes)
             self._check_bits(spec, what)
             assert round_row.layout is not None
-            compare_layouts(spec.tensors, round_row.layout, what=what)
+            check_same_layout(layout, round_row.layout, what=what)
             if spec.fixed_point_bits != round_row.fixed_point_bits:
                 raise InvalidArgument(
                     f"{what}: fixed_point_bits is {spec.fixed_point_bits}; this round's "

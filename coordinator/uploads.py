@@ -34,7 +34,7 @@ from coordinator.errors import (
     RetryLater,
     Unauthenticated,
 )
-from coordinator.layout import PayloadSpec, compare_layouts, validate_payload
+from coordinator.layout import check_same_layout, validate_payload
 from coordinator.messages import (
     RoundStatus,
     UploadHeader,
@@ -53,6 +53,7 @@ from coordinator.store import (
     UploadRow,
 )
 from noise.errors import KeyFormatError
+from noise.layout import Layout
 from noise.transcript import upload_statement_message
 
 __all__ = ["UploadSteps"]
@@ -92,11 +93,11 @@ class UploadSteps(SessionBase):
                 )
             what = f"upload of node {header.node_id!r} for round {header.round_index}"
             spec = header.payload
-            validate_payload(spec, what=what, max_bytes=self.config.max_payload_bytes)
+            layout = validate_payload(spec, what=what, max_bytes=self.config.max_payload_bytes)
             self._check_bits(spec, what)
             running = self._sum_for(round_row)
             if running is not None:
-                self._check_layout_against_sum(spec, what)
+                self._check_layout_against_sum(layout, spec.fixed_point_bits, what)
             key = ("upload", header.round_index, header.node_id)
             if key in self._tickets:
                 raise RetryLater(
@@ -107,7 +108,7 @@ class UploadSteps(SessionBase):
                 running = RoundSum(spec.total_elements)
                 self._sum = running
                 self._sum_round = round_row.round_index
-                self._sum_layout = spec.tensors
+                self._sum_layout = layout
                 self._sum_bits = spec.fixed_point_bits
             writer = self.store.new_payload()
             ticket = Ticket(
@@ -119,6 +120,7 @@ class UploadSteps(SessionBase):
                 running=running,
                 contribution=running.begin(what, writer.path),
                 statement_signature=header.statement_signature,
+                layout=layout,
             )
             self._tickets[key] = ticket
             return ticket
@@ -157,12 +159,12 @@ class UploadSteps(SessionBase):
                 "was shown a different roster, so its masks would not cancel."
             )
 
-    def _check_layout_against_sum(self, spec: PayloadSpec, what: str) -> None:
-        compare_layouts(spec.tensors, self._sum_layout, what=what)
-        if spec.fixed_point_bits != self._sum_bits:
+    def _check_layout_against_sum(self, layout: Layout, bits: int, what: str) -> None:
+        assert self._sum_layout is not None
+        check_same_layout(layout, self._sum_layout, what=what)
+        if bits != self._sum_bits:
             raise InvalidArgument(
-                f"{what}: fixed_point_bits is {spec.fixed_point_bits}; this round's payloads "
-                f"use {self._sum_bits}."
+                f"{what}: fixed_point_bits is {bits}; this round's payloads use {self._sum_bits}."
             )
 
     def _duplicate_upload(
@@ -195,7 +197,7 @@ class UploadSteps(SessionBase):
         if ticket.cancelled:
             raise FailedPrecondition(self._cancelled_sentence(ticket))
         contribution, running = ticket.contribution, ticket.running
-        assert contribution is not None and running is not None
+        assert contribution is not None and running is not None and ticket.layout is not None
         if running is not self._sum:  # pragma: no cover - a live ticket keeps its sum current
             raise FailedPrecondition(f"{ticket.what}: the round moved on during the upload.")
         try:
@@ -226,7 +228,7 @@ class UploadSteps(SessionBase):
             sha256=ticket.spec.sha256,
             size=ticket.spec.total_bytes,
             path=name,
-            layout=ticket.spec.tensors,
+            layout=ticket.layout,
             fixed_point_bits=ticket.spec.fixed_point_bits,
             received_ms=now,
             statement_signature=ticket.statement_signature,
@@ -242,7 +244,7 @@ class UploadSteps(SessionBase):
                 if round_row.layout is None:
                     self.store.update_round(
                         ticket.round_index,
-                        layout=ticket.spec.tensors,
+                        layout=ticket.layout,
                         fixed_point_bits=ticket.spec.fixed_point_bits,
                     )
                 self._note(

@@ -23,8 +23,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from node.atomic import atomic_write_bytes, atomic_write_json
-from node.egress import EgressBundle, EgressError, decode_payload, load_payload, payload_sha256
-from node.receipt import TensorEntry, check_layout
+from node.egress import EgressBundle, EgressError, load_payload
+from node.receipt import TensorEntry, check_layout, entries_layout
+from noise.fixed_point import FixedPointCodec
+from noise.layout import payload_digest
 
 __all__ = [
     "AUDIT_FORMAT",
@@ -62,8 +64,9 @@ class AuditRecord:
     egress_payload_sha256: str = ""
 
     def decoded(self) -> dict[str, NDArray[np.float64]]:
-        flat = decode_payload(self.payload, self.fixed_point_bits)
-        return {t.name: flat[t.offset : t.offset + t.size].reshape(t.shape) for t in self.tensors}
+        return entries_layout(self.tensors).decode(
+            self.payload, FixedPointCodec(self.fixed_point_bits)
+        )
 
 
 def write_audit(out: Path, record: AuditRecord) -> Path:
@@ -86,7 +89,7 @@ def write_audit(out: Path, record: AuditRecord) -> Path:
             "fixed_point_bits": record.fixed_point_bits,
             "tensors": [t.to_json() for t in record.tensors],
             "clipped": {name: int(n) for name, n in record.clipped.items()},
-            "payload_sha256": payload_sha256(record.payload),
+            "payload_sha256": payload_digest(record.payload).hex(),
             "egress_payload_sha256": record.egress_payload_sha256,
         },
     )
@@ -105,7 +108,7 @@ def read_audit(out: Path, round_index: int) -> AuditRecord:
     payload = load_payload(folder / PAYLOAD)
     tensors = tuple(TensorEntry.from_json(t) for t in meta["tensors"])
     check_layout(tensors, payload.size)
-    if meta.get("payload_sha256") != payload_sha256(payload):
+    if meta.get("payload_sha256") != payload_digest(payload).hex():
         raise EgressError(f"{folder / PAYLOAD} does not match the digest in {AUDIT}")
     return AuditRecord(
         session_id=str(meta["session_id"]),
@@ -147,16 +150,13 @@ def noise_evidence(
     entries its relative standard error is about 1/sqrt(2n)).
     """
 
-    def layout(tensors: tuple[TensorEntry, ...]) -> list[tuple[str, tuple[int, ...], int]]:
-        return [(t.name, t.shape, t.offset) for t in tensors]
-
-    if layout(record.tensors) != layout(bundle.tensors):
+    if entries_layout(record.tensors) != bundle.layout:
         raise EgressError(
             f"the audit record of round {record.round_index} has another layout than its egress"
         )
     if record.fixed_point_bits != bundle.fixed_point_bits:
         raise EgressError("the audit record and the egress use different fixed-point scales")
-    noise = decode_payload(bundle.payload - record.payload, bundle.fixed_point_bits)
+    noise = FixedPointCodec(bundle.fixed_point_bits).decode(bundle.payload - record.payload)
     rows = []
     squares = 0.0
     count = 0

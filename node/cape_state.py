@@ -70,8 +70,7 @@ from node.atomic import (
     atomic_write_json,
     read_private_bytes,
 )
-from node.egress import payload_sha256
-from proto.chunks import TensorSlot
+from noise.layout import Layout, LayoutError, payload_digest
 
 __all__ = [
     "CAPE_FORMAT",
@@ -119,7 +118,7 @@ class CapeMaterial:
     node_id: str
     config_hash: bytes
     round_name: str
-    layout: tuple[TensorSlot, ...]
+    layout: Layout
     planned: tuple[str, ...]
     draws: U64
     residual: U64 | None = None
@@ -127,7 +126,7 @@ class CapeMaterial:
 
     def check(self) -> None:
         """Raise :class:`CapeStateError` unless the pieces fit together (see the fields)."""
-        size = _layout_size(self.layout, f"the layout of round {self.round_name!r}")
+        size = self.layout.size
         vectors = {"draws": self.draws, "residual": self.residual}
         if self.sum is not None:
             vectors["sum"] = self.sum.total
@@ -158,26 +157,6 @@ class CapeMaterial:
                     f"{sorted(self.sum.participants)}, which must include node {self.node_id!r} "
                     f"and lie within the planned participants {list(self.planned)}"
                 )
-
-
-def _layout_size(layout: tuple[TensorSlot, ...], what: str) -> int:
-    """Words in a back-to-back layout; raises when the slots overlap, leave gaps or lie."""
-    offset = 0
-    for slot in layout:
-        size = 1
-        for n in slot.shape:
-            size *= n
-        if slot.offset != offset or slot.size != size or any(n < 0 for n in slot.shape):
-            raise CapeStateError(
-                f"{what} is not back to back: tensor {slot.describe()} of {slot.size} words "
-                f"should start at word {offset} and hold {size} words"
-            )
-        offset += slot.size
-    return offset
-
-
-def _describe(layout: tuple[TensorSlot, ...]) -> str:
-    return "[" + ", ".join(slot.describe() for slot in layout) + "]"
 
 
 def _npy_bytes(vector: U64) -> bytes:
@@ -260,7 +239,7 @@ class CapeStore:
     @staticmethod
     def _write_vector(path: Path, vector: U64) -> dict[str, str]:
         atomic_write_bytes(path, _npy_bytes(vector), mode=FILE_MODE)
-        return {"file": path.name, "sha256": payload_sha256(vector)}
+        return {"file": path.name, "sha256": payload_digest(vector).hex()}
 
     def discard(self) -> None:
         """Delete every saved CAPE folder, half-written files included (no-op when none)."""
@@ -276,7 +255,7 @@ class CapeStore:
         session_id: str,
         node_id: str,
         config_hash: bytes,
-        layout: tuple[TensorSlot, ...] | None = None,
+        layout: Layout | None = None,
     ) -> CapeMaterial | None:
         """The material committed for ``round_name``, checked; None when none was committed.
 
@@ -310,11 +289,11 @@ class CapeStore:
                     "it is not the CAPE material of this round"
                 )
         saved_layout = _parse_layout(data.get("tensors"), path)
-        size = _layout_size(saved_layout, f"the layout in {path}")
-        if layout is not None and tuple(layout) != saved_layout:
+        size = saved_layout.size
+        if layout is not None and layout != saved_layout:
             raise CapeStateError(
-                f"{path} was saved for tensors {_describe(saved_layout)}, but round "
-                f"{round_name!r} has tensors {_describe(tuple(layout))} now"
+                f"{path} was saved for tensors {saved_layout}, but round "
+                f"{round_name!r} has tensors {layout} now"
             )
         planned = _names(data.get("planned"), path, "planned")
         draws = _read_vector(folder, data.get("draws"), size, path, "draws")
@@ -396,26 +375,11 @@ def _names(value: Any, path: Path, field: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _parse_layout(value: Any, path: Path) -> tuple[TensorSlot, ...]:
-    if not isinstance(value, list) or not value:
-        raise CapeStateError(f"{path}: field 'tensors' must be a non-empty list")
-    slots = []
-    for number, item in enumerate(value):
-        try:
-            name, shape = item["name"], item["shape"]
-            offset, size = item["offset"], item["size"]
-            if not isinstance(name, str) or not isinstance(shape, list):
-                raise TypeError
-            dims = tuple(int(n) for n in shape)
-            if not all(isinstance(n, int) for n in (offset, size, *shape)):
-                raise TypeError
-        except (KeyError, TypeError, ValueError):
-            raise CapeStateError(
-                f"{path}: tensor {number} of field 'tensors' must have a name, a shape (list of "
-                f"integers), an offset and a size; got {item!r}"
-            ) from None
-        slots.append(TensorSlot(name, dims, offset, size))
-    return tuple(slots)
+def _parse_layout(value: Any, path: Path) -> Layout:
+    try:
+        return Layout.from_json(value)
+    except LayoutError as error:
+        raise CapeStateError(f"{path}: field 'tensors' is not a tensor layout: {error}") from None
 
 
 def _read_vector(folder: Path, entry: Any, size: int, record: Path, what: str) -> U64:
@@ -441,9 +405,9 @@ def _read_vector(folder: Path, entry: Any, size: int, record: Path, what: str) -
             f"found dtype {array.dtype} with shape {array.shape}"
         )
     vector = np.ascontiguousarray(array, dtype=np.uint64)
-    if payload_sha256(vector) != entry["sha256"]:
+    if payload_digest(vector).hex() != entry["sha256"]:
         raise CapeStateError(
-            f"{path} has sha256 {payload_sha256(vector)[:16]}…, but {record} records "
+            f"{path} has sha256 {payload_digest(vector).hex()[:16]}…, but {record} records "
             f"{str(entry['sha256'])[:16]}…; the file was changed or damaged"
         )
     return vector

@@ -23,10 +23,9 @@ together, checked and hashed in one pass by ``proto.chunks.PayloadAssembler``.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -35,7 +34,8 @@ import grpc
 import numpy as np
 from numpy.typing import NDArray
 
-from proto.chunks import CHUNK_BYTES, PayloadAssembler, PayloadError, TensorSlot, payload_chunks
+from noise.layout import Layout
+from proto.chunks import CHUNK_BYTES, PayloadAssembler, PayloadError, payload_chunks, payload_header
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 
@@ -45,14 +45,10 @@ __all__ = [
     "CoordinatorError",
     "CoordinatorUnreachable",
     "RetryPolicy",
-    "TensorSlot",
     "assemble_payload",
-    "chunk_payload",
-    "payload_header",
 ]
 
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-_U64 = np.dtype("<u8")
 
 _R = TypeVar("_R")
 
@@ -107,35 +103,6 @@ class RetryPolicy:
         return rng.uniform(0.0, ceiling)
 
 
-def payload_header(
-    payload: NDArray[np.uint64], tensors: Sequence[TensorSlot], fixed_point_bits: int
-) -> pb.PayloadHeader:
-    """Size, SHA-256 (raw 32 bytes of the little-endian words), scale and layout."""
-    data = np.ascontiguousarray(payload, dtype=_U64)
-    return pb.PayloadHeader(
-        total_bytes=data.nbytes,
-        total_elements=data.size,
-        sha256=hashlib.sha256(data.view(np.uint8).data).digest(),
-        fixed_point_bits=fixed_point_bits,
-        tensors=[
-            pb.TensorLayout(name=t.name, shape=list(t.shape), offset=t.offset, size=t.size)
-            for t in tensors
-        ],
-    )
-
-
-def chunk_payload(payload: NDArray[np.uint64]) -> Iterator[pb.PayloadChunk]:
-    """The payload's little-endian bytes in order, at most :data:`CHUNK_BYTES` per chunk."""
-    return payload_chunks(np.ascontiguousarray(payload, dtype=_U64).view(np.uint8).data)
-
-
-def layout_of(tensors: Sequence[pb.TensorLayout]) -> tuple[TensorSlot, ...]:
-    return tuple(
-        TensorSlot(t.name, tuple(int(n) for n in t.shape), int(t.offset), int(t.size))
-        for t in tensors
-    )
-
-
 def assemble_payload(
     header: pb.PayloadHeader, chunks: Iterable[pb.PayloadChunk], *, what: str
 ) -> NDArray[np.uint64]:
@@ -148,7 +115,7 @@ def assemble_payload(
         assembler = PayloadAssembler(header)
         for chunk in chunks:
             assembler.add(chunk)
-        return assembler.finish_words()
+        return assembler.finish()
     except PayloadError as error:
         raise PayloadError(f"{what}: {error}") from None
 
@@ -277,7 +244,7 @@ class CoordinatorClient:
         round_index: int,
         round_name: str,
         payload: NDArray[np.uint64],
-        tensors: Sequence[TensorSlot],
+        layout: Layout,
         fixed_point_bits: int,
         roster_hash: bytes,
         statement_signature: bytes,
@@ -293,14 +260,14 @@ class CoordinatorClient:
             round_index=round_index,
             round_name=round_name,
             node_id=self.node_id,
-            payload=payload_header(payload, tensors, fixed_point_bits),
+            payload=payload_header(payload, layout, fixed_point_bits),
             roster_hash=roster_hash,
             statement_signature=statement_signature,
         )
 
         def messages() -> Iterator[pb.UploadChunk]:
             yield pb.UploadChunk(header=header)
-            for chunk in chunk_payload(payload):
+            for chunk in payload_chunks(payload):
                 yield pb.UploadChunk(data=chunk)
 
         receipt: pb.UploadReceipt = self._call(
@@ -379,7 +346,7 @@ class CoordinatorClient:
         *,
         request: pb.UnmaskRequest,
         payload: NDArray[np.uint64],
-        tensors: Sequence[TensorSlot],
+        layout: Layout,
         fixed_point_bits: int,
     ) -> pb.UnmaskReceipt:
         header = pb.UnmaskHeader(
@@ -389,12 +356,12 @@ class CoordinatorClient:
             node_id=self.node_id,
             dropped_node_ids=list(request.dropped_node_ids),
             survivor_hash=request.survivor_hash,
-            payload=payload_header(payload, tensors, fixed_point_bits),
+            payload=payload_header(payload, layout, fixed_point_bits),
         )
 
         def messages() -> Iterator[pb.UnmaskChunk]:
             yield pb.UnmaskChunk(header=header)
-            for chunk in chunk_payload(payload):
+            for chunk in payload_chunks(payload):
                 yield pb.UnmaskChunk(data=chunk)
 
         return self._call("SubmitUnmask", lambda t: self._stub.SubmitUnmask(messages(), timeout=t))

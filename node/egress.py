@@ -59,8 +59,11 @@ from node.receipt import (
     SDCEvidence,
     TensorEntry,
     check_layout,
+    entries_layout,
     json_number,
 )
+from noise.fixed_point import FixedPointCodec
+from noise.layout import Layout, payload_digest
 
 __all__ = [
     "ACRO_RESULTS_VERSION",
@@ -69,10 +72,8 @@ __all__ = [
     "EgressBundle",
     "EgressError",
     "EgressIntegrityError",
-    "decode_payload",
     "egress_folder",
     "load_payload",
-    "payload_sha256",
 ]
 
 EGRESS_FORMAT = "zerosum-egress"
@@ -108,17 +109,6 @@ class EgressIntegrityError(Exception):
 def egress_folder(out: Path, round_index: int) -> Path:
     """``OUT/egress/round-<r>``: what may leave the TRE after approval."""
     return Path(out) / "egress" / f"round-{round_index}"
-
-
-def payload_sha256(payload: NDArray[np.uint64]) -> str:
-    """Hex SHA-256 of the little-endian uint64 words, as the upload header carries it."""
-    return hashlib.sha256(np.ascontiguousarray(payload, dtype=_U64).tobytes()).hexdigest()
-
-
-def decode_payload(payload: NDArray[np.uint64], fixed_point_bits: int) -> NDArray[np.float64]:
-    """Two's-complement fixed point to float: ``int64(w) / 2^F`` (exact power-of-two scaling)."""
-    signed = np.ascontiguousarray(payload, dtype=_U64).view(np.int64)
-    return np.ldexp(signed.astype(np.float64), -fixed_point_bits)
 
 
 def _sha256_file(path: Path) -> str:
@@ -184,20 +174,23 @@ class EgressBundle:
                 return entry
         raise KeyError(f"egress of round {self.round_index} has no tensor {name!r}")
 
+    @property
+    def layout(self) -> Layout:
+        return entries_layout(self.tensors)
+
     def decoded(self) -> dict[str, NDArray[np.float64]]:
         """Every tensor decoded to floats, reshaped to its declared shape."""
-        flat = decode_payload(self.payload, self.fixed_point_bits)
-        return {t.name: flat[t.offset : t.offset + t.size].reshape(t.shape) for t in self.tensors}
+        return self.layout.decode(self.payload, FixedPointCodec(self.fixed_point_bits))
 
     @property
     def payload_sha256(self) -> str:
-        return payload_sha256(self.payload)
+        return payload_digest(self.payload).hex()
 
     # -- file content ---------------------------------------------------
 
     def values_csv(self) -> bytes:
         """``tensor,index,element,value`` rows; values in Python's shortest round-trip form."""
-        flat = decode_payload(self.payload, self.fixed_point_bits)
+        flat = FixedPointCodec(self.fixed_point_bits).decode(self.payload)
         lines = ["tensor,index,element,value"]
         for t in self.tensors:
             name = _csv_field(t.name)

@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import NDArray
 
-from node.client import TensorSlot
 from node.release import ReleaseNoise
 from noise.fixed_point import FixedPointCodec
+from noise.layout import Layout, TensorSlot
 from noise.masks import cape_blinding, cape_draw, cape_mask, pair_terms, pairwise_mask
 from noise.residual import residual_noise
 
@@ -38,8 +38,6 @@ __all__ = [
     "cape_draws",
     "cape_masks",
     "cape_sum_payload",
-    "encode_tensors",
-    "layout_of_tensors",
     "mask_key",
     "pairwise_masks",
     "unmask_corrections",
@@ -48,51 +46,17 @@ __all__ = [
 U64 = NDArray[np.uint64]
 
 
-def layout_of_tensors(tensors: Mapping[str, ArrayLike]) -> tuple[TensorSlot, ...]:
-    """Back-to-back layout of ``tensors`` in mapping order (offsets and sizes in words)."""
-    slots = []
-    offset = 0
-    for name, value in tensors.items():
-        shape = tuple(int(n) for n in np.shape(value))
-        size = math.prod(shape)
-        slots.append(TensorSlot(name, shape, offset, size))
-        offset += size
-    return tuple(slots)
-
-
-def _total(layout: Sequence[TensorSlot]) -> int:
-    return layout[-1].offset + layout[-1].size if layout else 0
-
-
-def encode_tensors(
-    tensors: Mapping[str, ArrayLike], layout: Sequence[TensorSlot], codec: FixedPointCodec
-) -> U64:
-    """q(x): every tensor encoded into its slot (FixedPointError names a bad entry)."""
-    out = np.empty(_total(layout), dtype=np.uint64)
-    for slot in layout:
-        value = np.asarray(tensors[slot.name], dtype=np.float64)
-        if value.shape != slot.shape:
-            raise ValueError(
-                f"tensor {slot.name!r} has shape {value.shape}; the layout expects {slot.shape}"
-            )
-        out[slot.offset : slot.offset + slot.size] = codec.encode(
-            value.reshape(-1), tensor=slot.name
-        )
-    return out
-
-
 def pairwise_masks(
     noise: ReleaseNoise,
     seeds: Mapping[str, bytes],
-    layout: Sequence[TensorSlot],
+    layout: Layout,
     *,
     round_index: int,
     codec: FixedPointCodec,
 ) -> U64:
     """m_k for every tensor: the pairwise zero-sum mask in the tensor's own scale."""
-    out = np.empty(_total(layout), dtype=np.uint64)
-    for slot in layout:
-        out[slot.offset : slot.offset + slot.size] = pairwise_mask(
+    mask: U64 = layout.build(
+        lambda slot: pairwise_mask(
             noise.design(slot.name),
             noise.node_id,
             seeds,
@@ -101,13 +65,14 @@ def pairwise_masks(
             size=slot.size,
             codec=codec,
         )
-    return out
+    )
+    return mask
 
 
 MaskKey = tuple[int, tuple[tuple[TensorSlot, tuple[tuple[str, float], ...]], ...]]
 
 
-def mask_key(noise: ReleaseNoise, layout: Sequence[TensorSlot], *, round_index: int) -> MaskKey:
+def mask_key(noise: ReleaseNoise, layout: Layout, *, round_index: int) -> MaskKey:
     """Everything :func:`pairwise_masks` depends on besides the session's seeds and codec.
 
     Per tensor slot: its name, shape, offset and size, and this node's pair
@@ -154,7 +119,7 @@ class MaskPrefetch:
         self.hits = 0
         self.misses = 0
 
-    def start(self, noise: ReleaseNoise, layout: Sequence[TensorSlot], *, round_index: int) -> None:
+    def start(self, noise: ReleaseNoise, layout: Layout, *, round_index: int) -> None:
         """Begin drawing the mask for these arguments (replaces any earlier start)."""
         key = mask_key(noise, layout, round_index=round_index)
         with self._lock:
@@ -166,13 +131,13 @@ class MaskPrefetch:
                 pairwise_masks,
                 noise,
                 self._seeds,
-                tuple(layout),
+                layout,
                 round_index=round_index,
                 codec=self._codec,
             )
             self._pending = (key, future)
 
-    def take(self, noise: ReleaseNoise, layout: Sequence[TensorSlot], *, round_index: int) -> U64:
+    def take(self, noise: ReleaseNoise, layout: Layout, *, round_index: int) -> U64:
         """The mask of :func:`pairwise_masks` for these arguments (prefetched when it matches)."""
         key = mask_key(noise, layout, round_index=round_index)
         with self._lock:
@@ -205,16 +170,15 @@ class MaskPrefetch:
 def unmask_corrections(
     noise: ReleaseNoise,
     seeds: Mapping[str, bytes],
-    layout: Sequence[TensorSlot],
+    layout: Layout,
     dropped: Sequence[str],
     *,
     round_index: int,
     codec: FixedPointCodec,
 ) -> U64:
     """Σ_{j∈D} ±q(c_kj·z_kj) per tensor: what the coordinator subtracts to cancel the dropped."""
-    out = np.empty(_total(layout), dtype=np.uint64)
-    for slot in layout:
-        out[slot.offset : slot.offset + slot.size] = pair_terms(
+    corrections: U64 = layout.build(
+        lambda slot: pair_terms(
             noise.design(slot.name),
             noise.node_id,
             seeds,
@@ -224,13 +188,14 @@ def unmask_corrections(
             size=slot.size,
             codec=codec,
         )
-    return out
+    )
+    return corrections
 
 
 def add_residual_noise(
     payload: U64,
     noise: ReleaseNoise,
-    layout: Sequence[TensorSlot],
+    layout: Layout,
     codec: FixedPointCodec,
     rng: np.random.Generator | None = None,
 ) -> U64:
@@ -249,18 +214,21 @@ def add_residual_noise(
 
 def cape_draws(
     noise: ReleaseNoise,
-    layout: Sequence[TensorSlot],
+    layout: Layout,
     codec: FixedPointCodec,
     rng: np.random.Generator,
 ) -> U64:
     """q(ê_k) for every tensor, ê_k ~ N(0, τ_t²), from a private generator."""
-    out = np.empty(_total(layout), dtype=np.uint64)
-    for slot in layout:
-        tau = math.sqrt(noise.design(slot.name).cape_variance)
-        out[slot.offset : slot.offset + slot.size] = cape_draw(
-            slot.size, tau, rng, codec, tensor=slot.name
+    draws: U64 = layout.build(
+        lambda slot: cape_draw(
+            slot.size,
+            math.sqrt(noise.design(slot.name).cape_variance),
+            rng,
+            codec,
+            tensor=slot.name,
         )
-    return out
+    )
+    return draws
 
 
 def cape_sum_payload(
@@ -268,14 +236,13 @@ def cape_sum_payload(
     participants: Sequence[str],
     node_id: str,
     seeds: Mapping[str, bytes],
-    layout: Sequence[TensorSlot],
+    layout: Layout,
     *,
     round_index: int,
 ) -> U64:
     """q(ê_k) + uniform pairwise blinding: this node's share of CAPE's secure sum."""
-    out = draws.copy()
-    for slot in layout:
-        out[slot.offset : slot.offset + slot.size] += cape_blinding(
+    blinding: U64 = layout.build(
+        lambda slot: cape_blinding(
             participants,
             node_id,
             seeds,
@@ -283,7 +250,8 @@ def cape_sum_payload(
             tensor=slot.name,
             size=slot.size,
         )
-    return out
+    )
+    return draws + blinding
 
 
 def cape_masks(draws: U64, total: U64, participants: Sequence[str], node_id: str) -> U64:

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from noise.layout import Layout, LayoutError, TensorSlot
+
 __all__ = [
     "GAUSSIAN_MECHANISM",
     "DPReceipt",
@@ -24,15 +26,12 @@ __all__ = [
     "SDCEvidence",
     "TensorEntry",
     "check_layout",
+    "entries_layout",
     "json_number",
     "parse_json_number",
 ]
 
 GAUSSIAN_MECHANISM = "Gaussian (analytic, Balle & Wang 2018)"
-
-
-class LayoutError(ValueError):
-    """A release's tensor layout or one of its declared figures is wrong."""
 
 
 def json_number(value: float) -> float | str:
@@ -265,34 +264,23 @@ class SDCEvidence:
             raise LayoutError(f"manifest SDC evidence is malformed: {exc}") from exc
 
 
-def check_layout(tensors: Sequence[TensorEntry], total: int | None = None) -> None:
-    """Tensors must be uniquely named, back to back from 0, size = Π shape, and fill ``total``."""
-    seen: set[str] = set()
-    position = 0
+def entries_layout(tensors: Sequence[TensorEntry]) -> Layout:
+    """The payload layout the manifest entries declare (LayoutError when malformed)."""
+    return Layout(TensorSlot(e.name, e.shape, e.offset, e.size) for e in tensors)
+
+
+def check_layout(tensors: Sequence[TensorEntry], total: int | None = None) -> Layout:
+    """The entries' layout, checked: back to back from 0, size = Π shape, filling ``total``.
+
+    Each declared σ and sensitivity must be finite and >= 0.
+    """
+    layout = entries_layout(tensors)
     for entry in tensors:
-        if not entry.name:
-            raise LayoutError("every tensor needs a non-empty name")
-        if entry.name in seen:
-            raise LayoutError(f"tensor name {entry.name!r} appears twice in the layout")
-        seen.add(entry.name)
-        if any(n < 0 for n in entry.shape):
-            raise LayoutError(f"tensor {entry.name!r} has a negative dimension in {entry.shape}")
-        expected = math.prod(entry.shape)
-        if entry.size != expected:
-            raise LayoutError(
-                f"tensor {entry.name!r} has size {entry.size} but its shape {entry.shape} "
-                f"holds {expected} entries"
-            )
-        if entry.offset != position:
-            raise LayoutError(
-                f"tensor {entry.name!r} starts at offset {entry.offset}; expected {position} "
-                "(tensors must follow each other without gaps)"
-            )
         for what, value in (("sigma", entry.sigma), ("sensitivity", entry.sensitivity)):
             if not math.isfinite(value) or value < 0:
                 raise LayoutError(
                     f"tensor {entry.name!r} has {what} {value!r}; it must be finite and >= 0"
                 )
-        position += entry.size
-    if total is not None and position != total:
-        raise LayoutError(f"the layout covers {position} entries but the payload holds {total}")
+    if total is not None and layout.size != total:
+        raise LayoutError(f"the layout covers {layout.size} entries but the payload holds {total}")
+    return layout

@@ -120,15 +120,13 @@ from node.approval import ApprovalGate, ApprovalRejected, read_approval, verify_
 from node.atomic import atomic_write_json, atomic_write_text
 from node.audit import AUDIT, AuditRecord, audit_folder, write_audit
 from node.cape_state import CapeMaterial, CapeStateError, CapeStore, CapeSum
-from node.client import CoordinatorClient, CoordinatorError, RetryPolicy, TensorSlot
+from node.client import CoordinatorClient, CoordinatorError, RetryPolicy
 from node.cohort import LocalCohort, load_cohort
 from node.egress import (
     MANIFEST,
     EgressBundle,
     EgressIntegrityError,
-    decode_payload,
     egress_folder,
-    payload_sha256,
 )
 from node.ledger import PrivacyLedger
 from node.masking import (
@@ -137,8 +135,6 @@ from node.masking import (
     cape_draws,
     cape_masks,
     cape_sum_payload,
-    encode_tensors,
-    layout_of_tensors,
     unmask_corrections,
 )
 from node.receipt import SDCEvidence
@@ -163,6 +159,7 @@ from noise.errors import InfeasibleDesignError, NoiseError
 from noise.federation import FederationConfig, check_stream, config_hash, load_federation
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
+from noise.layout import Layout, payload_digest
 from noise.masks import cape_blinding
 from noise.stream import os_generator
 from proto.zerosum.v1 import session_pb2 as pb
@@ -692,7 +689,7 @@ class NodeRunner:
         model_round = name.removeprefix(CAPE_SUM_PREFIX)
         if model_round not in self.plan.round_names:
             raise SessionFailed(f"the coordinator aggregated {name!r} for an unknown model round")
-        layout = layout_of_tensors(self.plan.tensors(model_round))
+        layout = Layout.of_tensors(self.plan.tensors(model_round))
         state = None
         if needed:
             # Aggregated with this node's share, so its draws are needed again.
@@ -735,7 +732,7 @@ class NodeRunner:
         assert self.config is not None
         # The local tensors give the aggregate's layout (and the plan's state
         # for the round); nothing of them is sent again.
-        layout = layout_of_tensors(self.plan.tensors(name))
+        layout = Layout.of_tensors(self.plan.tensors(name))
         noise = plan_release(self.config, participants, self.node_id, self.plan.sensitivities(name))
         # The aggregate must count the very payload this node's bundle holds.
         bundle = self._bundle_before_restart(index, name)
@@ -743,15 +740,14 @@ class NodeRunner:
         result = self._await_result(index, name, layout, participants, noise, own_sha256=own)
         if result is None:
             raise SessionFailed(f"round {index} ({name!r}) was aggregated but is now superseded")
-        values = decode_payload(result, self.config.fixed_point_bits)
-        self.plan.receive(name, aggregate_tensors(values, layout))
+        self.plan.receive(name, layout.decode(result, self.codec))
 
     def _model_round(self, index: int, name: str, participants: tuple[str, ...]) -> None:
         assert self.config is not None
         self._unsent_round = index
         tensors = self.plan.tensors(name)
-        layout = layout_of_tensors(tensors)
-        clean = encode_tensors(tensors, layout, self.codec)
+        layout = Layout.of_tensors(tensors)
+        clean = layout.encode(tensors, self.codec)
         earlier = self._bundle_before_restart(index, name)
         residual_rng = self.options.rng
         cape = self.config.privacy.noise_design.construction == "cape"
@@ -805,7 +801,7 @@ class NodeRunner:
             round_index=index,
             round_name=name,
             payload=egress,
-            tensors=layout,
+            layout=layout,
             fixed_point_bits=self.config.fixed_point_bits,
             roster_hash=self.roster.roster_hash,
             statement_signature=sign_upload_statement(
@@ -815,7 +811,7 @@ class NodeRunner:
                 round_index=index,
                 round_name=name,
                 roster_hash=self.roster.roster_hash,
-                payload_sha256=bytes.fromhex(payload_sha256(egress)),
+                payload_sha256=payload_digest(egress),
             ),
         )
         self._unsent_round = None
@@ -828,8 +824,7 @@ class NodeRunner:
         if result is None:
             self.say(f"round {index} ({name!r}) is superseded; waiting for the rerun")
             return
-        values = decode_payload(result, self.config.fixed_point_bits)
-        self.plan.receive(name, aggregate_tensors(values, layout))
+        self.plan.receive(name, layout.decode(result, self.codec))
         self.say(f"round {index} ({name!r}) aggregated")
         self._prefetch(index + 1, self._last_survivors)
 
@@ -852,7 +847,7 @@ class NodeRunner:
             return
         name = self.plan.round_names[index]
         try:
-            layout = layout_of_tensors(self.plan.tensors(name))
+            layout = Layout.of_tensors(self.plan.tensors(name))
             noise = plan_release(
                 self.config, participants, self.node_id, self.plan.sensitivities(name)
             )
@@ -865,7 +860,7 @@ class NodeRunner:
         *,
         index: int,
         name: str,
-        layout: Sequence[TensorSlot],
+        layout: Layout,
         noise: ReleaseNoise,
         clean: U64,
         egress: U64,
@@ -934,7 +929,7 @@ class NodeRunner:
         *,
         index: int,
         name: str,
-        layout: Sequence[TensorSlot],
+        layout: Layout,
         noise: ReleaseNoise,
         folder: Path,
         egress: U64,
@@ -1029,7 +1024,7 @@ class NodeRunner:
         return bundle
 
     def _earlier_noise(
-        self, bundle: EgressBundle, participants: tuple[str, ...], layout: Sequence[TensorSlot]
+        self, bundle: EgressBundle, participants: tuple[str, ...], layout: Layout
     ) -> ReleaseNoise:
         """The round's noise plan, checked against the one ``bundle`` declares.
 
@@ -1046,7 +1041,7 @@ class NodeRunner:
         self,
         bundle: EgressBundle,
         participants: tuple[str, ...],
-        layout: Sequence[TensorSlot],
+        layout: Layout,
         clean: U64,
     ) -> ReleaseNoise:
         """The CAPE noise plan of ``bundle`` (written before a restart), checked bit for bit.
@@ -1080,7 +1075,7 @@ class NodeRunner:
         return state.noise
 
     def _check_bundle_noise(
-        self, bundle: EgressBundle, noise: ReleaseNoise, layout: Sequence[TensorSlot]
+        self, bundle: EgressBundle, noise: ReleaseNoise, layout: Layout
     ) -> None:
         """Raise unless ``bundle`` declares the tensors and σ of ``noise`` over ``layout``."""
         name = bundle.round_name
@@ -1104,7 +1099,7 @@ class NodeRunner:
         *,
         index: int,
         name: str,
-        layout: Sequence[TensorSlot],
+        layout: Layout,
         noise: ReleaseNoise,
         clean: U64,
         bundle: EgressBundle,
@@ -1162,7 +1157,7 @@ class NodeRunner:
         if model_round not in self.plan.round_names:
             raise SessionFailed(f"the coordinator opened {name!r} for an unknown model round")
         tensors = self.plan.tensors(model_round)
-        layout = layout_of_tensors(tensors)
+        layout = Layout.of_tensors(tensors)
         noted = self._noted_share(index)
         if noted is not None:
             self._cape_sent.add(model_round)
@@ -1189,7 +1184,7 @@ class NodeRunner:
         payload = cape_sum_payload(
             state.draws, participants, self.node_id, self.seeds, layout, round_index=index
         )
-        digest = payload_sha256(payload)
+        digest = payload_digest(payload).hex()
         note = egress_folder(self.out, index) / CAPE_SUM_NOTE
         if noted is not None:
             mine = (index, name, self.node_id, list(participants), digest)
@@ -1226,7 +1221,7 @@ class NodeRunner:
             round_index=index,
             round_name=name,
             payload=payload,
-            tensors=layout,
+            layout=layout,
             fixed_point_bits=self.config.fixed_point_bits,
             roster_hash=self.roster.roster_hash,
             statement_signature=sign_upload_statement(
@@ -1252,7 +1247,7 @@ class NodeRunner:
         state: _CapeState,
         index: int,
         result: U64,
-        layout: Sequence[TensorSlot],
+        layout: Layout,
     ) -> None:
         """S of CAPE-sum round ``index`` (aggregated over ``_last_survivors``) into ``state``."""
         state.total = result
@@ -1264,7 +1259,7 @@ class NodeRunner:
 
     # ------------------------------------------------------------ CAPE material on disk
 
-    def _cape_state(self, model_round: str, layout: Sequence[TensorSlot]) -> _CapeState | None:
+    def _cape_state(self, model_round: str, layout: Layout) -> _CapeState | None:
         """This node's CAPE state of ``model_round``: in memory, else saved before a restart.
 
         None when there is none; a node that sent a share of the round
@@ -1283,7 +1278,7 @@ class NodeRunner:
                 session_id=self.session_id,
                 node_id=self.node_id,
                 config_hash=self.config_hash,
-                layout=tuple(layout),
+                layout=layout,
             )
         except CapeStateError as error:
             raise SessionFailed(
@@ -1320,7 +1315,7 @@ class NodeRunner:
         self.say(f"CAPE material of {model_round!r} loaded from {folder}")
         return state
 
-    def _save_cape(self, model_round: str, state: _CapeState, layout: Sequence[TensorSlot]) -> None:
+    def _save_cape(self, model_round: str, state: _CapeState, layout: Layout) -> None:
         """Save ``state`` in ``OUT/audit/cape-<round>/`` (node/cape_state.py), checked."""
         cape_sum = None
         if state.total is not None:
@@ -1331,7 +1326,7 @@ class NodeRunner:
             node_id=self.node_id,
             config_hash=self.config_hash,
             round_name=model_round,
-            layout=tuple(layout),
+            layout=layout,
             planned=state.planned,
             draws=state.draws,
             residual=state.residual,
@@ -1369,7 +1364,7 @@ class NodeRunner:
         self,
         index: int,
         name: str,
-        layout: Sequence[TensorSlot],
+        layout: Layout,
         participants: tuple[str, ...],
         noise: ReleaseNoise,
         *,
@@ -1443,7 +1438,7 @@ class NodeRunner:
         self,
         request: pb.UnmaskRequest,
         name: str,
-        layout: Sequence[TensorSlot],
+        layout: Layout,
         participants: tuple[str, ...],
         noise: ReleaseNoise,
         *,
@@ -1524,10 +1519,9 @@ class NodeRunner:
                     dropped=sorted(revealed),
                     survivors=ask.survivors,
                 )
-            corrections = np.empty(layout[-1].offset + layout[-1].size, dtype=np.uint64)
             pad_partners = sorted({self.node_id, *ask.dropped})
-            for slot in layout:
-                corrections[slot.offset : slot.offset + slot.size] = cape_blinding(
+            corrections = layout.build(
+                lambda slot: cape_blinding(
                     pad_partners,
                     self.node_id,
                     self.seeds,
@@ -1535,6 +1529,7 @@ class NodeRunner:
                     tensor=slot.name,
                     size=slot.size,
                 )
+            )
         elif self.config.privacy.noise_design.construction == "cape":
             self._refuse(
                 request,
@@ -1572,7 +1567,7 @@ class NodeRunner:
             self.client.submit_unmask(
                 request=request,
                 payload=corrections,
-                tensors=layout,
+                layout=layout,
                 fixed_point_bits=self.config.fixed_point_bits,
             )
         except CoordinatorError as error:
@@ -1630,13 +1625,3 @@ def _json_object(path: Path) -> dict[str, object] | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
-
-
-def aggregate_tensors(
-    values: NDArray[np.float64], layout: Sequence[TensorSlot]
-) -> dict[str, NDArray[np.float64]]:
-    """Split a decoded aggregate back into named tensors of their declared shapes."""
-    return {
-        slot.name: values[slot.offset : slot.offset + slot.size].reshape(slot.shape)
-        for slot in layout
-    }

@@ -9,9 +9,10 @@ import pytest
 
 from node.approval import read_approval, verify_approval
 from node.egress import EgressBundle
-from node.masking import encode_tensors, layout_of_tensors, pairwise_masks
+from node.masking import pairwise_masks
 from node.receipt import SDCEvidence
 from noise.keys import IdentityKey
+from noise.layout import Layout
 from tests.node.test_runner_units import CODEC, SESSION, _config, _noise, _seeds, _tensors
 from zerosum.cli import main
 
@@ -20,9 +21,9 @@ from zerosum.cli import main
 def bundle_folder(tmp_path: Path) -> Path:
     ids = ["a", "b", "c"]
     tensors = _tensors(0)
-    layout = layout_of_tensors(tensors)
+    layout = Layout.of_tensors(tensors)
     noise = _noise(_config(ids), ids, "a")
-    clean = encode_tensors(tensors, layout, CODEC)
+    clean = layout.encode(tensors, CODEC)
     bundle = EgressBundle(
         session_id=SESSION,
         round_index=1,

@@ -20,8 +20,9 @@ from cryptography.x509.verification import PolicyBuilder, Store
 
 from noise.federation import config_hash, load_federation
 from noise.keys import IdentityKey
+from noise.layout import Layout
 from noise.stream import stream_fingerprint
-from proto.chunks import PayloadAssembler, pack_tensors, payload_chunks, payload_header
+from proto.chunks import PayloadAssembler, payload_chunks, payload_header
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from zerosum import pki
@@ -205,7 +206,7 @@ class _Echo(pb_grpc.CoordinatorServicer):
         assembler = PayloadAssembler(first.header.payload)
         for chunk in request_iterator:
             assembler.add(chunk.data)
-        data = assembler.finish()
+        data = assembler.finish().astype("<u8").tobytes()
         return pb.UploadReceipt(
             node_id=pki.node_id_from_auth_context(context.auth_context()),
             sha256=hashlib.sha256(data).digest(),
@@ -289,14 +290,16 @@ def test_a_20_mb_upload_streams_under_the_default_message_limit(
         "scatter": rng.integers(0, 2**64, size=(1600, 1600), dtype=np.uint64),
         "n": np.array(412, dtype=np.uint64),
     }
-    data, layouts = pack_tensors(tensors)
+    layout = Layout.of_tensors(tensors)
+    words = layout.build(lambda slot: tensors[slot.name])
+    data = words.astype("<u8").tobytes()
     assert len(data) > 20_000_000
     header = pb.UploadHeader(
         session_id="s1",
         round_index=1,
         round_name="scatter",
         node_id="south",
-        payload=payload_header(data, layouts, fixed_point_bits=32),
+        payload=payload_header(words, layout, fixed_point_bits=32),
     )
 
     def messages() -> Iterator[pb.UploadChunk]:

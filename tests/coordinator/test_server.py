@@ -585,7 +585,7 @@ def test_layout_mismatch_between_nodes_is_invalid_argument(harness: Harness) -> 
         lambda: send(
             harness, "b", upload_messages(harness, "b", 0, as_bytes(data["b"]), layout=renamed)
         ),
-        words="tensor 'rest' is not in this round's layout",
+        words="tensor 'rest' stands where 'tail' (20,) belongs in this round's layout",
     )
 
 

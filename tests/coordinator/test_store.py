@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from coordinator.errors import StateFileError
-from coordinator.layout import TensorSlot
 from coordinator.store import SCHEMA_VERSION, Store, UploadRow, payload_dir_for
+from noise.layout import Layout
 
-LAYOUT = (TensorSlot("t", (2,), 0, 2),)
+LAYOUT = Layout.of({"t": (2,)})
 
 
 @pytest.fixture

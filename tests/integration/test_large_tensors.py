@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from node.client import CHUNK_BYTES, CoordinatorClient, RetryPolicy, TensorSlot
-from node.egress import payload_sha256
+from node.client import CHUNK_BYTES, CoordinatorClient, RetryPolicy
 from node.roster import VerifiedRoster, verify_roster
 from node.statements import check_statements, sign_upload_statement
 from noise.federation import config_hash
 from noise.fixed_point import wrapping_sum
 from noise.keys import EphemeralKey, sign_key_bundle
+from noise.layout import Layout, TensorSlot, payload_digest
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.integration.conftest import Federation, Processes, SessionRun, init_federation
 
@@ -38,9 +38,11 @@ pytestmark = pytest.mark.integration
 
 NODES = ("a", "b", "c")
 WORDS = 2_600_000
-LAYOUT = (
-    TensorSlot("block", (1000, 1300), 0, 1_300_000),
-    TensorSlot("tail", (1_300_000,), 1_300_000, 1_300_000),
+LAYOUT = Layout(
+    (
+        TensorSlot("block", (1000, 1300), 0, 1_300_000),
+        TensorSlot("tail", (1_300_000,), 1_300_000, 1_300_000),
+    )
 )
 
 
@@ -135,7 +137,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
         round_index: int,
         round_name: str,
         payload: NDArray[np.uint64],
-        layout: tuple[TensorSlot, ...],
+        layout: Layout,
     ) -> pb.UploadReceipt:
         roster = rosters[node].roster_hash
         return clients[node].upload(
@@ -143,7 +145,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
             round_index=round_index,
             round_name=round_name,
             payload=payload,
-            tensors=layout,
+            layout=layout,
             fixed_point_bits=bits,
             roster_hash=roster,
             statement_signature=sign_upload_statement(
@@ -153,7 +155,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
                 round_index=round_index,
                 round_name=round_name,
                 roster_hash=roster,
-                payload_sha256=bytes.fromhex(payload_sha256(payload)),
+                payload_sha256=payload_digest(payload),
             ),
         )
 
@@ -203,7 +205,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
     assert unchanged is not None and np.array_equal(unchanged, expected)
 
     # A small last round lets the session complete and the coordinator exit.
-    small = (TensorSlot("v", (8,), 0, 8),)
+    small = Layout.of({"v": (8,)})
     for node in NODES:
         send(node, 1, "scatter", np.full(8, ord(node), dtype=np.uint64), small)
     for node in NODES:

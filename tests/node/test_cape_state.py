@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from node.cape_state import CapeMaterial, CapeStateError, CapeStore, CapeSum
-from proto.chunks import TensorSlot
+from noise.layout import Layout
 
 SESSION = "0123456789abcdef0123456789abcdef"
 CONFIG_HASH = bytes(range(32))
-LAYOUT = (TensorSlot("n", (), 0, 1), TensorSlot("sum_x", (2, 3), 1, 6))
+LAYOUT = Layout.of({"n": (), "sum_x": (2, 3)})
 IDS = ("a", "b", "c")
 
 
@@ -138,7 +138,7 @@ def test_only_what_the_record_names_is_read_back(tmp_path: Path) -> None:
             lambda f: (f / "cape.json").write_text(
                 (f / "cape.json").read_text().replace('"size": 6', '"size": 5')
             ),
-            r"not back to back: tensor 'sum_x' \(2, 3\) at word 1 of 5 words",
+            r"field 'tensors' is not a tensor layout: tensor 'sum_x' has size 5",
         ),
     ],
     ids=["draws-changed", "residual-truncated", "sum-missing", "record-broken", "layout"],
@@ -160,8 +160,8 @@ def test_damage_is_named(tmp_path: Path, damage: object, message: str) -> None:
         ({"node_id": "b"}, r"records node_id 'a', not this node's 'b'"),
         ({"config_hash": bytes(32)}, r"records config_hash '000102"),
         (
-            {"layout": (TensorSlot("n", (), 0, 1), TensorSlot("sum_y", (2, 3), 1, 6))},
-            r"was saved for tensors \['n' \(\) at word 0, 'sum_x' \(2, 3\) at word 1\]",
+            {"layout": Layout.of({"n": (), "sum_y": (2, 3)})},
+            r"was saved for tensors Layout\(n\[\], sum_x\[2, 3\]\)",
         ),
     ],
     ids=["session", "node", "config", "layout"],

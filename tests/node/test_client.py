@@ -15,12 +15,10 @@ from node.client import (
     CoordinatorError,
     CoordinatorUnreachable,
     RetryPolicy,
-    TensorSlot,
     assemble_payload,
-    chunk_payload,
-    payload_header,
 )
-from proto.chunks import PayloadError
+from noise.layout import Layout
+from proto.chunks import PayloadError, payload_chunks, payload_header
 
 
 class FakeRpcError(grpc.RpcError):
@@ -66,10 +64,10 @@ def _client(policy: RetryPolicy, time: FakeTime) -> CoordinatorClient:
 
 def test_chunks_are_at_most_one_mebibyte_and_reassemble_exactly() -> None:
     payload = np.arange(300_000, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    chunks = list(chunk_payload(payload))
+    chunks = list(payload_chunks(payload))
     assert [len(c.data) for c in chunks] == [CHUNK_BYTES, CHUNK_BYTES, 2_400_000 - 2 * CHUNK_BYTES]
     assert [c.offset for c in chunks] == [0, CHUNK_BYTES, 2 * CHUNK_BYTES]
-    header = payload_header(payload, [TensorSlot("w", (300_000,), 0, 300_000)], 32)
+    header = payload_header(payload, Layout.of({"w": (300_000,)}), 32)
     assert header.sha256 == hashlib.sha256(payload.astype("<u8").tobytes()).digest()
     assert header.total_bytes == 2_400_000 and header.total_elements == 300_000
     assert np.array_equal(assemble_payload(header, chunks, what="test"), payload)
@@ -77,16 +75,16 @@ def test_chunks_are_at_most_one_mebibyte_and_reassemble_exactly() -> None:
 
 def test_reassembly_rejects_gaps_and_corruption() -> None:
     payload = np.arange(10, dtype=np.uint64)
-    header = payload_header(payload, [TensorSlot("w", (10,), 0, 10)], 32)
-    chunks = list(chunk_payload(payload))
+    header = payload_header(payload, Layout.of({"w": (10,)}), 32)
+    chunks = list(payload_chunks(payload))
     chunks[0].offset = 8
     with pytest.raises(PayloadError, match="aggregate: chunk at byte 8 arrived; expected byte 0"):
         assemble_payload(header, chunks, what="aggregate")
-    corrupted = list(chunk_payload(payload + np.uint64(1)))
+    corrupted = list(payload_chunks(payload + np.uint64(1)))
     with pytest.raises(PayloadError, match="aggregate: payload SHA-256 does not match the header"):
         assemble_payload(header, corrupted, what="aggregate")
     with pytest.raises(PayloadError, match="received 40 of the 80 bytes announced"):
-        assemble_payload(header, list(chunk_payload(payload[:5])), what="aggregate")
+        assemble_payload(header, list(payload_chunks(payload[:5])), what="aggregate")
 
 
 def test_transient_failures_are_retried_with_capped_jittered_backoff() -> None:

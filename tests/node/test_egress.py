@@ -18,9 +18,7 @@ from node.egress import (
     EgressBundle,
     EgressError,
     EgressIntegrityError,
-    decode_payload,
     egress_folder,
-    payload_sha256,
 )
 from node.receipt import (
     DPReceipt,
@@ -30,6 +28,8 @@ from node.receipt import (
     TensorEntry,
     check_layout,
 )
+from noise.fixed_point import FixedPointCodec
+from noise.layout import payload_digest
 
 BITS = 32
 
@@ -98,7 +98,7 @@ def test_payload_file_is_plain_little_endian_uint64(tmp_path: Path) -> None:
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["format"] == EGRESS_FORMAT
     assert manifest["payload"]["sha256"] == hashlib.sha256(loaded.tobytes()).hexdigest()
-    assert manifest["payload"]["sha256"] == payload_sha256(bundle.payload)
+    assert manifest["payload"]["sha256"] == payload_digest(bundle.payload).hex()
 
 
 def test_manifest_declares_layout_noise_and_no_secrets(tmp_path: Path) -> None:
@@ -138,14 +138,14 @@ def test_values_csv_decodes_payload_exactly(tmp_path: Path) -> None:
     assert len(rows) == 13
     assert rows[0]["element"] == "n"
     assert rows[5]["element"] == "sxx[0][1]"
-    decoded = decode_payload(bundle.payload, BITS)
+    decoded = FixedPointCodec(BITS).decode(bundle.payload)
     assert [float(r["value"]) for r in rows] == decoded.tolist()
     assert np.array_equal(bundle.decoded()["sxx"].ravel(), decoded[4:])
 
 
-def test_decode_payload_is_twos_complement_fixed_point() -> None:
+def test_decoding_is_twos_complement_fixed_point() -> None:
     words = np.array([2**32, (-(2**31)) & (2**64 - 1), 0, 2**64 - 1], dtype=np.uint64)
-    assert decode_payload(words, 32).tolist() == [1.0, -0.5, 0.0, -(2.0**-32)]
+    assert FixedPointCodec(32).decode(words).tolist() == [1.0, -0.5, 0.0, -(2.0**-32)]
 
 
 def test_results_json_follows_acro_schema(tmp_path: Path) -> None:
@@ -259,11 +259,14 @@ def test_verify_rejects_a_manifest_whose_layout_does_not_fill_the_payload(tmp_pa
 @pytest.mark.parametrize(
     ("tensors", "message"),
     [
-        ((TensorEntry("a", (2,), 0, 3, 1.0, 1.0, ""),), "has size 3 but its shape"),
-        ((TensorEntry("a", (2,), 1, 2, 1.0, 1.0, ""),), "starts at offset 1; expected 0"),
+        ((TensorEntry("a", (2,), 0, 3, 1.0, 1.0, ""),), r"has shape \(2,\) \(2 words\) but size 3"),
+        (
+            (TensorEntry("a", (2,), 1, 2, 1.0, 1.0, ""),),
+            "starts at word 1; the tensors before it end at word 0",
+        ),
         (
             (TensorEntry("a", (1,), 0, 1, 1.0, 1.0, ""), TensorEntry("a", (1,), 1, 1, 1, 1, "")),
-            "appears twice",
+            "is listed twice",
         ),
         ((TensorEntry("a", (2,), 0, 2, -1.0, 1.0, ""),), "sigma -1.0"),
         ((TensorEntry("a", (2,), 0, 2, 1.0, math.nan, ""),), "sensitivity nan"),

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from node.masking import MaskPrefetch, layout_of_tensors, mask_key, pairwise_masks
+from node.masking import MaskPrefetch, mask_key, pairwise_masks
 from node.release import TensorSensitivity, plan_release
+from noise.layout import Layout
 from tests.node.test_runner_units import CODEC, SENSITIVITIES, _config, _seeds, _tensors
 
 IDS = ["a", "b", "c", "d"]
@@ -15,7 +16,7 @@ IDS = ["a", "b", "c", "d"]
 def _setup(me: str = "b") -> tuple:
     config = _config(IDS)
     seeds = _seeds(IDS)[me]
-    layout = layout_of_tensors(_tensors(0))
+    layout = Layout.of_tensors(_tensors(0))
     noise = plan_release(config, IDS, me, SENSITIVITIES)
     return config, seeds, layout, noise
 

@@ -34,13 +34,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from node.egress import payload_sha256
 from node.release import ReleaseNoise
 from node.runner import NodeRefused, NodeRunner, SessionFailed
 from node.session_state import KEY_FILE, SessionStateError, SessionStore
 from node.statements import sign_upload_statement
 from noise.federation import load_federation
 from noise.keys import EphemeralKey
+from noise.layout import payload_digest
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.node.test_runner_restart import IDS, LAYOUT, AnsweringClient, _at_gate, _node, _Plan
 from tests.node.test_runner_units import SESSION, _identities
@@ -49,7 +49,7 @@ from zerosum.commands import federation as federation_command
 
 ROSTER_HASH = bytes(range(32))
 KEYS = _identities(IDS)
-AGGREGATE = np.arange(LAYOUT[-1].offset + LAYOUT[-1].size, dtype=np.uint64)
+AGGREGATE = np.arange(LAYOUT.size, dtype=np.uint64)
 
 
 def _digest(node: str) -> bytes:
@@ -185,7 +185,7 @@ def test_a_round_aggregated_while_down_with_my_bundle_is_taken(tmp_path: Path) -
     runner = _node(tmp_path)
     runner.roster = SimpleNamespace(roster_hash=ROSTER_HASH)  # type: ignore[assignment]
     runner.plan = ReceivingPlan()  # type: ignore[assignment]
-    _serve(runner, _ready(1, IDS, {"a": bytes.fromhex(payload_sha256(egress))}), None)
+    _serve(runner, _ready(1, IDS, {"a": payload_digest(egress)}), None)
     runner._take_published(1, "scatter", tuple(IDS))
     assert runner.plan.received == ["scatter"]  # type: ignore[attr-defined]
 

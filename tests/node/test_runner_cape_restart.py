@@ -31,12 +31,12 @@ from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
 from node.audit import read_audit
-from node.client import TensorSlot
-from node.egress import EgressBundle, payload_sha256
+from node.egress import EgressBundle
 from node.masking import cape_masks
 from node.release import ReleaseNoise
 from node.runner import NodeOptions, NodeRefused, NodeRunner, RunOutcome, _CapeState
 from noise.federation import config_hash, load_federation
+from noise.layout import Layout, payload_digest
 from zerosum.commands import federation as federation_command
 
 pytestmark = pytest.mark.integration
@@ -182,7 +182,7 @@ def _crashing(step: str, when: Callable[[int, str], bool]) -> type[NodeRunner]:
             self,
             index: int,
             name: str,
-            layout: Sequence[TensorSlot],
+            layout: Layout,
             participants: tuple[str, ...],
             noise: ReleaseNoise,
             *,
@@ -317,4 +317,4 @@ def test_a_rerun_after_the_restart_reuses_the_draws_and_the_residual(session: Ca
     assert session.ledger_releases("a") == [1, 3, 5]
     for index in (1, 3, 5):
         bundle = EgressBundle.read(session.out("a") / "egress" / f"round-{index}")
-        assert session.stored_sha256(index, "a") == [payload_sha256(bundle.payload)]
+        assert session.stored_sha256(index, "a") == [payload_digest(bundle.payload).hex()]

@@ -20,14 +20,15 @@ import pytest
 
 from node.atomic import atomic_write_json
 from node.cape_state import CapeMaterial, CapeStore
-from node.client import CoordinatorError, TensorSlot
-from node.egress import EgressBundle, egress_folder, payload_sha256
-from node.masking import cape_sum_payload, encode_tensors, layout_of_tensors, pairwise_masks
+from node.client import CoordinatorError
+from node.egress import EgressBundle, egress_folder
+from node.masking import cape_sum_payload, pairwise_masks
 from node.release import ReleaseNoise, TensorSensitivity, plan_release
 from node.runner import NodeOptions, NodeRefused, NodeRunner, SessionFailed
 from node.session_state import SessionStore
 from noise.federation import FederationConfig
 from noise.keys import EphemeralKey
+from noise.layout import Layout, payload_digest
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.node.test_runner_units import CODEC, SENSITIVITIES, SESSION, _config, _seeds, _tensors
 from tests.node.test_unmask_safety import (
@@ -42,7 +43,7 @@ from tests.node.test_unmask_safety import (
 )
 
 IDS = ["a", "b", "c", "d"]
-LAYOUT: tuple[TensorSlot, ...] = tuple(layout_of_tensors(_tensors(0)))
+LAYOUT: Layout = Layout.of_tensors(_tensors(0))
 
 
 class _Plan:
@@ -170,7 +171,7 @@ def test_an_answer_sent_again_after_a_restart_is_the_same_and_recorded_once(
 def _egress(runner: NodeRunner, participants: Sequence[str], index: int) -> tuple[Any, Any]:
     assert runner.config is not None
     noise = plan_release(runner.config, participants, "a", SENSITIVITIES)
-    clean = encode_tensors(_tensors(0), LAYOUT, CODEC)
+    clean = LAYOUT.encode(_tensors(0), CODEC)
     mask = pairwise_masks(noise, _seeds(IDS)["a"], LAYOUT, round_index=index, codec=CODEC)
     return noise, clean + mask
 
@@ -185,7 +186,7 @@ def _at_gate(out: Path) -> tuple[ReleaseNoise, np.ndarray]:
             name="scatter",
             layout=LAYOUT,
             noise=noise,
-            clean=encode_tensors(_tensors(0), LAYOUT, CODEC),
+            clean=LAYOUT.encode(_tensors(0), CODEC),
             egress=egress,
         )
     assert runner.ledger.entries == ()
@@ -208,7 +209,7 @@ def test_a_bundle_left_at_the_gate_is_approved_and_recorded_once(tmp_path: Path)
             name="scatter",
             layout=LAYOUT,
             noise=again,
-            clean=encode_tensors(_tensors(0), LAYOUT, CODEC),
+            clean=LAYOUT.encode(_tensors(0), CODEC),
             bundle=found,
         )
         releases = [e for e in runner.ledger.entries if e.kind == "release"]
@@ -234,7 +235,7 @@ def test_a_missing_audit_record_is_written_again(tmp_path: Path) -> None:
         name="scatter",
         layout=LAYOUT,
         noise=runner._earlier_noise(found, tuple(IDS), LAYOUT),
-        clean=encode_tensors(_tensors(0), LAYOUT, CODEC),
+        clean=LAYOUT.encode(_tensors(0), CODEC),
         bundle=found,
     )
     record = json.loads((audit / "audit.json").read_text())
@@ -385,7 +386,7 @@ def test_a_share_that_differs_from_the_noted_one_is_not_sent(tmp_path: Path) -> 
     runner = _cape_node(tmp_path)
     share = cape_sum_payload(draws, IDS, "a", _seeds(IDS)["a"], LAYOUT, round_index=0)
     # The noted share went out among other participants (or from other draws).
-    _note(tmp_path, payload_sha256(share))
+    _note(tmp_path, payload_digest(share).hex())
     runner._catch_up()
     with pytest.raises(SessionFailed, match=r"is not the share .*cape-sum.json notes"):
         runner._cape_sum_round(0, CAPE, ("a", "b", "c"))

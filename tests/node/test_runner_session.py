@@ -21,14 +21,15 @@ from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
 from node.audit import read_audit
-from node.client import TensorSlot
 from node.cohort import load_cohort, plan_settings
 from node.deltab import plan as deltab_plan
 from node.deltab.model import BrainAgeModel
 from node.deltab.persist import load_model
-from node.egress import EgressBundle, decode_payload
-from node.runner import NodeOptions, NodeRunner, SessionFailed, aggregate_tensors
+from node.egress import EgressBundle
+from node.receipt import entries_layout
+from node.runner import NodeOptions, NodeRunner, SessionFailed
 from noise.federation import config_hash, load_federation
+from noise.fixed_point import FixedPointCodec
 from zerosum.commands import federation as federation_command
 
 pytestmark = pytest.mark.integration
@@ -124,9 +125,8 @@ def _reference(fed: Path, tmp: Path, rounds: dict[int, tuple[str, list[str]]]) -
         total = records[0].payload.copy()
         for record in records[1:]:
             total += record.payload
-        values = decode_payload(total, config.fixed_point_bits)
-        slots = [TensorSlot(t.name, t.shape, t.offset, t.size) for t in records[0].tensors]
-        aggregates[name] = aggregate_tensors(values, slots)
+        layout = entries_layout(records[0].tensors)
+        aggregates[name] = layout.decode(total, FixedPointCodec(config.fixed_point_bits))
     return deltab_plan.finish(aggregates, plan_settings(config))
 
 

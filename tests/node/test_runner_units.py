@@ -10,14 +10,12 @@ import numpy as np
 import pytest
 
 from node.audit import AuditRecord, noise_evidence, read_audit, write_audit
-from node.egress import EgressBundle, decode_payload
+from node.egress import EgressBundle
 from node.masking import (
     add_residual_noise,
     cape_draws,
     cape_masks,
     cape_sum_payload,
-    encode_tensors,
-    layout_of_tensors,
     pairwise_masks,
     unmask_corrections,
 )
@@ -42,6 +40,7 @@ from noise.federation import (
 )
 from noise.fixed_point import FixedPointCodec, wrapping_sum
 from noise.keys import EphemeralKey, IdentityKey
+from noise.layout import Layout
 from noise.seeds import pairwise_seed
 from noise.transcript import survivor_set_hash
 
@@ -118,22 +117,22 @@ def _noise(config: FederationConfig, ids: list[str], me: str) -> ReleaseNoise:
 
 
 def test_layout_follows_mapping_order_back_to_back() -> None:
-    layout = layout_of_tensors(_tensors(0))
+    layout = Layout.of_tensors(_tensors(0))
     assert [(s.name, s.shape, s.offset, s.size) for s in layout] == [
         ("n", (), 0, 1),
         ("sum_x", (4,), 1, 4),
         ("sum_xx", (4, 4), 5, 16),
     ]
-    encoded = encode_tensors(_tensors(0), layout, CODEC)
+    encoded = layout.encode(_tensors(0), CODEC)
     assert encoded.dtype == np.uint64 and encoded.size == 21
-    assert decode_payload(encoded, 32)[0] == 150.0
+    assert CODEC.decode(encoded)[0] == 150.0
 
 
 def test_encode_rejects_a_tensor_of_the_wrong_shape() -> None:
-    layout = layout_of_tensors(_tensors(0))
+    layout = Layout.of_tensors(_tensors(0))
     bad = _tensors(0) | {"sum_x": np.zeros(3)}
     with pytest.raises(ValueError, match=r"tensor 'sum_x' has shape \(3,\)"):
-        encode_tensors(bad, layout, CODEC)
+        layout.encode(bad, CODEC)
 
 
 def test_sum_of_egress_equals_sum_of_audit_bit_for_bit(tmp_path: Path) -> None:
@@ -143,9 +142,9 @@ def test_sum_of_egress_equals_sum_of_audit_bit_for_bit(tmp_path: Path) -> None:
     egress, audit = [], []
     for i, me in enumerate(ids):
         tensors = _tensors(i)
-        layout = layout_of_tensors(tensors)
+        layout = Layout.of_tensors(tensors)
         noise = _noise(config, ids, me)
-        clean = encode_tensors(tensors, layout, CODEC)
+        clean = layout.encode(tensors, CODEC)
         masked = clean + pairwise_masks(noise, seeds[me], layout, round_index=1, codec=CODEC)
         assert not np.array_equal(masked, clean)
         # Write both records the way the runner does and read them back.
@@ -180,8 +179,8 @@ def test_egress_noise_has_the_declared_scale() -> None:
     noise = _noise(config, ids, "b")
     rng = np.random.default_rng(11)
     tensors = {"n": np.array(500.0), "sum_xx": rng.uniform(-1, 1, size=(200, 200))}
-    layout = layout_of_tensors(tensors)
-    clean = encode_tensors(tensors, layout, CODEC)
+    layout = Layout.of_tensors(tensors)
+    clean = layout.encode(tensors, CODEC)
     masked = clean + pairwise_masks(noise, seeds["b"], layout, round_index=0, codec=CODEC)
     egress = add_residual_noise(masked, noise, layout, CODEC, rng=rng)
     entries = noise.entries({s.name: s.shape for s in layout})
@@ -228,8 +227,8 @@ def test_residual_noise_makes_the_coordinator_bounded() -> None:
     mu = noise.mu()
     assert math.isfinite(mu["coordinator"])
     assert mu["outsider"] <= mu["coordinator"] <= mu["coalition:1"]
-    layout = layout_of_tensors(_tensors(0))
-    clean = encode_tensors(_tensors(0), layout, CODEC)
+    layout = Layout.of_tensors(_tensors(0))
+    clean = layout.encode(_tensors(0), CODEC)
     noisy = add_residual_noise(clean, noise, layout, CODEC, rng=np.random.default_rng(3))
     assert not np.array_equal(noisy, clean)
 
@@ -238,12 +237,12 @@ def test_unmask_corrections_recover_the_survivors_exact_sum() -> None:
     ids = ["a", "b", "c", "d"]
     config = _config(ids)
     seeds = _seeds(ids)
-    layout = layout_of_tensors(_tensors(0))
+    layout = Layout.of_tensors(_tensors(0))
     survivors, dropped = ["a", "b", "d"], ["c"]
     total_egress, total_audit, corrections = [], [], []
     for i, me in enumerate(survivors):
         noise = _noise(config, ids, me)
-        clean = encode_tensors(_tensors(i), layout, CODEC)
+        clean = layout.encode(_tensors(i), CODEC)
         total_audit.append(clean)
         total_egress.append(
             clean + pairwise_masks(noise, seeds[me], layout, round_index=2, codec=CODEC)
@@ -259,7 +258,7 @@ def test_cape_masks_cancel_exactly() -> None:
     ids = ["a", "b", "c"]
     config = _config(ids, threshold=0, construction="cape")
     seeds = _seeds(ids)
-    layout = layout_of_tensors(_tensors(0))
+    layout = Layout.of_tensors(_tensors(0))
     draws = {
         me: cape_draws(_noise(config, ids, me), layout, CODEC, np.random.default_rng(i))
         for i, me in enumerate(ids)

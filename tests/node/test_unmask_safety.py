@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from node.client import TensorSlot
 from node.ledger import PrivacyLedger
-from node.masking import cape_draws, layout_of_tensors
+from node.masking import cape_draws
 from node.release import ReleaseNoise, cape_floor_shortfall, plan_release, with_cape_participants
 from node.runner import NodeOptions, NodeRefused, NodeRunner, _CapeState
 from node.unmask import attestation_signature
 from noise.federation import FederationConfig
+from noise.layout import Layout
 from noise.transcript import survivor_set_hash
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.node.test_runner_units import (
@@ -133,8 +133,8 @@ def _released(runner: NodeRunner, ids: list[str], rounds: Sequence[int]) -> Rele
     return noise
 
 
-LAYOUT: tuple[TensorSlot, ...] = tuple(layout_of_tensors(_tensors(0)))
-LAYOUT_ZEROS = np.zeros(LAYOUT[-1].offset + LAYOUT[-1].size, dtype=np.uint64)
+LAYOUT: Layout = Layout.of_tensors(_tensors(0))
+LAYOUT_ZEROS = np.zeros(LAYOUT.size, dtype=np.uint64)
 
 
 def _answer(
@@ -145,7 +145,7 @@ def _answer(
     *,
     awaiting: int,
     name: str = "scatter",
-    layout: Sequence[TensorSlot] = LAYOUT,
+    layout: Layout = LAYOUT,
 ) -> None:
     """Two polls of the same request: the first attests, the second answers."""
     for _ in range(2):
