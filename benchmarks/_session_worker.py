@@ -55,11 +55,11 @@ from node.client import CoordinatorClient, RetryPolicy
 from node.roster import derive_seeds, verify_roster
 from node.statements import check_statements, sign_upload_statement
 from noise.designs import Design, complete_design
-from noise.federation import config_hash, load_federation
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.layout import Layout
 from noise.masks import pairwise_mask
+from proto.federation import config_hash, load_federation
 from proto.zerosum.v1 import session_pb2 as pb
 
 __all__ = ["MASK_MODES", "PLAIN_TENSOR", "POLL_SECONDS", "TENSOR", "main", "node_values"]

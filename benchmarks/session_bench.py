@@ -100,8 +100,8 @@ from typing import IO, Any
 from benchmarks._plain_grpc import PlainSumServer
 from benchmarks._session_worker import MASK_MODES, PLAIN_TENSOR, TENSOR, node_values
 from coordinator.config import SessionConfig
-from noise.federation import config_hash, load_federation
 from noise.fixed_point import FixedPointCodec, wrapping_sum
+from proto.federation import config_hash, load_federation
 
 __all__ = ["FLOWER_SECAGG_REFERENCE_SECONDS", "MEASUREMENT_SECONDS", "run"]
 

@@ -2,47 +2,47 @@
 
 The coordinator aggregates named tensors and knows nothing of what they mean;
 from the federation config it takes only identities, the minimum number of
-nodes, deadlines, the fixed-point scale and the noise construction, and it
-knows the rounds only by name. :class:`SessionConfig` holds exactly that, so
-the state machine can be driven in tests without a TOML file.
+nodes, deadlines, the fixed-point scale, the noise construction, and the plan's
+public rounds: their names and payload layouts, in order. :class:`SessionConfig`
+holds exactly that, so the state machine can be driven in tests without a TOML
+file. Every upload must carry exactly its round's public layout; nothing a
+member sends can change it.
 
-Round plan. Every model round is one secure sum. Under the pairwise
-construction the plan is the model's round names (by default "moments",
-then "scatter"). Under CAPE (Imtiaz, Mohammadi & Sarwate 2019, arXiv
-1904.10059) each model round is preceded by a secure-sum round
-"cape-sum/<name>" in which the nodes learn the sum of their private draws
-ê_k; round indices count every round of that list from 0.
+Round plan. Every plan round is one secure sum. Under the pairwise
+construction the coordinator runs the plan's rounds in order. Under CAPE
+(Imtiaz, Mohammadi & Sarwate 2019, arXiv 1904.10059) each plan round is
+preceded by a secure-sum round "cape-sum/<name>" of the same layout, in which
+the nodes learn the sum of their private draws ê_k; round indices count every
+round of that list from 0.
 
 A dropout in a CAPE model round cannot be repaired by unmasking: the zero-sum
 noise e_k = q(ê_k) − share_k(S) cancels only over the nodes that contributed
 to S. The coordinator then marks the round *superseded* and reruns the CAPE
 sum among the survivors, followed by the model round again, under the next
 round indices; so nodes learn the next round's index and name from the
-coordinator (``GetStatus``) rather than from a fixed list. Nodes must reuse
-their draw ê_k in the rerun; the coordinator, which sees both sums, learns
-nothing it could not compute already.
+coordinator (``GetStatus``) rather than from a fixed list.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from noise.layout import Layout
+
 if TYPE_CHECKING:
-    from noise.federation import FederationConfig
+    from proto.federation import FederationConfig
 
 __all__ = [
     "CAPE_SUM_PREFIX",
     "DEFAULT_MAX_PAYLOAD_BYTES",
-    "DEFAULT_ROUND_NAMES",
     "SessionConfig",
     "cape_sum_round",
     "is_cape_sum_round",
 ]
 
-DEFAULT_ROUND_NAMES: tuple[str, ...] = ("moments", "scatter")
 CAPE_SUM_PREFIX = "cape-sum/"
 # 8 GiB: about 10^9 parameters per payload, far above any model here, but a
 # bound on what one authenticated node can make the coordinator store.
@@ -72,9 +72,10 @@ class SessionConfig:
     min_nodes: int
     join_timeout_ms: int
     round_timeout_ms: int
+    # The plan's rounds in order, each with its public payload layout.
+    rounds: Mapping[str, Layout]
+    fixed_point_bits: int
     construction: str = "pairwise"
-    round_names: tuple[str, ...] = DEFAULT_ROUND_NAMES
-    fixed_point_bits: int | None = None
     unmask_timeout_ms: int | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     node_ids: tuple[str, ...] = field(init=False)
@@ -91,8 +92,12 @@ class SessionConfig:
             )
         if self.construction not in ("pairwise", "cape"):
             raise ValueError(f"construction = {self.construction!r}: must be 'pairwise' or 'cape'.")
-        if not self.round_names or len(set(self.round_names)) != len(self.round_names):
-            raise ValueError(f"round_names = {self.round_names!r}: must be distinct and non-empty.")
+        object.__setattr__(self, "rounds", dict(self.rounds))
+        if not self.rounds:
+            raise ValueError("rounds: the plan must name at least one round.")
+        for name, layout in self.rounds.items():
+            if is_cape_sum_round(name) or not isinstance(layout, Layout):
+                raise ValueError(f"rounds[{name!r}]: a plan round name with its Layout.")
         for name in ("join_timeout_ms", "round_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} = {getattr(self, name)}: must be positive.")
@@ -104,11 +109,21 @@ class SessionConfig:
         """Milliseconds an unmask attempt stays open."""
         return int(self.unmask_timeout_ms or self.round_timeout_ms)
 
+    @property
+    def round_names(self) -> tuple[str, ...]:
+        """The plan's round names, in order."""
+        return tuple(self.rounds)
+
     def plan(self) -> tuple[str, ...]:
         """Round names in order, without reruns."""
         if self.construction == "cape":
             return tuple(n for name in self.round_names for n in (cape_sum_round(name), name))
         return self.round_names
+
+    def layout(self, round_name: str) -> Layout:
+        """The public payload layout of ``round_name`` (a CAPE sum has its model round's)."""
+        model = round_name.removeprefix(CAPE_SUM_PREFIX)
+        return self.rounds[model]
 
     def next_round_name(self, previous: str | None, *, superseded: bool = False) -> str | None:
         """The round that follows ``previous`` (None: the first), or None after the last.
@@ -129,7 +144,6 @@ class SessionConfig:
         config: FederationConfig,
         config_hash: bytes,
         *,
-        round_names: Sequence[str] = DEFAULT_ROUND_NAMES,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> SessionConfig:
         """The coordinator's view of a parsed federation config."""
@@ -141,7 +155,7 @@ class SessionConfig:
             join_timeout_ms=math.ceil(config.session.join_deadline_seconds * 1000),
             round_timeout_ms=math.ceil(config.session.round_deadline_seconds * 1000),
             construction=config.privacy.noise_design.construction,
-            round_names=tuple(round_names),
+            rounds={spec.name: spec.layout for spec in config.plan.rounds},
             fixed_point_bits=config.fixed_point_bits,
             max_payload_bytes=max_payload_bytes,
         )

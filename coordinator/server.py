@@ -57,9 +57,9 @@ from noise.errors import KeyFormatError
 from noise.keys import KeyBundle
 from noise.layout import Layout
 from proto.chunks import file_chunks, payload_header, tensor_layouts
+from proto.tls import CertificateError, node_id_from_auth_context
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
-from zerosum.pki import CertificateError, node_id_from_auth_context
 
 __all__ = [
     "MAX_MESSAGE_BYTES",

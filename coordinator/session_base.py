@@ -139,8 +139,6 @@ class SessionBase:
         self._lock = threading.RLock()
         self._sum: RoundSum | None = None
         self._sum_round = -1
-        self._sum_layout: Layout | None = None
-        self._sum_bits = 0
         self._tickets: dict[tuple[str, int, str], Ticket] = {}
         self._notified: set[str] = set()
         self.resumed = False
@@ -259,7 +257,7 @@ class SessionBase:
 
     def _check_bits(self, spec: PayloadSpec, what: str) -> None:
         expected = self.config.fixed_point_bits
-        if expected is not None and spec.fixed_point_bits != expected:
+        if spec.fixed_point_bits != expected:
             raise InvalidArgument(
                 f"{what}: fixed_point_bits is {spec.fixed_point_bits}; the federation "
                 f"uses {expected}."
@@ -268,22 +266,26 @@ class SessionBase:
     def _open_round(self, round_index: int, name: str, participants: list[str], now: int) -> None:
         deadline = now + self.config.round_timeout_ms
         self.store.open_round(round_index, name, participants, now, deadline)
+        # The round's layout is public (the plan's, from the federation config):
+        # every payload of the round must have exactly this one.
+        self.store.update_round(
+            round_index,
+            layout=self.config.layout(name),
+            fixed_point_bits=self.config.fixed_point_bits,
+        )
         self.store.update_session(current_round=round_index)
         self._note(
             f"round {round_index} ({name!r}) open for {node_list(participants)} until "
             f"{clock_text(deadline)}"
         )
 
-    def _sum_for(self, round_row: RoundRow) -> RoundSum | None:
+    def _sum_for(self, round_row: RoundRow) -> RoundSum:
         """The running sum of ``round_row``, rebuilt from the stored files if needed."""
         if self._sum is not None and self._sum_round == round_row.round_index:
             return self._sum
         self._sum = None
         self._sum_round = round_row.round_index
-        if round_row.layout is None:
-            return None
-        n_words = round_row.layout.size
-        rebuilt = RoundSum(n_words)
+        rebuilt = RoundSum(self.config.layout(round_row.name).size)
         included = set(round_row.participants)
         if round_row.status == RoundStatus.UNMASK:
             included = set(self._unmask_row(round_row).survivors)
@@ -291,8 +293,6 @@ class SessionBase:
             if upload.node_id in included:
                 rebuilt.add_file(self.store.payload_path(upload.path))
         self._sum = rebuilt
-        self._sum_layout = round_row.layout
-        self._sum_bits = int(round_row.fixed_point_bits or 0)
         return rebuilt
 
     def _forget_sum(self) -> None:
@@ -357,16 +357,6 @@ class SessionBase:
             if ticket.committed:
                 return
             self._release(ticket)
-            # A first upload that never completed must not fix the round's layout.
-            running = ticket.running
-            if (
-                running is not None
-                and running is self._sum
-                and running.open_contributions == 0
-                and self.store.round(ticket.round_index) is not None
-                and self._round_row(ticket.round_index).layout is None
-            ):
-                self._forget_sum()
 
     def finish(self, ticket: Ticket) -> UploadReceipt | UnmaskReceipt:
         """Verify size and checksum, store the payload and advance the round if complete."""

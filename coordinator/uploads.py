@@ -27,7 +27,7 @@ for a node whose receipt was lost); a different one is refused
 
 from __future__ import annotations
 
-from coordinator.aggregate import ContributionWithdrawn, RoundSum
+from coordinator.aggregate import ContributionWithdrawn
 from coordinator.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -53,7 +53,6 @@ from coordinator.store import (
     UploadRow,
 )
 from noise.errors import KeyFormatError
-from noise.layout import Layout
 from noise.transcript import upload_statement_message
 
 __all__ = ["UploadSteps"]
@@ -95,21 +94,15 @@ class UploadSteps(SessionBase):
             spec = header.payload
             layout = validate_payload(spec, what=what, max_bytes=self.config.max_payload_bytes)
             self._check_bits(spec, what)
+            # Only this node's upload is refused: the round's layout is the plan's.
+            check_same_layout(layout, self.config.layout(round_row.name), what=what)
             running = self._sum_for(round_row)
-            if running is not None:
-                self._check_layout_against_sum(layout, spec.fixed_point_bits, what)
             key = ("upload", header.round_index, header.node_id)
             if key in self._tickets:
                 raise RetryLater(
                     f"an upload of node {header.node_id!r} for round {header.round_index} is "
                     "already in progress; retry when it has finished."
                 )
-            if running is None:
-                running = RoundSum(spec.total_elements)
-                self._sum = running
-                self._sum_round = round_row.round_index
-                self._sum_layout = layout
-                self._sum_bits = spec.fixed_point_bits
             writer = self.store.new_payload()
             ticket = Ticket(
                 kind="upload",
@@ -157,14 +150,6 @@ class UploadSteps(SessionBase):
                 f"({header.round_name!r}) over roster hash {short_digest(header.roster_hash)}, "
                 f"but this session's final roster hashes to {short_digest(final)}; the node "
                 "was shown a different roster, so its masks would not cancel."
-            )
-
-    def _check_layout_against_sum(self, layout: Layout, bits: int, what: str) -> None:
-        assert self._sum_layout is not None
-        check_same_layout(layout, self._sum_layout, what=what)
-        if bits != self._sum_bits:
-            raise InvalidArgument(
-                f"{what}: fixed_point_bits is {bits}; this round's payloads use {self._sum_bits}."
             )
 
     def _duplicate_upload(
@@ -241,12 +226,6 @@ class UploadSteps(SessionBase):
                 result = self._write_result(running, ticket.round_index)
             with self._transition():
                 self.store.add_upload(upload)
-                if round_row.layout is None:
-                    self.store.update_round(
-                        ticket.round_index,
-                        layout=ticket.layout,
-                        fixed_point_bits=ticket.spec.fixed_point_bits,
-                    )
                 self._note(
                     f"round {round_row.round_index} ({round_row.name!r}): stored the upload of "
                     f"{ticket.node_id!r} ({ticket.spec.total_bytes} bytes, {len(uploaded)} of "

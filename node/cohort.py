@@ -20,13 +20,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from node.deltab.io import DeltabInputError, read_table
-from node.deltab.plan import PlanSettings
-from node.deltab.scaling import Bounds
-from noise.federation import FederationConfig
+from node.plans.deltab_settings import DeltabSettings
+from proto.federation import FederationConfig
 
-__all__ = ["NAN_POLICY", "LocalCohort", "LocalDataError", "load_cohort", "plan_settings"]
-
-NAN_POLICY = "mean"
+__all__ = ["LocalCohort", "LocalDataError", "load_cohort"]
 
 
 class LocalDataError(ValueError):
@@ -71,11 +68,11 @@ def load_cohort(path: Path, config: FederationConfig) -> LocalCohort:
         raise LocalDataError(
             f"{path}: line {line} has no age; every subject needs an age ({lacking})."
         )
-    expected = config.model.n_features
+    expected = DeltabSettings.from_tables(config.plan.settings).n_features
     if table.n_features != expected:
         raise LocalDataError(
             f"{path} has {table.n_features} feature columns but the federation's model uses "
-            f"{expected} (model.n_features)."
+            f"{expected} (plan.model.n_features)."
         )
     empty = np.flatnonzero(np.all(np.isnan(table.features), axis=0))
     if empty.size:
@@ -93,21 +90,4 @@ def load_cohort(path: Path, config: FederationConfig) -> LocalCohort:
         age=np.asarray(table.age, dtype=np.float64),
         features=np.asarray(table.features, dtype=np.float64),
         feature_names=table.feature_names,
-    )
-
-
-def plan_settings(config: FederationConfig) -> PlanSettings:
-    """The brain-age plan every node runs, from the federation's model and clipping bounds."""
-    lows, highs = config.clipping.feature_bounds(config.model.n_features)
-    bounds = Bounds(
-        feature_lo=np.asarray(lows, dtype=np.float64),
-        feature_hi=np.asarray(highs, dtype=np.float64),
-        age_lo=config.clipping.age_low,
-        age_hi=config.clipping.age_high,
-    )
-    return PlanSettings(
-        model=config.model.kind,
-        n_components=config.model.n_components,
-        nan_policy=NAN_POLICY,
-        bounds=bounds,
     )

@@ -16,12 +16,13 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from node.cohort import LocalCohort, plan_settings
+from node.cohort import LocalCohort
 from node.deltab import plan as deltab_plan
 from node.deltab.persist import save_model
 from node.deltab.stats import MOMENTS, SCATTER, sensitivity
+from node.plans.deltab import plan_settings
 from node.release import TensorSensitivity
-from noise.federation import FederationConfig
+from proto.federation import FederationConfig
 
 __all__ = ["ModelPlan"]
 

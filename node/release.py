@@ -32,8 +32,8 @@ from node.ledger import observer_from_label
 from node.receipt import DPReceipt, MaskingFacts, ObserverRelease, TensorEntry
 from noise.accounting import gaussian_epsilon, gaussian_mu, observer_mu, privacy_report
 from noise.designs import Design, cape_design, conditional_covariance, remaining_variance
-from noise.federation import FederationConfig
 from noise.policy import NoisePlan, plan_noise, worst_remaining_variance
+from proto.federation import FederationConfig
 
 __all__ = [
     "FLOOR_RTOL",

@@ -137,6 +137,7 @@ from node.masking import (
     cape_sum_payload,
     unmask_corrections,
 )
+from node.preflight import check_stream
 from node.receipt import SDCEvidence
 from node.release import (
     ReleaseNoise,
@@ -156,12 +157,12 @@ from node.unmask import (
     check_request,
 )
 from noise.errors import InfeasibleDesignError, NoiseError
-from noise.federation import FederationConfig, check_stream, config_hash, load_federation
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.layout import Layout, payload_digest
 from noise.masks import cape_blinding
 from noise.stream import os_generator
+from proto.federation import FederationConfig, config_hash, load_federation
 from proto.zerosum.v1 import session_pb2 as pb
 
 __all__ = ["NodeOptions", "NodeRefused", "NodeRunner", "RunOutcome", "SessionFailed"]

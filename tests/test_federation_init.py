@@ -18,14 +18,15 @@ from cryptography import x509
 from cryptography.x509 import DNSName, IPAddress
 from cryptography.x509.verification import PolicyBuilder, Store
 
-from noise.federation import config_hash, load_federation
+from node.plans.deltab_settings import DeltabSettings
 from noise.keys import IdentityKey
 from noise.layout import Layout
 from noise.stream import stream_fingerprint
+from proto import tls
 from proto.chunks import PayloadAssembler, payload_chunks, payload_header
+from proto.federation import config_hash, load_federation
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
-from zerosum import pki
 from zerosum.commands import federation as command
 
 FAST = [
@@ -84,7 +85,8 @@ def test_config_pins_the_identity_keys_on_disk(federation_dir: Path) -> None:
     assert config.ca_certificate_path.is_file()
     # Three nodes: the default collusion threshold is min(1, K - 2) = 1.
     assert config.privacy.collusion_threshold == 1
-    assert config.model.n_features == 6
+    assert DeltabSettings.from_tables(config.plan.settings).n_features == 6
+    assert config.plan.round_names == ("moments", "scatter")
     # The installation's reference stream is pinned, so mismatched nodes refuse to start.
     assert config.stream_check == stream_fingerprint()
 
@@ -102,7 +104,7 @@ def test_certificates_chain_to_the_ca_with_the_right_names(federation_dir: Path)
         client = x509.load_pem_x509_certificate(pem)
         verified = builder.build_client_verifier().verify(client, [])
         assert verified.subjects == [x509.UniformResourceIdentifier(f"zerosum:node/{node_id}")]
-        assert pki.node_id_from_certificate(pem) == node_id
+        assert tls.node_id_from_certificate(pem) == node_id
         # A node certificate is no server certificate.
         with pytest.raises(x509.verification.VerificationError):
             builder.build_server_verifier(DNSName("localhost")).verify(client, [])
@@ -110,7 +112,8 @@ def test_certificates_chain_to_the_ca_with_the_right_names(federation_dir: Path)
 
 def test_synthetic_cohorts_differ_and_respect_the_declared_bounds(federation_dir: Path) -> None:
     config = load_federation(federation_dir / "federation.toml")
-    low, high = (np.array(b) for b in config.clipping.feature_bounds(6))
+    clipping = DeltabSettings.from_tables(config.plan.settings).clipping
+    low, high = np.array(clipping.feature_low), np.array(clipping.feature_high)
     sizes = {}
     for node_id in ("north", "east", "south"):
         path = federation_dir / "nodes" / node_id / "data.csv"
@@ -120,7 +123,7 @@ def test_synthetic_cohorts_differ_and_respect_the_declared_bounds(federation_dir
         values = np.array([[float(v) for v in row[1:]] for row in rows[1:]])
         sizes[node_id] = len(values)
         ages = values[:, 0]
-        assert config.clipping.age_low <= ages.min() and ages.max() <= config.clipping.age_high
+        assert clipping.age_low <= ages.min() and ages.max() <= clipping.age_high
         assert np.all((values[:, 1:] >= low) & (values[:, 1:] <= high))
     assert sizes == {"north": 130, "east": 110, "south": 150}
     with (federation_dir / "holdout.csv").open() as handle:
@@ -196,7 +199,7 @@ class _Echo(pb_grpc.CoordinatorServicer):
     def GetStatus(
         self, request: pb.GetStatusRequest, context: grpc.ServicerContext
     ) -> pb.SessionStatus:
-        node_id = pki.node_id_from_auth_context(context.auth_context())
+        node_id = tls.node_id_from_auth_context(context.auth_context())
         return pb.SessionStatus(session_id=request.session_id, joined_node_ids=[node_id])
 
     def UploadEgress(
@@ -208,7 +211,7 @@ class _Echo(pb_grpc.CoordinatorServicer):
             assembler.add(chunk.data)
         data = assembler.finish().astype("<u8").tobytes()
         return pb.UploadReceipt(
-            node_id=pki.node_id_from_auth_context(context.auth_context()),
+            node_id=tls.node_id_from_auth_context(context.auth_context()),
             sha256=hashlib.sha256(data).digest(),
             received_bytes=len(data),
         )

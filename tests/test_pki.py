@@ -17,7 +17,8 @@ from cryptography.x509 import DNSName, IPAddress
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import PolicyBuilder, Store
 
-from noise.federation import ConfigError
+from proto import tls
+from proto.federation import ConfigError
 from zerosum import pki
 
 
@@ -64,8 +65,8 @@ def test_server_certificate_names_and_usage(ca: pki.IssuedCertificate) -> None:
         verifier.build_server_verifier(subject).verify(cert, [])
     with pytest.raises(x509.verification.VerificationError):
         verifier.build_server_verifier(DNSName("elsewhere.example.org")).verify(cert, [])
-    with pytest.raises(pki.CertificateError, match="carries no zerosum:node/<id> names"):
-        pki.node_id_from_certificate(cert)
+    with pytest.raises(tls.CertificateError, match="carries no zerosum:node/<id> names"):
+        tls.node_id_from_certificate(cert)
 
 
 def test_client_certificate_identifies_its_node(ca: pki.IssuedCertificate) -> None:
@@ -75,15 +76,15 @@ def test_client_certificate_identifies_its_node(ca: pki.IssuedCertificate) -> No
     assert cert.subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)[0].value == "trial"
     assert list(_ext(cert, x509.ExtendedKeyUsage).value) == [ExtendedKeyUsageOID.CLIENT_AUTH]
     PolicyBuilder().store(Store([ca.certificate])).build_client_verifier().verify(cert, [])
-    assert pki.node_id_from_certificate(cert) == "site-7"
-    assert pki.node_id_from_certificate(client.certificate_pem()) == "site-7"
+    assert tls.node_id_from_certificate(cert) == "site-7"
+    assert tls.node_id_from_certificate(client.certificate_pem()) == "site-7"
     context = {"x509_pem_cert": [client.certificate_pem()], "transport_security_type": [b"ssl"]}
-    assert pki.node_id_from_auth_context(context) == "site-7"
+    assert tls.node_id_from_auth_context(context) == "site-7"
 
 
 def test_auth_context_without_certificate_is_refused() -> None:
-    with pytest.raises(pki.CertificateError, match="no client certificate"):
-        pki.node_id_from_auth_context({"transport_security_type": [b"ssl"]})
+    with pytest.raises(tls.CertificateError, match="no client certificate"):
+        tls.node_id_from_auth_context({"transport_security_type": [b"ssl"]})
 
 
 def _forged(
@@ -121,8 +122,8 @@ def _forged(
 def test_node_id_refuses_ambiguous_certificates(
     ca: pki.IssuedCertificate, common_name: str, uris: list[str], san: bool, message: str
 ) -> None:
-    with pytest.raises(pki.CertificateError, match=message):
-        pki.node_id_from_certificate(_forged(ca, common_name, uris, san=san))
+    with pytest.raises(tls.CertificateError, match=message):
+        tls.node_id_from_certificate(_forged(ca, common_name, uris, san=san))
 
 
 def test_ids_are_validated(ca: pki.IssuedCertificate) -> None:
@@ -136,11 +137,11 @@ def test_load_issued_round_trip_and_mismatch(ca: pki.IssuedCertificate) -> None:
     again = pki.load_issued(ca.certificate_pem(), ca.private_key_pem())
     assert again.certificate == ca.certificate
     other = pki.create_ca("other")
-    with pytest.raises(pki.CertificateError, match="does not belong"):
+    with pytest.raises(tls.CertificateError, match="does not belong"):
         pki.load_issued(ca.certificate_pem(), other.private_key_pem())
     from noise.keys import IdentityKey
 
-    with pytest.raises(pki.CertificateError, match="expected an ECDSA private key"):
+    with pytest.raises(tls.CertificateError, match="expected an ECDSA private key"):
         pki.load_issued(ca.certificate_pem(), IdentityKey.generate().to_pem())
     # A leaf issued by a reloaded CA still chains to the original.
     leaf = pki.issue_client_certificate(again, "n1").certificate

@@ -19,7 +19,7 @@ that disagree by a little do not reject a fresh certificate.
 
 Private keys are written unencrypted in PKCS#8 PEM, created with mode 0600 in
 one ``os.open`` call (never widened and narrowed afterwards). Mutual TLS
-proves *which certificate* a peer holds; :func:`node_id_from_certificate`
+proves *which certificate* a peer holds; ``proto.tls.node_id_from_certificate``
 turns that into the node id, so the coordinator can refuse a message whose
 claimed ``node_id`` differs from the authenticated one.
 """
@@ -29,43 +29,35 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from noise.federation import ConfigError, validate_identifier
+from proto.federation.checks import validate_identifier
+from proto.tls import NODE_URI_PREFIX, CertificateError
 
 __all__ = [
     "CA_VALID_DAYS",
     "LEAF_VALID_DAYS",
-    "NODE_URI_PREFIX",
-    "CertificateError",
     "IssuedCertificate",
     "create_ca",
     "issue_client_certificate",
     "issue_server_certificate",
     "load_issued",
-    "node_id_from_auth_context",
-    "node_id_from_certificate",
     "write_private_file",
     "write_public_file",
 ]
 
 CA_VALID_DAYS: Final = 1826
 LEAF_VALID_DAYS: Final = 397
-NODE_URI_PREFIX: Final = "zerosum:node/"
 _CLOCK_SKEW: Final = dt.timedelta(minutes=5)
 _ORGANISATION: Final = "zerosum"
-
-
-class CertificateError(ValueError):
-    """A certificate does not identify a federation node, and why."""
 
 
 @dataclass(frozen=True)
@@ -242,56 +234,6 @@ def load_issued(certificate_pem: bytes, private_key_pem: bytes) -> IssuedCertifi
     ):
         raise CertificateError("the private key does not belong to the certificate.")
     return IssuedCertificate(certificate, key)
-
-
-def node_id_from_certificate(certificate: x509.Certificate | bytes) -> str:
-    """The node id a client certificate was issued to.
-
-    Reads the single SAN URI ``zerosum:node/<id>``; the subject CN, when
-    present, must say the same. ``certificate`` may be PEM bytes. Raises
-    :class:`CertificateError` for a certificate that names no node, names
-    several, or contradicts itself. Call it only on a certificate the TLS
-    layer has already verified against the federation CA.
-    """
-    if isinstance(certificate, bytes):
-        certificate = x509.load_pem_x509_certificate(certificate)
-    try:
-        san = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
-        uris = san.value.get_values_for_type(x509.UniformResourceIdentifier)
-    except x509.ExtensionNotFound:
-        uris = []
-    ids = [uri[len(NODE_URI_PREFIX) :] for uri in uris if uri.startswith(NODE_URI_PREFIX)]
-    subject = certificate.subject.rfc4514_string()
-    if len(ids) != 1:
-        found = "no" if not ids else f"{len(ids)}"
-        raise CertificateError(
-            f"certificate {subject!r} carries {found} {NODE_URI_PREFIX}<id> names; expected one."
-        )
-    node_id = ids[0]
-    try:
-        validate_identifier("node_id", node_id)
-    except ConfigError as error:
-        raise CertificateError(f"certificate {subject!r}: {error}") from None
-    common_names = certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
-    if any(attribute.value != node_id for attribute in common_names):
-        raise CertificateError(
-            f"certificate {subject!r} names node {node_id!r} in its SAN but not in its CN."
-        )
-    return node_id
-
-
-def node_id_from_auth_context(auth_context: Mapping[str, Any]) -> str:
-    """The authenticated node id of a gRPC peer, from ``ServicerContext.auth_context()``.
-
-    gRPC exposes the verified peer certificate as ``x509_pem_cert``; an
-    unauthenticated peer (no TLS, no client certificate) has none and is
-    refused with :class:`CertificateError`. Each value of the mapping is a
-    list of byte strings (typed loosely: the stubs for grpc disagree).
-    """
-    pems = list(auth_context.get("x509_pem_cert") or ())
-    if len(pems) != 1 or not isinstance(pems[0], bytes):
-        raise CertificateError("the peer presented no client certificate.")
-    return node_id_from_certificate(bytes(pems[0]))
 
 
 def write_private_file(path: str | Path, data: bytes, *, overwrite: bool = False) -> Path:

@@ -19,6 +19,7 @@ from coordinator.layout import PayloadSpec, TensorSlot
 from coordinator.messages import Attestation, UnmaskHeader, UploadHeader, UploadReceipt
 from coordinator.session import Session, Ticket
 from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
+from noise.layout import Layout
 from noise.transcript import roster_hash, survivor_attestation_message, upload_statement_message
 
 CONFIG_HASH = hashlib.sha256(b"zerosum test federation").digest()
@@ -83,7 +84,9 @@ def make_federation(
     construction: str = "pairwise",
     join_ms: int = 60_000,
     round_ms: int = 60_000,
-    fixed_point_bits: int | None = 32,
+    fixed_point_bits: int = 32,
+    rounds: Sequence[str] = ("moments", "scatter"),
+    layout: Layout | None = None,
 ) -> Federation:
     identities = {n: IdentityKey.generate() for n in node_ids}
     _IDENTITIES.update({k.public_bytes(): k for k in identities.values()})
@@ -94,6 +97,7 @@ def make_federation(
         min_nodes=min_nodes,
         join_timeout_ms=join_ms,
         round_timeout_ms=round_ms,
+        rounds={name: layout or PLAN_LAYOUT for name in rounds},
         construction=construction,
         fixed_point_bits=fixed_point_bits,
     )
@@ -106,6 +110,8 @@ LAYOUT = (
     TensorSlot("tail", (20,), 16, 20),
 )
 N_WORDS = 36
+# Every round of the test plan has this public layout.
+PLAN_LAYOUT = Layout(LAYOUT)
 
 
 def spec_for(

@@ -18,9 +18,11 @@ import grpc
 import numpy as np
 import pytest
 
-from noise.federation import config_hash, load_federation
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
+from noise.layout import Layout
 from noise.transcript import upload_statement_message
+from proto.chunks import tensor_layouts
+from proto.federation import config_hash, load_federation
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from tests.coordinator.support import zero_sum
@@ -173,7 +175,14 @@ def join(node: Node, session_id: str, fed_hash: bytes) -> None:
 
 
 def upload(
-    node: Node, session_id: str, fed_hash: bytes, round_index: int, name: str, *, data: bytes
+    node: Node,
+    session_id: str,
+    fed_hash: bytes,
+    round_index: int,
+    name: str,
+    *,
+    data: bytes,
+    layout: Layout,
 ) -> None:
     words = len(data) // 8
     roster = node.stub.GetRoster(
@@ -196,7 +205,7 @@ def upload(
                     total_elements=words,
                     sha256=sha256,
                     fixed_point_bits=32,
-                    tensors=[pb.TensorLayout(name="v", shape=[words], offset=0, size=words)],
+                    tensors=tensor_layouts(layout),
                 ),
                 roster_hash=roster,
                 statement_signature=node.identity.sign(statement),
@@ -219,7 +228,8 @@ def result(node: Node, session_id: str, round_index: int) -> bytes:
 def test_a_completed_session_exits_0_after_every_node_has_the_result(
     federation_dir: Path, nodes_for: object, tmp_path: Path
 ) -> None:
-    fed_hash = config_hash(load_federation(federation_dir / "federation.toml"))
+    config = load_federation(federation_dir / "federation.toml")
+    fed_hash = config_hash(config)
     coordinator = Coordinator(
         federation_dir / "federation.toml", "--state", str(tmp_path / "state.sqlite")
     )
@@ -228,10 +238,11 @@ def test_a_completed_session_exits_0_after_every_node_has_the_result(
     for node in nodes.values():
         join(node, session_id, fed_hash)
     for round_index, name in enumerate(("moments", "scatter")):
-        data = zero_sum(("a", "b", "c"), 64, seed=round_index)
+        layout = config.plan.round(name).layout
+        data = zero_sum(("a", "b", "c"), layout.size, seed=round_index)
         for node in nodes.values():
             payload = data.payloads[node.node_id].tobytes()
-            upload(node, session_id, fed_hash, round_index, name, data=payload)
+            upload(node, session_id, fed_hash, round_index, name, data=payload, layout=layout)
         for node in nodes.values():
             total = np.frombuffer(result(node, session_id, round_index), dtype="<u8")
             np.testing.assert_array_equal(total, data.total(["a", "b", "c"]))

@@ -21,7 +21,9 @@ from coordinator.server import MAX_MESSAGE_BYTES, RunningServer, ServerTLS, star
 from coordinator.session import Session
 from coordinator.store import Store
 from noise.keys import IdentityKey, sign_key_bundle
+from noise.layout import Layout
 from noise.transcript import roster_hash, upload_statement_message
+from proto.chunks import tensor_layouts
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from tests.coordinator.support import (
@@ -65,6 +67,12 @@ class Harness:
     certificates: Certificates
     channels: list[grpc.Channel]
 
+    def close(self) -> None:
+        for channel in self.channels:
+            channel.close()
+        self.server.stop(0)
+        self.session.store.close()
+
     def stub(self, node: str | None) -> pb_grpc.CoordinatorStub:
         client = self.certificates.clients[node] if node is not None else None
         credentials = grpc.ssl_channel_credentials(
@@ -100,8 +108,10 @@ class Harness:
         return response
 
 
-def start(tmp_path: Path, certificates: Certificates, **options: int) -> Harness:
-    fed = make_federation(("a", "b", "c"), **options)  # type: ignore[arg-type]
+def start(
+    tmp_path: Path, certificates: Certificates, layout: Layout | None = None, **options: int
+) -> Harness:
+    fed = make_federation(("a", "b", "c"), layout=layout, **options)  # type: ignore[arg-type]
     session = Session(Store(tmp_path / "state.sqlite"), fed.config)
     tls = ServerTLS(
         certificate=certificates.server.certificate_pem(),
@@ -116,10 +126,7 @@ def start(tmp_path: Path, certificates: Certificates, **options: int) -> Harness
 def harness(tmp_path: Path, certificates: Certificates) -> Iterator[Harness]:
     h = start(tmp_path, certificates)
     yield h
-    for channel in h.channels:
-        channel.close()
-    h.server.stop(0)
-    h.session.store.close()
+    h.close()
 
 
 def layout_messages() -> list[pb.TensorLayout]:
@@ -214,14 +221,19 @@ def as_bytes(vector: np.ndarray) -> bytes:
 
 
 def test_a_round_over_the_network_sums_payloads_larger_than_one_message(
-    harness: Harness,
+    tmp_path: Path, certificates: Certificates
 ) -> None:
-    joined(harness)
     n_words = (5 << 20) // 8  # 5 MiB per node: more than two maximal messages
-    big = (
-        pb.TensorLayout(name="count", shape=[], offset=0, size=1),
-        pb.TensorLayout(name="big", shape=[n_words - 1], offset=1, size=n_words - 1),
-    )
+    layout = Layout.of({"count": (), "big": (n_words - 1,)})
+    harness = start(tmp_path, certificates, layout=layout)
+    try:
+        _round_of_large_payloads(harness, n_words, tensor_layouts(layout))
+    finally:
+        harness.close()
+
+
+def _round_of_large_payloads(harness: Harness, n_words: int, big: list[pb.TensorLayout]) -> None:
+    joined(harness)
     data = zero_sum(("a", "b", "c"), n_words, seed=50)
     receipts = [
         send(
@@ -551,10 +563,22 @@ def test_wrong_size_is_invalid_argument(harness: Harness) -> None:
     )
 
 
-def test_oversized_message_is_resource_exhausted(harness: Harness) -> None:
-    joined(harness)
+def test_oversized_message_is_resource_exhausted(
+    tmp_path: Path, certificates: Certificates
+) -> None:
     data = bytes(MAX_MESSAGE_BYTES + 64)
-    layout = [pb.TensorLayout(name="big", shape=[len(data) // 8], offset=0, size=len(data) // 8)]
+    public = Layout.of({"big": (len(data) // 8,)})
+    harness = start(tmp_path, certificates, layout=public)
+    try:
+        _one_huge_chunk_is_refused(harness, data, tensor_layouts(public))
+    finally:
+        harness.close()
+
+
+def _one_huge_chunk_is_refused(
+    harness: Harness, data: bytes, layout: list[pb.TensorLayout]
+) -> None:
+    joined(harness)
 
     def one_huge_chunk() -> Iterator[pb.UploadChunk]:
         messages = upload_messages(harness, "a", 0, data, layout=layout)

@@ -806,6 +806,8 @@ def test_a_state_file_of_another_federation_config_is_refused(
         min_nodes=2,
         join_timeout_ms=1000,
         round_timeout_ms=1000,
+        rounds=other.config.rounds,
+        fixed_point_bits=32,
     )
     with pytest.raises(StateFileError, match="start with a new --state path"):
         Session(Store(state_path), changed, clock=clock)

@@ -44,16 +44,17 @@ from numpy.typing import NDArray
 
 from coordinator.store import payload_dir_for
 from node.approval import sign_approval, write_approval
-from node.cohort import LocalCohort, load_cohort, plan_settings
+from node.cohort import LocalCohort, load_cohort
 from node.deltab.io import Table, read_table
 from node.deltab.model import BrainAgeModel
 from node.deltab.persist import load_model
 from node.deltab.plan import NodeState, finish, receive, round_tensors
 from node.deltab.stats import MOMENTS, SCATTER, combine
 from node.egress import EgressBundle
-from noise.federation import FederationConfig, load_federation
+from node.plans.deltab import plan_settings
 from noise.fixed_point import wrapping_sum
 from noise.keys import IdentityKey
+from proto.federation import FederationConfig, load_federation
 from zerosum.cli import main as zerosum_main
 
 T = TypeVar("T")

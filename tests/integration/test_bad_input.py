@@ -25,8 +25,8 @@ import grpc
 import pytest
 
 from node.client import CoordinatorClient, CoordinatorError, RetryPolicy
-from noise.federation import config_hash
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
+from proto.federation import config_hash
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.integration.conftest import (
     Federation,

@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.cohort import plan_settings
 from node.deltab.plan import run_in_process
+from node.plans.deltab import plan_settings
 from tests.integration.conftest import (
     Federation,
     Processes,

@@ -15,6 +15,7 @@ duplicate, and the session must complete.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,10 +28,10 @@ from numpy.typing import NDArray
 from node.client import CHUNK_BYTES, CoordinatorClient, RetryPolicy
 from node.roster import VerifiedRoster, verify_roster
 from node.statements import check_statements, sign_upload_statement
-from noise.federation import config_hash
 from noise.fixed_point import wrapping_sum
 from noise.keys import EphemeralKey, sign_key_bundle
 from noise.layout import Layout, TensorSlot, payload_digest
+from proto.federation import RoundSpec, config_hash, dump_federation, load_federation
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.integration.conftest import Federation, Processes, SessionRun, init_federation
 
@@ -46,15 +47,26 @@ LAYOUT = Layout(
 )
 
 
+SMALL = Layout.of({"v": (8,)})
+
+
 @pytest.fixture
 def session(tmp_path: Path, processes: Processes) -> SessionRun:
-    federation = init_federation(
+    made = init_federation(
         tmp_path / "federation",
         NODES,
         cohort_sizes=(150, 120, 130),
         join_deadline=120,
         round_deadline=120,
     )
+    # The coordinator takes every round's layout from the config: a plan of a
+    # 20 MB round and a small last one.
+    plan = dataclasses.replace(
+        made.config.plan, rounds=(RoundSpec("moments", LAYOUT), RoundSpec("scatter", SMALL))
+    )
+    config = dataclasses.replace(made.config, plan=plan)
+    made.toml.write_text(dump_federation(config))
+    federation = Federation(made.root, load_federation(made.toml))
     run = SessionRun(federation, tmp_path / "session", processes)
     run.start_coordinator()
     return run
@@ -205,7 +217,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
     assert unchanged is not None and np.array_equal(unchanged, expected)
 
     # A small last round lets the session complete and the coordinator exit.
-    small = Layout.of({"v": (8,)})
+    small = SMALL
     for node in NODES:
         send(node, 1, "scatter", np.full(8, ord(node), dtype=np.uint64), small)
     for node in NODES:

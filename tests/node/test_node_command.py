@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from node.cohort import LocalDataError, load_cohort
-from noise.federation import load_federation
+from proto.federation import load_federation
 from zerosum.commands import federation as federation_command
 from zerosum.commands import node as node_command
 

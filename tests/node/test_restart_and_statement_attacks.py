@@ -38,9 +38,9 @@ from node.release import ReleaseNoise
 from node.runner import NodeRefused, NodeRunner, SessionFailed
 from node.session_state import KEY_FILE, SessionStateError, SessionStore
 from node.statements import sign_upload_statement
-from noise.federation import load_federation
 from noise.keys import EphemeralKey
 from noise.layout import payload_digest
+from proto.federation import load_federation
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.node.test_runner_restart import IDS, LAYOUT, AnsweringClient, _at_gate, _node, _Plan
 from tests.node.test_runner_units import SESSION, _identities

@@ -35,8 +35,8 @@ from node.egress import EgressBundle
 from node.masking import cape_masks
 from node.release import ReleaseNoise
 from node.runner import NodeOptions, NodeRefused, NodeRunner, RunOutcome, _CapeState
-from noise.federation import config_hash, load_federation
 from noise.layout import Layout, payload_digest
+from proto.federation import config_hash, load_federation
 from zerosum.commands import federation as federation_command
 
 pytestmark = pytest.mark.integration

@@ -26,9 +26,9 @@ from node.masking import cape_sum_payload, pairwise_masks
 from node.release import ReleaseNoise, TensorSensitivity, plan_release
 from node.runner import NodeOptions, NodeRefused, NodeRunner, SessionFailed
 from node.session_state import SessionStore
-from noise.federation import FederationConfig
 from noise.keys import EphemeralKey
 from noise.layout import Layout, payload_digest
+from proto.federation import FederationConfig
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.node.test_runner_units import CODEC, SENSITIVITIES, SESSION, _config, _seeds, _tensors
 from tests.node.test_unmask_safety import (

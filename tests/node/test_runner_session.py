@@ -21,15 +21,16 @@ from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
 from node.audit import read_audit
-from node.cohort import load_cohort, plan_settings
+from node.cohort import load_cohort
 from node.deltab import plan as deltab_plan
 from node.deltab.model import BrainAgeModel
 from node.deltab.persist import load_model
 from node.egress import EgressBundle
+from node.plans.deltab import plan_settings
 from node.receipt import entries_layout
 from node.runner import NodeOptions, NodeRunner, SessionFailed
-from noise.federation import config_hash, load_federation
 from noise.fixed_point import FixedPointCodec
+from proto.federation import config_hash, load_federation
 from zerosum.commands import federation as federation_command
 
 pytestmark = pytest.mark.integration

@@ -19,6 +19,8 @@ from node.masking import (
     pairwise_masks,
     unmask_corrections,
 )
+from node.plans.deltab import deltab_plan_spec
+from node.plans.deltab_settings import DeltabSettings
 from node.receipt import SDCEvidence
 from node.release import ReleaseNoise, TensorSensitivity, plan_release
 from node.unmask import (
@@ -30,19 +32,17 @@ from node.unmask import (
     missing_attestations,
 )
 from noise.accounting import gaussian_mu
-from noise.federation import (
-    ClippingBounds,
-    FederationConfig,
-    ModelSpec,
-    NodeEntry,
-    NoiseDesignSpec,
-    PrivacyPolicy,
-)
 from noise.fixed_point import FixedPointCodec, wrapping_sum
 from noise.keys import EphemeralKey, IdentityKey
 from noise.layout import Layout
 from noise.seeds import pairwise_seed
 from noise.transcript import survivor_set_hash
+from proto.federation import (
+    FederationConfig,
+    NodeEntry,
+    NoiseDesignSpec,
+    PrivacyPolicy,
+)
 
 SESSION = "0123456789abcdef0123456789abcdef"
 CODEC = FixedPointCodec(32)
@@ -71,8 +71,19 @@ def _config(
         coordinator_address="127.0.0.1:50051",
         ca_certificate="ca/ca.pem",
         nodes=tuple(NodeEntry(n, keys[n].public_bytes()) for n in ids),
-        model=ModelSpec(n_features=4, n_components=2),
-        clipping=ClippingBounds(45.0, 80.0, -4.0, 4.0),
+        plan=deltab_plan_spec(
+            DeltabSettings.from_tables(
+                {
+                    "model": {"n_features": 4, "n_components": 2},
+                    "clipping": {
+                        "age_low": 45.0,
+                        "age_high": 80.0,
+                        "feature_low": -4.0,
+                        "feature_high": 4.0,
+                    },
+                }
+            )
+        ),
         privacy=PrivacyPolicy(
             epsilon=1.0,
             delta=1e-6,

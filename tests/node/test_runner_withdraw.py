@@ -27,7 +27,7 @@ from node.client import RetryPolicy
 from node.egress import EgressBundle
 from node.ledger import PrivacyLedger
 from node.runner import NodeOptions, NodeRefused, NodeRunner
-from noise.federation import config_hash, load_federation
+from proto.federation import config_hash, load_federation
 from zerosum.commands import federation as federation_command
 
 pytestmark = pytest.mark.integration

@@ -27,9 +27,9 @@ from node.masking import cape_draws
 from node.release import ReleaseNoise, cape_floor_shortfall, plan_release, with_cape_participants
 from node.runner import NodeOptions, NodeRefused, NodeRunner, _CapeState
 from node.unmask import attestation_signature
-from noise.federation import FederationConfig
 from noise.layout import Layout
 from noise.transcript import survivor_set_hash
+from proto.federation import FederationConfig
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.node.test_runner_units import (
     CODEC,

@@ -119,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     from coordinator.server import ServerTLS, start_server
     from coordinator.session import Session
     from coordinator.store import Store
-    from noise.federation import ConfigError, config_hash, load_federation
+    from proto.federation import ConfigError, config_hash, load_federation
 
     try:
         federation = load_federation(args.federation)

@@ -287,12 +287,13 @@ def _evaluate(args: argparse.Namespace, node_ids: list[str]) -> dict[str, Any]:
     # Pooled reference: the ordinary estimator fitted in one place on the
     # concatenated cohorts — what a single TRE holding everyone would get.
     from node.deltab import BrainAgeModel
-    from noise.federation import load_federation
+    from node.plans.deltab import plan_settings
+    from proto.federation import load_federation
 
-    config = load_federation(out / "federation.toml")
+    settings = plan_settings(load_federation(out / "federation.toml"))
     cohorts = [read_table(out / "nodes" / n / "data.csv") for n in node_ids]
     pooled = BrainAgeModel(
-        config.model.kind, n_components=config.model.n_components, nan_policy="mean"
+        settings.model, n_components=settings.n_components, nan_policy=settings.nan_policy
     ).fit(
         np.vstack([c.features for c in cohorts]),
         np.concatenate([_ages(c) for c in cohorts]),

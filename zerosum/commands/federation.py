@@ -25,11 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from noise.federation import (
-    ClippingBounds,
+from node.plans.deltab import deltab_plan_spec
+from node.plans.deltab_settings import ClippingBounds, DeltabSettings
+from noise.keys import IdentityKey
+from noise.stream import stream_fingerprint
+from proto.federation import (
     ConfigError,
     FederationConfig,
-    ModelSpec,
     NodeEntry,
     NoiseDesignSpec,
     PrivacyPolicy,
@@ -38,8 +40,6 @@ from noise.federation import (
     dump_federation,
     validate_identifier,
 )
-from noise.keys import IdentityKey
-from noise.stream import stream_fingerprint
 from zerosum import pki
 
 if TYPE_CHECKING:
@@ -140,6 +140,15 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
         "--model-kind",
         default="unbiased",
         help="simple, unbiased, unbiased_quadratic, alternate or alternate_quadratic",
+    )
+    model.add_argument(
+        "--nan-policy",
+        choices=["drop", "mean"],
+        default="mean",
+        help=(
+            "missing feature values: drop the subject at its node, or impute the global mean "
+            "of the observed values (default mean)"
+        ),
     )
     model.add_argument(
         "--age-range", default=None, metavar="LO,HI", help="public age bounds (default 18,100)"
@@ -243,8 +252,8 @@ def _synthetic(
     cohorts = [*federation.sites, federation.holdout]
     ages = [float(a) for c in cohorts for a in (c.age.min(), c.age.max()) if c.n_subjects]
     clipping = ClippingBounds(
-        age_low=5 * math.floor(min(ages) / 5),
-        age_high=5 * math.ceil(max(ages) / 5),
+        age_low=float(5 * math.floor(min(ages) / 5)),
+        age_high=float(5 * math.ceil(max(ages) / 5)),
         feature_low=tuple(lows),
         feature_high=tuple(highs),
     )
@@ -273,7 +282,27 @@ def _plan(args: argparse.Namespace) -> _Plan:
     else:
         age = _pair("--age-range", args.age_range or "18,100")
         feature = _pair("--feature-range", args.feature_range or "-10,10")
-        clipping = ClippingBounds(age[0], age[1], feature[0], feature[1])
+        clipping = ClippingBounds.from_table(
+            {
+                "age_low": age[0],
+                "age_high": age[1],
+                "feature_low": feature[0],
+                "feature_high": feature[1],
+            },
+            args.n_features,
+        )
+    # Validated like a config that was read: the same ConfigError for the same fault.
+    settings = DeltabSettings.from_tables(
+        {
+            "model": {
+                "kind": args.model_kind,
+                "n_features": args.n_features,
+                "n_components": args.n_components,
+                "nan_policy": args.nan_policy,
+            },
+            "clipping": clipping.to_table(),
+        }
+    )
 
     identities = {node_id: IdentityKey.generate() for node_id in node_ids}
     config = FederationConfig(
@@ -281,10 +310,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         coordinator_address=args.coordinator,
         ca_certificate="ca/ca.pem",
         nodes=tuple(NodeEntry(n, identities[n].public_bytes()) for n in node_ids),
-        model=ModelSpec(
-            n_features=args.n_features, n_components=args.n_components, kind=args.model_kind
-        ),
-        clipping=clipping,
+        plan=deltab_plan_spec(settings),
         privacy=PrivacyPolicy(
             epsilon=args.epsilon,
             delta=args.delta,
@@ -317,7 +343,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
         files[folder / "client.pem"] = (client.certificate_pem(), False)
         files[folder / "client.key"] = (client.private_key_pem(), True)
     # Written last, so a federation.toml on disk means the folder is complete.
-    files[out / CONFIG_NAME] = (dump_federation(config).encode("utf-8"), False)
+    text = dump_federation(config, comments=DeltabSettings.comments())
+    files[out / CONFIG_NAME] = (text.encode("utf-8"), False)
     return _Plan(config, files, cohorts, seed)
 
 

@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from node.ledger import LedgerError
     from node.runner import NodeOptions, NodeRunner, SessionFailed
     from noise.errors import NoiseError
+    from proto.federation import ConfigError
 
     prefix = f"zerosum node {args.node_id}"
     runner = NodeRunner(
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         runner.prepare()
-    except (LocalDataError, NoiseError, OSError, KeyError, SessionFailed) as error:
+    except (LocalDataError, ConfigError, NoiseError, OSError, KeyError, SessionFailed) as error:
         print(f"{prefix}: {_sentence(error)}", file=sys.stderr)
         return 2
     try:

@@ -13,28 +13,50 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from noise.federation import (
+from noise.layout import Layout
+from proto.federation import (
     CONFIG_FORMAT,
     MISSING,
-    ClippingBounds,
     ConfigError,
     FederationConfig,
-    ModelSpec,
     NodeEntry,
     NoiseDesignSpec,
+    PlanSpec,
     PrivacyPolicy,
+    RoundSpec,
     SessionTimings,
     canonical_encoding,
-    check_stream,
     config_hash,
     dump_federation,
     load_federation,
     parse_federation,
 )
-from noise.stream import stream_fingerprint
+from proto.files import LocalFileError
 from tests.strategies import node_id_lists
 
 KEYS = {name: bytes([i + 1]) * 32 for i, name in enumerate(("alpha", "beta", "gamma", "delta"))}
+
+
+def make_plan(**overrides: object) -> PlanSpec:
+    fields: dict[str, object] = {
+        "name": "test-plan",
+        "version": "3",
+        "rounds": (
+            RoundSpec("means", Layout.of({"n": (), "sum_x": (4,)})),
+            RoundSpec("sums", Layout.of({"n": (), "sum_xx": (10,), "sum_xy": (4,)})),
+        ),
+        "settings": {
+            "model": {"kind": "unbiased_quadratic", "n_features": 4, "n_components": 2},
+            "clipping": {
+                "age_low": 45.0,
+                "age_high": 85.0,
+                "feature_low": -5.0,
+                "feature_high": [5.0, 6.0, 7.0, 8.5],
+            },
+        },
+    }
+    fields.update(overrides)
+    return PlanSpec(**fields)  # type: ignore[arg-type]
 
 
 def make_config(**overrides: object) -> FederationConfig:
@@ -43,8 +65,7 @@ def make_config(**overrides: object) -> FederationConfig:
         "coordinator_address": "coord.example.org:50051",
         "ca_certificate": "ca/ca.pem",
         "nodes": tuple(NodeEntry(n, k) for n, k in KEYS.items()),
-        "model": ModelSpec(n_features=4, n_components=2, kind="unbiased_quadratic"),
-        "clipping": ClippingBounds(45.0, 85.0, -5.0, (5.0, 6.0, 7.0, 8.5)),
+        "plan": make_plan(),
     }
     fields.update(overrides)
     return FederationConfig(**fields)  # type: ignore[arg-type]
@@ -65,7 +86,7 @@ VARIANTS: dict[str, Callable[[], FederationConfig]] = {
         privacy=PrivacyPolicy(
             noise_design=NoiseDesignSpec(graph="harary", degree=2, target_std=0.25)
         ),
-        clipping=ClippingBounds(0, 100, (-1.0, -2.0, -3.0, -4.0), 9),
+        plan=make_plan(settings={"nested": {"inner": {"x": [1, 2.5, "three", True]}}}),
         session=SessionTimings(5, 7.5),
         coordinator_address="[::1]:9000",
         fixed_point_bits=24,
@@ -74,9 +95,9 @@ VARIANTS: dict[str, Callable[[], FederationConfig]] = {
     ),
     "stream check": lambda: make_config(stream_check="0123456789abcdef" * 4),
     "many features": lambda: make_config(
-        model=ModelSpec(n_features=20, n_components=20),
-        clipping=ClippingBounds(
-            40, 90, tuple(float(-i) for i in range(1, 21)), tuple(i + 0.5 for i in range(20))
+        plan=make_plan(
+            settings={"clipping": {"feature_low": [float(-i) for i in range(1, 21)]}},
+            rounds=(RoundSpec("one", Layout.of({f"t{i}": (i, 2) for i in range(12)})),),
         ),
     ),
 }
@@ -130,12 +151,14 @@ def test_accessors() -> None:
     assert (config.coordinator_host, config.coordinator_port) == ("coord.example.org", 50051)
     v6 = make_config(coordinator_address="[2001:db8::1]:443")
     assert (v6.coordinator_host, v6.coordinator_port) == ("2001:db8::1", 443)
-    lows, highs = config.clipping.feature_bounds(4)
-    assert lows == (-5.0,) * 4 and highs == (5.0, 6.0, 7.0, 8.5)
-    assert config.clipping.per_feature
-    assert not ClippingBounds(0, 1, 0, 1).per_feature
-    with pytest.raises(ConfigError, match="lists 4 bounds for 3 features"):
-        config.clipping.feature_bounds(3)
+    assert config.plan.round_names == ("means", "sums")
+    assert config.plan.round("sums").layout.size == 15
+    with pytest.raises(KeyError, match="plan 'test-plan' has no round 'x' \\(means, sums\\)"):
+        config.plan.round("x")
+    table = config.plan.table("clipping")
+    table["age_low"] = 0.0
+    assert config.plan.table("clipping")["age_low"] == 45.0
+    assert config.plan.table("absent") == {}
 
 
 def test_identity_keys_may_be_hex_or_base64() -> None:
@@ -170,7 +193,7 @@ def test_formatting_comments_and_order_leave_the_hash_alone() -> None:
     # [[nodes]] blocks in another order, integers where floats were written.
     head, *blocks = reformatted.split("[[nodes]]")
     reordered = head + "".join("[[nodes]]" + b.rstrip("\n") + "\n" for b in reversed(blocks))
-    reordered = reordered.replace("age_low=45.0", "age_low=45")
+    reordered = reordered.replace("epsilon=1.0", "epsilon=1")
     again = parse_federation(reordered)
     assert config_hash(again) == config_hash(config)
 
@@ -217,24 +240,16 @@ MUTATIONS: dict[str, Callable[[FederationConfig], FederationConfig]] = {
     "privacy.noise_design.target_std": lambda c: dataclasses.replace(
         c, privacy=dataclasses.replace(c.privacy, noise_design=NoiseDesignSpec(target_std=1.0))
     ),
-    "model.kind": lambda c: dataclasses.replace(c, model=ModelSpec(4, 2, "simple")),
-    "model.n_features": lambda c: dataclasses.replace(
-        c, model=ModelSpec(5, 2, "unbiased_quadratic"), clipping=ClippingBounds(45, 85, -5, 5)
+    "plan.name": lambda c: dataclasses.replace(c, plan=make_plan(name="other-plan")),
+    "plan.version": lambda c: dataclasses.replace(c, plan=make_plan(version="4")),
+    "plan.rounds": lambda c: dataclasses.replace(
+        c, plan=make_plan(rounds=(RoundSpec("sums", Layout.of({"n": ()})),))
     ),
-    "model.n_components": lambda c: dataclasses.replace(
-        c, model=ModelSpec(4, 3, "unbiased_quadratic")
+    "plan.settings.model.kind": lambda c: dataclasses.replace(
+        c, plan=make_plan(settings={"model": {"kind": "simple"}})
     ),
-    "clipping.age_low": lambda c: dataclasses.replace(
-        c, clipping=dataclasses.replace(c.clipping, age_low=44.0)
-    ),
-    "clipping.age_high": lambda c: dataclasses.replace(
-        c, clipping=dataclasses.replace(c.clipping, age_high=86.0)
-    ),
-    "clipping.feature_low": lambda c: dataclasses.replace(
-        c, clipping=dataclasses.replace(c.clipping, feature_low=(-5.0, -5.0, -5.0, -5.0))
-    ),
-    "clipping.feature_high": lambda c: dataclasses.replace(
-        c, clipping=dataclasses.replace(c.clipping, feature_high=(5.0, 6.0, 7.0, 8.25))
+    "plan.settings.clipping.age_low": lambda c: dataclasses.replace(
+        c, plan=make_plan(settings={"clipping": {"age_low": 44.0}})
     ),
     "session.join_deadline_seconds": lambda c: dataclasses.replace(
         c, session=SessionTimings(121, 600)
@@ -266,6 +281,9 @@ def test_every_setting_is_covered_by_a_mutation() -> None:
     # stream_check appears in the document only when set.
     walk("", json.loads(canonical_encoding(make_config(stream_check="cd" * 32))))
     leaves -= {"format", "nodes"}
+    # A plan's tables are hashed as a whole; two of their leaves stand for them.
+    leaves = {leaf for leaf in leaves if not leaf.startswith("plan.settings.")}
+    leaves |= {"plan.settings.model.kind", "plan.settings.clipping.age_low"}
     # degree changes together with graph (it exists only for harary graphs).
     missing = leaves - set(MUTATIONS) - {"privacy.noise_design.degree"}
     assert missing == set()
@@ -372,47 +390,46 @@ TOML_ERRORS: list[tuple[str, str, str]] = [
         "privacy.noise_design.target_std",
         "greater than 0",
     ),
-    (edited('kind = "unbiased_quadratic"', 'kind = "linear"'), "model.kind", "one of 'simple'"),
-    (edited("n_features = 4", "n_features = 0"), "model.n_features", "at least 1"),
-    (edited("n_components = 2", "n_components = 5"), "model.n_components", "n_features = 4"),
-    (edited("n_components = 2", "n_components = 2.0"), "model.n_components", "whole number"),
-    (edited("age_high = 85.0", "age_high = 45.0"), "clipping.age_high", "must exceed"),
+    (edited('name = "test-plan"', 'name = "a plan"'), "plan.name", "1 to 64"),
+    (edited('version = "3"', "version = 3"), "plan.version", "non-empty string"),
+    (edited('name = "sums"', 'name = "cape-sum/sums"'), "plan.rounds[1].name", "1 to 64"),
+    (edited('name = "sums"', 'name = "means"'), "plan.rounds.name", "listed twice"),
     (
-        edited("feature_high = [5.0, 6.0, 7.0, 8.5]", "feature_high = [5.0, 6.0, 7.0]"),
-        "clipping.feature_high",
-        "lists 3 bounds for 4 features",
+        edited('{ name = "sum_xx", shape = [10] }', '{ name = "sum_xx", shape = [-1] }'),
+        "plan.rounds[1].tensors",
+        "every dimension must be a whole number >= 0",
     ),
     (
-        edited("feature_high = [5.0, 6.0, 7.0, 8.5]", "feature_high = [5.0, -6.0, 7.0, 8.5]"),
-        "clipping.feature_high[1]",
-        "must exceed the lower bound -5.0",
+        edited('{ name = "sum_xx", shape = [10] }', '{ name = "n", shape = [10] }'),
+        "plan.rounds[1].tensors",
+        "listed twice",
     ),
     (
-        edited("feature_high = [5.0, 6.0, 7.0, 8.5]", "feature_high = []"),
-        "clipping.feature_high",
-        "non-empty list",
-    ),
-    (
-        edited("feature_high = [5.0, 6.0, 7.0, 8.5]", 'feature_high = [5.0, "6", 7.0, 8.5]'),
-        "clipping.feature_high[1]",
-        "must be a number",
-    ),
-    (
-        edited("feature_low = -5.0", "feature_low = [-5.0, -5.0]"),
-        "clipping.feature_high",
-        "clipping.feature_low lists 2",
-    ),
-    (
-        edited("feature_low = -5.0", "feature_low = 6.0").replace(
-            "feature_high = [5.0, 6.0, 7.0, 8.5]", "feature_high = 5.0"
+        edited(
+            'tensors = [\n    { name = "n", shape = [] },\n    { name = "sum_x", shape = [4] },\n]',
+            'tensors = "none"',
         ),
-        "clipping.feature_high",
-        "lower bound 6.0",
+        "plan.rounds[0].tensors",
+        "list of tensors",
     ),
+    (edited("tensors = [\n", "extra = 1\ntensors = [\n"), "plan.rounds[0].extra", "unknown"),
+    (edited("[plan.model]\n", "[plan.model]\nwhen = 1979-05-27\n"), "plan.model.when", "number"),
+    (edited("[plan.model]\n", "[plan.model]\nx = nan\n"), "plan.model.x", "finite"),
+    (edited("[plan]\n", "[plan]\nloose = 3\n"), "plan.loose", "must be a table"),
     (
         edited("join_deadline_seconds = 120.0", "join_deadline_seconds = 0"),
         "session.join_deadline_seconds",
         "greater than 0",
+    ),
+    (
+        edited("join_deadline_seconds = 120.0", "join_deadline_seconds = 0.001"),
+        "session.join_deadline_seconds",
+        "between 1 s and",
+    ),
+    (
+        edited("round_deadline_seconds = 600.0", "round_deadline_seconds = 1e308"),
+        "session.round_deadline_seconds",
+        "(30 days)",
     ),
     (edited('federation_id = "trial-1"', 'federation_id = "../x"'), "federation_id", "1 to 64"),
     (
@@ -438,7 +455,8 @@ TOML_ERRORS: list[tuple[str, str, str]] = [
         "DNS name",
     ),
     (edited('ca_certificate = "ca/ca.pem"', 'ca_certificate = ""'), "ca_certificate", "PEM"),
-    (edited("fixed_point_bits = 32", "fixed_point_bits = 63"), "fixed_point_bits", "1 and 62"),
+    (edited("fixed_point_bits = 32", "fixed_point_bits = 63"), "fixed_point_bits", "16 and 40"),
+    (edited("fixed_point_bits = 32", "fixed_point_bits = 60"), "fixed_point_bits", "2^(63-F)"),
     (edited("min_cohort_size = 100", "min_cohort_size = 0"), "min_cohort_size", "at least 1"),
     (edited("min_nodes = 2", "min_nodes = 5"), "min_nodes", "between 2 and 4"),
     (edited('node_id = "beta"', 'node_id = "be ta"'), "nodes[1].node_id", "A-Z"),
@@ -462,9 +480,8 @@ TOML_ERRORS: list[tuple[str, str, str]] = [
     (edited('node_id = "beta"\n', ""), "nodes[1].node_id", "every node needs an id"),
     (appended("[privacy]", "epsilom = 1.0"), "privacy.epsilom", "unknown setting"),
     (appended("[[nodes]]", "site = 3"), "nodes[0].site", "unknown setting"),
-    (edited("[model]\n", "[modle]\n"), "modle", "unknown setting"),
-    (edited("[model]\n", "[model.extra]\n"), "model.extra", "unknown setting"),
-    (edited("n_features = 4\n", ""), "model.n_features", "is missing"),
+    (edited("[plan]\n", "[plann]\n"), "plann", "unknown setting"),
+    (edited('version = "3"\n', ""), "plan.version", "is missing"),
     (edited('federation_id = "trial-1"\n', ""), "federation_id", "is missing"),
     ("federation_id = 'x'\nprivacy = 3\n", "privacy", "must be a table"),
     ("federation_id = 'x'\nnodes = 3\n", "nodes", "array of [[nodes]] tables"),
@@ -506,15 +523,16 @@ def test_message_shows_the_bad_value() -> None:
         (lambda: PrivacyPolicy(epsilon=0), "privacy.epsilon"),
         (lambda: PrivacyPolicy(noise_design="cape"), "privacy.noise_design"),  # type: ignore[arg-type]
         (lambda: NodeEntry("a", b"short"), "nodes.identity_public_key"),
-        (lambda: ModelSpec(4, 2, "deep"), "model.kind"),  # type: ignore[arg-type]
+        (lambda: make_plan(rounds=()), "plan.rounds"),
+        (lambda: make_plan(settings={"model": 3}), "plan.model"),
         (
             lambda: SessionTimings(round_deadline_seconds=float("inf")),
             "session.round_deadline_seconds",
         ),
         (lambda: make_config(nodes=["alpha"]), "nodes"),
         (lambda: make_config(nodes=(NodeEntry("a", KEYS["alpha"]),)), "nodes"),
-        (lambda: make_config(model="big"), "model"),
-        (lambda: make_config(clipping=None), "clipping"),
+        (lambda: make_config(plan="big"), "plan"),
+        (lambda: RoundSpec("r", "layout"), "plan.rounds[r].tensors"),  # type: ignore[arg-type]
     ],
 )
 def test_constructing_bad_dataclasses_raises_too(build: Callable[[], object], field: str) -> None:
@@ -526,14 +544,18 @@ def test_constructing_bad_dataclasses_raises_too(build: Callable[[], object], fi
 def test_load_reports_unreadable_files(tmp_path: Path) -> None:
     bad = tmp_path / "federation.toml"
     bad.write_bytes(b'federation_id = "\xff"\n')
-    with pytest.raises(ConfigError, match="is not UTF-8 text"):
+    with pytest.raises(LocalFileError, match="is not UTF-8 text"):
         load_federation(bad)
     bad.write_text("this is not toml")
     with pytest.raises(ConfigError) as caught:
         load_federation(bad)
     assert caught.value.value == str(bad)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(LocalFileError, match=r"absent\.toml does not exist"):
         load_federation(tmp_path / "absent.toml")
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(ConfigError, match="nests tables or arrays too deeply"):
+        load_federation(deep)
 
 
 def test_strings_are_escaped_in_the_dump() -> None:
@@ -561,11 +583,3 @@ def test_an_unset_stream_check_is_absent_from_the_hashed_document() -> None:
 def test_a_bad_stream_check_names_the_field(value: object) -> None:
     with pytest.raises(ConfigError, match=r"stream_check = .*64 lowercase hexadecimal digits"):
         make_config(stream_check=value)
-
-
-def test_check_stream_accepts_this_installation_and_refuses_another() -> None:
-    check_stream(make_config())  # no pinned fingerprint: nothing to compare
-    check_stream(make_config(stream_check=stream_fingerprint()))
-    with pytest.raises(ConfigError, match=r"stream_check = '0000.*would not cancel") as error:
-        check_stream(make_config(stream_check="00" * 32))
-    assert "numpy " in str(error.value) and "randomgen " in str(error.value)

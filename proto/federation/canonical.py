@@ -1,0 +1,86 @@
+"""The config hash: SHA-256 over one canonical encoding of the parsed settings.
+
+:func:`canonical_encoding` is compact JSON with keys sorted, no whitespace,
+ASCII only, byte strings as lowercase hex, floats as Python's shortest
+round-trip ``repr`` and ints as ints, node entries sorted by node id, and a
+``"format": "zerosum/v1/federation"`` member naming the encoding. The plan's
+tables enter as they were parsed, each round as its name and tensor layout.
+Changing any setting changes the hash; comments, key order, whitespace and
+the order of ``[[nodes]]`` entries do not. Settings of the federation's own
+sections are normalised first (``epsilon = 1`` and ``epsilon = 1.0`` hash
+alike); a plan's tables are hashed as written, so within them ``1`` and
+``1.0`` differ — every party holds the same file, so they always agree.
+
+The hash is bound into every key-bundle signature, every pairwise seed and
+every upload statement, so a node configured for another federation (or
+another version of this one) cannot be mixed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from proto.federation.schema import CONFIG_FORMAT, FederationConfig
+
+__all__ = ["canonical_encoding", "config_hash"]
+
+
+def _document(config: FederationConfig) -> dict[str, object]:
+    privacy, design, plan = config.privacy, config.privacy.noise_design, config.plan
+    document: dict[str, object] = {
+        "format": CONFIG_FORMAT,
+        "federation_id": config.federation_id,
+        "coordinator_address": config.coordinator_address,
+        "ca_certificate": config.ca_certificate,
+        "fixed_point_bits": config.fixed_point_bits,
+        "min_cohort_size": config.min_cohort_size,
+        "min_nodes": config.min_nodes,
+        "privacy": {
+            "epsilon": privacy.epsilon,
+            "delta": privacy.delta,
+            "epsilon_budget": privacy.epsilon_budget,
+            "residual_dp": privacy.residual_dp,
+            "collusion_threshold": privacy.collusion_threshold,
+            "noise_design": {
+                "construction": design.construction,
+                "graph": design.graph,
+                "degree": design.degree,
+                "target_std": design.target_std,
+            },
+        },
+        "session": {
+            "join_deadline_seconds": config.session.join_deadline_seconds,
+            "round_deadline_seconds": config.session.round_deadline_seconds,
+        },
+        "plan": {
+            "name": plan.name,
+            "version": plan.version,
+            "settings": dict(plan.settings),
+            "rounds": [{"name": r.name, "tensors": r.layout.to_json()} for r in plan.rounds],
+        },
+        "nodes": [
+            {"node_id": n.node_id, "identity_public_key": n.identity_public_key.hex()}
+            for n in config.nodes
+        ],
+    }
+    if config.stream_check is not None:
+        document["stream_check"] = config.stream_check
+    return document
+
+
+def canonical_encoding(config: FederationConfig) -> bytes:
+    """The exact bytes :func:`config_hash` digests (documented in the module docstring)."""
+    text = json.dumps(
+        _document(config),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+        allow_nan=False,
+    )
+    return text.encode("ascii")
+
+
+def config_hash(config: FederationConfig) -> bytes:
+    """SHA-256 (32 bytes) of :func:`canonical_encoding`: the federation's identity."""
+    return hashlib.sha256(canonical_encoding(config)).digest()
