@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from node.deltab.io import DeltabInputError, read_table
+from node.deltab.io import DeltabInputError, no_age_column, read_table
 from node.plans.deltab_settings import DeltabSettings
 from proto.federation import FederationConfig
 
@@ -58,7 +58,7 @@ def load_cohort(path: Path, config: FederationConfig) -> LocalCohort:
         raise LocalDataError(f"the data file {path} cannot be read: {error.strerror}.") from None
     if table.age is None:
         raise LocalDataError(
-            f"{path} has no 'age' column; a node's data needs a header with an 'age' column."
+            no_age_column(table, "a node's data needs a header with an 'age' column.")
         )
     missing_age = np.flatnonzero(np.isnan(table.age))
     if missing_age.size:

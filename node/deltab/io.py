@@ -9,7 +9,12 @@ when it has a non-numeric cell above a numeric one (the rule of
 subject identifiers and a column named ``age`` holds true ages; every other
 column is a feature. Without a header, a first column that is not a number is
 taken as the identifiers. Cells ``""``, ``NA``, ``N/A``, ``nan`` and ``null``
-(any case) are missing values and become NaN.
+(any case) are missing values and become NaN. Subject ids must be unique.
+
+Two layouts that spreadsheets write are refused with the reason rather than
+misread: semicolon-separated "CSV" (the export of locales whose decimal mark
+is a comma) and, where an ``age`` column is needed, a table without a header
+row (:func:`no_age_column` says which of the two, or what else, is the cause).
 
 Numbers are parsed by ``numpy.loadtxt``'s C reader; only when it objects (a
 missing-value token, a bad cell) is the file read again cell by cell, which is
@@ -38,8 +43,10 @@ __all__ = [
     "Table",
     "check_output_path",
     "check_same_subjects",
+    "no_age_column",
     "read_ages",
     "read_table",
+    "select_features",
     "write_table",
     "write_values",
 ]
@@ -49,6 +56,7 @@ FloatArray = NDArray[np.float64]
 MISSING_TOKENS = frozenset({"", "na", "n/a", "nan", "null"})
 ID_COLUMN_NAMES = frozenset({"id", "eid", "subject", "subject_id", "participant_id"})
 AGE_COLUMN_NAME = "age"
+ID_LABEL = "id"  # how an id column is named in messages, whatever its header says
 
 
 class DeltabInputError(ValueError):
@@ -127,6 +135,25 @@ def _sniff_delimiter(first_line: str) -> str | None:
     return None
 
 
+def _reject_semicolons(path: Path, number: int, line: str, delimiter: str | None) -> None:
+    """Refuse a semicolon-separated file, which would otherwise be misread as one column.
+
+    Semicolons separate more fields than the sniffed delimiter does, or sit
+    beside commas outside quotes (decimal commas, ``45,5;1,2``): neither
+    happens in a comma-, tab- or whitespace-separated table of numbers.
+    """
+    if ";" not in line:
+        return
+    by_semicolon = len(line.split(";"))
+    sniffed = len(_split(line, delimiter))
+    if by_semicolon > sniffed or (delimiter == "," and '"' not in line):
+        raise DeltabInputError(
+            f"{path} looks semicolon-separated (line {number} has {by_semicolon} fields "
+            "between semicolons); zerosum reads comma-separated CSV, tab-separated TSV or "
+            "whitespace-separated text, with '.' as the decimal point: save it as one of those."
+        )
+
+
 def _split(line: str, delimiter: str | None) -> list[str]:
     if delimiter is None:
         return line.split()
@@ -179,6 +206,7 @@ def _scan(path: Path) -> _Layout:
         raise DeltabInputError(f"{path} is empty.")
     first_no, first_line = first
     delimiter = _sniff_delimiter(first_line)
+    _reject_semicolons(path, first_no, first_line, delimiter)
     first_cells = [c.strip() for c in _split(first_line, delimiter)]
     second = next(rows, None)
     second_cells = [c.strip() for c in _split(second[1], delimiter)] if second else None
@@ -215,6 +243,7 @@ def _scan(path: Path) -> _Layout:
     what = "the header has" if has_header else f"line {first_no} has"
     lines: list[int] = []
     ids: list[str] | None = [] if id_index is not None else None
+    id_lines: dict[str, int] = {}
     pending = [] if has_header else [first]
     if second is not None:
         pending.append(second)
@@ -231,9 +260,19 @@ def _scan(path: Path) -> _Layout:
         lines.append(number)
         if ids is not None:
             if id_index == 0 and delimiter is not None and '"' not in line:
-                ids.append(line[: line.index(delimiter)].strip())
+                subject = line[: line.index(delimiter)].strip()
             else:
-                ids.append(_split(line, delimiter)[id_index].strip())  # type: ignore[index]
+                subject = _split(line, delimiter)[id_index].strip()  # type: ignore[index]
+            earlier = id_lines.setdefault(subject, number)
+            if earlier != number:
+                # Two rows of one id would count one person twice and make the
+                # rows of an ages file and a features file impossible to match.
+                which = f"the subject id {subject!r} appears" if subject else "an empty id appears"
+                raise DeltabInputError(
+                    f"{path}: {which} twice (lines {earlier} and {number}); every subject needs "
+                    "its own id."
+                )
+            ids.append(subject)
     if not lines:
         raise DeltabInputError(f"{path} has a header line but no subjects.")
     return _Layout(
@@ -356,6 +395,67 @@ def read_ages(path: str | Path) -> AgeColumn:
             "an ages file needs a single column or a header with an 'age' column."
         )
     return AgeColumn(path=table.path, values=values, ids=table.ids, lines=lines)
+
+
+def no_age_column(table: Table, remedy: str) -> str:
+    """The sentence for a table that lacks an ``age`` column, with its likely cause.
+
+    ``remedy`` completes the sentence (what the caller needs instead). The
+    causes told apart: no header row at all, a header whose age column is
+    named otherwise (``Age_at_scan``), or a header with no such column.
+    """
+    path = table.path
+    if not table.has_header:
+        first = int(table.lines[0]) if table.lines.size else 1
+        return (
+            f"{path} has no 'age' column: it has no header row (line {first} holds data, not "
+            f"column names); {remedy}"
+        )
+    near = [n for n in table.feature_names if AGE_COLUMN_NAME in n.lower()]
+    if near:
+        shown = ", ".join(repr(n) for n in near[:3])
+        return (
+            f"{path} has no column named exactly 'age' (its header has {shown}); rename the "
+            f"true ages' column to 'age', or {remedy}"
+        )
+    names = ([ID_LABEL] if table.ids is not None else []) + list(table.feature_names)
+    shown = ", ".join(repr(n) for n in names[:4]) + (", ..." if len(names) > 4 else "")
+    return f"{path} has no 'age' column (its header names {shown}); {remedy}"
+
+
+def select_features(
+    path: Path, columns: Sequence[str], features: FloatArray, names: Sequence[str]
+) -> tuple[FloatArray, bool]:
+    """``features`` (whose columns are named ``columns``) in the order of ``names``.
+
+    Returns the reordered array and whether a reordering was needed. The
+    columns must be exactly ``names`` (no more, no fewer); otherwise a
+    :class:`DeltabInputError` names the first missing and the first unexpected
+    columns of the file ``path``.
+    """
+    if tuple(names) == tuple(columns):
+        return features, False
+    position = {name: j for j, name in enumerate(columns)}
+    wanted = set(names)
+    missing = [n for n in names if n not in position]
+    unexpected = [n for n in columns if n not in wanted]
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {_first_few(missing)}")
+        if unexpected:
+            parts.append(f"unexpected {_first_few(unexpected)}")
+        raise DeltabInputError(
+            f"{path} does not have the feature columns the model was trained on: "
+            f"{'; '.join(parts)} (the model has {len(names)} features, the file "
+            f"{len(columns)}); give the model's features, named as in its training table."
+        )
+    return features[:, [position[n] for n in names]], True
+
+
+def _first_few(names: Sequence[str], shown: int = 3) -> str:
+    text = ", ".join(repr(n) for n in names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def check_same_subjects(ages: AgeColumn, table: Table) -> None:

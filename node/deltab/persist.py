@@ -14,6 +14,7 @@ Layout (format_version 1)::
       "params": {"model": ..., "n_components": ..., "feature_proportion": ...,
                  "variance_explained": ..., "kaiser_guttman": ..., "nan_policy": ...},
       "n_features_in": P, "n_confounds": C, "n_components": k, "n_subjects": N,
+      "feature_names": [P distinct column names]   (optional),
       "age_mean": ..., "age_scale": ..., "agesq_orth": ..., "total_variance": ...,
       "arrays": {"feature_fill": [P], "feature_mean": [P], "feature_scale": [P],
                  "support": [indices of the P' features in the model],
@@ -25,6 +26,12 @@ Layout (format_version 1)::
 
 Floats are written with Python's shortest round-trip representation, so a
 loaded model predicts exactly what the saved one did.
+
+``feature_names`` (the training table's column names, in the model's order)
+is written when the model carries them — :func:`set_feature_names` attaches
+them as ``feature_names_in_``, the scikit-learn name — so that a prediction
+can match a table's columns by name; files without it (older files, models
+trained on headerless tables) load as before and are matched by position.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import json
 import math
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -50,11 +57,13 @@ __all__ = [
     "FORMAT",
     "FORMAT_VERSION",
     "dumps",
+    "feature_names_of",
     "load_model",
     "loads",
     "model_from_dict",
     "model_to_dict",
     "save_model",
+    "set_feature_names",
 ]
 
 FORMAT = "zerosum-deltab"
@@ -81,7 +90,37 @@ _ARRAYS = (
     "gamma",
     "gammasq",
 )
-_TOP_KEYS = {"format", "format_version", "params", "arrays", *_SCALARS, *_COUNTS}
+_TOP_KEYS = {"format", "format_version", "params", "arrays", "feature_names", *_SCALARS, *_COUNTS}
+_NAMES_ATTRIBUTE = "feature_names_in_"
+
+
+def _check_names(names: object, n_features: int) -> tuple[str, ...]:
+    """``names`` as a tuple of ``n_features`` distinct non-empty strings, or ValueError."""
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) and n for n in names):
+        raise ValueError("'feature_names' must be a list of non-empty strings.")
+    if len(names) != n_features:
+        raise ValueError(
+            f"'feature_names' has {len(names)} names but the model has {n_features} features."
+        )
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"'feature_names' names {name!r} twice.")
+        seen.add(name)
+    return tuple(names)
+
+
+def set_feature_names(model: BrainAgeModel, names: Sequence[str]) -> BrainAgeModel:
+    """Attach the training table's column names to a fitted model (saved with it)."""
+    model._check_fitted()
+    setattr(model, _NAMES_ATTRIBUTE, _check_names(tuple(names), int(model.n_features_in_)))
+    return model
+
+
+def feature_names_of(model: BrainAgeModel) -> tuple[str, ...] | None:
+    """The column names the model was trained on, if it carries them."""
+    names = getattr(model, _NAMES_ATTRIBUTE, None)
+    return None if names is None else tuple(names)
 
 
 def _header(model: BrainAgeModel) -> dict[str, Any]:
@@ -95,6 +134,10 @@ def _header(model: BrainAgeModel) -> dict[str, Any]:
         "n_components": int(model.n_components_),
     }
     document |= {name: float(getattr(model, name + "_")) for name in _SCALARS}
+    names = feature_names_of(model)
+    if names is not None:
+        # Checked again here: a refit with another number of features leaves stale names.
+        document["feature_names"] = list(_check_names(names, int(model.n_features_in_)))
     return document
 
 
@@ -317,4 +360,10 @@ def model_from_dict(document: object) -> BrainAgeModel:
     model.support_ = support
     for name, value in values.items():
         setattr(model, name + "_", value)
+    if "feature_names" in document:
+        try:
+            names = _check_names(document["feature_names"], p)
+        except ValueError as exc:
+            raise ModelFileError(str(exc)) from None
+        setattr(model, _NAMES_ATTRIBUTE, names)
     return model

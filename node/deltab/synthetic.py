@@ -306,6 +306,7 @@ def make_cohort(
     *,
     seed: Seed,
     population: Population | None = None,
+    population_seed: Seed | None = None,
     site: SiteEffect | None = None,
     age_range: tuple[float, float] = (45.0, 80.0),
     age_skew: float = 0.0,
@@ -315,9 +316,15 @@ def make_cohort(
 ) -> Cohort:
     """Draw one cohort of ``n_subjects`` with ``n_features`` features.
 
-    ``population`` defaults to one drawn from ``seed`` (so a single call is
-    self-contained); pass a shared population to draw several comparable
-    sites. ``site`` applies a scanner effect (none by default).
+    ``seed`` draws the subjects (ages, deltas, latents, noise). The
+    population — ageing curves, mixing, feature units — is ``population`` if
+    given, else drawn from ``population_seed``, else from ``seed`` (so a single
+    call is self-contained). Cohorts are comparable, i.e. one model fits them
+    all, only when they share the population: pass the same ``population`` or
+    the same ``population_seed`` and vary ``seed``. The population of seed s is
+    child 0 of ``SeedSequence(s)`` and the subjects use child 1, so
+    ``population_seed=s`` with ``seed=s`` is the same cohort as ``seed=s``
+    alone. ``site`` applies a scanner effect (none by default).
     ``missing_fraction`` of feature cells, chosen uniformly, become NaN.
     Subject ids are ``<name>-000001`` …; ``name`` defaults to the site's name
     or ``"site"``.
@@ -329,8 +336,11 @@ def make_cohort(
     if not 0.0 <= missing_fraction < 1.0:
         raise ValueError(f"missing_fraction must be in [0, 1); got {missing_fraction}")
     root = _seed_sequence(seed)
+    if population is not None and population_seed is not None:
+        raise ValueError("give population or population_seed, not both")
     if population is None:
-        population = Population.draw(n_features, _child(root, 0))
+        source = root if population_seed is None else _seed_sequence(population_seed)
+        population = Population.draw(n_features, _child(source, 0))
     if population.n_features != n_features:
         raise ValueError(
             f"population has {population.n_features} features but n_features is {n_features}"

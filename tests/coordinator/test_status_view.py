@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from coordinator.errors import StateFileError
 from coordinator.session import Session
-from coordinator.status_view import read_status, render_status
+from coordinator.status_view import coordinator_alive, lock_path, read_status, render_status
 from coordinator.store import Store
 from tests.coordinator.support import (
     N_WORDS,
@@ -102,3 +104,51 @@ def test_the_command_prints_text_or_json_and_exits_2_without_a_state(
     code, _, err = status("--json")
     assert code == 2 and "--json goes with --status" in err
     store.close()
+
+
+_HOLD_LOCK = """\
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_liveness_follows_the_lock_of_another_process(tmp_path: Path) -> None:
+    state, _, store = _running_session(tmp_path)
+    store.close()  # this process lets go; another one takes the lock as a coordinator does
+    lock = lock_path(state)
+    assert lock.exists()
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLD_LOCK, str(lock)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        assert holder.stdin is not None and holder.stdout is not None
+        try:
+            assert holder.stdout.readline() == "locked\n"
+            assert coordinator_alive(state) is True
+            assert read_status(state, ("a", "b"))["coordinator_process"] == "running"
+        finally:
+            holder.stdin.close()  # the holder ends, and the system releases its lock
+            holder.wait(timeout=30)
+    assert coordinator_alive(state) is False
+    status = read_status(state, ("a", "b"))
+    assert status["coordinator_process"] == "not running"
+    assert status["session"]["state"] == "running"
+    assert status["latest_event"] is not None and status["state_written"] is not None
+    text = render_status(status)
+    assert text.splitlines()[0].endswith(": running (as last recorded)")
+    assert "coordinator process: NOT RUNNING" in text
+    # Testing the lock leaves it free: a coordinator can take it at once.
+    Store(state).close()
+
+
+def test_no_lock_file_is_not_running_and_none_is_created(tmp_path: Path) -> None:
+    state, _, store = _running_session(tmp_path)
+    store.close()
+    lock_path(state).unlink()
+    assert coordinator_alive(state) is False
+    assert not lock_path(state).exists()

@@ -262,7 +262,10 @@ def _bad_inputs(tmp: Path, files: dict[str, Path]) -> Iterator[tuple[str, list[o
     yield (
         "no-age",
         ["--train-features", files["features"]],
-        (r"features.tsv has no 'age' column; give the true ages with --train-ages"),
+        (
+            r"features.tsv has no 'age' column: it has no header row \(line 1 holds data, not "
+            r"column names\); give the true ages with --train-ages or add a header"
+        ),
     )
     yield "nothing", [], r"nothing to do: give --train-features"
     yield "exclusive", ["--train-features", files["cohort"], "--feature-num", 3,

@@ -11,8 +11,10 @@ from node.deltab.io import (
     DeltabInputError,
     check_output_path,
     check_same_subjects,
+    no_age_column,
     read_ages,
     read_table,
+    select_features,
     write_table,
     write_values,
 )
@@ -163,3 +165,74 @@ def test_writers_round_trip(tmp_path: Path) -> None:
     assert table.ids == ("a", "b")
     np.testing.assert_array_equal(table.features[:, 0], [0.5, -1.0])
     assert not list(tmp_path.glob(".*partial"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "id;age;f1;f2\ns1;60;1.5;2\ns2;61;1;2\n",  # semicolons, decimal points
+        "id;age;f1\ns1;60,5;1,25\ns2;61,5;1\n",  # a spreadsheet's decimal commas
+        "60;1,5;2\n61;1;2\n",  # headerless, decimal commas
+        "60;1;2\n61;1;2\n",  # headerless
+    ],
+)
+def test_a_semicolon_separated_file_is_named_as_such(tmp_path: Path, text: str) -> None:
+    with pytest.raises(DeltabInputError, match=r"x.csv looks semicolon-separated \(line 1 has"):
+        read_table(_write(tmp_path, "x.csv", text))
+
+
+def test_semicolons_inside_quotes_are_just_text(tmp_path: Path) -> None:
+    table = read_table(_write(tmp_path, "q.csv", 'id,age,a\n"s;1",60,1\n"s;2",61,2\n'))
+    assert table.ids == ("s;1", "s;2")
+
+
+def test_no_age_column_says_why(tmp_path: Path) -> None:
+    remedy = "add one."
+    headerless = read_table(_write(tmp_path, "n.csv", "60,1,2\n61,2,3\n"))
+    assert no_age_column(headerless, remedy) == (
+        f"{tmp_path / 'n.csv'} has no 'age' column: it has no header row (line 1 holds data, "
+        "not column names); add one."
+    )
+    with_ids = read_table(_write(tmp_path, "i.csv", "s1,60,1\ns2,61,2\n"))
+    assert "it has no header row" in no_age_column(with_ids, remedy)
+    near = read_table(_write(tmp_path, "m.csv", "id,Age_at_scan,a\ns1,60,1\ns2,61,2\n"))
+    assert "has no column named exactly 'age' (its header has 'Age_at_scan')" in no_age_column(
+        near, remedy
+    )
+    other = read_table(_write(tmp_path, "o.csv", "id,years,a,b,c,d\ns1,60,1,2,3,4\n"))
+    assert "(its header names 'id', 'years', 'a', 'b', ...)" in no_age_column(other, remedy)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "id,age,a\ns1,60,1\ns2,61,2\ns1,62,3\n",
+            r"x.csv: the subject id 's1' appears twice \(lines 2 and 4\); every subject needs",
+        ),
+        ("s1 60 1\ns2 61 2\ns2 62 3\n", r"the subject id 's2' appears twice \(lines 2 and 3\)"),
+        ("age,eid,a\n60,7,1\n61,7,2\n", r"the subject id '7' appears twice \(lines 2 and 3\)"),
+        ("id,age,a\n,60,1\n,61,2\n", r"an empty id appears twice \(lines 2 and 3\)"),
+    ],
+)
+def test_duplicate_subject_ids_are_refused(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(DeltabInputError, match=message):
+        read_table(_write(tmp_path, "x.csv", text))
+
+
+def test_select_features_reorders_by_name_or_names_the_difference() -> None:
+    values = np.array([[1.0, 2.0, 3.0]])
+    path = Path("t.csv")
+    same, moved = select_features(path, ("a", "b", "c"), values, ("a", "b", "c"))
+    assert same is values and not moved
+    reordered, moved = select_features(path, ("c", "a", "b"), values, ("a", "b", "c"))
+    assert moved
+    np.testing.assert_array_equal(reordered, [[2.0, 3.0, 1.0]])
+    with pytest.raises(
+        DeltabInputError, match=r"t.csv does not have the feature columns .*: missing 'b'; "
+        r"unexpected 'x' \(the model has 3 features, the file 3\)"
+    ):  # fmt: skip
+        select_features(path, ("a", "x", "c"), values, ("a", "b", "c"))
+    many = tuple(f"m{j}" for j in range(6))
+    with pytest.raises(DeltabInputError, match=r"missing 'm0', 'm1', 'm2' and 3 more \("):
+        select_features(path, ("a", "b", "c"), values, ("a", "b", "c", *many))

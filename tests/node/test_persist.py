@@ -19,7 +19,15 @@ from node.deltab import (
     load_model,
     save_model,
 )
-from node.deltab.persist import FORMAT, FORMAT_VERSION, dumps, loads, model_to_dict
+from node.deltab.persist import (
+    FORMAT,
+    FORMAT_VERSION,
+    dumps,
+    feature_names_of,
+    loads,
+    model_to_dict,
+    set_feature_names,
+)
 from tests.node.conftest import Cohort, CohortFactory
 
 
@@ -146,3 +154,44 @@ def test_non_text_file_is_refused(tmp_path: Path) -> None:
 def test_dumps_and_loads_are_inverse(fitted: tuple[BrainAgeModel, Cohort]) -> None:
     text = dumps(fitted[0])
     assert dumps(loads(text)) == text
+
+
+def test_feature_names_are_saved_loaded_and_optional(
+    fitted: tuple[BrainAgeModel, Cohort], tmp_path: Path
+) -> None:
+    model = copy.copy(fitted[0])
+    names = tuple(f"idp_{j}" for j in range(13))
+    # A file without names (every file written before they were saved) loads as before.
+    plain = dumps(model)
+    assert "feature_names" not in json.loads(plain)
+    assert feature_names_of(loads(plain)) is None
+    set_feature_names(model, names)
+    text = dumps(model)
+    assert json.loads(text)["feature_names"] == list(names)
+    loaded = loads(text)
+    assert feature_names_of(loaded) == names
+    assert dumps(loaded) == text
+    path = tmp_path / "named.json"
+    save_model(loaded, path)
+    assert feature_names_of(load_model(path)) == names
+    with pytest.raises(ValueError, match="'feature_names' has 2 names but the model has 13"):
+        set_feature_names(model, ("a", "b"))
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (["a"] * 13, "'feature_names' names 'a' twice"),
+        ([f"f{j}" for j in range(12)], "'feature_names' has 12 names but the model has 13"),
+        ([*[f"f{j}" for j in range(12)], 3], "must be a list of non-empty strings"),
+        ([*[f"f{j}" for j in range(12)], ""], "must be a list of non-empty strings"),
+        ("f0,f1", "must be a list of non-empty strings"),
+    ],
+)
+def test_malformed_feature_names_are_refused(
+    fitted: tuple[BrainAgeModel, Cohort], value: object, message: str
+) -> None:
+    document = model_to_dict(fitted[0])
+    document["feature_names"] = value
+    with pytest.raises(ModelFileError, match=message):
+        loads(json.dumps(document))

@@ -189,3 +189,21 @@ def test_write_cohort_tsv_halves(tmp_path: Path) -> None:
     assert ages.read_text().splitlines()[0] == "age"
     first = feats.read_text().splitlines()[0].split("\t")
     assert first[0] == cohort.ids[0] and len(first) == 3
+
+
+def test_population_seed_separates_the_population_from_the_sample() -> None:
+    shared = Population.draw(12, np.random.SeedSequence(3, spawn_key=(0,)))
+    by_seed = make_cohort(80, 12, seed=21, population_seed=3)
+    by_object = make_cohort(80, 12, seed=21, population=shared)
+    np.testing.assert_array_equal(by_seed.features, by_object.features)
+    # The subjects follow the sample seed only; the population seed changes the features.
+    other_world = make_cohort(80, 12, seed=21, population_seed=4)
+    np.testing.assert_array_equal(other_world.age, by_seed.age)
+    assert not np.allclose(other_world.features, by_seed.features)
+    # population_seed equal to seed is the self-contained single-seed cohort.
+    np.testing.assert_array_equal(
+        make_cohort(80, 12, seed=21, population_seed=21).features,
+        make_cohort(80, 12, seed=21).features,
+    )
+    with pytest.raises(ValueError, match="population or population_seed, not both"):
+        make_cohort(10, 12, seed=1, population=shared, population_seed=3)

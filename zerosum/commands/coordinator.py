@@ -83,8 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--status",
         action="store_true",
         help="print the session's state from the state file and exit: who joined, who was "
-        "dropped and why, each round's submissions and deadline (read-only; works beside a "
-        "running coordinator)",
+        "dropped and why, each round's submissions and deadline, when the state was last "
+        "written and whether a coordinator process is running on it (read-only; works beside "
+        "a running coordinator)",
     )
     parser.add_argument(
         "--json", action="store_true", help="with --status: print it as JSON instead"

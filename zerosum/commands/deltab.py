@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,20 +21,29 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from node.deltab.exceptions import ModelFileError
 from node.deltab.io import (
     AgeColumn,
     DeltabInputError,
     Table,
     check_output_path,
     check_same_subjects,
+    no_age_column,
     read_ages,
     read_table,
     write_table,
     write_values,
 )
 from node.deltab.model import BrainAgeModel
-from node.deltab.persist import load_model, save_model
+from node.deltab.persist import feature_names_of, save_model, set_feature_names
+from zerosum.commands._deltab_report import (
+    check_interpolation,
+    check_text_folder,
+    describe_model,
+    describe_table,
+    fit_naming_columns,
+    write_model_text,
+)
+from zerosum.commands._model_io import features_for_model, load_model_file
 
 PROG = "zerosum deltab"
 MODEL_KINDS = ("simple", "unbiased", "unbiased_quadratic", "alternate", "alternate_quadratic")
@@ -58,8 +68,13 @@ column (true ages, so --train-ages can be left out); every other column is a
 feature. Cells that are empty, NA or nan are missing values (see
 --feature-nans).
 
-The flags are those of the public deltab command (all but --save-text and
---debug), so its command lines carry over; models are saved as JSON, not pickle.
+The flags are those of the public deltab command, so its command lines carry
+over; models are saved as JSON, not pickle (--save-text also writes them as
+plain text). A successful run prints what it trained or loaded, on how many
+subjects and features, and where each output went; warnings and notes go to
+stderr. A model that can only reproduce its training ages (as many principal
+components as subjects minus one, e.g. 5 subjects and 20 features) is
+degenerate: its training deltas are 0 up to rounding, and a warning says so.
 """
 
 EPILOG = """\
@@ -77,10 +92,23 @@ examples:
   zerosum deltab --load model.json --predict-features new.csv --predict-model unbiased \\
       --predict-output new_delta.csv
 
+  # also keep the model as text to read (summary.txt and one file per array)
+  zerosum deltab --train-features cohort.csv --feature-num 20 --save model.json \\
+      --save-text model-text
+
 outputs:
   --predict-output ending in .csv or .tsv gets a header and the columns id (when
   known), age and brain_age or delta; any other name gets one number per line,
   as the public deltab writes. Existing files are kept unless --overwrite.
+  --save-text FOLDER writes summary.txt (the model in words: training size,
+  components, variance explained, and the formulas that turn the numbers into a
+  delta) and one .txt file of numbers per fitted array (feature_mean.txt,
+  components.txt, b1.txt, ...), plus feature_names.txt when the training table
+  had a header. It is for reading and for other programs; zerosum loads only the
+  JSON of --save. The training data are not written.
+  A model saved from a table with a header keeps its feature names: predicting
+  from a table whose columns are the same in another order reorders them (with
+  a note); a table with other columns is refused, naming them.
 
 exit status: 0 on success, 2 on bad input (with one sentence saying why).
 """
@@ -161,6 +189,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     model = parser.add_argument_group("saved models")
     model.add_argument("--save", metavar="FILE", help="save the trained model (JSON)")
+    model.add_argument(
+        "--save-text",
+        metavar="FOLDER",
+        help="also write the trained model as text into FOLDER: summary.txt (readable) and one "
+        "file of numbers per array (see outputs below); not loadable, use --save for that",
+    )
     model.add_argument("--load", metavar="FILE", help="load a saved model instead of training one")
     predict = parser.add_argument_group("prediction")
     predict.add_argument(
@@ -203,6 +237,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace output files that already exist"
     )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="more output on stderr: how each file was read, the fitted model's details, and "
+        "a traceback with any error",
+    )
 
 
 @dataclass(frozen=True)
@@ -214,6 +254,7 @@ class Subjects:
     ids: tuple[str, ...] | None
     source: Path
     feature_names: tuple[str, ...]
+    named: bool = False  # the feature names come from a header, not positions
 
 
 def fail(prog: str, message: str) -> int:
@@ -224,6 +265,15 @@ def fail(prog: str, message: str) -> int:
 
 def _note(prog: str, message: str) -> None:
     print(f"{prog}: note: {message}", file=sys.stderr)
+
+
+def _debug(args: argparse.Namespace, message: str) -> None:
+    if getattr(args, "debug", False):
+        print(f"{PROG}: debug: {message}", file=sys.stderr)
+
+
+def _say(message: str) -> None:
+    print(f"{PROG}: {message}")
 
 
 @contextmanager
@@ -249,8 +299,9 @@ def _ages_for(
     if ages_path is None:
         if table.age is None:
             raise DeltabInputError(
-                f"{table.path} has no 'age' column; give the true ages with {flag} or add an "
-                "'age' column to its header."
+                no_age_column(
+                    table, f"give the true ages with {flag} or add a header with an 'age' column."
+                )
             )
         return None, table.age
     ages = read_ages(ages_path)
@@ -268,7 +319,13 @@ def _ages_for(
 
 
 def load_subjects(
-    prog: str, features_path: str, ages_path: str | None, flag: str, nan_policy: str
+    prog: str,
+    features_path: str,
+    ages_path: str | None,
+    flag: str,
+    nan_policy: str,
+    *,
+    debug: Callable[[str], None] | None = None,
 ) -> Subjects:
     """Read features and ages, check they line up, and apply the missing-value policy.
 
@@ -278,6 +335,8 @@ def load_subjects(
     missing features are left for the model, which imputes training medians.
     """
     table = read_table(features_path)
+    if debug is not None:
+        debug(describe_table(table))
     ages_column, age = _ages_for(table, ages_path, flag)
     age_source = ages_column.path if ages_column is not None else table.path
     age_lines = ages_column.lines if ages_column is not None else table.lines
@@ -314,28 +373,13 @@ def load_subjects(
             features, age = features[keep], age[keep]
             ids = tuple(i for i, k in zip(ids, keep, strict=True) if k) if ids else None
     return Subjects(
-        features=features, age=age, ids=ids, source=table.path, feature_names=table.feature_names
+        features=features,
+        age=age,
+        ids=ids,
+        source=table.path,
+        feature_names=table.feature_names,
+        named=table.has_header,
     )
-
-
-def fit_naming_columns(model: BrainAgeModel, subjects: Subjects) -> None:
-    """Fit, re-issuing the estimator's warnings; constant features are named by column."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        model.fit(subjects.features, subjects.age)
-    left_out = np.flatnonzero(~model.support_)
-    for item in caught:
-        if left_out.size and "no variance" in str(item.message):
-            shown = ", ".join(repr(subjects.feature_names[j]) for j in left_out[:10])
-            more = "" if left_out.size <= 10 else f" and {left_out.size - 10} more"
-            warnings.warn(
-                f"{left_out.size} feature(s) of {subjects.source} do not vary across the "
-                f"training subjects and are left out of the model: {shown}{more}.",
-                item.category,
-                stacklevel=2,
-            )
-        else:
-            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -410,28 +454,6 @@ def in_flag_terms(message: str) -> str:
     return message
 
 
-def load_model_file(path: str | Path) -> BrainAgeModel:
-    """Load a saved model, turning file problems into one sentence that names the file."""
-    try:
-        return load_model(path)
-    except ModelFileError as exc:
-        raise DeltabInputError(f"cannot load the model {path}: {exc}") from None
-    except FileNotFoundError:
-        raise DeltabInputError(f"cannot read {path}: there is no such file.") from None
-    except OSError as exc:
-        raise DeltabInputError(f"cannot read {path}: {exc.strerror or exc}.") from None
-
-
-def check_feature_count(model: object, table_path: Path, n_features: int) -> None:
-    """Refuse a table whose feature count differs from the model's, naming the file."""
-    expected = getattr(model, "n_features_in_", None)
-    if expected is not None and expected != n_features:
-        raise DeltabInputError(
-            f"{table_path} has {n_features} feature columns but the model was trained on "
-            f"{expected}; give the same features in the same order."
-        )
-
-
 def write_prediction(
     path: Path, subjects: Subjects, values: NDArray[np.float64], what: str
 ) -> None:
@@ -454,9 +476,18 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         # Input errors (DeltabInputError, _UsageError) and the estimator's and the
         # model file's own checks are all ValueErrors carrying a full sentence.
+        if args.debug:
+            traceback.print_exc()
         return fail(PROG, in_flag_terms(str(exc)))
     except OSError as exc:
+        if args.debug:
+            traceback.print_exc()
         return fail(PROG, f"cannot use {exc.filename or 'a file'}: {exc.strerror or exc}.")
+
+
+def _training_size(subjects: Subjects) -> str:
+    n, p = subjects.features.shape
+    return f"{n} subjects x {p} features of {subjects.source}"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -467,15 +498,31 @@ def _run(args: argparse.Namespace) -> int:
     for target in (output, args.true_ages_output if predicting else None, args.save):
         if target is not None:
             check_output_path(target, overwrite=args.overwrite)
+    text_folder = (
+        check_text_folder(args.save_text, overwrite=args.overwrite) if args.save_text else None
+    )
+
+    def debug(message: str) -> None:
+        _debug(args, message)
 
     training: Subjects | None = None
     if args.load:
         model = load_model_file(args.load)
         if args.predict_model is not None:
             model.set_params(model=args.predict_model)
+        trained_on = f"{int(model.n_subjects_)} subjects x {model.n_features_in_} features"
+        _say(
+            f"loaded {args.load}: {model.model} model trained on {trained_on}; "
+            f"{describe_model(model)}"
+        )
     else:
         training = load_subjects(
-            PROG, args.train_features, args.train_ages, "--train-ages", args.feature_nans
+            PROG,
+            args.train_features,
+            args.train_ages,
+            "--train-ages",
+            args.feature_nans,
+            debug=debug,
         )
         _check_components(args, training)
         model = BrainAgeModel(
@@ -486,29 +533,73 @@ def _run(args: argparse.Namespace) -> int:
             kaiser_guttman=bool(args.kaiser_guttmann),
             nan_policy=nan_policy,
         )
-        fit_naming_columns(model, training)
+        fit_naming_columns(
+            model,
+            training.features,
+            training.age,
+            feature_names=training.feature_names,
+            source=training.source,
+        )
+        if training.named:
+            set_feature_names(model, training.feature_names)
+        check_interpolation(model, training.features, training.age, training.source)
+        trained_on = _training_size(training)
+        _say(f"trained the {model.model} model on {trained_on}: {describe_model(model)}")
+    debug(
+        f"model: age mean {model.age_mean_:.6g}, age scale {model.age_scale_:.6g}; variance "
+        "explained per component "
+        + ", ".join(f"{v:.3g}" for v in model.explained_variance_ratio_[:10])
+        + (" ..." if model.n_components_ > 10 else "")
+    )
 
     if args.save:
         save_model(model, args.save)
+        _say(f"saved the model to {args.save}")
+    if text_folder is not None:
+        written = write_model_text(
+            model, text_folder, feature_names=feature_names_of(model), trained_on=trained_on
+        )
+        _say(
+            f"saved the model as text to {text_folder}/ (summary.txt and {len(written) - 1} files)"
+        )
     if output is None:
         return 0
 
     if args.predict_features:
         subjects = load_subjects(
-            PROG, args.predict_features, args.predict_ages, "--predict-ages", args.feature_nans
+            PROG,
+            args.predict_features,
+            args.predict_ages,
+            "--predict-ages",
+            args.feature_nans,
+            debug=debug,
+        )
+        features = features_for_model(
+            PROG,
+            model,
+            subjects.source,
+            subjects.feature_names,
+            subjects.features,
+            named=subjects.named,
         )
     elif training is not None:
         subjects = training
+        features = training.features
     else:  # pragma: no cover - ruled out by _check_flags
         raise _UsageError("a loaded model needs --predict-features to predict.")
-    check_feature_count(model, subjects.source, subjects.features.shape[1])
 
     what = args.predict or "delta"
     if what == "age":
-        values = model.predict_age(subjects.features, subjects.age)
+        values = model.predict_age(features, subjects.age)
     else:
-        values = model.predict_delta(subjects.features, subjects.age)
+        values = model.predict_delta(features, subjects.age)
     write_prediction(output, subjects, np.asarray(values, dtype=np.float64), what)
+    quantity = "brain age" if what == "age" else "delta"
+    _say(
+        f"wrote the {quantity} ({model.model} model) of {subjects.features.shape[0]} subjects "
+        f"of {subjects.source} to {output}"
+    )
     if args.true_ages_output:
         write_values(Path(args.true_ages_output), subjects.age)
+        _say(f"wrote their true ages to {args.true_ages_output}")
     return 0

@@ -146,15 +146,47 @@ def _init_federation(args: argparse.Namespace, node_ids: list[str], port: int) -
     return Path(args.out) / "federation.toml"
 
 
-def _spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+def child_argv(*argv: str) -> list[str]:
+    """``python -P -m zerosum.cli ARGV``: a ``zerosum`` child that ignores the current folder.
+
+    ``python -m`` puts the current directory first on ``sys.path``, so a folder
+    named ``zerosum``, ``node``, ``noise`` or ``coordinator`` where the demo is
+    started (a checkout, a backup, an output folder) would be imported instead
+    of the installed packages. ``-P`` (Python 3.11+) leaves it out.
+    """
+    return [sys.executable, "-P", "-m", "zerosum.cli", *argv]
+
+
+def child_environment() -> dict[str, str]:
+    """The environment of a child: this one, unbuffered, and able to import this zerosum.
+
+    When this process found ``zerosum`` through its own first ``sys.path``
+    entry (``python -m zerosum.cli`` run from an uninstalled checkout), ``-P``
+    would hide it from the child, so that folder is put on ``PYTHONPATH``;
+    an installed ``zerosum`` needs nothing.
+    """
+    import zerosum
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    root = Path(zerosum.__file__).resolve().parent.parent
+    first = Path(sys.path[0] or os.getcwd()).resolve() if sys.path else None
+    if not sys.flags.safe_path and first == root:
+        inherited = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join([str(root), *inherited])
+    return env
+
+
+def spawn(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """Start ``zerosum ARGV`` as a child process, its output (both streams) in ``log``."""
     log.parent.mkdir(parents=True, exist_ok=True)
     handle = log.open("wb")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "zerosum.cli", *argv],
+            child_argv(*argv),
             stdout=handle,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=child_environment(),
         )
     finally:
         handle.close()
@@ -171,9 +203,9 @@ def _tail(log: Path, lines: int = 6) -> str:
 def _run_session(federation: Path, node_ids: list[str], out: Path, timeout: float) -> float:
     logs = out / "logs"
     started = time.monotonic()
-    coordinator = _spawn(["coordinator", "--federation", str(federation)], logs / "coordinator.log")
+    coordinator = spawn(["coordinator", "--federation", str(federation)], logs / "coordinator.log")
     nodes = {
-        n: _spawn(["node", "--federation", str(federation), "--node-id", n], logs / f"{n}.log")
+        n: spawn(["node", "--federation", str(federation), "--node-id", n], logs / f"{n}.log")
         for n in node_ids
     }
     everyone: dict[str, subprocess.Popen[bytes]] = {"coordinator": coordinator, **nodes}
@@ -327,7 +359,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     width = len(str(args.nodes))
     node_ids = [f"tre{i + 1:0{width}d}" for i in range(args.nodes)]
-    os.environ.setdefault("PYTHONUNBUFFERED", "1")
     try:
         _prepare_out(args.out)
         port = _free_port()

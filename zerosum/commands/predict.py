@@ -7,15 +7,15 @@ from pathlib import Path
 
 import numpy as np
 
-from node.deltab.io import DeltabInputError, check_output_path, read_table, write_table
-from zerosum.commands.deltab import (
-    MODEL_KINDS,
-    check_feature_count,
-    fail,
-    in_flag_terms,
-    load_model_file,
-    warnings_on_stderr,
+from node.deltab.io import (
+    DeltabInputError,
+    check_output_path,
+    no_age_column,
+    read_table,
+    write_table,
 )
+from zerosum.commands._model_io import features_for_model, load_model_file
+from zerosum.commands.deltab import MODEL_KINDS, fail, in_flag_terms, warnings_on_stderr
 
 PROG = "zerosum predict"
 
@@ -25,8 +25,10 @@ model of a federated session) to new subjects.
 
 --data is a CSV or TSV table with a header: an 'age' column (the true ages —
 brain-age delta is measured against them), optionally an 'id' column, and the
-same feature columns the model was trained on. The output table has the
-columns id (when --data has one), age, brain_age and delta, where
+same feature columns the model was trained on. A model saved from a table with
+a header knows its feature names: columns in another order are matched by name
+(with a note), other columns are refused, naming them. The output table has
+the columns id (when --data has one), age, brain_age and delta, where
 delta = brain_age - age.
 """
 
@@ -86,20 +88,29 @@ def _run(args: argparse.Namespace) -> int:
     table = read_table(args.data)
     if table.age is None:
         raise DeltabInputError(
-            f"{table.path} has no 'age' column; brain-age delta is measured against the true "
-            "age, so add an 'age' column to its header."
+            no_age_column(
+                table,
+                "brain-age delta is measured against the true age, so --data needs a header "
+                "with an 'age' column.",
+            )
         )
-    check_feature_count(model, table.path, table.n_features)
+    features = features_for_model(
+        PROG, model, table.path, table.feature_names, table.features, named=table.has_header
+    )
     missing = np.flatnonzero(np.isnan(table.age))
     if missing.size:
         raise DeltabInputError(
             f"{table.path}: line {table.lines[int(missing[0])]}: the age is missing; every "
             "subject to predict needs a true age."
         )
-    delta = np.asarray(model.predict_delta(table.features, table.age), dtype=np.float64)
+    delta = np.asarray(model.predict_delta(features, table.age), dtype=np.float64)
     columns: list[tuple[str, tuple[str, ...] | np.ndarray]] = []
     if table.ids is not None:
         columns.append(("id", table.ids))
     columns += [("age", table.age), ("brain_age", table.age + delta), ("delta", delta)]
     write_table(Path(output), columns)
+    print(
+        f"{PROG}: wrote brain_age and delta ({model.model} model) of {table.n_subjects} "
+        f"subjects of {table.path} to {output}"
+    )
     return 0

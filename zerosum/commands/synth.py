@@ -19,16 +19,34 @@ brain-age deltas ~ N(0, sd^2), a few latent ageing components (linear and
 quadratic in brain age) and age-free components mixed into the features, plus
 measurement noise and, optionally, a scanner (site) effect per feature.
 
-The output has the columns id, age, f0001, f0002, ... and is reproducible: the
-same --seed always gives the same file.
+Two seeds, because a cohort is a sample from a population:
+
+  --population-seed  the population: how brain age shows in the features (ageing
+                     curves, mixing, feature units). Cohorts that share it are
+                     sites of one world, so a model trained on some predicts the
+                     others. Default 0, so every cohort made without it shares
+                     one population (for a given --features).
+  --seed             the sample: which subjects (ages, deltas, noise) and, with
+                     --site-offset-sd/--site-scale-sd, the site's scanner effect.
+                     Vary it to make several sites or a test set.
+
+The output has the columns id, age, f0001, f0002, ...; ids are seed<S>-000001,
+... so cohorts of different seeds can be concatenated. The same two seeds
+always give the same file. (Before --population-seed existed, --seed S drew
+both; --population-seed S --seed S gives those numbers again.)
 """
 
 EPILOG = """\
 examples:
+  # a training cohort and a test cohort from the same population (default 0)
   zerosum synth --subjects 500 --features 100 --seed 1 --output train.csv
   zerosum synth --subjects 200 --features 100 --seed 2 --age-range 60 85 --age-skew 1 \\
       --site-offset-sd 0.5 --output test.tsv --true-delta-output test_delta.txt
-  zerosum deltab --train-features train.csv --feature-num 20 --predict-output delta.txt
+  zerosum deltab --train-features train.csv --feature-num 20 --save model.json
+  zerosum predict --model model.json --data test.tsv --output test_pred.tsv
+
+  # a different world: a model trained on train.csv does not transfer to it
+  zerosum synth --subjects 200 --features 100 --population-seed 7 --output other.csv
 """
 
 
@@ -64,7 +82,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--subjects", type=_count, required=True, metavar="N")
     parser.add_argument("--features", type=_count, required=True, metavar="P")
     parser.add_argument(
-        "--seed", type=_seed, default=0, help="any non-negative integer, used whole (default 0)"
+        "--seed",
+        type=_seed,
+        default=0,
+        help="the sample: which subjects (and which scanner effect); vary it per site or test "
+        "set. Any non-negative integer, used whole (default 0)",
+    )
+    parser.add_argument(
+        "--population-seed",
+        type=_seed,
+        default=0,
+        metavar="SEED",
+        help="the population the subjects come from: keep it the same (default 0) for cohorts "
+        "one model should fit, change it for an unrelated world",
     )
     parser.add_argument(
         "--output", required=True, metavar="FILE", help="cohort table (.tsv: tab-separated)"
@@ -139,8 +169,9 @@ def run(args: argparse.Namespace) -> int:
         )
         site = None
         if args.site_offset_sd or args.site_scale_sd:
-            # Child 2 of the seed: make_cohort uses children 0 and 1 for the
-            # population and the subjects, so the site effect stays independent.
+            # Child 2 of the sample seed: make_cohort uses child 1 for the subjects
+            # (and child 0 of a seed for a population), so the site effect stays
+            # independent of both.
             site = SiteEffect.draw(
                 "site",
                 args.features,
@@ -152,11 +183,13 @@ def run(args: argparse.Namespace) -> int:
             args.subjects,
             args.features,
             seed=args.seed,
+            population_seed=args.population_seed,
             site=site,
             age_range=tuple(args.age_range),
             age_skew=args.age_skew,
             delta_sd=args.delta_sd,
             missing_fraction=args.missing_fraction,
+            name=f"seed{args.seed}",
         )
         write_cohort_csv(cohort, output, include_id=not args.no_id)
         if delta_output is not None:
