@@ -21,12 +21,14 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from simulations.config import SimConfig
+from simulations.dropout_summary import DropoutSummary
 from simulations.schemes import OBSERVERS, Variant, declared_privacy
 from simulations.summary import Estimate, Tables, axis_series, num, variant_of, whole
 
 __all__ = [
     "attack_bound_figure",
     "coalition_figure",
+    "dropout_figure",
     "headline_figure",
     "tradeoff_figure",
     "utility_figure",
@@ -378,5 +380,83 @@ def headline_figure(tables: Tables, config: SimConfig, path: Path) -> Path:
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.13, 1, 1))
     fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _few(values: Sequence[int], most: int) -> list[int]:
+    """Up to ``most`` of the sorted ``values``: the ends and evenly spaced ones between."""
+    ordered = sorted(set(values))
+    if len(ordered) <= most:
+        return ordered
+    picks = np.linspace(0, len(ordered) - 1, most).round().astype(int)
+    return [ordered[i] for i in sorted(set(picks.tolist()))]
+
+
+def dropout_figure(summaries: Sequence[DropoutSummary], target_epsilon: float, path: Path) -> Path:
+    """Per graph: infeasible-round fraction and the worst survivor's ε against outsider + T.
+
+    Zero-sum noise without residual (with residual the floor decisions are
+    the same); ε is the median over the rounds that finished. Colour is K,
+    line style is T; dotted black: independent noise, never infeasible and ε
+    at the target. ε above 50× the target, or ∞, is drawn on the top edge.
+    """
+    zerosum = [s for s in summaries if s.scheme == "zerosum"]
+    graphs = list(dict.fromkeys((s.key.graph, s.key.harary_degree) for s in zerosum))
+    ks = _few([s.key.n_nodes for s in zerosum], 3)
+    ts = _few([s.key.collusion_threshold for s in zerosum], 3)
+    colours = ("#1f77b4", "#ff7f0e", "#2ca02c")
+    lines = ("-", "--", ":")
+    ceiling = 50.0 * target_epsilon
+    fig, axes = plt.subplots(
+        2, max(len(graphs), 1), figsize=(4.4 * max(len(graphs), 1), 7.0), squeeze=False
+    )
+    highest = target_epsilon
+    for column, (graph, degree) in enumerate(graphs):
+        top, bottom = axes[0, column], axes[1, column]
+        for colour, k in zip(colours, ks, strict=False):
+            for line, t in zip(lines, ts, strict=False):
+                points = sorted(
+                    (s.key.dropout_rate, s)
+                    for s in zerosum
+                    if (s.key.graph, s.key.harary_degree, s.key.n_nodes, s.key.collusion_threshold)
+                    == (graph, degree, k, t)
+                )
+                if not points:
+                    continue
+                rates = np.array([100.0 * r for r, _ in points])
+                fraction = np.array([s.infeasible_fraction for _, s in points])
+                lo = np.array([s.infeasible_interval[0] for _, s in points])
+                hi = np.array([s.infeasible_interval[1] for _, s in points])
+                eps = np.array([min(s.epsilon_coalition_finished, ceiling) for _, s in points])
+                highest = max(highest, float(np.nanmax(eps, initial=target_epsilon)))
+                label = f"K={k}, T={t}"
+                top.plot(rates, fraction, color=colour, ls=line, marker="o", ms=3, label=label)
+                top.fill_between(rates, lo, hi, color=colour, alpha=0.12, lw=0)
+                bottom.plot(rates, eps, color=colour, ls=line, marker="o", ms=3, label=label)
+        for ax in (top, bottom):
+            ax.grid(True, alpha=0.3)
+            ax.set_xlabel("dropout rate r (%)")
+        top.axhline(0.0, color="#000000", lw=0.8, ls=":", label="independent")
+        bottom.axhline(target_epsilon, color="#000000", lw=0.8, ls=":", label="independent")
+        top.set_ylim(-0.03, 1.03)
+        top.set_title(f"{graph if graph == 'complete' else f'harary d={degree}'}", fontsize=10)
+    axes[0, 0].set_ylabel("rounds infeasible (zerosum), 95% CI")
+    for ax in axes[1]:
+        if highest > 4.0 * target_epsilon:
+            ax.set_yscale("log")
+            ax.set_ylim(target_epsilon * 0.8, highest * 1.3)
+        else:
+            ax.set_ylim(target_epsilon * 0.95, target_epsilon + (highest - target_epsilon) * 1.15)
+    axes[1, 0].set_ylabel("ε kept vs outsider + T\n(worst survivor, median finished round)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.suptitle(
+        f"Dropouts: target ε = {target_epsilon:g} per egress; ε ≥ {ceiling:g} or ∞ drawn at "
+        f"{ceiling:g}; no point where no round finished",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0.07, 1, 0.96))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
