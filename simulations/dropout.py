@@ -143,13 +143,18 @@ def _left_after_coalition(
     return left
 
 
-def survivor_noise(plan: NoisePlan, alive: NDArray[np.bool_]) -> SurvivorNoise:
-    """What every node keeps in each repetition, given who survived (``alive``: reps × K)."""
+def survivor_noise(
+    plan: NoisePlan, alive: NDArray[np.bool_], collusion_threshold: int | None = None
+) -> SurvivorNoise:
+    """What every node keeps in each repetition, given who survived (``alive``: reps × K).
+
+    The colluders counted are the design's threshold T unless given.
+    """
     design = plan.design
     w = design.pair_variances
     res = plan.residual_variance
     floor = plan.target_variance
-    t = design.collusion_threshold
+    t = design.collusion_threshold if collusion_threshold is None else collusion_threshold
     survivors = np.atleast_2d(np.asarray(alive, dtype=np.bool_))
     if survivors.shape[1] != w.shape[0]:
         raise ValueError(

@@ -72,7 +72,10 @@ def wilson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[f
     denominator = 1.0 + z * z / trials
     centre = (p + z * z / (2 * trials)) / denominator
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denominator
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # At p = 0 or 1 the bound is exactly 0 or 1; rounding would leave it a hair inside.
+    lo = 0.0 if successes == 0 else max(0.0, centre - half)
+    hi = 1.0 if successes == trials else min(1.0, centre + half)
+    return lo, hi
 
 
 def _float(row: Row, key: str) -> float:

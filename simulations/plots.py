@@ -447,7 +447,8 @@ def dropout_figure(summaries: Sequence[DropoutSummary], target_epsilon: float, p
             ax.set_yscale("log")
             ax.set_ylim(target_epsilon * 0.8, highest * 1.3)
         else:
-            ax.set_ylim(target_epsilon * 0.95, target_epsilon + (highest - target_epsilon) * 1.15)
+            spread = max(highest - target_epsilon, 0.05 * target_epsilon)
+            ax.set_ylim(target_epsilon - 0.3 * spread, target_epsilon + 1.15 * spread)
     axes[1, 0].set_ylabel("ε kept vs outsider + T\n(worst survivor, median finished round)")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
