@@ -117,11 +117,14 @@ class SurvivorNoise:
     ``after_reveal`` is v_k(D); ``answered`` says whether k's floor check
     passed; ``outsider`` and ``coalition`` are the variances k keeps against
     one egress (with the revealed terms) and against T more colluders.
+    ``strict`` says whether k would still answer under a stricter rule than
+    the live one: the floor kept against D and T colluding survivors together.
     """
 
     alive: NDArray[np.bool_]
     after_reveal: NDArray[np.float64]
     answered: NDArray[np.bool_]
+    strict: NDArray[np.bool_]
     outsider: NDArray[np.float64]
     coalition: NDArray[np.float64]
 
@@ -172,15 +175,15 @@ def survivor_noise(
     full = np.broadcast_to(w.sum(axis=1) + res, x.shape)
     answered = survivors & (after >= floor * (1.0 - FLOOR_RTOL))
     outsider = np.where(answered, after, full)
+    revealed_and_t = _left_after_coalition(alive_counts, levels, t, res)
     against_t = np.where(
-        answered,
-        _left_after_coalition(alive_counts, levels, t, res),
-        _left_after_coalition(all_counts, levels, t, res),
+        answered, revealed_and_t, _left_after_coalition(all_counts, levels, t, res)
     )
     return SurvivorNoise(
         alive=survivors,
         after_reveal=after,
         answered=answered,
+        strict=survivors & (revealed_and_t >= floor * (1.0 - FLOOR_RTOL)),
         outsider=outsider,
         coalition=against_t,
     )
@@ -232,7 +235,9 @@ def dropout_rows(
 
     Every scheme of a repetition sees the same dropouts. ``aggregate_noise_var``
     is in units of σ_t² (NaN when the round is infeasible); ``exposed_fraction``
-    is the share of survivors left below σ_t² against T colluders.
+    is the share of survivors left below σ_t² against T colluders;
+    ``infeasible_strict`` whether the round would end under the stricter rule
+    of :class:`SurvivorNoise` (not what a live node applies).
     """
     k = params.n_nodes
     alive = np.empty((reps, k), dtype=np.bool_)
@@ -259,6 +264,7 @@ def dropout_rows(
             **base,
             "refusals": 0,
             "infeasible": int(not feasible),
+            "infeasible_strict": int(not feasible),
             "aggregate_noise_var": float(n_survivors) if feasible else math.nan,
             **_kept(same, same),
             "exposed_fraction": 0.0 if n_survivors else math.nan,
@@ -267,6 +273,7 @@ def dropout_rows(
             noise = kept[scheme]
             refusals = int((row_alive & ~noise.answered[rep]).sum())
             feasible = n_survivors >= MIN_NODES and refusals == 0
+            strict = n_survivors >= MIN_NODES and bool(noise.strict[rep][row_alive].all())
             residual = plans[scheme].residual_variance
             against_t = noise.coalition[rep][row_alive]
             exposed = against_t < target * (1.0 - FLOOR_RTOL)
@@ -275,6 +282,7 @@ def dropout_rows(
                 **base,
                 "refusals": refusals,
                 "infeasible": int(not feasible),
+                "infeasible_strict": int(not strict),
                 "aggregate_noise_var": n_survivors * residual / target if feasible else math.nan,
                 **_kept(epsilons(noise.outsider[rep][row_alive]), epsilons(against_t)),
                 "exposed_fraction": float(exposed.mean()) if n_survivors else math.nan,

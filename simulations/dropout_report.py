@@ -41,6 +41,7 @@ def dropout_table(summaries: Sequence[DropoutSummary]) -> str:
         "dropped (mean)",
         "infeasible: zerosum [95% CI]",
         "zerosum+residual",
+        "strict rule",
         "ε vs outsider (worst)",
         "ε vs outsider + T: median finished round",
         "worst round",
@@ -66,6 +67,7 @@ def dropout_table(summaries: Sequence[DropoutSummary]) -> str:
                     f"{first.mean_dropped:.3g}",
                     _fraction(zs),
                     _fraction(res),
+                    f"{zs.infeasible_strict_fraction:.2f}" if zs else "—",
                     _eps(zs.epsilon_outsider_worst) if zs else "—",
                     _eps(zs.epsilon_coalition_finished) if zs else "—",
                     _eps(zs.epsilon_coalition_worst) if zs else "—",
@@ -100,7 +102,9 @@ def dropout_section(
         "(a survivor that refused revealed nothing and keeps the design's guarantee). "
         "Aggregate variance: in units of one egress's target variance, over finished "
         "rounds (zerosum: exactly 0). Independent noise: never infeasible, ε at the target "
-        "for every observer, aggregate variance = survivors.",
+        "for every observer, aggregate variance = survivors. 'Strict rule': the fraction "
+        "of rounds that would end if every survivor also required the floor against the "
+        "dropped nodes and T colluding survivors together (no live node applies it).",
         "",
         figure,
         dropout_table(summaries),

@@ -5,8 +5,9 @@ Per group of repetitions: the fraction of rounds that end infeasible (with a
 against an outsider holding the revealed pair terms, the worst survivor's ε
 against outsider + T colluders — its median over the rounds that finished
 (every survivor revealed) and its worst over all rounds —, the mean share of
-survivors left below the per-egress target against T colluders, and the
-aggregate's noise variance (units of σ_t²) averaged over the finished rounds.
+survivors left below the per-egress target against T colluders, the
+aggregate's noise variance (units of σ_t²) averaged over the finished rounds,
+and how many rounds a stricter floor rule (against D and T colluders) ends.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class DropoutSummary:
     rounds: int
     infeasible: int
     infeasible_interval: tuple[float, float]
+    infeasible_strict: int
     mean_dropped: float
     epsilon_outsider_worst: float
     epsilon_coalition_finished: float
@@ -61,6 +63,10 @@ class DropoutSummary:
     @property
     def infeasible_fraction(self) -> float:
         return self.infeasible / self.rounds if self.rounds else math.nan
+
+    @property
+    def infeasible_strict_fraction(self) -> float:
+        return self.infeasible_strict / self.rounds if self.rounds else math.nan
 
 
 def wilson_interval(successes: int, trials: int, level: float = 0.95) -> tuple[float, float]:
@@ -121,6 +127,7 @@ def summarise_dropout(rows: Sequence[Row]) -> list[DropoutSummary]:
                 rounds=len(members),
                 infeasible=infeasible,
                 infeasible_interval=wilson_interval(infeasible, len(members)),
+                infeasible_strict=sum(int(_float(r, "infeasible_strict")) for r in members),
                 mean_dropped=_mean([_float(r, "dropped") for r in members]),
                 epsilon_outsider_worst=_worst([_float(r, "epsilon_outsider_max") for r in members]),
                 epsilon_coalition_finished=_median(

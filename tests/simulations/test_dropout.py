@@ -78,6 +78,8 @@ def test_survivors_keep_what_the_live_rule_computes(params: DropoutParams, resid
                     ),
                 )
                 assert kept.coalition[rep, k] == pytest.approx(worst, rel=1e-12, abs=1e-15)
+                floor = plan.target_variance * (1 - 1e-9)
+                assert bool(kept.strict[rep, k]) == (worst >= floor)
             else:
                 checked_refusals += 1
                 assert kept.outsider[rep, k] == pytest.approx(
@@ -131,6 +133,8 @@ def test_complete_graph_rounds_fail_exactly_when_more_than_t_drop() -> None:
     assert len(zerosum) == reps
     for r in zerosum:
         assert r["infeasible"] == int(r["dropped"] > 3)  # type: ignore[operator]
+        # The design is sized exactly for T: any dropout leaves T colluders too much.
+        assert r["infeasible_strict"] == int(r["dropped"] > 0)  # type: ignore[operator]
     # And the dropout draws follow Binomial(K, r): P(more than T drop).
     expected = float(binom.sf(3, 200, 0.02))
     failed = sum(int(r["infeasible"]) for r in zerosum)  # type: ignore[call-overload]
