@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from simulations.config import SimConfig
-from simulations.dropout_summary import DropoutSummary, GroupKey, summarise_dropout
+from simulations.dropout_summary import DropoutSummary, GroupKey
 
 __all__ = ["dropout_section", "dropout_table"]
 
@@ -82,11 +82,10 @@ def dropout_table(summaries: Sequence[DropoutSummary]) -> str:
 
 
 def dropout_section(
-    rows: Sequence[Mapping[str, object]], config: SimConfig, figure: str
+    summaries: Sequence[DropoutSummary], config: SimConfig, figure: str
 ) -> list[str]:
     """Markdown lines: the model, the figure and the table."""
     d = config.dropout
-    summaries = summarise_dropout(rows)
     return [
         "## Dropouts at scale",
         "",

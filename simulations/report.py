@@ -350,12 +350,12 @@ def write_report(
     out = Path(out_dir)
     tables = load_tables(out)
     figures = _figures(tables, config, out)
-    dropout_rows = read_table(out / TABLES["dropout"]) if (out / TABLES["dropout"]).exists() else []
-    if dropout_rows:
+    dropout_csv = out / TABLES["dropout"]
+    dropouts = summarise_dropout(read_table(dropout_csv)) if dropout_csv.exists() else []
+    if dropouts:
+        (out / FIGURES).mkdir(exist_ok=True)
         figures["dropout"] = dropout_figure(
-            summarise_dropout(dropout_rows),
-            config.dropout.epsilon,
-            out / FIGURES / "dropout.png",
+            dropouts, config.dropout.epsilon, out / FIGURES / "dropout.png"
         )
     b = config.base
 
@@ -368,8 +368,9 @@ def write_report(
     parts = [
         "# Simulation report: correlated (zero-sum) vs independent noise",
         "",
-        f"Preset `{config.preset}`, sweep seed {config.seed}, {config.reps} repetitions per "
-        f"utility cell, {len(outcome.cells)} cells ({len(outcome.ran)} run now, "
+        f"Preset `{config.preset}`, sweep seed {config.seed}, "
+        + (f"{config.reps} repetitions per utility cell, " if tables.utility else "")
+        + f"{len(outcome.cells)} cells ({len(outcome.ran)} run now, "
         f"{len(outcome.resumed)} resumed), {where}, wall time {wall_seconds:.1f} s. "
         f"Scenarios: {', '.join(config.scenarios)}.",
     ]
@@ -392,8 +393,8 @@ def write_report(
         parts += _reconstruction_parts(tables, config)
     if tables.overtheair:
         parts += _overtheair_parts(tables, config)
-    if dropout_rows:
-        parts += dropout_section(dropout_rows, config, figure("dropout", "dropouts"))
+    if dropouts:
+        parts += dropout_section(dropouts, config, figure("dropout", "dropouts"))
     if tables.utility or tables.attack:
         parts += _notes(tables, config)
     report = out / "report.md"
