@@ -6,12 +6,12 @@ STAMP  := $(VENV)/.zerosum-installed
 
 .PHONY: demo test lint typecheck unit bench proto proto-check clean
 
-# Create or reuse .venv and install the project with its development extras.
+# Create or reuse .venv and install the project with its development and cluster extras.
 # Reinstalls only when pyproject.toml changes.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,cluster]'
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -21,6 +21,18 @@ preset key by key::
     [attack]
     trials = 4000
 
+    [dropout]
+    graphs = ["complete", "harary"]
+    n_nodes = [10, 100, 1000]
+    rates = [0.0, 0.1, 0.3]
+
+``scenarios`` picks which kinds of cell the sweep runs (default: all of
+``SCENARIOS``). The ``[dropout]`` table lists the dropout scenario's cells
+(``simulations.dropout``): every combination of graph (the complete graph,
+and the Harary graph once per degree in ``harary_degrees``), K, dropout rate
+and collusion threshold T for which a design exists (T ≤ K − 2 for the
+complete graph, T < d < K for H_{d,K}); ``n_nodes = []`` leaves it out.
+
 Unknown keys and bad values raise :class:`ConfigError`, naming the field.
 """
 
@@ -29,24 +41,31 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from simulations.dropout import GRAPHS, DropoutParams
 from simulations.schemes import CONSTRUCTIONS, SCHEMES
 
 __all__ = [
     "AXES",
     "PRESETS",
+    "SCENARIOS",
     "AttackParams",
     "ConfigError",
+    "DropoutParams",
+    "DropoutSweep",
     "OverTheAirParams",
     "ReconstructionParams",
     "SimConfig",
     "UtilityParams",
     "load_config",
 ]
+
+#: The kinds of cell a sweep can run, in report order.
+SCENARIOS = ("utility", "attack", "reconstruction", "overtheair", "dropout")
 
 MODELS = ("simple", "unbiased", "unbiased_quadratic", "alternate", "alternate_quadratic")
 
@@ -135,6 +154,42 @@ class OverTheAirParams:
 
 
 @dataclass(frozen=True)
+class DropoutSweep:
+    """The dropout scenario: the grid of (graph, K, rate, T) cells and their repetitions."""
+
+    graphs: tuple[str, ...] = GRAPHS
+    harary_degrees: tuple[int, ...] = (8,)
+    n_nodes: tuple[int, ...] = (10, 50)
+    rates: tuple[float, ...] = (0.0, 0.1, 0.3)
+    collusion_thresholds: tuple[int, ...] = (1, 3)
+    epsilon: float = 1.0
+    delta: float = 1e-6
+    reps: int = 50
+
+    def cells(self) -> list[DropoutParams]:
+        """Every combination with a feasible design, graph by graph, then K, T and rate."""
+        graphs: list[tuple[str, int]] = []
+        for graph in self.graphs:
+            if graph == "harary":
+                graphs += [("harary", d) for d in self.harary_degrees]
+            else:
+                graphs.append((graph, 0))
+        out: list[DropoutParams] = []
+        for graph, degree in graphs:
+            for k in self.n_nodes:
+                for t in self.collusion_thresholds:
+                    if graph == "complete" and t > k - 2:
+                        continue
+                    if graph == "harary" and not t < degree < k:
+                        continue
+                    out += [
+                        DropoutParams(graph, degree, k, float(r), t, self.epsilon, self.delta)
+                        for r in self.rates
+                    ]
+        return out
+
+
+@dataclass(frozen=True)
 class SimConfig:
     """Everything a sweep needs; cells and seeds are functions of it alone."""
 
@@ -149,6 +204,8 @@ class SimConfig:
     attack_epsilons: tuple[float, ...]
     reconstruction: ReconstructionParams
     overtheair: OverTheAirParams
+    dropout: DropoutSweep = DropoutSweep()
+    scenarios: tuple[str, ...] = SCENARIOS
 
     def utility_cells(self) -> list[UtilityParams]:
         """Distinct parameter sets: the base, then each axis value in the order given."""
@@ -203,6 +260,7 @@ _QUICK = SimConfig(
     attack_epsilons=(0.1, 0.3, 1.0, 3.0, 10.0),
     reconstruction=ReconstructionParams(),
     overtheair=OverTheAirParams(),
+    dropout=DropoutSweep(),
 )
 
 _FULL = replace(
@@ -221,6 +279,13 @@ _FULL = replace(
     attack_epsilons=(0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0),
     reconstruction=replace(ReconstructionParams(), targets=1000),
     overtheair=replace(OverTheAirParams(), reps=50),
+    dropout=DropoutSweep(
+        harary_degrees=(8, 32),
+        n_nodes=(10, 30, 100, 300, 1000),
+        rates=(0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3),
+        collusion_thresholds=(1, 3, 10, 30),
+        reps=200,
+    ),
 )
 
 PRESETS: dict[str, SimConfig] = {"quick": _QUICK, "full": _FULL}
@@ -321,6 +386,50 @@ def _names(field_name: str, value: object, allowed: tuple[str, ...]) -> tuple[st
     return tuple(v for v in allowed if v in value)
 
 
+def _int_list(label: str, value: object, low: int, high: int, *, empty: bool) -> tuple[int, ...]:
+    if not isinstance(value, list) or (not value and not empty):
+        raise ConfigError(label, value, "must be a " + ("" if empty else "non-empty ") + "list")
+    for v in value:
+        if not _is_int(v) or not low <= v <= high:
+            raise ConfigError(label, v, f"must be a whole number from {low} to {high}")
+    return tuple(value)
+
+
+def _override_dropout(current: DropoutSweep, table: object) -> DropoutSweep:
+    if not isinstance(table, Mapping):
+        raise ConfigError("dropout", table, "must be a table of settings")
+    known = {f.name for f in fields(DropoutSweep)}
+    changes: dict[str, Any] = {}
+    for name, value in table.items():
+        label = f"dropout.{name}"
+        if name not in known:
+            raise ConfigError(label, value, f"is not a known setting; known: {sorted(known)}")
+        if name == "graphs":
+            changes[name] = _names(label, value, GRAPHS)
+        elif name == "harary_degrees":
+            changes[name] = _int_list(label, value, 2, 100_000, empty=False)
+        elif name == "n_nodes":
+            changes[name] = _int_list(label, value, 2, 100_000, empty=True)
+        elif name == "collusion_thresholds":
+            changes[name] = _int_list(label, value, 0, 100_000, empty=False)
+        elif name == "rates":
+            if not isinstance(value, list) or not value:
+                raise ConfigError(label, value, "must be a non-empty list of rates")
+            for v in value:
+                if not _is_number(v) or not 0.0 <= float(v) < 1.0:
+                    raise ConfigError(label, v, "must be a dropout rate in [0, 1)")
+            changes[name] = tuple(float(v) for v in value)
+        elif name == "reps":
+            if not _is_int(value) or value < 1:
+                raise ConfigError(label, value, "must be a whole number >= 1")
+            changes[name] = value
+        else:  # epsilon, delta
+            number = float(value) if _is_int(value) else value
+            _check_value("dropout", name, number)
+            changes[name] = number
+    return replace(current, **changes)
+
+
 def apply_overrides(config: SimConfig, data: Mapping[str, object]) -> SimConfig:
     """``config`` with the settings of a parsed TOML document applied."""
     top = {f.name for f in fields(SimConfig)} - {"preset", "axes", "attack_epsilons"}
@@ -356,20 +465,34 @@ def apply_overrides(config: SimConfig, data: Mapping[str, object]) -> SimConfig:
             changes["reconstruction"] = _override("reconstruction", config.reconstruction, value)
         elif key == "overtheair":
             changes["overtheair"] = _override("overtheair", config.overtheair, value)
+        elif key == "dropout":
+            changes["dropout"] = _override_dropout(config.dropout, value)
+        elif key == "scenarios":
+            changes["scenarios"] = _names("scenarios", value, SCENARIOS)
         else:
             known = sorted(top | {"axes", "attack"})
             raise ConfigError(key, value, f"is not a known setting; known: {known}")
     return dataclasses.replace(config, **changes)
 
 
-def load_config(preset: str = "quick", path: str | Path | None = None) -> SimConfig:
-    """The preset, overridden by the TOML file at ``path`` if given."""
+def load_config(
+    preset: str = "quick",
+    path: str | Path | None = None,
+    *,
+    scenarios: Sequence[str] | None = None,
+) -> SimConfig:
+    """The preset, overridden by the TOML file at ``path`` if given, then by ``scenarios``."""
     if preset not in PRESETS:
         raise ConfigError("preset", preset, f"must be one of {sorted(PRESETS)}")
     config = PRESETS[preset]
-    if path is None:
-        return config
-    source = Path(path)
+    if path is not None:
+        config = _load_file(config, Path(path))
+    if scenarios is not None:
+        config = replace(config, scenarios=_names("scenarios", list(scenarios), SCENARIOS))
+    return config
+
+
+def _load_file(config: SimConfig, source: Path) -> SimConfig:
     try:
         data = tomllib.loads(source.read_text(encoding="utf-8"))
     except FileNotFoundError:

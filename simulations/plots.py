@@ -21,12 +21,14 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from simulations.config import SimConfig
+from simulations.dropout_summary import DropoutSummary
 from simulations.schemes import OBSERVERS, Variant, declared_privacy
 from simulations.summary import Estimate, Tables, axis_series, num, variant_of, whole
 
 __all__ = [
     "attack_bound_figure",
     "coalition_figure",
+    "dropout_figure",
     "headline_figure",
     "tradeoff_figure",
     "utility_figure",
@@ -378,5 +380,88 @@ def headline_figure(tables: Tables, config: SimConfig, path: Path) -> Path:
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.13, 1, 1))
     fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
+def _few(values: Sequence[int], most: int) -> list[int]:
+    """Up to ``most`` of the sorted ``values``: the ends and evenly spaced ones between."""
+    ordered = sorted(set(values))
+    if len(ordered) <= most:
+        return ordered
+    picks = np.linspace(0, len(ordered) - 1, most).round().astype(int)
+    return [ordered[i] for i in sorted(set(picks.tolist()))]
+
+
+def dropout_figure(summaries: Sequence[DropoutSummary], target_epsilon: float, path: Path) -> Path:
+    """Per graph: infeasible-round fraction and the worst survivor's ε against outsider + T.
+
+    Zero-sum noise without residual (with residual the floor decisions are
+    the same); ε is the median over the rounds that finished, none drawn where
+    no round finished. Colour is K (up to three), line style is T (up to three
+    per graph); dotted black: independent noise, never infeasible and ε at the
+    target. An infinite ε is drawn as a triangle on the top edge.
+    """
+    zerosum = [s for s in summaries if s.scheme == "zerosum"]
+    graphs = list(dict.fromkeys((s.key.graph, s.key.harary_degree) for s in zerosum))
+    ks = _few([s.key.n_nodes for s in zerosum], 3)
+    colours = dict(zip(ks, ("#1f77b4", "#ff7f0e", "#2ca02c"), strict=False))
+    curves: list[tuple[int, int, str, list[DropoutSummary]]] = []
+    for column, (graph, degree) in enumerate(graphs):
+        here = [s for s in zerosum if (s.key.graph, s.key.harary_degree) == (graph, degree)]
+        ts = _few([s.key.collusion_threshold for s in here], 3)
+        for k in ks:
+            for line, t in zip(("-", "--", ":"), ts, strict=False):
+                points = sorted(
+                    (s for s in here if (s.key.n_nodes, s.key.collusion_threshold) == (k, t)),
+                    key=lambda s: s.key.dropout_rate,
+                )
+                if points:
+                    curves.append((column, k, line, points))
+    finite = [
+        s.epsilon_coalition_finished
+        for *_, points in curves
+        for s in points
+        if math.isfinite(s.epsilon_coalition_finished)
+    ]
+    top = max([1.2 * target_epsilon, *(1.1 * e for e in finite)])
+    columns = max(len(graphs), 1)
+    fig, axes = plt.subplots(2, columns, figsize=(4.6 * columns, 7.4), squeeze=False)
+    for column, k, line, points in curves:
+        top_ax, bottom_ax = axes[0, column], axes[1, column]
+        colour = colours[k]
+        t = points[0].key.collusion_threshold
+        rates = np.array([100.0 * s.key.dropout_rate for s in points])
+        fraction = np.array([s.infeasible_fraction for s in points])
+        lo = np.array([s.infeasible_interval[0] for s in points])
+        hi = np.array([s.infeasible_interval[1] for s in points])
+        label = f"K={k}, T={t}"
+        top_ax.plot(rates, fraction, color=colour, ls=line, marker="o", ms=3, label=label)
+        top_ax.fill_between(rates, lo, hi, color=colour, alpha=0.12, lw=0)
+        eps = np.array([s.epsilon_coalition_finished for s in points])
+        shown = np.where(np.isinf(eps), top, eps)
+        bottom_ax.plot(rates, shown, color=colour, ls=line, marker="o", ms=3, label=label)
+        bare = np.isinf(eps)
+        if bare.any():
+            bottom_ax.plot(rates[bare], shown[bare], ls="none", marker="^", ms=8, color=colour)
+    for column, (graph, degree) in enumerate(graphs):
+        top_ax, bottom_ax = axes[0, column], axes[1, column]
+        top_ax.axhline(0.0, color="#000000", lw=0.8, ls=":", label="independent")
+        bottom_ax.axhline(target_epsilon, color="#000000", lw=0.8, ls=":")
+        top_ax.set_ylim(-0.03, 1.03)
+        bottom_ax.set_ylim(target_epsilon * 0.97, top * 1.03)
+        top_ax.set_title("complete" if graph == "complete" else f"harary d={degree}", fontsize=10)
+        top_ax.legend(fontsize=7, loc="best")
+        for ax in (top_ax, bottom_ax):
+            ax.grid(True, alpha=0.3)
+            ax.set_xlabel("dropout rate r (%)")
+    axes[0, 0].set_ylabel("rounds infeasible (zerosum), 95% CI")
+    axes[1, 0].set_ylabel("ε kept vs outsider + T\n(worst survivor, median finished round)")
+    fig.suptitle(
+        f"Dropouts: target ε = {target_epsilon:g} per egress (dotted); ▲ on the top edge: ε = ∞",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path

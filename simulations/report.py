@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from simulations.config import SimConfig
+from simulations.dropout_report import dropout_section
+from simulations.dropout_summary import summarise_dropout
 from simulations.plots import (
     attack_bound_figure,
     coalition_figure,
+    dropout_figure,
     headline_figure,
     tradeoff_figure,
     utility_figure,
@@ -25,11 +28,13 @@ from simulations.summary import (
     variant_of,
     whole,
 )
-from simulations.sweep import SweepOutcome
+from simulations.sweep import TABLES, SweepOutcome, read_table
 
 __all__ = ["write_report"]
 
 FIGURES = "figures"
+
+Figure = Callable[[str, str], str]
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -157,48 +162,24 @@ def _figures(tables: Tables, config: SimConfig, out: Path) -> dict[str, Path]:
     folder = out / FIGURES
     folder.mkdir(exist_ok=True)
     made: dict[str, Path] = {}
-    for axis in _axes(config):
-        made[f"utility_{axis}"] = utility_figure(
-            tables, config, axis, folder / f"utility_vs_{axis}.png"
-        )
+    if tables.utility:
+        for axis in _axes(config):
+            made[f"utility_{axis}"] = utility_figure(
+                tables, config, axis, folder / f"utility_vs_{axis}.png"
+            )
     if tables.attack:
         made["coalition"] = coalition_figure(tables, config, folder / "privacy_vs_coalition.png")
-        made["tradeoff"] = tradeoff_figure(tables, config, folder / "tradeoff.png")
         made["attack"] = attack_bound_figure(tables, folder / "attack_vs_bound.png")
-    made["headline"] = headline_figure(tables, config, folder / "headline.png")
+        if tables.utility:
+            made["tradeoff"] = tradeoff_figure(tables, config, folder / "tradeoff.png")
+    if tables.utility:
+        made["headline"] = headline_figure(tables, config, folder / "headline.png")
     return made
 
 
-def write_report(
-    out_dir: str | Path, config: SimConfig, outcome: SweepOutcome, *, jobs: int, wall_seconds: float
-) -> Path:
-    """Write figures and ``report.md`` into ``out_dir``; returns the report's path."""
-    out = Path(out_dir)
-    tables = load_tables(out)
-    figures = _figures(tables, config, out)
-    b = config.base
-
-    def figure(key: str, caption: str) -> str:
-        if key not in figures:
-            return ""
-        return f"![{caption}]({figures[key].relative_to(out).as_posix()})\n"
-
+def _utility_parts(tables: Tables, config: SimConfig, figure: Figure) -> list[str]:
     checks = must_show(tables, config)
-    failed_fits = sum(1 for r in tables.utility if whole(r, "fit_ok") == 0)
-    repaired = sum(1 for r in tables.utility if whole(r, "repaired_eigenvalues") > 0)
     parts = [
-        "# Simulation report: correlated (zero-sum) vs independent noise",
-        "",
-        f"Preset `{config.preset}`, sweep seed {config.seed}, {config.reps} repetitions per "
-        f"utility cell, {len(outcome.cells)} cells ({len(outcome.ran)} run now, "
-        f"{len(outcome.resumed)} resumed), {jobs} job(s), wall time {wall_seconds:.1f} s.",
-        f"Base point: K = {b.n_nodes} nodes, ε = {b.epsilon:g} and δ = {b.delta:g} per egress, "
-        f"N = {b.n_per_node} subjects per node, P = {b.n_features} features, site offset SD "
-        f"{b.site_offset_sd:g}, collusion threshold T = {b.collusion_threshold}, model "
-        f"`{b.model}` on the top {b.feature_proportion:.0%} of principal components. Each axis "
-        "below varies one parameter around it; cells that differ only in ε or δ share their "
-        "synthetic federations.",
-        "",
         "Measures (per repetition, on a holdout from the same scanners): `mae_years`, the "
         "brain-age MAE |Ŷ − Y| of the model's age prediction; `delta_corr`, corr(δ̂, δ) of the "
         "unbiased delta with the synthetic true delta; `param_rel_error`, the relative error "
@@ -266,6 +247,13 @@ def write_report(
         "",
         _privacy_table(config),
         "",
+    ]
+    return parts
+
+
+def _attack_parts(tables: Tables, config: SimConfig, figure: Figure) -> list[str]:
+    b = config.base
+    parts = [
         "## Privacy against coalition size",
         "",
         figure("coalition", "privacy vs coalition size"),
@@ -282,9 +270,14 @@ def write_report(
         "",
         _attack_table(tables, b.epsilon),
         "",
-        "## Utility / privacy plane",
-        "",
-        figure("tradeoff", "trade-off plane"),
+    ]
+    if tables.utility:
+        parts += ["## Utility / privacy plane", "", figure("tradeoff", "trade-off plane")]
+    return parts
+
+
+def _reconstruction_parts(tables: Tables, config: SimConfig) -> list[str]:
+    return [
         "## Reconstruction from two releases",
         "",
         f"One subject joins a node of N = {config.reconstruction.n_per_node} between two "
@@ -295,6 +288,11 @@ def write_report(
         "",
         _reconstruction_table(tables),
         "",
+    ]
+
+
+def _overtheair_parts(tables: Tables, config: SimConfig) -> list[str]:
+    return [
         "## Reproduction: over-the-air FL with zero-sum perturbations",
         "",
         f"Gradient descent on a ridge regression with K = {config.overtheair.n_users} users, "
@@ -306,6 +304,14 @@ def write_report(
         "",
         _overtheair_table(tables),
         "",
+    ]
+
+
+def _notes(tables: Tables, config: SimConfig) -> list[str]:
+    b = config.base
+    failed_fits = sum(1 for r in tables.utility if whole(r, "fit_ok") == 0)
+    repaired = sum(1 for r in tables.utility if whole(r, "repaired_eigenvalues") > 0)
+    return [
         "## Notes",
         "",
         "- Noise is added in fixed point (2⁻³² resolution) exactly as the protocol does; "
@@ -325,6 +331,72 @@ def write_report(
         "egress, so the declared μ does not depend on P.",
         "",
     ]
+
+
+def write_report(
+    out_dir: str | Path,
+    config: SimConfig,
+    outcome: SweepOutcome,
+    *,
+    jobs: int,
+    wall_seconds: float,
+    engine: str | None = None,
+) -> Path:
+    """Write figures and ``report.md`` into ``out_dir``; returns the report's path.
+
+    Only the scenarios the sweep ran get a section. ``engine`` describes where
+    the cells ran when not in ``jobs`` local processes (a Dask cluster).
+    """
+    out = Path(out_dir)
+    tables = load_tables(out)
+    figures = _figures(tables, config, out)
+    dropout_csv = out / TABLES["dropout"]
+    dropouts = summarise_dropout(read_table(dropout_csv)) if dropout_csv.exists() else []
+    if dropouts:
+        (out / FIGURES).mkdir(exist_ok=True)
+        figures["dropout"] = dropout_figure(
+            dropouts, config.dropout.epsilon, out / FIGURES / "dropout.png"
+        )
+    b = config.base
+
+    def figure(key: str, caption: str) -> str:
+        if key not in figures:
+            return ""
+        return f"![{caption}]({figures[key].relative_to(out).as_posix()})\n"
+
+    where = engine if engine is not None else f"{jobs} job(s)"
+    parts = [
+        "# Simulation report: correlated (zero-sum) vs independent noise",
+        "",
+        f"Preset `{config.preset}`, sweep seed {config.seed}, "
+        + (f"{config.reps} repetitions per utility cell, " if tables.utility else "")
+        + f"{len(outcome.cells)} cells ({len(outcome.ran)} run now, "
+        f"{len(outcome.resumed)} resumed), {where}, wall time {wall_seconds:.1f} s. "
+        f"Scenarios: {', '.join(config.scenarios)}.",
+    ]
+    if tables.utility:
+        parts += [
+            f"Base point: K = {b.n_nodes} nodes, ε = {b.epsilon:g} and δ = {b.delta:g} per "
+            f"egress, N = {b.n_per_node} subjects per node, P = {b.n_features} features, site "
+            f"offset SD {b.site_offset_sd:g}, collusion threshold T = {b.collusion_threshold}, "
+            f"model `{b.model}` on the top {b.feature_proportion:.0%} of principal components. "
+            "Each axis below varies one parameter around it; cells that differ only in ε or δ "
+            "share their synthetic federations.",
+            "",
+            *_utility_parts(tables, config, figure),
+        ]
+    else:
+        parts.append("")
+    if tables.attack:
+        parts += _attack_parts(tables, config, figure)
+    if tables.reconstruction:
+        parts += _reconstruction_parts(tables, config)
+    if tables.overtheair:
+        parts += _overtheair_parts(tables, config)
+    if dropouts:
+        parts += dropout_section(dropouts, config, figure("dropout", "dropouts"))
+    if tables.utility or tables.attack:
+        parts += _notes(tables, config)
     report = out / "report.md"
     report.write_text("\n".join(parts), encoding="utf-8")
     return report

@@ -7,12 +7,15 @@ process that ran it, atomically (a temporary file in the same directory, then
 ``os.replace``), so a killed sweep leaves only complete cell files behind.
 A rerun skips every cell whose file exists and runs the rest; the merged
 tables (``results.csv`` for utility, ``attacks.csv``, ``reconstruction.csv``,
-``overtheair.csv``) are rebuilt from the cell files in plan order, so an
+``overtheair.csv``, ``dropout.csv``) are rebuilt from the cell files in plan order, so an
 interrupted and resumed sweep produces the same bytes as an uninterrupted one.
 
 Parallelism: ``jobs`` worker processes (``concurrent.futures``, spawn start
 method). Each worker pins its BLAS to one thread — the matrices are small, and
-several threads per worker on a shared machine only contend.
+several threads per worker on a shared machine only contend. Alternatively the
+same cells run on a Dask cluster (``simulations.cluster``): the workers return
+each cell's CSV text and this process writes the cell file, so the workers
+need not share its file system; the bytes are the same either way.
 """
 
 from __future__ import annotations
@@ -29,16 +32,22 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from simulations.config import (
+    SCENARIOS,
     AttackParams,
+    DropoutParams,
     OverTheAirParams,
     ReconstructionParams,
     SimConfig,
     UtilityParams,
 )
+from simulations.dropout import DROPOUT_SCHEMES
 from simulations.seeding import cell_digest, cell_seed, child
+
+if TYPE_CHECKING:
+    from simulations.cluster import DaskTarget
 
 __all__ = [
     "FORMAT_VERSION",
@@ -46,6 +55,7 @@ __all__ = [
     "Cell",
     "Progress",
     "SweepOutcome",
+    "cell_text",
     "plan_cells",
     "read_table",
     "run_cell",
@@ -57,12 +67,13 @@ __all__ = [
 # Part of every cell's digest: bump it when a cell's output would change.
 FORMAT_VERSION = 1
 
-KINDS = ("utility", "attack", "reconstruction", "overtheair")
+KINDS = SCENARIOS
 TABLES = {
     "utility": "results.csv",
     "attack": "attacks.csv",
     "reconstruction": "reconstruction.csv",
     "overtheair": "overtheair.csv",
+    "dropout": "dropout.csv",
 }
 BLAS_THREAD_VARIABLES = (
     "OPENBLAS_NUM_THREADS",
@@ -71,7 +82,7 @@ BLAS_THREAD_VARIABLES = (
     "BLIS_NUM_THREADS",
 )
 
-Params = UtilityParams | AttackParams | ReconstructionParams | OverTheAirParams
+Params = UtilityParams | AttackParams | ReconstructionParams | OverTheAirParams | DropoutParams
 
 _UTILITY_LEAD = (
     "scheme",
@@ -134,6 +145,9 @@ class Cell:
             return f"attack K={p.n_nodes} ε={p.epsilon:g}"
         if isinstance(p, ReconstructionParams):
             return f"reconstruction K={p.n_nodes} N={p.n_per_node} ε={p.epsilon:g}"
+        if isinstance(p, DropoutParams):
+            graph = f"harary d={p.harary_degree}" if p.graph == "harary" else p.graph
+            return f"dropout {graph} K={p.n_nodes} r={p.dropout_rate:g} T={p.collusion_threshold}"
         return f"over-the-air K={p.n_users}"
 
     @property
@@ -146,6 +160,8 @@ class Cell:
             return p.trials * p.n_nodes * 60.0
         if isinstance(p, ReconstructionParams):
             return 1e4
+        if isinstance(p, DropoutParams):
+            return self.reps * p.n_nodes * (p.n_nodes + 100) * 0.05
         return p.reps * p.iterations * p.n_users * 5.0
 
 
@@ -159,7 +175,12 @@ def plan_cells(config: SimConfig) -> list[Cell]:
     cells += [make("attack", p, 1) for p in config.attack_cells()]
     cells.append(make("reconstruction", config.reconstruction, 1))
     cells.append(make("overtheair", config.overtheair, config.overtheair.reps))
-    return cells
+    # Dropout cells cover their own schemes, whatever the utility sweep compares.
+    cells += [
+        Cell("dropout", p, config.dropout.reps, DROPOUT_SCHEMES, ("pairwise",), config.seed)
+        for p in config.dropout.cells()
+    ]
+    return [c for c in cells if c.kind in config.scenarios]
 
 
 def _param_columns(params: Params) -> dict[str, object]:
@@ -209,6 +230,12 @@ def run_cell(cell: Cell) -> list[dict[str, object]]:
         for rep in range(cell.reps):
             for result in optimality_gaps(cell.params, child(root, rep)):
                 rows.append({**params, "rep": rep, **result, **stamp})
+    elif cell.kind == "dropout":
+        from simulations.dropout import dropout_rows
+
+        assert isinstance(cell.params, DropoutParams)
+        for result in dropout_rows(cell.params, cell.reps, root):
+            rows.append({**_lead_scheme_only(result), **params, **result, **stamp})
     else:
         raise ValueError(f"unknown cell kind {cell.kind!r}; kinds are {list(KINDS)}")
     return rows
@@ -227,6 +254,10 @@ def _data_description(cell: Cell, data_fields: Sequence[str]) -> dict[str, Any]:
 
 def _lead_scheme(result: dict[str, object]) -> dict[str, object]:
     return {"scheme": result["scheme"], "construction": result["construction"]}
+
+
+def _lead_scheme_only(result: dict[str, object]) -> dict[str, object]:
+    return {"scheme": result["scheme"]}
 
 
 # -- files ----------------------------------------------------------------------------------
@@ -268,9 +299,13 @@ def read_table(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def cell_text(cell: Cell) -> str:
+    """The CSV text of a cell's file: what a worker anywhere computes for it."""
+    return _csv_text(run_cell(cell))
+
+
 def _run_and_write(cell: Cell, cells_dir: str) -> str:
-    rows = run_cell(cell)
-    write_atomic(Path(cells_dir) / cell.file_name, _csv_text(rows))
+    write_atomic(Path(cells_dir) / cell.file_name, cell_text(cell))
     return cell.file_name
 
 
@@ -385,10 +420,12 @@ def run_sweep(
     jobs: int = 1,
     progress: Progress | None = None,
     on_start: Callable[[int, int], Progress | None] | None = None,
+    cluster: DaskTarget | None = None,
 ) -> SweepOutcome:
     """Run every cell of ``config`` that ``out_dir/cells`` does not hold yet, then merge.
 
     ``jobs`` = 1 runs in this process; more uses that many worker processes.
+    ``cluster`` runs the cells on Dask instead (``jobs`` is then unused).
     ``on_start(total, resumed)`` may return a :class:`Progress` to report on.
     """
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
@@ -405,7 +442,17 @@ def run_sweep(
     if on_start is not None:
         progress = on_start(len(cells), len(done))
     ran: list[str] = []
-    if jobs == 1 or len(pending) <= 1:
+    if cluster is not None:
+        from simulations.cluster import map_on_dask
+
+        keys = [f"zerosum-simulate-{c.file_name}" for c in pending]
+        for index, text in map_on_dask(cluster, cell_text, pending, keys):
+            cell = pending[index]
+            write_atomic(cells_dir / cell.file_name, text)
+            ran.append(cell.file_name)
+            if progress is not None:
+                progress.update(cell.label)
+    elif jobs == 1 or len(pending) <= 1:
         for cell in pending:
             ran.append(_run_and_write(cell, str(cells_dir)))
             if progress is not None:

@@ -62,3 +62,60 @@ def test_bad_settings_are_one_sentence(tmp_path: Path, capsys: pytest.CaptureFix
     assert "base.epsilon = 0.0 must be > 0" in capsys.readouterr().err
     assert main(["simulate", "--out", str(tmp_path / "x"), "--jobs", "0"]) == 2
     assert "--jobs must be at least 1; got 0" in capsys.readouterr().err
+
+
+def test_the_quick_dropout_scenario_runs_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "drop"
+    assert main(["simulate", "--scenario", "dropout", "--out", str(out), "--jobs", "1"]) == 0
+    assert "24 cells (24 run, 0 resumed)" in capsys.readouterr().out
+    assert not (out / "results.csv").exists()
+    header, *rows = (out / "dropout.csv").read_text(encoding="utf-8").splitlines()
+    assert header.startswith("scheme,graph,harary_degree,n_nodes,dropout_rate,")
+    assert len(rows) == 24 * 50 * 3  # cells × rounds × schemes
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Dropouts at scale" in report and "Scenarios: dropout." in report
+    assert "![dropouts](figures/dropout.png)" in report
+    assert "## Headline checks" not in report
+    assert (out / "figures" / "dropout.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Resumed as the other scenarios are.
+    assert main(["simulate", "--scenario", "dropout", "--out", str(out), "--quiet"]) == 0
+    assert "(0 run, 24 resumed)" in capsys.readouterr().out
+
+
+def test_dask_local_gives_the_local_bytes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip(
+        "distributed", reason="dask.distributed is not installed (pip install 'zerosum[cluster]')"
+    )
+    config = tmp_path / "drop.toml"
+    config.write_text(
+        'scenarios = ["dropout"]\n[dropout]\nn_nodes = [12]\nreps = 10\n', encoding="utf-8"
+    )
+    common = ["simulate", "--config", str(config), "--quiet"]
+    assert main([*common, "--out", str(tmp_path / "local"), "--jobs", "1", "--no-report"]) == 0
+    assert main([*common, "--out", str(tmp_path / "dask"), "--dask-local", "2"]) == 0
+    assert "local Dask cluster of 2 worker processes" in (
+        (tmp_path / "dask" / "report.md").read_text(encoding="utf-8")
+    )
+    capsys.readouterr()
+    local = (tmp_path / "local" / "dropout.csv").read_bytes()
+    assert local and (tmp_path / "dask" / "dropout.csv").read_bytes() == local
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--jobs", "2", "--dask-local", "2"], "--jobs sets local processes"),
+        (["--dask-local", "0"], "--dask-local must be at least 1 worker; got 0"),
+        (["--scheduler", "localhost"], "--scheduler: scheduler must be an address such as"),
+        (["--scenario", "dropouts"], "scenarios = 'dropouts' is not one of"),
+    ],
+)
+def test_bad_engine_settings_are_one_sentence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    assert main(["simulate", "--out", str(tmp_path / "x"), *extra]) == 2
+    assert message in capsys.readouterr().err

@@ -17,9 +17,15 @@ Simulate federated brain-age fits under each noise scheme and write results and 
   zerosum+residual  the same plus CAPE-split residual noise (aggregate at the central level)
   seed_fedavg       the deltab DP page's path: noised local coefficients averaged by N
 
+Scenarios (--scenario, default all): utility, attack, reconstruction, overtheair, and
+dropout (rounds with dropouts on complete and Harary graphs: infeasible rounds, the ε
+survivors keep, the aggregate's noise).
+
 Outputs in DIR: results.csv (utility), attacks.csv (membership inference against the
-DP bound), reconstruction.csv, overtheair.csv, report.md and figures/. Finished cells
-are kept in DIR/cells/, so an interrupted run picks up where it stopped.
+DP bound), reconstruction.csv, overtheair.csv, dropout.csv, report.md and figures/.
+Finished cells are kept in DIR/cells/, so an interrupted run picks up where it stopped.
+Cells run in local processes (--jobs) or on a Dask cluster (--scheduler, --dask-local;
+needs the cluster extra), with identical results.
 """
 
 EPILOG = """\
@@ -27,6 +33,9 @@ examples:
   zerosum simulate --out sim-quick                   # quick preset, a few minutes at most
   zerosum simulate --preset full --jobs 2 --out sim  # the full sweep (K up to 1000)
   zerosum simulate --config sim.toml --out sim       # preset overridden by a TOML file
+  zerosum simulate --preset full --scenario dropout --out sim-drop
+  zerosum simulate --scheduler tcp://127.0.0.1:8786 --out sim   # on a running Dask cluster
+  zerosum simulate --dask-local 2 --out sim          # a Dask cluster started for this run
 """
 
 
@@ -51,34 +60,72 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="output directory")
     parser.add_argument(
+        "--scenario",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="run only this scenario (repeatable): utility, attack, reconstruction, "
+        "overtheair, dropout",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
-        default=_default_jobs(),
+        default=None,
         metavar="N",
-        help="worker processes (default: the CPUs available to this process)",
+        help="local worker processes (default: the CPUs available to this process)",
+    )
+    cluster = parser.add_mutually_exclusive_group()
+    cluster.add_argument(
+        "--scheduler",
+        default=None,
+        metavar="ADDRESS",
+        help="run the cells on the Dask scheduler at ADDRESS (e.g. tcp://127.0.0.1:8786)",
+    )
+    cluster.add_argument(
+        "--dask-local",
+        type=int,
+        default=None,
+        metavar="N",
+        help="start a local Dask cluster of N worker processes (127.0.0.1) for this run",
     )
     parser.add_argument("--no-report", action="store_true", help="write the tables only")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
 
 
+def _error(message: str) -> int:
+    print(f"zerosum simulate: error: {message}", file=sys.stderr)
+    return 2
+
+
 def run(args: argparse.Namespace) -> int:
-    if args.jobs < 1:
-        print(
-            f"zerosum simulate: error: --jobs must be at least 1; got {args.jobs}", file=sys.stderr
-        )
-        return 2
+    on_dask = args.scheduler is not None or args.dask_local is not None
+    if args.jobs is not None and on_dask:
+        return _error("--jobs sets local processes; a Dask cluster brings its own workers")
+    jobs = _default_jobs() if args.jobs is None else args.jobs
+    if jobs < 1:
+        return _error(f"--jobs must be at least 1; got {jobs}")
+    if args.dask_local is not None and args.dask_local < 1:
+        return _error(f"--dask-local must be at least 1 worker; got {args.dask_local}")
     # One BLAS thread per process: parallelism comes from --jobs, and several BLAS
     # threads per process on small matrices only contend. Set before numpy loads.
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, "1")
+    from simulations.cluster import ClusterError, DaskTarget
     from simulations.config import ConfigError, load_config
     from simulations.sweep import Progress, run_sweep
 
     try:
-        config = load_config(args.preset, args.config)
+        config = load_config(args.preset, args.config, scenarios=args.scenario)
     except ConfigError as exc:
-        print(f"zerosum simulate: error: {exc}", file=sys.stderr)
-        return 2
+        return _error(str(exc))
+    target = None
+    if args.scheduler is not None:
+        try:
+            target = DaskTarget(scheduler=args.scheduler)
+        except ValueError as exc:
+            return _error(f"--scheduler: {exc}")
+    elif args.dask_local is not None:
+        target = DaskTarget(local_workers=args.dask_local)
     started = time.monotonic()
 
     def start(total: int, resumed: int) -> Progress | None:
@@ -87,9 +134,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        print(f"zerosum simulate: error: cannot create --out {args.out}: {exc}", file=sys.stderr)
-        return 2
-    outcome = run_sweep(config, args.out, jobs=args.jobs, on_start=start)
+        return _error(f"cannot create --out {args.out}: {exc}")
+    try:
+        outcome = run_sweep(config, args.out, jobs=jobs, on_start=start, cluster=target)
+    except ClusterError as exc:
+        print(f"zerosum simulate: error: {exc}", file=sys.stderr)
+        return 1
     wall = time.monotonic() - started
     print(
         f"simulate: {len(outcome.cells)} cells ({len(outcome.ran)} run, "
@@ -100,6 +150,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_report:
         from simulations.report import write_report  # matplotlib loads only for the report
 
-        report = write_report(args.out, config, outcome, jobs=args.jobs, wall_seconds=wall)
+        engine = None if target is None else target.description
+        report = write_report(
+            args.out, config, outcome, jobs=jobs, wall_seconds=wall, engine=engine
+        )
         print(f"  {report}")
     return 0
