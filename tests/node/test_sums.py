@@ -15,6 +15,7 @@ from numpy.typing import NDArray
 
 from node.deltab import MODELS, Bounds, BrainAgeModel, DeltabWarning
 from node.deltab.plan import NodeState, PlanSettings, finish, receive, round_tensors, run_in_process
+from node.deltab.scaling import Standardisation
 from node.deltab.stats import SCATTER, Tensors, combine, expected_shapes
 from node.deltab.stats import sensitivity as centred_sensitivity
 from node.deltab.sums import (
@@ -408,8 +409,6 @@ def test_no_figure_exceeds_the_centred_plans_and_none_depends_on_data(
     p: int, c: int, means: list[float]
 ) -> None:
     """σ of the one-release plan never needs the released means (and is never larger)."""
-    from node.deltab.scaling import Standardisation
-
     bounds = Bounds(np.full(p, -1.0), np.ones(p), -1.0, 1.0, np.full(c, -1.0), np.ones(c))
     standardisation = Standardisation(
         n=100.0,
