@@ -11,7 +11,7 @@ Pipeline per repetition (the one-release plan of ``node.deltab.plan``, noised):
    nan_policy "drop" and one release: the session's whole privacy cost.
 3. ``seed_fedavg`` instead takes the exact basis and averages noised local
    coefficients (``simulations.seed_fedavg``).
-5. Evaluate on the holdout:
+4. Evaluate on the holdout:
 
    * ``mae_years`` — the brain-age literature's MAE: mean |Ŷ − Y| of the
      model's age prediction Ŷ = Uβ₁ (the "simple" model's brain age, Y + δ₁),
@@ -27,9 +27,8 @@ Pipeline per repetition (the one-release plan of ``node.deltab.plan``, noised):
 
 Noise. Tensor t of the round's M tensors has L2 sensitivity Δ_t from the
 public bounds (``node.deltab.sums.sensitivity``) and noise scale
-s_t = Δ_t·√M/μ*(ε, δ) —
-the node's calibrated release (``node.release``): each egress is (ε, δ)-DP
-against an outsider for the whole round. The unit plan of
+s_t = Δ_t·√M/μ*(ε, δ) — the node's calibrated release (``node.release``):
+each egress is (ε, δ)-DP against an outsider for the whole round. The unit plan of
 ``simulations.schemes.unit_plan`` supplies the design; independent noise uses
 the per-egress target variance itself.
 
@@ -43,7 +42,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -271,15 +270,15 @@ class _Rep:
             rows.append(_CODEC.encode_scaled_int(self.layout.flatten(tensors), tensor=SUMS))
         return np.stack(rows)
 
-    def solve(self, aggregate: FloatArray) -> BrainAgeModel:
-        """The model from a (repaired) flattened sums aggregate."""
-        tensors = self.layout.unflatten(aggregate)
-        return model_from_sums(tensors, self.bounds, **self.settings.model_params())
+    def solve(self, aggregate: Mapping[str, FloatArray]) -> BrainAgeModel:
+        """The model from a (repaired) sums aggregate."""
+        return model_from_sums(aggregate, self.bounds, **self.settings.model_params())
 
     def exact_model(self) -> BrainAgeModel:
         """The noiseless federated model (the shared basis of ``seed_fedavg``)."""
         if self._exact_model is None:
-            self._exact_model = self.solve(_aggregate(self.sums, np.zeros_like(self.sums)))
+            exact = _aggregate(self.sums, np.zeros_like(self.sums))
+            self._exact_model = self.solve(self.layout.unflatten(exact))
         return self._exact_model
 
 
@@ -300,7 +299,7 @@ def _statistics_variant(
     ratio = float(np.mean(((noisy - exact) / rep.scales) ** 2))
     repaired, raised = repair_sums(rep.layout.unflatten(noisy))
     try:
-        model = rep.solve(rep.layout.flatten(repaired))
+        model = rep.solve(repaired)
     except ValueError:
         return None, ratio, raised
     return model, ratio, raised
