@@ -4,7 +4,7 @@ The pooled fit of Smith et al. (2019, NeuroImage 200:528-539) needs only sums
 over subjects (see ``_solve``), so K sites can fit the pooled model without
 pooling data. The federated plan is one release of uncentred sums (``sums``
 for its layout and sensitivities, ``uncentred`` for the node sums and the fit
-from their aggregate). This module keeps the shared helpers (checking,
+from their aggregate). This module keeps what both plans share (checking,
 combining, clipping) and the earlier centred plan, in two rounds:
 
 * ``"moments"`` — each node sends N, per-feature counts of observed values,
