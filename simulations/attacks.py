@@ -1,6 +1,6 @@
 """Membership inference against one node's release, per observer class, next to the DP bound.
 
-Game. Node 0 releases its scatter-round sums s = s⁻ + b·v plus its scheme's
+Game. Node 0 releases its sums-round sums s = s⁻ + b·v plus its scheme's
 noise, where s⁻ is its data without the target subject, v the target's own
 contribution, and b ∈ {0, 1} whether the target is in. The attacker knows
 everything except b (Nasr et al. 2021, "Adversary instantiation: lower bounds
@@ -47,8 +47,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import ndtr
 
-from node.deltab import stats
 from node.deltab.plan import NodeState, PlanSettings, round_tensors
+from node.deltab.sums import SUMS, sensitivity
 from noise.accounting import gaussian_mu
 from noise.designs import conditional_covariance
 from simulations.cohorts import make_federation, public_bounds, worst_case_subject
@@ -211,22 +211,14 @@ def membership_attack(
         seed=child(seed, 0),
     )
     bounds = public_bounds(fed.population, params.site_offset_sd)
-    settings = PlanSettings(bounds=bounds)
-    moments = stats.combine(
-        [
-            round_tensors(stats.MOMENTS, s.features, s.age, NodeState(settings=settings))
-            for s in fed.sites
-        ]
-    )
-    st = stats.standardisation_from_moments(moments, bounds)
-    layout = Layout.of(stats.SCATTER, params.n_features)
-    target_x, target_age = worst_case_subject(bounds, st)
-    state = NodeState(settings=settings, standardisation=st)
+    layout = Layout.of(SUMS, params.n_features)
+    target_x, target_age = worst_case_subject(bounds)
+    state = NodeState(settings=PlanSettings(bounds=bounds))
     signal = layout.flatten(
-        round_tensors(stats.SCATTER, target_x[np.newaxis], np.array([target_age]), state)
+        round_tensors(SUMS, target_x[np.newaxis], np.array([target_age]), state)
     )
     mu_star = gaussian_mu(params.epsilon, params.delta)
-    scales = entry_scales(layout, stats.sensitivity(stats.SCATTER, bounds, st), mu_star)
+    scales = entry_scales(layout, sensitivity(SUMS, bounds), mu_star)
     sizes = [m for m in params.coalition_sizes if m <= params.n_nodes - 1]
     observers = [("outsider", 0)] + [("outsider_coalition", m) for m in sizes]
     observers += [("coordinator", 0)] + [("coalition", m) for m in sizes]

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from node.deltab.scaling import Bounds, Standardisation, clip_to_bounds
+from node.deltab.scaling import Bounds, clip_to_bounds
 from node.deltab.synthetic import Federation, Population, make_federation_cohorts
 
 __all__ = [
@@ -71,20 +71,13 @@ def clip_features(X: FloatArray, age: FloatArray, bounds: Bounds) -> tuple[Float
     return clipped_x, clipped_age
 
 
-def worst_case_subject(
-    bounds: Bounds, standardisation: Standardisation
-) -> tuple[FloatArray, float]:
-    """A subject whose scatter-round contribution is as large as the bounds allow.
+def worst_case_subject(bounds: Bounds) -> tuple[FloatArray, float]:
+    """A subject whose sums-round contribution is as large as the bounds allow.
 
-    Every feature sits at the bound farther from the global mean, and age at the
-    age bound farther from the mean age, so each centred, pre-scaled value has
-    magnitude 1 + |m| — the figure ``node.deltab.stats.sensitivity`` is built
-    from. Membership attacks against this subject are the strongest the
-    declared sensitivity has to cover.
+    Every feature and the age sit at their upper bounds, so every pre-scaled
+    value is 1 and each tensor's term has exactly the norm that
+    ``node.deltab.sums.sensitivity`` declares (any corner of the cube would
+    do: the figures depend only on |value| = 1). Membership attacks against
+    this subject are the strongest the declared sensitivity has to cover.
     """
-    mean = standardisation.feature_mean
-    features = np.where(mean >= bounds.feature_centre, bounds.feature_lo, bounds.feature_hi).astype(
-        np.float64
-    )
-    age = bounds.age_lo if standardisation.age_mean >= bounds.age_centre else bounds.age_hi
-    return features, float(age)
+    return np.array(bounds.feature_hi, dtype=np.float64), float(bounds.age_hi)

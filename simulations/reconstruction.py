@@ -1,27 +1,26 @@
 """Reconstruction from the difference of two releases: what the noise prevents.
 
-A small node releases its scatter-round sums twice — once without and once
-with one new subject (a second session after a recruitment, say). Without
-noise the difference of the two ``sum_x`` tensors *is* the subject's centred,
-pre-scaled feature vector c = (x − m)/h, so the features come back exactly:
-x̂ = m + h·ĉ. This is the analytic counterpart of gradient inversion (the CVB
-paper's threat: reconstruct a training example from what a client sends).
-The centring m is held fixed across the two sessions (an attacker who knows
-every other subject can undo its change).
+A small node releases its sums-round sums twice — once without and once with
+one new subject (a second session after a recruitment, say). Without noise
+the difference of the two ``sum_x`` tensors *is* the subject's pre-scaled
+feature vector c = (x − m)/h (m, h: the public bounds' centre and half-range),
+so the features come back exactly: x̂ = m + h·ĉ. This is the analytic
+counterpart of gradient inversion (the CVB paper's threat: reconstruct a
+training example from what a client sends). The sums are uncentred, so
+nothing else changes between the two sessions.
 
 The attacker knows the design, so it knows the variance σ² of the noise on
 the difference, and it knows the other subjects, so it has a prior for c
 (their mean c̄ and variance v per feature). It uses the linear minimum-mean-
 square-error estimate ĉ = c̄ + w(Δ − c̄) with w = v/(v + σ²) — exact when
 σ² = 0, the prior mean when the noise swamps the signal — clipped to the
-public range of centred values.
+public range [-1, 1] of pre-scaled values.
 
 Observers: ``outsider`` differences node 0's two egresses; ``coordinator``
 differences the two *aggregates* (every other node's data unchanged), which
 for zero-sum noise without residual is exact — the per-egress guarantee says
 nothing about the aggregate. Masks are fresh per session, so the two releases'
-noise is independent. The attacker clips ĉ to the public range of centred
-values before mapping back.
+noise is independent. The attacker clips ĉ to [-1, 1] before mapping back.
 
 Scores, in units of the population feature standard deviations: RMSE of x̂
 against x, and an attack success rate in the style of the CVB paper (success
@@ -37,8 +36,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from node.deltab import stats
-from node.deltab.plan import NodeState, PlanSettings, round_tensors
+from node.deltab.sums import SUMS, sensitivity
 from noise.accounting import gaussian_mu
 from simulations.cohorts import clip_features, make_federation, public_bounds
 from simulations.config import ReconstructionParams
@@ -117,31 +115,21 @@ def reconstruction_attack(
     )
     population = fed.population
     bounds = public_bounds(population, params.site_offset_sd)
-    settings = PlanSettings(bounds=bounds)
-    moments = stats.combine(
-        [
-            round_tensors(stats.MOMENTS, s.features, s.age, NodeState(settings=settings))
-            for s in fed.sites
-        ]
-    )
-    st = stats.standardisation_from_moments(moments, bounds)
-    layout = Layout.of(stats.SCATTER, params.n_features)
+    layout = Layout.of(SUMS, params.n_features)
     mu_star = gaussian_mu(params.epsilon, params.delta)
-    scales = entry_scales(layout, stats.sensitivity(stats.SCATTER, bounds, st), mu_star)
-    offset = layout.sizes[0]
+    scales = entry_scales(layout, sensitivity(SUMS, bounds), mu_star)
+    offset = sum(layout.sizes[: layout.names.index("sum_x")])
     sum_x = slice(offset, offset + params.n_features)
     scale_x = scales[sum_x]
-    # The targets' true contributions to sum_x: centred, pre-scaled features.
+    # The targets' true contributions to sum_x: pre-scaled features.
     targets_x, _ = clip_features(fed.holdout.features, fed.holdout.age, bounds)
-    half = bounds.feature_half
-    truth_c = (targets_x - st.feature_mean) / half
-    c_lo = (bounds.feature_lo - st.feature_mean) / half
-    c_hi = (bounds.feature_hi - st.feature_mean) / half
+    centre, half = bounds.feature_centre, bounds.feature_half
+    truth_c = (targets_x - centre) / half
     truth_z = (targets_x - population.feature_mean) / population.feature_sd
     known_x = np.vstack([clip_features(c.features, c.age, bounds)[0] for c in fed.sites])
-    known_c = (known_x - st.feature_mean) / half
+    known_c = (known_x - centre) / half
     prior_c, prior_v = known_c.mean(axis=0), known_c.var(axis=0)
-    prior_z = (st.feature_mean + half * prior_c - population.feature_mean) / population.feature_sd
+    prior_z = (centre + half * prior_c - population.feature_mean) / population.feature_sd
     prior_rmse = float(np.mean(np.sqrt(np.mean((truth_z - prior_z) ** 2, axis=1))))
     n = truth_c.shape[0]
     rows: list[dict[str, object]] = []
@@ -159,8 +147,8 @@ def reconstruction_attack(
             variance = _difference_variance(variant, params, observer) * scale_x**2
             weight = prior_v / (prior_v + variance)
             difference = truth_c + noise
-            estimate_c = np.clip(prior_c + weight * (difference - prior_c), c_lo, c_hi)
-            estimate_z = (st.feature_mean + half * estimate_c - population.feature_mean) / (
+            estimate_c = np.clip(prior_c + weight * (difference - prior_c), -1.0, 1.0)
+            estimate_z = (centre + half * estimate_c - population.feature_mean) / (
                 population.feature_sd
             )
             rmse = np.sqrt(np.mean((estimate_z - truth_z) ** 2, axis=1))

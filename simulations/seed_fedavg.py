@@ -10,9 +10,9 @@ and the sensitivity heuristic Δ(β₁) ≈ ‖X_r⁺‖₂ · (age range). The 
 averages the noised coefficients weighted by N (FedAvg). Here:
 
 * the local fits are ``node.deltab.fedavg.local_coefficients`` in the shared
-  basis (global standardisation and PCA from the exact federated scatter), as
-  the plan's seed-literal mode runs them; the basis rounds are taken as exact
-  and are not part of this scheme's privacy figure;
+  basis (global standardisation and PCA from the exact federated sums), as
+  the plan's seed-literal mode runs them; the basis round is taken as exact
+  and is not part of this scheme's privacy figure;
 * X_r is the site's reduced feature matrix U_k in that basis, so
   ‖U_k⁺‖₂ = 1/σ_min(U_k), and the age range is that of the public bounds in
   model units, (age_hi − age_lo)/age_half = 2;

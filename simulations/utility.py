@@ -1,18 +1,17 @@
 """One repetition of the utility experiment: a federation, every scheme, one model each.
 
-Pipeline per repetition (the exact plan of ``node.deltab.plan``, noised):
+Pipeline per repetition (the one-release plan of ``node.deltab.plan``, noised):
 
 1. Draw K sites and a holdout (``simulations.cohorts``); declare public bounds.
-2. Moments round: every node's ``round_tensors("moments", …)`` is encoded in
-   fixed point (``noise.fixed_point``); the scheme's noise is added per node;
-   the aggregator sums, repairs (``simulations.repair``) and derives the
-   global standardisation.
-3. Scatter round: likewise with ``round_tensors("scatter", …)`` centred on that
-   standardisation; the repaired aggregate is solved by
-   ``node.deltab.stats.model_from_scatter``.
-4. ``seed_fedavg`` instead takes the exact basis and averages noised local
+2. The sums round: every node's ``round_tensors("sums", …)`` — uncentred sums
+   of its clipped, pre-scaled values — is encoded in fixed point
+   (``noise.fixed_point``); the scheme's noise is added per node; the
+   aggregator sums, repairs (``simulations.repair``) and centres and solves
+   (``node.deltab.uncentred.model_from_sums``). The cohorts are complete, so
+   nan_policy "drop" and one release: the session's whole privacy cost.
+3. ``seed_fedavg`` instead takes the exact basis and averages noised local
    coefficients (``simulations.seed_fedavg``).
-5. Evaluate on the holdout:
+4. Evaluate on the holdout:
 
    * ``mae_years`` — the brain-age literature's MAE: mean |Ŷ − Y| of the
      model's age prediction Ŷ = Uβ₁ (the "simple" model's brain age, Y + δ₁),
@@ -26,14 +25,14 @@ Pipeline per repetition (the exact plan of ``node.deltab.plan``, noised):
    * ``param_rel_error`` — relative error of the model's effective
      coefficients against the noiseless pooled fit.
 
-Noise per round. Tensor t of a round with M tensors has L2 sensitivity Δ_t
-(``node.deltab.stats.sensitivity``) and noise scale s_t = Δ_t·√M/μ*(ε, δ) —
-the node's calibrated release (``node.release``): each egress is (ε, δ)-DP
-against an outsider for the whole round. The unit plan of
+Noise. Tensor t of the round's M tensors has L2 sensitivity Δ_t from the
+public bounds (``node.deltab.sums.sensitivity``) and noise scale
+s_t = Δ_t·√M/μ*(ε, δ) — the node's calibrated release (``node.release``):
+each egress is (ε, δ)-DP against an outsider for the whole round. The unit plan of
 ``simulations.schemes.unit_plan`` supplies the design; independent noise uses
 the per-egress target variance itself.
 
-``aggregate_noise_var`` is the mean over scatter-round entries of
+``aggregate_noise_var`` is the mean over the sums round's entries of
 ((noisy aggregate − exact aggregate)/s_t)², i.e. the aggregate's noise variance
 in units of one egress's target variance: ≈ K for ``independent``, ≈ 1 for
 ``zerosum+residual`` (CAPE's central level), exactly 0 for ``zerosum``.
@@ -43,7 +42,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,14 +53,16 @@ from node.deltab.exceptions import DeltabWarning
 from node.deltab.fedavg import COEFFICIENTS, model_from_coefficients
 from node.deltab.model import BrainAgeModel
 from node.deltab.plan import NodeState, PlanSettings, round_tensors
-from node.deltab.scaling import Bounds, Standardisation
+from node.deltab.scaling import Bounds
+from node.deltab.sums import SUMS, sensitivity
 from node.deltab.synthetic import Cohort
+from node.deltab.uncentred import model_from_sums
 from noise.accounting import gaussian_mu
 from noise.fixed_point import FixedPointCodec
 from simulations.cohorts import clip_features, make_federation, public_bounds
 from simulations.config import UtilityParams
 from simulations.egress_noise import independent_fixed, zero_sum_fixed
-from simulations.repair import repair_moments, repair_scatter
+from simulations.repair import repair_sums
 from simulations.schemes import (
     CONSTRUCTIONS,
     SCHEMES,
@@ -180,13 +181,6 @@ def effective_coefficients(model: BrainAgeModel, bounds: Bounds) -> FloatArray:
     return coefficients
 
 
-def _fingerprint(s: Standardisation) -> bytes:
-    return b"".join(
-        np.ascontiguousarray(a, dtype=np.float64).tobytes()
-        for a in (s.feature_mean, s.feature_std, np.array([s.n, s.age_mean, s.age_std]))
-    )
-
-
 def _correlation(a: FloatArray, b: FloatArray) -> float:
     da, db = a - a.mean(), b - b.mean()
     denominator = math.sqrt(float(da @ da) * float(db @ db))
@@ -254,87 +248,58 @@ class _Rep:
             bounds=self.bounds,
         )
         self.mu_star = gaussian_mu(params.epsilon, params.delta)
-        self.layout1 = Layout.of(stats.MOMENTS, params.n_features)
-        self.layout2 = Layout.of(stats.SCATTER, params.n_features)
-        self.moments = self._encode(stats.MOMENTS, self.layout1, None)
-        self.scales1 = entry_scales(
-            self.layout1, stats.sensitivity(stats.MOMENTS, self.bounds), self.mu_star
-        )
-        self._scatter: dict[bytes, IntArray] = {}
+        self.layout = Layout.of(SUMS, params.n_features)
+        self.sums = self._encode()
+        self.scales = entry_scales(self.layout, sensitivity(SUMS, self.bounds), self.mu_star)
         pooled_x = np.vstack([s.features for s in self.sites])
         pooled_age = np.concatenate([s.age for s in self.sites])
         pooled_x, pooled_age = clip_features(pooled_x, pooled_age, self.bounds)
         reference = BrainAgeModel(
-            params.model, feature_proportion=params.feature_proportion or None, nan_policy="mean"
+            params.model, feature_proportion=params.feature_proportion or None, nan_policy="drop"
         ).fit(pooled_x, pooled_age)
         self.reference_theta = effective_coefficients(reference, self.bounds)
         self.reference = _evaluate(reference, self.holdout, self.bounds, self.reference_theta)
         self._exact_model: BrainAgeModel | None = None
 
-    def _encode(
-        self, round_name: str, layout: Layout, standardisation: Standardisation | None
-    ) -> IntArray:
+    def _encode(self) -> IntArray:
+        """Every node's sums contribution in fixed point, (K, d) int64."""
         rows = []
         for site in self.sites:
-            state = NodeState(settings=self.settings, standardisation=standardisation)
-            tensors = round_tensors(round_name, site.features, site.age, state)
-            rows.append(_CODEC.encode_scaled_int(layout.flatten(tensors), tensor=round_name))
+            state = NodeState(settings=self.settings)
+            tensors = round_tensors(SUMS, site.features, site.age, state)
+            rows.append(_CODEC.encode_scaled_int(self.layout.flatten(tensors), tensor=SUMS))
         return np.stack(rows)
 
-    def scatter(self, standardisation: Standardisation) -> IntArray:
-        """Every node's encoded scatter contribution for this standardisation (cached)."""
-        key = _fingerprint(standardisation)
-        if key not in self._scatter:
-            self._scatter[key] = self._encode(stats.SCATTER, self.layout2, standardisation)
-        return self._scatter[key]
+    def solve(self, aggregate: Mapping[str, FloatArray]) -> BrainAgeModel:
+        """The model from a (repaired) sums aggregate."""
+        return model_from_sums(aggregate, self.bounds, **self.settings.model_params())
 
     def exact_model(self) -> BrainAgeModel:
         """The noiseless federated model (the shared basis of ``seed_fedavg``)."""
         if self._exact_model is None:
-            zero = np.zeros_like(self.moments)
-            moments = self.layout1.unflatten(_aggregate(self.moments, zero))
-            st = stats.standardisation_from_moments(moments, self.bounds)
-            contributions = self.scatter(st)
-            scatter = self.layout2.unflatten(
-                _aggregate(contributions, np.zeros_like(contributions))
-            )
-            self._exact_model = stats.model_from_scatter(
-                scatter, st, **self.settings.model_params()
-            )
+            exact = _aggregate(self.sums, np.zeros_like(self.sums))
+            self._exact_model = self.solve(self.layout.unflatten(exact))
         return self._exact_model
 
 
 def _statistics_variant(
     rep: _Rep, variant: Variant, rng: np.random.Generator
 ) -> tuple[BrainAgeModel | None, float, int]:
-    """Two noised rounds of ``variant``; the model (None if unsolvable), noise ratio, repairs."""
+    """One noised release of ``variant``; the model (None if unsolvable), noise ratio, repairs."""
     p = rep.params
-    noise1 = release_noise(
+    noise = release_noise(
         variant,
         n_nodes=p.n_nodes,
         collusion_threshold=p.collusion_threshold,
-        scales=rep.scales1,
+        scales=rep.scales,
         rng=rng,
     )
-    moments = repair_moments(rep.layout1.unflatten(_aggregate(rep.moments, noise1)))
-    st = stats.standardisation_from_moments(moments, rep.bounds)
-    contributions = rep.scatter(st)
-    scales2 = entry_scales(
-        rep.layout2, stats.sensitivity(stats.SCATTER, rep.bounds, st), rep.mu_star
-    )
-    noise2 = release_noise(
-        variant,
-        n_nodes=p.n_nodes,
-        collusion_threshold=p.collusion_threshold,
-        scales=scales2,
-        rng=rng,
-    )
-    noisy = _aggregate(contributions, noise2)
-    exact = _aggregate(contributions, np.zeros_like(noise2))
-    ratio = float(np.mean(((noisy - exact) / scales2) ** 2))
-    scatter, raised = repair_scatter(rep.layout2.unflatten(noisy))
+    noisy = _aggregate(rep.sums, noise)
+    exact = _aggregate(rep.sums, np.zeros_like(noise))
+    ratio = float(np.mean(((noisy - exact) / rep.scales) ** 2))
+    repaired, raised = repair_sums(rep.layout.unflatten(noisy))
     try:
-        model = stats.model_from_scatter(scatter, st, **rep.settings.model_params())
+        model = rep.solve(repaired)
     except ValueError:
         return None, ratio, raised
     return model, ratio, raised

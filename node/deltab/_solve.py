@@ -172,7 +172,7 @@ def _feature_support(sums: CentredSums, location: FloatArray) -> tuple[BoolArray
             f"{dropped.size} feature(s) have no variance in the training data and are left out "
             f"of the model (feature indices {shown}{more}).",
             DeltabWarning,
-            stacklevel=5,  # the caller of fit / model_from_scatter
+            stacklevel=5,  # the caller of fit / model_from_sums / model_from_scatter
         )
     return support, std
 

@@ -5,12 +5,12 @@ its own cohort, and an aggregator averages b1, b2, b2sq, gamma and gammasq
 weighted by N (FedAvg). Averaging regression coefficients is only meaningful
 when every site expresses them in the same coordinates, so here each site fits
 in the *shared* basis — the global standardisation, the PCA basis from the
-aggregated scatter, and the global age adjustments — and the aggregator
+aggregated sums, and the global age adjustments — and the aggregator
 averages. With one site this is exactly the pooled fit; with several sites it
 is not, because a least-squares solution is not the N-weighted mean of the
 sites' solutions unless the sites' designs are alike (non-IID cohorts, e.g.
 sites covering different age ranges, show the gap). The exact path
-(``stats.model_from_scatter``) has no such gap.
+(``uncentred.model_from_sums``) has no such gap.
 
 As a round, each node sends N·coefficient (so the element-wise sum divided by
 the summed N is the FedAvg mean): n (), n_b1 (k,), n_b2 (1,), n_b2sq (2,),
@@ -69,7 +69,7 @@ def local_coefficients(
 ) -> Tensors:
     """One site's deltab coefficients in the shared basis, multiplied by its N.
 
-    ``basis`` is the exact federated model (``stats.model_from_scatter``): its
+    ``basis`` is the exact federated model (``uncentred.model_from_sums``): its
     standardisation, eigenvectors and age adjustments define the coordinates.
     The site then solves its own least-squares problems, as a stand-alone
     deltab run would: β₁ = U⁺y, δ₁ = Uβ₁ - y, β₂ = Y₂⁺δ₁, Λ = Y₂⁺U.

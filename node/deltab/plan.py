@@ -1,18 +1,28 @@
 """The federated brain-age fit as a plan of rounds, for the session to drive.
 
-Exact plan, ``ROUNDS = ("moments", "scatter")``:
+One-release plan (the default), ``rounds_for(settings.nan_policy)``:
 
-1. every node sends ``round_tensors("moments", X, age, state)``; the
-   coordinator sums them; every node calls ``receive("moments", aggregate,
-   state)``, which derives the global standardisation;
-2. every node sends ``round_tensors("scatter", X, age, state)``; after the sum,
-   ``finish(aggregates, settings)`` (or ``receive("scatter", ...)`` at a node)
-   solves for the model, which equals the pooled fit on the concatenated data.
+* ``nan_policy="drop"`` (and complete data): one round, ``("sums",)``. Every
+  node sends ``round_tensors("sums", X, age, state)`` — uncentred sums of its
+  clipped, pre-scaled values (``uncentred.local_sums``); the coordinator sums
+  them; ``finish(aggregates, settings)`` (or ``receive("sums", ...)`` at a
+  node) centres the total exactly and solves for the model, which equals the
+  pooled fit on the concatenated data. Noise scales follow from the public
+  bounds alone (``sums.sensitivity``).
+* ``nan_policy="mean"``: ``("means", "sums")``. After the ``means`` round
+  every node holds the global means of the observed values
+  (``receive("means", ...)``) and fills its missing values with them before
+  computing its sums.
 
-Comparison plan, ``SEED_LITERAL_ROUNDS`` — the seed documents' FedAvg of
-locally fitted coefficients in the shared basis (see ``fedavg``): after the
-scatter round every node sends ``round_tensors("coefficients", ...)`` and
-``finish_seed_literal`` averages them.
+Centred two-round plan, ``ROUNDS = ("moments", "scatter")``: the global
+means first, then sums of values centred by them (``stats``). Its centring and
+its scatter-round sensitivity depend on the released means; it is kept while
+the session still runs it.
+
+Comparison plan — the seed documents' FedAvg of locally fitted coefficients in
+the shared basis (see ``fedavg``): after the model round every node sends
+``round_tensors("coefficients", ...)`` and ``finish_seed_literal`` averages
+them (``run_in_process(..., seed_literal=True)``).
 
 Everything a node needs between rounds lives in its :class:`NodeState`; the
 clip counts of each round stay there (they never enter the tensors).
@@ -26,7 +36,7 @@ from typing import Any
 
 from numpy.typing import ArrayLike
 
-from node.deltab._checks import check_nan_policy
+from node.deltab._checks import FloatArray, check_nan_policy
 from node.deltab._params import Reduction, check_model
 from node.deltab.fedavg import COEFFICIENTS, local_coefficients, model_from_coefficients
 from node.deltab.model import BrainAgeModel
@@ -43,8 +53,11 @@ from node.deltab.stats import (
     model_from_scatter,
     standardisation_from_moments,
 )
+from node.deltab.sums import MEANS, SUMS, rounds_for
+from node.deltab.uncentred import imputation_values, local_means, local_sums, model_from_sums
 
 __all__ = [
+    "KNOWN_ROUNDS",
     "ROUNDS",
     "SEED_LITERAL_ROUNDS",
     "NodeState",
@@ -53,11 +66,14 @@ __all__ = [
     "finish_seed_literal",
     "receive",
     "round_tensors",
+    "rounds_for",
     "run_in_process",
 ]
 
+# The centred two-round plan and its seed-literal extension.
 ROUNDS = (MOMENTS, SCATTER)
 SEED_LITERAL_ROUNDS = (MOMENTS, SCATTER, COEFFICIENTS)
+KNOWN_ROUNDS = (MEANS, SUMS, MOMENTS, SCATTER, COEFFICIENTS)
 
 
 @dataclass(frozen=True)
@@ -69,7 +85,7 @@ class PlanSettings:
     feature_proportion: float | None = None
     variance_explained: float | None = None
     kaiser_guttman: bool = False
-    nan_policy: str = "mean"
+    nan_policy: str = "drop"
     bounds: Bounds | None = None
 
     def __post_init__(self) -> None:
@@ -89,30 +105,63 @@ class PlanSettings:
             "nan_policy": self.nan_policy,
         }
 
+    @property
+    def rounds(self) -> tuple[str, ...]:
+        """The one-release plan's rounds for this ``nan_policy``."""
+        return rounds_for(self.nan_policy)
+
 
 @dataclass
 class NodeState:
-    """One node's memory between rounds (confounds are the node's own data)."""
+    """One node's memory between rounds (confounds are the node's own data).
+
+    ``fill`` is the pre-scaled imputation of missing feature values (after the
+    ``means`` round); ``standardisation`` the global means of the centred plan
+    (after ``moments``); ``model`` the fitted model (after ``sums`` or
+    ``scatter``).
+    """
 
     settings: PlanSettings = field(default_factory=PlanSettings)
     confounds: ArrayLike | None = None
     standardisation: Standardisation | None = None
     model: BrainAgeModel | None = None
     clipped: dict[str, ClipCounts] = field(default_factory=dict)
+    fill: FloatArray | None = None
+
+
+def _unknown(round_name: str) -> ValueError:
+    return ValueError(f"round_name must be one of {KNOWN_ROUNDS}; got {round_name!r}.")
 
 
 def round_tensors(round_name: str, X: ArrayLike, age: ArrayLike, state: NodeState) -> Tensors:
     """This node's contribution to ``round_name`` (see ``stats.expected_shapes``)."""
     settings = state.settings
     bounds = settings.bounds
+    policy = settings.nan_policy
+    if round_name not in KNOWN_ROUNDS:
+        raise _unknown(round_name)
     if bounds is not None:
         state.clipped[round_name] = count_clipped(
-            X, age, bounds, confounds=state.confounds, nan_policy=settings.nan_policy
+            X, age, bounds, confounds=state.confounds, nan_policy=policy
         )
+    if round_name == SUMS:
+        if policy == "mean" and state.fill is None:
+            raise ValueError(
+                "the sums round under nan_policy='mean' fills missing values with the global "
+                "means; call receive('means', aggregate, state) first."
+            )
+        return local_sums(
+            X, age, confounds=state.confounds, bounds=bounds, nan_policy=policy, fill=state.fill
+        )
+    if round_name == MEANS:
+        if policy != "mean":
+            raise ValueError(
+                f"the means round belongs to nan_policy='mean'; this plan has {policy!r}, whose "
+                f"rounds are {rounds_for(policy)}."
+            )
+        return local_means(X, age, confounds=state.confounds, bounds=bounds)
     if round_name == MOMENTS:
-        return local_moments(
-            X, age, confounds=state.confounds, bounds=bounds, nan_policy=settings.nan_policy
-        )
+        return local_moments(X, age, confounds=state.confounds, bounds=bounds, nan_policy=policy)
     if round_name == SCATTER:
         if state.standardisation is None:
             raise ValueError(
@@ -120,22 +169,30 @@ def round_tensors(round_name: str, X: ArrayLike, age: ArrayLike, state: NodeStat
                 "aggregate, state) first."
             )
         return local_scatter(
-            X, age, state.standardisation, confounds=state.confounds, nan_policy=settings.nan_policy
+            X, age, state.standardisation, confounds=state.confounds, nan_policy=policy
         )
-    if round_name == COEFFICIENTS:
-        if state.model is None:
-            raise ValueError(
-                "the coefficients round needs the shared basis; call receive('scatter', "
-                "aggregate, state) first."
-            )
-        return local_coefficients(X, age, state.model, confounds=state.confounds, bounds=bounds)
-    raise ValueError(f"round_name must be one of {SEED_LITERAL_ROUNDS}; got {round_name!r}.")
+    if state.model is None:
+        raise ValueError(
+            "the coefficients round needs the shared basis; call receive('sums', aggregate, "
+            "state) first."
+        )
+    return local_coefficients(X, age, state.model, confounds=state.confounds, bounds=bounds)
 
 
 def receive(round_name: str, aggregate: Mapping[str, ArrayLike], state: NodeState) -> None:
-    """Take in a round's aggregate: the standardisation after moments, the model after scatter."""
+    """Take in a round's aggregate: the imputation after means, the model after sums.
+
+    (For the centred plan: the standardisation after moments, the model after
+    scatter.)
+    """
     settings = state.settings
-    if round_name == MOMENTS:
+    if round_name == MEANS:
+        state.fill = imputation_values(aggregate, settings.bounds)
+    elif round_name == SUMS:
+        state.model = model_from_sums(
+            aggregate, settings.bounds, fill=state.fill, **settings.model_params()
+        )
+    elif round_name == MOMENTS:
         state.standardisation = standardisation_from_moments(aggregate, settings.bounds)
     elif round_name == SCATTER:
         if state.standardisation is None:
@@ -144,16 +201,33 @@ def receive(round_name: str, aggregate: Mapping[str, ArrayLike], state: NodeStat
             aggregate, state.standardisation, **settings.model_params()
         )
     elif round_name != COEFFICIENTS:
-        raise ValueError(f"round_name must be one of {SEED_LITERAL_ROUNDS}; got {round_name!r}.")
+        raise _unknown(round_name)
 
 
 def finish(
     aggregates: Mapping[str, Mapping[str, ArrayLike]], settings: PlanSettings | None = None
 ) -> BrainAgeModel:
-    """The exact federated model from the aggregated moments and scatter tensors."""
+    """The exact federated model from the aggregates, by round name.
+
+    With a ``sums`` aggregate (and, under ``nan_policy="mean"``, the ``means``
+    aggregate whose imputation the nodes used) the one-release plan's model;
+    otherwise the centred plan's, from ``moments`` and ``scatter``.
+    """
     settings = PlanSettings() if settings is None else settings
-    standardisation = standardisation_from_moments(aggregates[MOMENTS], settings.bounds)
-    return model_from_scatter(aggregates[SCATTER], standardisation, **settings.model_params())
+    if SUMS in aggregates:
+        fill = None
+        if MEANS in aggregates:
+            fill = imputation_values(aggregates[MEANS], settings.bounds)
+        return model_from_sums(
+            aggregates[SUMS], settings.bounds, fill=fill, **settings.model_params()
+        )
+    if MOMENTS in aggregates and SCATTER in aggregates:
+        standardisation = standardisation_from_moments(aggregates[MOMENTS], settings.bounds)
+        return model_from_scatter(aggregates[SCATTER], standardisation, **settings.model_params())
+    raise ValueError(
+        f"finish needs the aggregate of round {SUMS!r} (or of {MOMENTS!r} and {SCATTER!r}); "
+        f"got rounds {sorted(aggregates)}."
+    )
 
 
 def finish_seed_literal(
@@ -169,29 +243,34 @@ def run_in_process(
     settings: PlanSettings | None = None,
     *,
     seed_literal: bool = False,
+    rounds: Sequence[str] | None = None,
 ) -> BrainAgeModel:
     """Run the whole plan over ``(X, age[, confounds])`` cohorts in one process, without noise.
 
     For tests and simulations: the aggregate is the plain sum that secure
-    aggregation would deliver.
+    aggregation would deliver. The rounds are the one-release plan's for the
+    settings' ``nan_policy`` unless ``rounds`` names others (``ROUNDS`` for
+    the centred plan); ``seed_literal`` appends the coefficients round.
     """
     settings = PlanSettings() if settings is None else settings
     states = [
         NodeState(settings=settings, confounds=cohort[2] if len(cohort) > 2 else None)
         for cohort in cohorts
     ]
-    rounds = SEED_LITERAL_ROUNDS if seed_literal else ROUNDS
+    plan = tuple(settings.rounds if rounds is None else rounds)
+    if seed_literal:
+        plan += (COEFFICIENTS,)
     aggregates: dict[str, Tensors] = {}
-    for round_name in rounds:
+    for round_name in plan:
         contributions = [
             round_tensors(round_name, cohort[0], cohort[1], state)
             for cohort, state in zip(cohorts, states, strict=True)
         ]
         aggregates[round_name] = combine(contributions)
-        if round_name == MOMENTS:
+        if round_name in (MEANS, MOMENTS):
             for state in states:
-                receive(MOMENTS, aggregates[MOMENTS], state)
-        elif round_name == SCATTER and seed_literal:
+                receive(round_name, aggregates[round_name], state)
+        elif round_name in (SUMS, SCATTER) and seed_literal:
             shared = finish(aggregates, settings)
             for state in states:
                 state.model = shared

@@ -8,16 +8,17 @@ count, locally, how many they clipped) and then map each range affinely onto
 [-1, 1]: x' = (x - (lo + hi)/2) / ((hi - lo)/2). Every per-subject term of
 every summed tensor is then bounded by a constant that depends only on the
 public bounds, which gives the L2 sensitivities used to calibrate noise (see
-``stats.sensitivity``) and keeps the sums well inside the fixed-point range
-(|x'| ≤ 1, and after centring |x' - m'| ≤ 2, so a sum over N subjects of a
-product of at most four such terms is at most 16 N in magnitude). The affine
+``sums.sensitivity``) and keeps the sums well inside the fixed-point range
+(|x'| ≤ 1, so a sum over N subjects of a product of such terms is at most N
+in magnitude; the centred plan's |x' - m'| ≤ 2 gives at most 16 N). The affine
 map does not change the model: standardised features are invariant to it and
 ages are mapped back to years in the fitted model.
 
 *Standardisation.* The per-feature means (and, for information, standard
-deviations) of the pooled cohort, from the first federated round. The second
-round centres every value with these global means before forming products, so
-that the scatter matrices do not suffer the cancellation of Σx xᵀ - N m mᵀ.
+deviations) of the pooled cohort. The one-release plan derives them after
+aggregation from the uncentred sums (``uncentred.centred_from_sums``); the
+centred two-round plan takes them from its first round and centres every value
+with them before forming products.
 """
 
 from __future__ import annotations
@@ -193,17 +194,18 @@ def clip_to_bounds(
 class Standardisation:
     """Global location and spread of every variable, in original units.
 
-    Built by ``stats.standardisation_from_moments`` from the aggregated first
-    round (identically at every node, since it is a deterministic function of
-    the aggregate), or from a single cohort for an in-memory fit. ``n`` is the
+    Built from an aggregate (``uncentred.centred_from_sums``, or
+    ``stats.standardisation_from_moments`` for the centred plan's first round)
+    identically at every node, since it is a deterministic function of the
+    aggregate, or from a single cohort for an in-memory fit. ``n`` is the
     number of subjects behind the moments. The half-ranges are the divisors of
-    the [-1, 1] pre-scaling (1 when there are no bounds), so the quantities the
-    second round sums are ``(x - feature_mean) / feature_half`` and likewise
-    for age and confounds.
+    the [-1, 1] pre-scaling (1 when there are no bounds), so the centred
+    quantities the solve works with are ``(x - feature_mean) / feature_half``
+    and likewise for age and confounds.
 
     ``feature_std`` is informational: Σx²/N - mean² loses digits when |mean| is
     much larger than the spread, so the solve step standardises with standard
-    deviations recomputed from the centred second-round sums instead.
+    deviations recomputed from the centred sums instead.
     """
 
     n: float

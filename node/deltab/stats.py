@@ -2,7 +2,10 @@
 
 The pooled fit of Smith et al. (2019, NeuroImage 200:528-539) needs only sums
 over subjects (see ``_solve``), so K sites can fit the pooled model without
-pooling data, in two rounds:
+pooling data. The federated plan is one release of uncentred sums (``sums``
+for its layout and sensitivities, ``uncentred`` for the node sums and the fit
+from their aggregate). This module keeps what both plans share (checking,
+combining, clipping) and the earlier centred plan, in two rounds:
 
 * ``"moments"`` — each node sends N, per-feature counts of observed values,
   Σx and Σx², and Σy, Σy² for age (and Σk, Σk² per confound). Their sum gives
@@ -55,11 +58,15 @@ from node.deltab._checks import (
 from node.deltab._linalg import pack_symmetric, packed_size, unpack_symmetric
 from node.deltab._solve import CentredSums
 from node.deltab.scaling import Bounds, ClipCounts, Standardisation, clip_to_bounds
+from node.deltab.sums import ROUND_NAMES as ONE_RELEASE_ROUNDS
+from node.deltab.sums import round_shapes
+from node.deltab.sums import sensitivity as one_release_sensitivity
 
 if TYPE_CHECKING:
     from node.deltab.model import BrainAgeModel
 
 __all__ = [
+    "KNOWN_ROUNDS",
     "MOMENTS",
     "ROUND_NAMES",
     "SCATTER",
@@ -79,6 +86,7 @@ Tensors = dict[str, FloatArray]
 MOMENTS = "moments"
 SCATTER = "scatter"
 ROUND_NAMES = (MOMENTS, SCATTER)
+KNOWN_ROUNDS = (*ONE_RELEASE_ROUNDS, *ROUND_NAMES)
 FEDERATED_NAN_POLICIES = ("mean", "drop")
 
 
@@ -87,6 +95,9 @@ def expected_shapes(
 ) -> dict[str, tuple[int, ...]]:
     """Names and shapes of the tensors a node sends in ``round_name``.
 
+    The one-release plan's rounds ("means", "sums") are those of
+    ``sums.round_shapes``; the centred two-round plan's are:
+
     moments: n (), count_x (P,), sum_x (P,), sum_x2 (P,), sum_y (), sum_y2 ();
       with confounds also sum_c (C,), sum_c2 (C,).
     scatter: n (), sum_x (P,), sum_xx (P(P+1)/2,), sum_xy (P,), sum_xy2 (P,),
@@ -94,6 +105,8 @@ def expected_shapes(
       sum_cc (C(C+1)/2,), sum_xc (P, C), sum_yc (C,), sum_y2c (C,).
     """
     p, c = n_features, n_confounds
+    if round_name in ONE_RELEASE_ROUNDS:
+        return round_shapes(round_name, p, c)
     if round_name == MOMENTS:
         shapes: dict[str, tuple[int, ...]] = {
             "n": (),
@@ -127,7 +140,7 @@ def expected_shapes(
                 "sum_y2c": (c,),
             }
         return shapes
-    raise ValueError(f"round_name must be one of {ROUND_NAMES}; got {round_name!r}.")
+    raise ValueError(f"round_name must be one of {KNOWN_ROUNDS}; got {round_name!r}.")
 
 
 def check_tensors(
@@ -498,7 +511,13 @@ def sensitivity(
     The whole round's sensitivity is the L2 norm of these figures
     (:func:`round_sensitivity`). Conditioning the second round on the released
     first-round means is sound under adaptive composition.
+
+    The one-release plan's rounds ("means", "sums") take their figures from
+    ``sums.sensitivity``, which needs the bounds only (``standardisation``
+    is ignored).
     """
+    if round_name in ONE_RELEASE_ROUNDS:
+        return one_release_sensitivity(round_name, bounds)
     p, c = bounds.n_features, bounds.n_confounds
     if round_name == MOMENTS:
         out = {
@@ -513,7 +532,7 @@ def sensitivity(
             out |= {"sum_c": math.sqrt(c), "sum_c2": math.sqrt(c)}
         return out
     if round_name != SCATTER:
-        raise ValueError(f"round_name must be one of {ROUND_NAMES}; got {round_name!r}.")
+        raise ValueError(f"round_name must be one of {KNOWN_ROUNDS}; got {round_name!r}.")
     if standardisation is None:
         beta = 2.0 * math.sqrt(p)
         alpha = 2.0

@@ -1,4 +1,4 @@
-"""The two-round federated plan and the seed documents' coefficient-averaging mode."""
+"""The federated plans, driven round by round, and the seed documents' coefficient averaging."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from node.deltab.plan import (
     finish_seed_literal,
     receive,
     round_tensors,
+    rounds_for,
     run_in_process,
 )
 from node.deltab.stats import combine, expected_shapes
@@ -28,20 +29,32 @@ def _by_age(data: Cohort, n_nodes: int) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 def test_rounds_are_named_in_order() -> None:
+    assert rounds_for("drop") == ("sums",)
+    assert rounds_for("mean") == ("means", "sums")
+    assert PlanSettings().nan_policy == "drop"
+    assert PlanSettings().rounds == ("sums",)
+    assert PlanSettings(nan_policy="mean").rounds == ("means", "sums")
+    # The centred two-round plan, still run by the session.
     assert ROUNDS == ("moments", "scatter")
     assert SEED_LITERAL_ROUNDS == ("moments", "scatter", "coefficients")
 
 
+@pytest.mark.parametrize(
+    ("nan_policy", "rounds"),
+    [("mean", ("means", "sums")), ("drop", ("sums",)), ("mean", ROUNDS), ("drop", ROUNDS)],
+)
 def test_driving_the_plan_round_by_round_gives_the_pooled_model(
-    cohort_factory: CohortFactory,
+    cohort_factory: CohortFactory, nan_policy: str, rounds: tuple[str, ...]
 ) -> None:
     data = cohort_factory(61, n=300, p=14, nan_fraction=0.02)
     bounds = Bounds(np.nanmin(data.X, axis=0), np.nanmax(data.X, axis=0), 40.0, 85.0)
-    settings = PlanSettings(model="unbiased_quadratic", variance_explained=0.9, bounds=bounds)
+    settings = PlanSettings(
+        model="unbiased_quadratic", variance_explained=0.9, bounds=bounds, nan_policy=nan_policy
+    )
     nodes = _by_age(data, 3)
     states = [NodeState(settings=settings) for _ in nodes]
     aggregates = {}
-    for round_name in ROUNDS:
+    for round_name in rounds:
         sent = [
             round_tensors(round_name, X, age, state)
             for (X, age), state in zip(nodes, states, strict=True)
@@ -53,17 +66,16 @@ def test_driving_the_plan_round_by_round_gives_the_pooled_model(
             receive(round_name, aggregates[round_name], state)
         assert all(set(state.clipped) >= {round_name} for state in states)
     model = finish(aggregates, settings)
+    assert model.nan_policy == nan_policy
     assert all(state.model is not None for state in states)
-    pooled = BrainAgeModel("unbiased_quadratic", variance_explained=0.9, nan_policy="mean")
+    pooled = BrainAgeModel("unbiased_quadratic", variance_explained=0.9, nan_policy=nan_policy)
     pooled.fit(data.X, data.age)
-    np.testing.assert_allclose(
-        model.predict_age(data.X, data.age), pooled.predict_age(data.X, data.age), rtol=1e-9
-    )
+    rows = ~np.isnan(data.X).any(axis=1) if nan_policy == "drop" else slice(None)
+    X, age = data.X[rows], data.age[rows]
+    np.testing.assert_allclose(model.predict_age(X, age), pooled.predict_age(X, age), rtol=1e-9)
     node_model = states[0].model
     assert node_model is not None
-    np.testing.assert_array_equal(
-        node_model.predict_age(data.X, data.age), model.predict_age(data.X, data.age)
-    )
+    np.testing.assert_array_equal(node_model.predict_age(X, age), model.predict_age(X, age))
 
 
 def test_rounds_out_of_order_are_refused(cohort: Cohort) -> None:
@@ -74,6 +86,19 @@ def test_rounds_out_of_order_are_refused(cohort: Cohort) -> None:
         round_tensors("coefficients", cohort.X, cohort.age, state)
     with pytest.raises(ValueError, match="round_name must be one of"):
         round_tensors("gradients", cohort.X, cohort.age, state)
+    with pytest.raises(ValueError, match="round_name must be one of"):
+        receive("gradients", {}, state)
+    with pytest.raises(ValueError, match="the means round belongs to nan_policy='mean'"):
+        round_tensors("means", cohort.X, cohort.age, state)
+    imputing = NodeState(PlanSettings(nan_policy="mean"))
+    with pytest.raises(ValueError, match="call receive\\('means'"):
+        round_tensors("sums", cohort.X, cohort.age, imputing)
+    with pytest.raises(ValueError, match=r"receive\('moments', \.\.\.\) must come before"):
+        receive("scatter", {}, state)
+    with pytest.raises(
+        ValueError, match=r"finish needs the aggregate of round 'sums'.*\['means'\]"
+    ):
+        finish({"means": {}})
 
 
 def test_settings_are_validated() -> None:

@@ -1,4 +1,9 @@
-"""Sufficient statistics: federated sums reproduce the pooled fit exactly."""
+"""Sufficient statistics: federated sums reproduce the pooled fit exactly.
+
+The tests of the centred two-round plan (moments, scatter) live here; the
+one-release plan's own layout, sensitivities and fixed-point behaviour are
+tested in ``test_sums``.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from node.deltab import MODELS, Bounds, BrainAgeModel
-from node.deltab.plan import PlanSettings, run_in_process
+from node.deltab.plan import ROUNDS, PlanSettings, run_in_process
 from node.deltab.stats import (
     combine,
     count_clipped,
@@ -69,6 +74,7 @@ class Scenario:
     with_nan: bool
     n_confounds: int
     by_age: bool
+    centred: bool
 
 
 @st.composite
@@ -84,13 +90,14 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         with_nan=draw(st.booleans()),
         n_confounds=draw(st.sampled_from([0, 0, 2])),
         by_age=draw(st.booleans()),
+        centred=draw(st.booleans()),
     )
 
 
 @settings(max_examples=100, deadline=None)
 @given(scenario=scenarios())
 def test_federated_fit_equals_pooled_fit(cohort_factory: CohortFactory, scenario: Scenario) -> None:
-    """Random cohorts split at random (or by age: non-IID) into 2-10 nodes."""
+    """Random cohorts split at random (or by age: non-IID) into 2-10 nodes, either plan."""
     sc = scenario
     data = cohort_factory(
         sc.seed, n=sc.n, p=sc.p, n_confounds=sc.n_confounds, nan_fraction=0.02 * sc.with_nan
@@ -99,16 +106,17 @@ def test_federated_fit_equals_pooled_fit(cohort_factory: CohortFactory, scenario
     parts = _split(sc.n, sc.n_nodes, rng, data.age if sc.by_age else None)
     pooled_model = BrainAgeModel(sc.model, nan_policy=sc.nan_policy, **sc.reduction)
     plan = PlanSettings(model=sc.model, nan_policy=sc.nan_policy, **sc.reduction)
+    rounds = ROUNDS if sc.centred else None
     try:
         pooled = pooled_model.fit(data.X, data.age, data.confounds)
     except ValueError as refusal:
         event("both refused")
         with pytest.raises(ValueError) as federated_refusal:
-            run_in_process(_cohorts(data, parts), plan)
+            run_in_process(_cohorts(data, parts), plan, rounds=rounds)
         assert str(federated_refusal.value) == str(refusal)
         return
     event("compared")
-    federated = run_in_process(_cohorts(data, parts), plan)
+    federated = run_in_process(_cohorts(data, parts), plan, rounds=rounds)
     assert federated.n_components_ == pooled.n_components_
     complete = ~np.isnan(data.X).any(axis=1)
     X, age = data.X[complete], data.age[complete]

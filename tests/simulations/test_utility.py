@@ -10,7 +10,7 @@ import pytest
 from node.deltab._linalg import pack_symmetric
 from noise.accounting import gaussian_mu, privacy_report
 from simulations.config import UtilityParams
-from simulations.repair import repair_scatter
+from simulations.repair import repair_means, repair_sums
 from simulations.schemes import (
     CONSTRUCTIONS,
     SCHEMES,
@@ -93,10 +93,11 @@ def test_declared_privacy_matches_the_accounting_report() -> None:
                 assert (math.isinf(a) and math.isinf(b)) or a == pytest.approx(b, rel=1e-9)
 
 
-def test_repair_leaves_valid_scatter_alone_and_fixes_an_impossible_one() -> None:
+def test_repair_leaves_valid_sums_alone_and_fixes_an_impossible_one() -> None:
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((50, 3)) * 0.2
-    y = rng.standard_normal(50) * 0.3
+    # Uncentred, pre-scaled values: the means are far from zero.
+    x = 0.4 + rng.standard_normal((50, 3)) * 0.2
+    y = -0.3 + rng.standard_normal(50) * 0.3
     valid = {
         "n": np.array(50.0),
         "sum_x": x.sum(axis=0),
@@ -108,17 +109,24 @@ def test_repair_leaves_valid_scatter_alone_and_fixes_an_impossible_one() -> None
         "sum_y3": np.array(np.sum(y**3)),
         "sum_y4": np.array(np.sum(y**4)),
     }
-    repaired, raised = repair_scatter(valid)
+    repaired, raised = repair_sums(valid)
     assert raised == 0
     for name, value in valid.items():
         np.testing.assert_array_equal(repaired[name], value)
     broken = dict(valid)
     broken["n"] = np.array(-3.0)
     broken["sum_xx"] = pack_symmetric(-np.eye(3))
-    repaired, raised = repair_scatter(broken)
+    repaired, raised = repair_sums(broken)
     assert raised >= 3 and float(repaired["n"]) == 2.0
     full = np.zeros((3, 3))
     full[np.triu_indices(3)] = repaired["sum_xx"]
     full = full + full.T - np.diag(np.diag(full))
     centred = full - np.outer(repaired["sum_x"], repaired["sum_x"]) / 2.0
     assert np.linalg.eigvalsh(centred).min() > 0.0
+
+
+def test_repair_of_the_means_round_keeps_every_count_positive() -> None:
+    noisy = {"count_x": np.array([12.5, -3.0, 0.2]), "sum_x": np.array([1.0, 2.0, -0.5])}
+    repaired = repair_means(noisy)
+    np.testing.assert_array_equal(repaired["count_x"], [12.5, 1.0, 1.0])
+    np.testing.assert_array_equal(repaired["sum_x"], noisy["sum_x"])
