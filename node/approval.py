@@ -44,6 +44,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from node.atomic import atomic_write_json
 from node.egress import APPROVAL, EgressBundle
+from node.errors import ApprovalError, ApprovalRejected
 from noise.keys import IdentityKey, key_fingerprint, length_prefixed
 
 __all__ = [
@@ -67,21 +68,6 @@ _UNREADABLE_POLLS = 3
 
 Decision = Literal["approve", "reject"]
 ApprovalMode = Literal["auto", "manual"]
-
-
-class ApprovalError(ValueError):
-    """An approval file exists but cannot be accepted (malformed, wrong key, wrong manifest)."""
-
-
-class ApprovalRejected(Exception):
-    """A reviewer validly rejected the release; the node must stop."""
-
-    def __init__(self, folder: Path, reviewer: str, comment: str) -> None:
-        self.folder = folder
-        self.reviewer = reviewer
-        self.comment = comment
-        why = f": {comment}" if comment else " (no reason given)"
-        super().__init__(f"the egress in {folder} was rejected by reviewer {reviewer!r}{why}")
 
 
 def approval_message(manifest_sha256: str, decision: str) -> bytes:

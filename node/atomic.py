@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from node.errors import ExposedFileError
+
 __all__ = [
     "ExposedFileError",
     "atomic_write_bytes",
@@ -27,15 +29,6 @@ __all__ = [
     "json_bytes",
     "read_private_bytes",
 ]
-
-
-class ExposedFileError(Exception):
-    """A file meant to be private to its owner is accessible to group or others."""
-
-    def __init__(self, path: Path, mode: int) -> None:
-        self.path = path
-        self.mode = mode
-        super().__init__(f"{path} is accessible to other users (mode {mode:04o})")
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:

@@ -70,6 +70,7 @@ from node.atomic import (
     atomic_write_json,
     read_private_bytes,
 )
+from node.errors import CapeStateError
 from noise.layout import Layout, LayoutError, payload_digest
 
 __all__ = [
@@ -95,10 +96,6 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _SUM_FILE = re.compile(r"sum-round-(0|[1-9][0-9]*)\.npy")
 
 U64 = NDArray[np.uint64]
-
-
-class CapeStateError(ValueError):
-    """Saved CAPE material is missing a piece, damaged, exposed, or belongs elsewhere."""
 
 
 @dataclass(frozen=True)

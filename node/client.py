@@ -1,24 +1,26 @@
-"""The node's gRPC client: mutual TLS, retries with backoff, payloads in chunks.
+"""The node's gRPC gateway: mutual TLS, retries with backoff, payloads in chunks.
 
 A TRE node only ever opens outbound connections to the coordinator (the only
-server). Every call is retried on UNAVAILABLE and DEADLINE_EXCEEDED — the
-coordinator may be restarting after a crash and resumes from its SQLite state
-— with capped exponential backoff and "full jitter": attempt n sleeps a
-uniform time in [0, min(cap, base·2^n)] (Brooker 2015, "Exponential Backoff
-And Jitter", AWS Architecture Blog), so restarted nodes do not reconnect in
-lock step. Retries stop after a bounded total time. Every other status is a
-decision of the coordinator and is raised at once as :class:`CoordinatorError`
-with its code and sentence.
+server). :class:`GrpcGateway` implements ``node.gateway.CoordinatorGateway``:
+it translates between protobuf and the gateway's plain values, so nothing
+beyond this module sees gRPC.
 
-Payloads (uint64 fixed-point vectors, little-endian on the wire) travel as
-client or server streams of chunks of at most 1 MiB, far below gRPC's 4 MiB
-message limit whatever the payload size. A streamed upload is re-sent from
-its first chunk on each attempt; the coordinator treats a repeated identical
-upload as a no-op (idempotent per session, round, node and SHA-256). Every
-upload carries the node's signed upload statement (node/statements.py); the
-client remembers the digest of each payload it uploaded, for checking the
-statements that come back with the aggregate. Downloads are put back
-together, checked and hashed in one pass by ``proto.chunks.PayloadAssembler``.
+Every call is retried on UNAVAILABLE and DEADLINE_EXCEEDED — the coordinator
+may be restarting after a crash and resumes from its SQLite state — with
+capped exponential backoff and "full jitter": attempt n sleeps a uniform time
+in [0, min(cap, base·2^n)] (Brooker 2015, "Exponential Backoff And Jitter",
+AWS Architecture Blog), so restarted nodes do not reconnect in lock step.
+While it retries it reports progress every few seconds; retries stop after a
+bounded total time with :class:`~node.errors.CoordinatorUnreachable` ("did
+not answer"). Every other status is a decision of the coordinator and is
+raised at once as :class:`~node.errors.CoordinatorRefused` (or
+:class:`~node.errors.AlreadyJoined`) with its code and sentence.
+
+Payloads travel as client or server streams of chunks of at most 1 MiB
+(``proto.chunks``). A streamed upload is re-sent from its first chunk on each
+attempt; the coordinator treats a repeated identical upload as a no-op. The
+gateway remembers the digest of each payload it uploaded, for checking the
+statements that come back with the aggregate.
 """
 
 from __future__ import annotations
@@ -28,54 +30,76 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import grpc
 import numpy as np
 from numpy.typing import NDArray
 
+from node.errors import (
+    AlreadyJoined,
+    CoordinatorRefused,
+    CoordinatorUnreachable,
+    SetupError,
+)
+from node.gateway import (
+    Attestation,
+    DroppedNode,
+    JoinReceipt,
+    RosterView,
+    RoundResult,
+    RoundState,
+    RoundSummary,
+    SessionState,
+    SessionStatus,
+    UnmaskRequest,
+    UploadReceipt,
+    UploadStatement,
+    WithdrawReceipt,
+)
+from noise.keys import KeyBundle
 from noise.layout import Layout
-from proto.chunks import CHUNK_BYTES, PayloadAssembler, PayloadError, payload_chunks, payload_header
+from proto.chunks import (
+    CHUNK_BYTES,
+    PayloadAssembler,
+    PayloadError,
+    layout_of,
+    payload_chunks,
+    payload_header,
+)
+from proto.files import KIB, LocalFileError, read_limited
+from proto.tls import CertificateError, check_node_credentials
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 
 __all__ = [
     "CHUNK_BYTES",
-    "CoordinatorClient",
-    "CoordinatorError",
-    "CoordinatorUnreachable",
+    "GrpcGateway",
+    "Retrier",
     "RetryPolicy",
     "assemble_payload",
 ]
 
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# Certificates and keys are a few kilobytes; anything larger is not one.
+_CREDENTIAL_BYTES: Final = 64 * KIB
+# How often a node that keeps retrying says so.
+_PROGRESS_SECONDS: Final = 10.0
 
 _R = TypeVar("_R")
 
-
-class CoordinatorError(Exception):
-    """The coordinator answered with an error status (not retried)."""
-
-    def __init__(self, method: str, code: grpc.StatusCode, details: str) -> None:
-        self.method = method
-        self.code = code
-        self.details = details
-        super().__init__(f"{method}: {code.name}: {details}")
-
-
-class CoordinatorUnreachable(CoordinatorError):
-    """Retries on UNAVAILABLE / DEADLINE_EXCEEDED ran out of time."""
-
-    def __init__(
-        self, method: str, code: grpc.StatusCode, details: str, attempts: int, seconds: float
-    ) -> None:
-        super().__init__(method, code, details)
-        self.attempts = attempts
-        self.seconds = seconds
-        self.args = (
-            f"{method}: the coordinator did not answer after {attempts} attempts over "
-            f"{seconds:.1f} s (last status {code.name}: {details})",
-        )
+_SESSION_STATES = {
+    pb.SESSION_STATE_JOINING: SessionState.JOINING,
+    pb.SESSION_STATE_RUNNING: SessionState.RUNNING,
+    pb.SESSION_STATE_COMPLETED: SessionState.COMPLETED,
+    pb.SESSION_STATE_ABORTED: SessionState.ABORTED,
+}
+_ROUND_STATES = {
+    pb.ROUND_STATUS_OPEN: RoundState.OPEN,
+    pb.ROUND_STATUS_AWAITING_UNMASK: RoundState.AWAITING_UNMASK,
+    pb.ROUND_STATUS_READY: RoundState.READY,
+    pb.ROUND_STATUS_FAILED: RoundState.FAILED,
+}
 
 
 @dataclass(frozen=True)
@@ -103,6 +127,67 @@ class RetryPolicy:
         return rng.uniform(0.0, ceiling)
 
 
+class Retrier:
+    """Runs one call with the retries of a :class:`RetryPolicy` (see the module docstring).
+
+    ``attempt(timeout)`` makes the call; a gRPC error with a retryable status
+    is retried after a jittered backoff, any other becomes
+    :class:`~node.errors.CoordinatorRefused` (``AlreadyJoined`` for a second
+    key at Join). ``progress`` hears, every few seconds, that the coordinator
+    does not answer yet.
+    """
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        *,
+        address: str,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self.policy = policy
+        self.address = address
+        # Jitter needs no secrecy, only independence between nodes.
+        self._rng = rng or random.SystemRandom()
+        self._sleep = sleep
+        self._clock = clock
+        self._progress = progress
+
+    def run(self, method: str, attempt: Callable[[float], _R]) -> _R:
+        started = self._clock()
+        said = started
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                return attempt(self.policy.attempt_timeout)
+            except grpc.RpcError as error:
+                code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
+                details = (error.details() if hasattr(error, "details") else "") or ""
+                if code not in _RETRYABLE:
+                    kind = CoordinatorRefused
+                    if method == "Join" and code == grpc.StatusCode.ALREADY_EXISTS:
+                        kind = AlreadyJoined
+                    raise kind(method, code.name, details) from None
+                now = self._clock()
+                elapsed = now - started
+                pause = self.policy.backoff(tries - 1, self._rng)
+                if elapsed + pause > self.policy.total_seconds:
+                    raise CoordinatorUnreachable(
+                        method, code.name, details, tries, elapsed
+                    ) from None
+                if self._progress is not None and now - said >= _PROGRESS_SECONDS:
+                    said = now
+                    self._progress(
+                        f"the coordinator at {self.address} does not answer yet ({method}, "
+                        f"{tries} attempts over {elapsed:.0f} s, {code.name}: {details}); "
+                        f"still trying for up to {self.policy.total_seconds:.0f} s"
+                    )
+                self._sleep(pause)
+
+
 def assemble_payload(
     header: pb.PayloadHeader, chunks: Iterable[pb.PayloadChunk], *, what: str
 ) -> NDArray[np.uint64]:
@@ -120,14 +205,42 @@ def assemble_payload(
         raise PayloadError(f"{what}: {error}") from None
 
 
-def _read(path: Path, what: str) -> bytes:
+def _read_credential(path: Path, what: str) -> bytes:
     try:
-        return Path(path).read_bytes()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{what} {path} does not exist") from None
+        return read_limited(path, _CREDENTIAL_BYTES, what=what)
+    except LocalFileError as error:
+        raise SetupError(str(error)) from None
 
 
-class CoordinatorClient:
+def _bundle_message(bundle: KeyBundle) -> pb.KeyBundle:
+    return pb.KeyBundle(
+        config_hash=bundle.config_hash,
+        session_id=bundle.session_id,
+        node_id=bundle.node_id,
+        public_key=bundle.public_key,
+        signature=bundle.signature,
+    )
+
+
+def _unmask_request(message: pb.UnmaskRequest) -> UnmaskRequest | None:
+    if not message.pending:
+        return None
+    return UnmaskRequest(
+        session_id=message.session_id,
+        round_index=message.round_index,
+        round_name=message.round_name,
+        dropped=tuple(message.dropped_node_ids),
+        survivors=tuple(message.survivor_node_ids),
+        survivor_hash=bytes(message.survivor_hash),
+        attestations=tuple(
+            Attestation(a.node_id, bytes(a.survivor_hash), bytes(a.signature))
+            for a in message.attestations
+        ),
+        min_survivors=message.min_survivors,
+    )
+
+
+class GrpcGateway:
     """Typed, retrying calls to the coordinator over one mutual-TLS channel."""
 
     def __init__(
@@ -142,14 +255,14 @@ class CoordinatorClient:
         rng: random.Random | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        progress: Callable[[str], None] | None = None,
     ) -> None:
         self.address = address
-        self.node_id = node_id
+        self._node_id = node_id
         self.retry = retry or RetryPolicy()
-        # Jitter needs no secrecy, only independence between nodes.
-        self._rng = rng or random.SystemRandom()
-        self._sleep = sleep
-        self._clock = clock
+        self._retrier = Retrier(
+            self.retry, address=address, rng=rng, sleep=sleep, clock=clock, progress=progress
+        )
         credentials = grpc.ssl_channel_credentials(
             root_certificates=root_certificate,
             private_key=private_key,
@@ -157,7 +270,7 @@ class CoordinatorClient:
         )
         self._channel = grpc.secure_channel(address, credentials)
         self._stub = pb_grpc.CoordinatorStub(self._channel)
-        # (session id, round index) -> SHA-256 of the payload this client uploaded.
+        # (session id, round index) -> SHA-256 of the payload this gateway uploaded.
         self._uploaded: dict[tuple[str, int], bytes] = {}
 
     @classmethod
@@ -170,72 +283,120 @@ class CoordinatorClient:
         client_certificate: Path,
         client_key: Path,
         retry: RetryPolicy | None = None,
-    ) -> CoordinatorClient:
+        progress: Callable[[str], None] | None = None,
+    ) -> GrpcGateway:
+        """A gateway with the node's TLS files, checked first (SetupError naming the fault)."""
+        ca = _read_credential(ca_certificate, "CA certificate")
+        certificate = _read_credential(client_certificate, "client certificate")
+        key = _read_credential(client_key, "client key")
+        try:
+            check_node_credentials(ca, certificate, key, node_id)
+        except CertificateError as error:
+            raise SetupError(f"{client_certificate}: {error}") from None
         return cls(
             address,
             node_id=node_id,
-            root_certificate=_read(ca_certificate, "CA certificate"),
-            certificate_chain=_read(client_certificate, "client certificate"),
-            private_key=_read(client_key, "client key"),
+            root_certificate=ca,
+            certificate_chain=certificate,
+            private_key=key,
             retry=retry,
+            progress=progress,
         )
+
+    @property
+    def node_id(self) -> str:
+        return self._node_id
 
     def close(self) -> None:
         self._channel.close()
 
-    def __enter__(self) -> CoordinatorClient:
+    def __enter__(self) -> GrpcGateway:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- the retry loop -------------------------------------------------
-
     def _call(self, method: str, attempt: Callable[[float], _R]) -> _R:
-        started = self._clock()
-        tries = 0
-        while True:
-            tries += 1
-            try:
-                return attempt(self.retry.attempt_timeout)
-            except grpc.RpcError as error:
-                code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-                details = (error.details() if hasattr(error, "details") else "") or ""
-                if code not in _RETRYABLE:
-                    raise CoordinatorError(method, code, details) from None
-                elapsed = self._clock() - started
-                pause = self.retry.backoff(tries - 1, self._rng)
-                if elapsed + pause > self.retry.total_seconds:
-                    raise CoordinatorUnreachable(method, code, details, tries, elapsed) from None
-                self._sleep(pause)
+        return self._retrier.run(method, attempt)
 
     # -- calls ----------------------------------------------------------
 
-    def join(self, bundle: pb.KeyBundle) -> pb.JoinResponse:
-        request = pb.JoinRequest(bundle=bundle)
-        return self._call("Join", lambda t: self._stub.Join(request, timeout=t))
+    def join(self, bundle: KeyBundle) -> JoinReceipt:
+        request = pb.JoinRequest(bundle=_bundle_message(bundle))
+        response: pb.JoinResponse = self._call(
+            "Join", lambda t: self._stub.Join(request, timeout=t)
+        )
+        return JoinReceipt(
+            rejoined=response.rejoined,
+            joined_count=response.joined_count,
+            federation_size=response.federation_size,
+        )
 
-    def get_status(self, session_id: str = "") -> pb.SessionStatus:
+    def status(self, session_id: str = "") -> SessionStatus:
         request = pb.GetStatusRequest(session_id=session_id)
-        return self._call("GetStatus", lambda t: self._stub.GetStatus(request, timeout=t))
+        message: pb.SessionStatus = self._call(
+            "GetStatus", lambda t: self._stub.GetStatus(request, timeout=t)
+        )
+        return SessionStatus(
+            session_id=message.session_id,
+            state=_SESSION_STATES.get(message.state, SessionState.UNKNOWN),
+            config_hash=bytes(message.config_hash),
+            reason=message.reason,
+            rounds=tuple(
+                RoundSummary(
+                    index=r.round_index,
+                    name=r.round_name,
+                    state=_ROUND_STATES.get(r.status, RoundState.UNKNOWN),
+                    submitted=tuple(r.submitted_node_ids),
+                    dropped=tuple(r.dropped_node_ids),
+                    reason=r.reason,
+                )
+                for r in message.rounds
+            ),
+            joined=tuple(message.joined_node_ids),
+            dropped=tuple(
+                DroppedNode(d.node_id, d.round_index, d.reason) for d in message.dropped_nodes
+            ),
+        )
 
-    def withdraw(self, session_id: str, round_index: int, reason: str) -> pb.WithdrawReceipt:
+    def withdraw(self, session_id: str, round_index: int, reason: str) -> WithdrawReceipt:
         """Tell the coordinator this node stops before uploading ``round_index``, and why.
 
         The coordinator drops the node from that round at once, as the round
-        deadline would have (see coordinator/withdraw.py); it refuses with
-        FAILED_PRECONDITION once the node has uploaded the round. ``reason`` is
-        shown to every node, so it must be a sentence without data (at most
-        1000 characters).
+        deadline would have; it refuses once the node has uploaded the round.
+        ``reason`` is shown to every node, so it must be a sentence without
+        data (at most 1000 characters).
         """
         request = pb.WithdrawRequest(
-            session_id=session_id, node_id=self.node_id, round_index=round_index, reason=reason
+            session_id=session_id, node_id=self._node_id, round_index=round_index, reason=reason
         )
-        return self._call("Withdraw", lambda t: self._stub.Withdraw(request, timeout=t))
+        receipt: pb.WithdrawReceipt = self._call(
+            "Withdraw", lambda t: self._stub.Withdraw(request, timeout=t)
+        )
+        return WithdrawReceipt(dropped=tuple(receipt.dropped_node_ids))
 
-    def get_roster(self, session_id: str) -> pb.Roster:
-        request = pb.GetRosterRequest(session_id=session_id, node_id=self.node_id)
-        return self._call("GetRoster", lambda t: self._stub.GetRoster(request, timeout=t))
+    def roster(self, session_id: str) -> RosterView:
+        request = pb.GetRosterRequest(session_id=session_id, node_id=self._node_id)
+        message: pb.Roster = self._call(
+            "GetRoster", lambda t: self._stub.GetRoster(request, timeout=t)
+        )
+        return RosterView(
+            session_id=message.session_id,
+            config_hash=bytes(message.config_hash),
+            bundles=tuple(
+                KeyBundle(
+                    config_hash=bytes(b.config_hash),
+                    session_id=b.session_id,
+                    node_id=b.node_id,
+                    public_key=bytes(b.public_key),
+                    signature=bytes(b.signature),
+                )
+                for b in message.bundles
+            ),
+            roster_hash=bytes(message.roster_hash),
+            final=message.final,
+            excluded=tuple(message.excluded_node_ids),
+        )
 
     def upload(
         self,
@@ -248,18 +409,13 @@ class CoordinatorClient:
         fixed_point_bits: int,
         roster_hash: bytes,
         statement_signature: bytes,
-    ) -> pb.UploadReceipt:
-        """Stream a payload with its signed upload statement (see node/statements.py).
-
-        ``roster_hash`` is the hash of the roster this node verified,
-        ``statement_signature`` its identity signature over the statement for
-        exactly this session, round, roster and payload.
-        """
+    ) -> UploadReceipt:
+        """Stream a payload with its signed upload statement (see node/statements.py)."""
         header = pb.UploadHeader(
             session_id=session_id,
             round_index=round_index,
             round_name=round_name,
-            node_id=self.node_id,
+            node_id=self._node_id,
             payload=payload_header(payload, layout, fixed_point_bits),
             roster_hash=roster_hash,
             statement_signature=statement_signature,
@@ -274,87 +430,101 @@ class CoordinatorClient:
             "UploadEgress", lambda t: self._stub.UploadEgress(messages(), timeout=t)
         )
         self._uploaded[(session_id, round_index)] = bytes(header.payload.sha256)
-        return receipt
-
-    def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
-        """SHA-256 of the payload this client uploaded for a round; None if it sent none.
-
-        None also for a round uploaded before a restart, by an earlier client.
-        """
-        return self._uploaded.get((session_id, round_index))
-
-    def get_result(
-        self, session_id: str, round_index: int
-    ) -> tuple[pb.ResultHeader, NDArray[np.uint64] | None]:
-        """The round's status; with status READY also the aggregate (checked against its hash).
-
-        The header carries, when READY, the upload statements of every node
-        counted (``header.statements``), for node.statements.check_statements.
-        """
-        request = pb.GetResultRequest(
-            session_id=session_id, round_index=round_index, node_id=self.node_id
+        return UploadReceipt(
+            duplicate=receipt.duplicate,
+            submitted_count=receipt.submitted_count,
+            expected_count=receipt.expected_count,
+            sha256=bytes(receipt.sha256),
+            received_bytes=receipt.received_bytes,
         )
 
-        def attempt(timeout: float) -> tuple[pb.ResultHeader, NDArray[np.uint64] | None]:
+    def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
+        """SHA-256 of the payload this gateway uploaded for a round; None if it sent none."""
+        return self._uploaded.get((session_id, round_index))
+
+    def result(self, session_id: str, round_index: int) -> RoundResult:
+        """The round's state; when READY also the aggregate (checked against its hash)."""
+        request = pb.GetResultRequest(
+            session_id=session_id, round_index=round_index, node_id=self._node_id
+        )
+
+        def attempt(timeout: float) -> RoundResult:
             stream = iter(self._stub.GetResult(request, timeout=timeout))
             first = next(stream, None)
             if first is None or not first.HasField("header"):
-                raise CoordinatorError(
-                    "GetResult",
-                    grpc.StatusCode.INTERNAL,
-                    "the result stream did not start with a header",
+                raise CoordinatorRefused(
+                    "GetResult", "INTERNAL", "the result stream did not start with a header"
                 )
             header = first.header
             chunks = (message.data for message in stream if message.HasField("data"))
-            if header.status != pb.ROUND_STATUS_READY:
+            aggregate = None
+            layout = None
+            if header.status == pb.ROUND_STATUS_READY:
+                try:
+                    # Chunks go into the assembler as they arrive, never held as a list.
+                    aggregate = assemble_payload(
+                        header.payload, chunks, what=f"aggregate of round {round_index}"
+                    )
+                    layout = layout_of(header.payload.tensors)
+                except PayloadError as error:
+                    raise CoordinatorRefused("GetResult", "DATA_LOSS", str(error)) from None
+            else:
                 for _ in chunks:  # none are sent; drain the stream all the same
                     pass
-                return header, None
-            what = f"aggregate of round {round_index}"
-            try:
-                # Chunks go into the assembler as they arrive, never held as a list.
-                return header, assemble_payload(header.payload, chunks, what=what)
-            except PayloadError as error:
-                raise CoordinatorError("GetResult", grpc.StatusCode.DATA_LOSS, str(error)) from None
+            return RoundResult(
+                round_index=header.round_index,
+                round_name=header.round_name,
+                state=_ROUND_STATES.get(header.status, RoundState.UNKNOWN),
+                reason=header.reason,
+                survivors=tuple(header.survivor_node_ids),
+                dropped=tuple(header.dropped_node_ids),
+                statements=tuple(
+                    UploadStatement(
+                        node_id=s.node_id,
+                        round_name=s.round_name,
+                        roster_hash=bytes(s.roster_hash),
+                        payload_sha256=bytes(s.payload_sha256),
+                        signature=bytes(s.signature),
+                    )
+                    for s in header.statements
+                ),
+                aggregate=aggregate,
+                layout=layout,
+                unmask_request=(
+                    _unmask_request(header.unmask_request)
+                    if header.HasField("unmask_request")
+                    else None
+                ),
+            )
 
         return self._call("GetResult", attempt)
 
-    def get_unmask_request(self, session_id: str, round_index: int) -> pb.UnmaskRequest:
-        request = pb.GetUnmaskRequestRequest(
-            session_id=session_id, round_index=round_index, node_id=self.node_id
-        )
-        return self._call(
-            "GetUnmaskRequest", lambda t: self._stub.GetUnmaskRequest(request, timeout=t)
-        )
-
-    def attest_survivors(
+    def attest(
         self, *, session_id: str, round_index: int, survivor_hash: bytes, signature: bytes
-    ) -> pb.AttestationReceipt:
+    ) -> None:
         request = pb.SurvivorAttestation(
             session_id=session_id,
             round_index=round_index,
-            node_id=self.node_id,
+            node_id=self._node_id,
             survivor_hash=survivor_hash,
             signature=signature,
         )
-        return self._call(
-            "AttestSurvivors", lambda t: self._stub.AttestSurvivors(request, timeout=t)
-        )
+        self._call("AttestSurvivors", lambda t: self._stub.AttestSurvivors(request, timeout=t))
 
     def submit_unmask(
         self,
         *,
-        request: pb.UnmaskRequest,
+        request: UnmaskRequest,
         payload: NDArray[np.uint64],
         layout: Layout,
         fixed_point_bits: int,
-    ) -> pb.UnmaskReceipt:
+    ) -> None:
         header = pb.UnmaskHeader(
             session_id=request.session_id,
             round_index=request.round_index,
             round_name=request.round_name,
-            node_id=self.node_id,
-            dropped_node_ids=list(request.dropped_node_ids),
+            node_id=self._node_id,
+            dropped_node_ids=list(request.dropped),
             survivor_hash=request.survivor_hash,
             payload=payload_header(payload, layout, fixed_point_bits),
         )
@@ -364,18 +534,18 @@ class CoordinatorClient:
             for chunk in payload_chunks(payload):
                 yield pb.UnmaskChunk(data=chunk)
 
-        return self._call("SubmitUnmask", lambda t: self._stub.SubmitUnmask(messages(), timeout=t))
+        self._call("SubmitUnmask", lambda t: self._stub.SubmitUnmask(messages(), timeout=t))
 
-    def refuse_unmask(self, *, request: pb.UnmaskRequest, reason: str) -> pb.UnmaskReceipt:
+    def refuse_unmask(self, *, request: UnmaskRequest, reason: str) -> None:
         refusal = pb.UnmaskRefusal(
             session_id=request.session_id,
             round_index=request.round_index,
-            node_id=self.node_id,
-            dropped_node_ids=list(request.dropped_node_ids),
+            node_id=self._node_id,
+            dropped_node_ids=list(request.dropped),
             survivor_hash=request.survivor_hash,
             reason=reason,
         )
-        return self._call(
+        self._call(
             "SubmitUnmask",
             lambda t: self._stub.SubmitUnmask(iter([pb.UnmaskChunk(refusal=refusal)]), timeout=t),
         )

@@ -20,14 +20,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from node.deltab.io import DeltabInputError, no_age_column, read_table
+from node.errors import LocalDataError
 from node.plans.deltab_settings import DeltabSettings
 from proto.federation import FederationConfig
 
 __all__ = ["LocalCohort", "LocalDataError", "load_cohort"]
-
-
-class LocalDataError(ValueError):
-    """The node's own data cannot be used; the message is one sentence saying why."""
 
 
 @dataclass(frozen=True, eq=False)

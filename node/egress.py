@@ -41,7 +41,7 @@ import itertools
 import json
 import math
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +51,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from node.atomic import atomic_write_bytes, atomic_write_json, json_bytes
+from node.errors import EgressError, EgressIntegrityError
 from node.receipt import (
     DPReceipt,
     LayoutError,
@@ -90,20 +91,6 @@ CHECKSUMS = "checksums"
 APPROVAL = "approval.json"
 
 _U64 = np.dtype("<u8")
-
-
-class EgressError(LayoutError):
-    """An egress bundle cannot be built or read because a field or file is wrong."""
-
-
-class EgressIntegrityError(Exception):
-    """An egress folder on disk does not match its manifest; lists every problem found."""
-
-    def __init__(self, folder: Path, problems: Sequence[str]) -> None:
-        self.folder = folder
-        self.problems = tuple(problems)
-        listing = "; ".join(self.problems)
-        super().__init__(f"egress bundle {folder} failed verification: {listing}")
 
 
 def egress_folder(out: Path, round_index: int) -> Path:

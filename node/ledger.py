@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from node.atomic import atomic_write_json
+from node.errors import LedgerError
 from node.receipt import LayoutError, ObserverRelease, json_number, parse_json_number
 from noise.accounting import compose_mu, gaussian_epsilon
 
@@ -59,10 +60,6 @@ COMPOSITION = (
 )
 
 EntryKind = Literal["release", "unmask", "refusal"]
-
-
-class LedgerError(ValueError):
-    """The ledger file is unreadable, belongs to another node, or an entry is invalid."""
 
 
 def observer_from_label(label: str) -> tuple[str, int]:

@@ -21,22 +21,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from node.errors import RosterError
+from node.gateway import RosterView
 from noise.errors import KeyFormatError, SignatureError
 from noise.keys import EphemeralKey, KeyBundle, verify_key_bundle
 from noise.seeds import pairwise_seed
 from noise.transcript import roster_hash
-from proto.zerosum.v1 import session_pb2 as pb
 
 __all__ = ["RosterError", "VerifiedRoster", "derive_seeds", "verify_roster"]
-
-
-class RosterError(Exception):
-    """The roster cannot be trusted; names the node concerned and why."""
-
-    def __init__(self, node_id: str, reason: str) -> None:
-        self.node_id = node_id
-        self.reason = reason
-        super().__init__(f"roster entry of node {node_id!r} rejected: {reason}")
 
 
 @dataclass(frozen=True)
@@ -58,7 +50,7 @@ class VerifiedRoster:
 
 
 def verify_roster(
-    roster: pb.Roster,
+    roster: RosterView,
     *,
     node_id: str,
     own_public_key: bytes,
@@ -77,25 +69,18 @@ def verify_roster(
         raise RosterError(
             node_id, f"the roster is for session {roster.session_id!r}, not {session_id!r}"
         )
-    if bytes(roster.config_hash) != config_hash:
+    if roster.config_hash != config_hash:
         raise RosterError(node_id, "the roster was made for another federation configuration")
     bundles: list[KeyBundle] = []
     keys: dict[str, bytes] = {}
-    for message in roster.bundles:
-        who = message.node_id
+    for bundle in roster.bundles:
+        who = bundle.node_id
         if who in keys:
             raise RosterError(who, "the roster lists this node twice")
         pinned = identity_keys.get(who)
         if pinned is None:
             raise RosterError(who, "this node is not a member of the federation")
         try:
-            bundle = KeyBundle(
-                config_hash=bytes(message.config_hash),
-                session_id=message.session_id,
-                node_id=who,
-                public_key=bytes(message.public_key),
-                signature=bytes(message.signature),
-            )
             verify_key_bundle(
                 bundle, pinned, config_hash=config_hash, session_id=session_id, node_id=who
             )
@@ -113,7 +98,7 @@ def verify_roster(
             node_id, "the roster carries a different ephemeral key for this node than it sent"
         )
     digest = roster_hash(config_hash, session_id, bundles)
-    if roster.roster_hash and bytes(roster.roster_hash) != digest:
+    if roster.roster_hash and roster.roster_hash != digest:
         raise RosterError(node_id, "the roster hash does not match the bundles it lists")
     if roster.final and len(keys) < min_nodes:
         raise RosterError(
@@ -124,7 +109,7 @@ def verify_roster(
     return VerifiedRoster(
         session_id=session_id,
         public_keys=keys,
-        excluded=tuple(sorted(roster.excluded_node_ids)),
+        excluded=tuple(sorted(roster.excluded)),
         roster_hash=digest,
     )
 

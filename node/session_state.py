@@ -58,6 +58,7 @@ from node.atomic import (
     atomic_write_json,
     read_private_bytes,
 )
+from node.errors import SessionStateError
 from noise.keys import EphemeralKey, key_fingerprint
 
 __all__ = [
@@ -78,10 +79,6 @@ KEY_FILE = "session.key"
 LOCK_FILE = "node.lock"
 KEY_MODE = 0o600
 _KEY_BYTES = 32
-
-
-class SessionStateError(ValueError):
-    """The saved session state is unreadable, belongs elsewhere, or its key is unusable."""
 
 
 @dataclass(frozen=True)

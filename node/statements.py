@@ -31,19 +31,12 @@ from collections.abc import Collection, Mapping
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from node.errors import StatementError
+from node.gateway import RoundResult, UploadStatement
 from noise.keys import IdentityKey
 from noise.transcript import upload_statement_message
-from proto.zerosum.v1 import session_pb2 as pb
 
 __all__ = ["StatementError", "check_statements", "sign_upload_statement"]
-
-
-class StatementError(Exception):
-    """The aggregate's upload statements do not check out; the message says why.
-
-    The message is a sentence fit to end the session with (the runner raises
-    it again as ``SessionFailed``).
-    """
 
 
 def _short(digest: bytes) -> str:
@@ -86,7 +79,7 @@ def _verifies(public_key: bytes, signature: bytes, message: bytes) -> bool:
 
 
 def check_statements(
-    header: pb.ResultHeader,
+    header: RoundResult,
     *,
     config_hash: bytes,
     session_id: str,
@@ -130,7 +123,7 @@ def check_statements(
     name = header.round_name if round_name is None else round_name
     where = f"round {round_index} ({name!r})"
     members = set(participants)
-    signers: dict[str, pb.UploadStatement] = {}
+    signers: dict[str, UploadStatement] = {}
     for statement in header.statements:
         who = statement.node_id
         if who in signers:
@@ -153,22 +146,22 @@ def check_statements(
                 session_id,
                 round_index,
                 statement.round_name,
-                roster_hash=bytes(statement.roster_hash),
-                payload_sha256=bytes(statement.payload_sha256),
+                roster_hash=statement.roster_hash,
+                payload_sha256=statement.payload_sha256,
             )
         except ValueError as error:
             raise StatementError(
                 f"the upload statement of node {who!r} in the aggregate of {where} is "
                 f"malformed: {error}"
             ) from None
-        if pinned is None or not _verifies(pinned, bytes(statement.signature), message):
+        if pinned is None or not _verifies(pinned, statement.signature, message):
             raise StatementError(
                 f"the upload statement of node {who!r} in the aggregate of {where} does not "
                 "verify against its pinned identity key"
             )
-        if bytes(statement.roster_hash) != roster_hash:
+        if statement.roster_hash != roster_hash:
             raise StatementError(
-                f"node {who!r} was shown roster {_short(bytes(statement.roster_hash))} but I was "
+                f"node {who!r} was shown roster {_short(statement.roster_hash)} but I was "
                 f"shown {_short(roster_hash)} ({where}); the coordinator showed the nodes "
                 "different rosters, so the masks do not cancel"
             )
@@ -178,12 +171,12 @@ def check_statements(
             f"the aggregate of {where} carries no statement of my own upload; it does not "
             "count what I sent"
         )
-    if own_sha256 is not None and bytes(mine.payload_sha256) != own_sha256:
+    if own_sha256 is not None and mine.payload_sha256 != own_sha256:
         raise StatementError(
             f"the aggregate of {where} counts a payload of mine with sha256 "
-            f"{_short(bytes(mine.payload_sha256))}, but I uploaded {_short(own_sha256)}"
+            f"{_short(mine.payload_sha256)}, but I uploaded {_short(own_sha256)}"
         )
-    survivors = set(header.survivor_node_ids)
+    survivors = set(header.survivors)
     if set(signers) != survivors:
         raise StatementError(
             f"the aggregate of {where} counts {_names(survivors)} but carries statements "

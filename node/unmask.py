@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from node.gateway import Attestation, UnmaskRequest
 from noise.keys import IdentityKey
 from noise.transcript import survivor_attestation_message, survivor_set_hash
-from proto.zerosum.v1 import session_pb2 as pb
 
 __all__ = [
     "Attestation",
     "RevealedTerms",
-    "UnmaskAsk",
+    "UnmaskRequest",
     "attestation_signature",
     "check_against_revealed",
     "check_attestations",
@@ -51,49 +51,12 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Attestation:
-    """One survivor's signature over the survivor-set hash it was shown."""
-
-    node_id: str
-    survivor_hash: bytes
-    signature: bytes
-
-
-@dataclass(frozen=True)
-class UnmaskAsk:
-    """The coordinator's unmask request, as plain data."""
-
-    session_id: str
-    round_index: int
-    round_name: str
-    dropped: tuple[str, ...]
-    survivors: tuple[str, ...]
-    survivor_hash: bytes
-    attestations: tuple[Attestation, ...] = ()
-
-    @classmethod
-    def from_message(cls, message: pb.UnmaskRequest) -> UnmaskAsk:
-        return cls(
-            session_id=message.session_id,
-            round_index=message.round_index,
-            round_name=message.round_name,
-            dropped=tuple(message.dropped_node_ids),
-            survivors=tuple(message.survivor_node_ids),
-            survivor_hash=bytes(message.survivor_hash),
-            attestations=tuple(
-                Attestation(a.node_id, bytes(a.survivor_hash), bytes(a.signature))
-                for a in message.attestations
-            ),
-        )
-
-
 def _names(nodes: Collection[str]) -> str:
     return "{" + ", ".join(sorted(nodes)) + "}"
 
 
 def check_request(
-    ask: UnmaskAsk,
+    ask: UnmaskRequest,
     *,
     node_id: str,
     session_id: str,
@@ -153,7 +116,7 @@ class RevealedTerms:
     survivors: set[str]
 
 
-def check_against_revealed(ask: UnmaskAsk, revealed: RevealedTerms | None) -> str | None:
+def check_against_revealed(ask: UnmaskRequest, revealed: RevealedTerms | None) -> str | None:
     """A reason to refuse because of what earlier attempts of the round revealed, or None.
 
     Two answers for the same round leak their *difference*; each check stops
@@ -210,7 +173,7 @@ def attestation_signature(
 
 
 def check_attestations(
-    ask: UnmaskAsk,
+    ask: UnmaskRequest,
     *,
     config_hash: bytes,
     identity_keys: Mapping[str, bytes],
@@ -251,7 +214,7 @@ def check_attestations(
     return set(seen) == survivors, None
 
 
-def missing_attestations(ask: UnmaskAsk) -> Sequence[str]:
+def missing_attestations(ask: UnmaskRequest) -> Sequence[str]:
     """Survivors whose attestation has not arrived yet (sorted)."""
     have = {a.node_id for a in ask.attestations}
     return sorted(set(ask.survivors) - have)

@@ -22,6 +22,7 @@ from proto.federation.checks import ConfigError, validate_identifier
 __all__ = [
     "NODE_URI_PREFIX",
     "CertificateError",
+    "check_node_credentials",
     "node_id_from_auth_context",
     "node_id_from_certificate",
 ]
@@ -81,3 +82,57 @@ def node_id_from_auth_context(auth_context: Mapping[str, Any]) -> str:
     if len(pems) != 1 or not isinstance(pems[0], bytes):
         raise CertificateError("the peer presented no client certificate.")
     return node_id_from_certificate(bytes(pems[0]))
+
+
+def check_node_credentials(
+    ca_pem: bytes, certificate_pem: bytes, private_key_pem: bytes, node_id: str
+) -> None:
+    """Refuse, with one sentence, client credentials that cannot work for ``node_id``.
+
+    Checked before any connection: both files parse, the key belongs to the
+    certificate, the federation CA issued it, it names ``node_id`` and it is
+    within its validity period. A TLS handshake with such credentials would
+    fail with an opaque error, retried until the node gives up.
+    """
+    import datetime as dt
+
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        ca = x509.load_pem_x509_certificate(ca_pem)
+    except ValueError:
+        raise CertificateError("the CA certificate is not a PEM certificate.") from None
+    try:
+        certificate = x509.load_pem_x509_certificate(certificate_pem)
+    except ValueError:
+        raise CertificateError("the client certificate is not a PEM certificate.") from None
+    try:
+        key = serialization.load_pem_private_key(private_key_pem, password=None)
+    except (ValueError, TypeError):
+        raise CertificateError("the client key is not an unencrypted PEM private key.") from None
+    public = certificate.public_key()
+    if public.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    ) != key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    ):
+        raise CertificateError("the client key does not belong to the client certificate.")
+    try:
+        certificate.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        raise CertificateError(
+            f"the client certificate was not issued by this federation's CA "
+            f"({ca.subject.rfc4514_string()})."
+        ) from None
+    named = node_id_from_certificate(certificate)
+    if named != node_id:
+        raise CertificateError(
+            f"the client certificate belongs to node {named!r}, not to node {node_id!r}."
+        )
+    now = dt.datetime.now(dt.UTC)
+    if not certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc:
+        raise CertificateError(
+            f"the client certificate is valid from {certificate.not_valid_before_utc:%Y-%m-%d} "
+            f"to {certificate.not_valid_after_utc:%Y-%m-%d}, not now."
+        )

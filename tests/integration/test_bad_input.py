@@ -21,13 +21,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 import pytest
 
-from node.client import CoordinatorClient, CoordinatorError, RetryPolicy
-from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
+from node.client import GrpcGateway, RetryPolicy
+from node.errors import CoordinatorRefused
+from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
 from proto.federation import config_hash
-from proto.zerosum.v1 import session_pb2 as pb
 from tests.integration.conftest import (
     Federation,
     Processes,
@@ -102,6 +101,7 @@ def _stranger_federation(federation: Federation, folder: Path) -> Path:
     pem = copy / "nodes" / "a" / "identity.pem"
     pem.unlink()
     pem.write_bytes(IdentityKey.generate().to_pem())
+    pem.chmod(0o600)
     return copy / "federation.toml"
 
 
@@ -175,9 +175,9 @@ def test_identity_key_not_pinned_in_the_config_stops_the_node(
     assert "is not the identity key pinned for node 'a'" in line
 
 
-def _client(federation: Federation, run: SessionRun, node: str) -> CoordinatorClient:
+def _client(federation: Federation, run: SessionRun, node: str) -> GrpcGateway:
     folder = federation.root / "nodes" / node
-    return CoordinatorClient.from_files(
+    return GrpcGateway.from_files(
         run.address,
         node_id=node,
         ca_certificate=federation.root / "ca" / "ca.pem",
@@ -187,20 +187,13 @@ def _client(federation: Federation, run: SessionRun, node: str) -> CoordinatorCl
     )
 
 
-def _bundle(identity: IdentityKey, federation: Federation, session: str, node: str) -> pb.KeyBundle:
-    signed = sign_key_bundle(
+def _bundle(identity: IdentityKey, federation: Federation, session: str, node: str) -> KeyBundle:
+    return sign_key_bundle(
         identity,
         config_hash=config_hash(federation.config),
         session_id=session,
         node_id=node,
         public_key=EphemeralKey.generate().public_bytes(),
-    )
-    return pb.KeyBundle(
-        config_hash=signed.config_hash,
-        session_id=signed.session_id,
-        node_id=signed.node_id,
-        public_key=signed.public_key,
-        signature=signed.signature,
     )
 
 
@@ -219,18 +212,18 @@ def test_rejected_joins_leave_the_session_untouched(
 
     before = snapshot()
     with _client(federation, run, "a") as client:
-        session = client.get_status("").session_id
+        session = client.status("").session_id
         # Signed with an identity key the federation does not pin for 'a'.
-        with pytest.raises(CoordinatorError) as wrong_key:
+        with pytest.raises(CoordinatorRefused) as wrong_key:
             client.join(_bundle(IdentityKey.generate(), federation, session, "a"))
-        assert wrong_key.value.code == grpc.StatusCode.UNAUTHENTICATED
+        assert wrong_key.value.code == "UNAUTHENTICATED"
         assert wrong_key.value.details
         # 'b's genuine bundle, sent over 'a's certificate.
-        with pytest.raises(CoordinatorError) as impostor:
+        with pytest.raises(CoordinatorRefused) as impostor:
             client.join(_bundle(federation.identity("b"), federation, session, "b"))
-        assert impostor.value.code == grpc.StatusCode.PERMISSION_DENIED
+        assert impostor.value.code == "PERMISSION_DENIED"
         assert "'a'" in impostor.value.details and "'b'" in impostor.value.details
-        assert list(client.get_status(session).joined_node_ids) == []
+        assert client.status(session).joined == ()
 
     # A node holding a different federation config stops at the config hash.
     copy = tmp_path / "other-federation"

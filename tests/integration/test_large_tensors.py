@@ -2,7 +2,7 @@
 
 gRPC refuses single messages above 4 MiB by default (the coordinator sets
 2 MiB), so a 2.6·10^6-word uint64 payload can only arrive as a stream of
-chunks. Three clients — node/client.py's CoordinatorClient, with the
+chunks. Three clients — node/client.py's GrpcGateway, with the
 federation's TLS certificates and identity keys — join with signed key
 bundles and upload full-range random words laid out as two named tensors;
 the coordinator knows nothing of their meaning and only sums them. Each
@@ -25,14 +25,14 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from node.client import CHUNK_BYTES, CoordinatorClient, RetryPolicy
+from node.client import CHUNK_BYTES, GrpcGateway, RetryPolicy
+from node.gateway import RoundState, UploadReceipt
 from node.roster import VerifiedRoster, verify_roster
 from node.statements import check_statements, sign_upload_statement
 from noise.fixed_point import wrapping_sum
 from noise.keys import EphemeralKey, sign_key_bundle
 from noise.layout import Layout, TensorSlot, payload_digest
 from proto.federation import RoundSpec, config_hash, dump_federation, load_federation
-from proto.zerosum.v1 import session_pb2 as pb
 from tests.integration.conftest import Federation, Processes, SessionRun, init_federation
 
 pytestmark = pytest.mark.integration
@@ -73,10 +73,10 @@ def session(tmp_path: Path, processes: Processes) -> SessionRun:
 
 
 @pytest.fixture
-def clients(session: SessionRun) -> Iterator[dict[str, CoordinatorClient]]:
+def clients(session: SessionRun) -> Iterator[dict[str, GrpcGateway]]:
     root = session.federation.root
     made = {
-        node: CoordinatorClient.from_files(
+        node: GrpcGateway.from_files(
             session.address,
             node_id=node,
             ca_certificate=root / "ca" / "ca.pem",
@@ -91,7 +91,7 @@ def clients(session: SessionRun) -> Iterator[dict[str, CoordinatorClient]]:
         client.close()
 
 
-def _join(federation: Federation, client: CoordinatorClient, session_id: str) -> EphemeralKey:
+def _join(federation: Federation, client: GrpcGateway, session_id: str) -> EphemeralKey:
     key = EphemeralKey.generate()
     bundle = sign_key_bundle(
         federation.identity(client.node_id),
@@ -100,23 +100,15 @@ def _join(federation: Federation, client: CoordinatorClient, session_id: str) ->
         node_id=client.node_id,
         public_key=key.public_bytes(),
     )
-    client.join(
-        pb.KeyBundle(
-            config_hash=bundle.config_hash,
-            session_id=bundle.session_id,
-            node_id=bundle.node_id,
-            public_key=bundle.public_key,
-            signature=bundle.signature,
-        )
-    )
+    client.join(bundle)
     return key
 
 
 def _roster(
-    federation: Federation, client: CoordinatorClient, session_id: str, key: EphemeralKey
+    federation: Federation, client: GrpcGateway, session_id: str, key: EphemeralKey
 ) -> VerifiedRoster:
     return verify_roster(
-        client.get_roster(session_id),
+        client.roster(session_id),
         node_id=client.node_id,
         own_public_key=key.public_bytes(),
         session_id=session_id,
@@ -127,16 +119,16 @@ def _roster(
 
 
 def test_twenty_megabyte_payloads_sum_exactly(
-    session: SessionRun, clients: dict[str, CoordinatorClient]
+    session: SessionRun, clients: dict[str, GrpcGateway]
 ) -> None:
     federation = session.federation
     bits = federation.config.fixed_point_bits
     fed_hash = config_hash(federation.config)
-    session_id = clients["a"].get_status("").session_id
+    session_id = clients["a"].status("").session_id
     keys = {node: _join(federation, client, session_id) for node, client in clients.items()}
     rosters = {node: _roster(federation, clients[node], session_id, keys[node]) for node in NODES}
-    status = clients["a"].get_status(session_id)
-    assert (status.current_round_index, status.current_round_name) == (0, "moments")
+    current = clients["a"].status(session_id).current
+    assert current is not None and (current.index, current.name) == (0, "moments")
 
     rng = np.random.default_rng(20240611)
     payloads = {
@@ -150,7 +142,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
         round_name: str,
         payload: NDArray[np.uint64],
         layout: Layout,
-    ) -> pb.UploadReceipt:
+    ) -> UploadReceipt:
         roster = rosters[node].roster_hash
         return clients[node].upload(
             session_id=session_id,
@@ -171,7 +163,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
             ),
         )
 
-    def upload(node: str) -> pb.UploadReceipt:
+    def upload(node: str) -> UploadReceipt:
         return send(node, 0, "moments", payloads[node], LAYOUT)
 
     started = time.monotonic()
@@ -186,12 +178,11 @@ def test_twenty_megabyte_payloads_sum_exactly(
 
     expected = wrapping_sum(list(payloads.values()))
     for node in NODES:
-        header, aggregate = clients[node].get_result(session_id, 0)
-        assert header.status == pb.ROUND_STATUS_READY
-        assert tuple(header.survivor_node_ids) == NODES
-        assert [(t.name, tuple(t.shape)) for t in header.payload.tensors] == [
-            (t.name, t.shape) for t in LAYOUT
-        ]
+        header = clients[node].result(session_id, 0)
+        aggregate = header.aggregate
+        assert header.state == RoundState.READY
+        assert header.survivors == NODES
+        assert header.layout == LAYOUT
         assert aggregate is not None and np.array_equal(aggregate, expected)
         # Every contributor signed for the roster this node verified, and the
         # aggregate counts exactly the payload this node sent.
@@ -213,7 +204,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
     # The same 21 MB again: acknowledged as already received, nothing changes.
     again = upload("b")
     assert again.duplicate and again.sha256 == receipts["b"].sha256
-    _, unchanged = clients["c"].get_result(session_id, 0)
+    unchanged = clients["c"].result(session_id, 0).aggregate
     assert unchanged is not None and np.array_equal(unchanged, expected)
 
     # A small last round lets the session complete and the coordinator exit.
@@ -221,8 +212,9 @@ def test_twenty_megabyte_payloads_sum_exactly(
     for node in NODES:
         send(node, 1, "scatter", np.full(8, ord(node), dtype=np.uint64), small)
     for node in NODES:
-        header, last = clients[node].get_result(session_id, 1)
-        assert header.status == pb.ROUND_STATUS_READY
+        header = clients[node].result(session_id, 1)
+        last = header.aggregate
+        assert header.state == RoundState.READY
         assert last is not None and np.array_equal(
             last, np.full(8, sum(ord(n) for n in NODES), dtype=np.uint64)
         )

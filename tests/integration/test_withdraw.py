@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from node.approval import sign_approval, write_approval
-from node.client import CoordinatorClient
+from node.client import GrpcGateway
 from node.egress import EgressBundle
 from tests.integration.conftest import (
     Processes,
@@ -57,14 +57,14 @@ def _reject(run: SessionRun, node_id: str, round_index: int) -> None:
 
 def _status_as(run: SessionRun, node_id: str) -> object:
     nodes = run.federation.root / "nodes" / node_id
-    with CoordinatorClient.from_files(
+    with GrpcGateway.from_files(
         run.address,
         node_id=node_id,
         ca_certificate=run.federation.root / run.federation.config.ca_certificate,
         client_certificate=nodes / "client.pem",
         client_key=nodes / "client.key",
     ) as client:
-        return client.get_status("")
+        return client.status("")
 
 
 def test_a_rejected_node_withdraws_and_the_others_finish_long_before_the_deadline(
@@ -94,7 +94,7 @@ def test_a_rejected_node_withdraws_and_the_others_finish_long_before_the_deadlin
     # a waits at its round-1 gate: round 0 was aggregated without c, and the
     # status names c's reason.
     status = _status_as(run, "a")
-    dropped = [(d.node_id, d.round_index, d.reason) for d in status.dropped_nodes]  # type: ignore[attr-defined]
+    dropped = [(d.node_id, d.round_index, d.reason) for d in status.dropped]  # type: ignore[attr-defined]
     assert dropped == [("c", 0, WITHDREW)]
     assert COMMENT not in str(status)
 

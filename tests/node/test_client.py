@@ -9,14 +9,8 @@ import grpc
 import numpy as np
 import pytest
 
-from node.client import (
-    CHUNK_BYTES,
-    CoordinatorClient,
-    CoordinatorError,
-    CoordinatorUnreachable,
-    RetryPolicy,
-    assemble_payload,
-)
+from node.client import CHUNK_BYTES, Retrier, RetryPolicy, assemble_payload
+from node.errors import AlreadyJoined, CoordinatorRefused, CoordinatorUnreachable
 from noise.layout import Layout
 from proto.chunks import PayloadError, payload_chunks, payload_header
 
@@ -47,18 +41,14 @@ class FakeTime:
         return self.now
 
 
-def _client(policy: RetryPolicy, time: FakeTime) -> CoordinatorClient:
-    # Channels connect lazily: no server is contacted by these tests.
-    return CoordinatorClient(
-        "127.0.0.1:9",
-        node_id="a",
-        root_certificate=b"-",
-        certificate_chain=b"-",
-        private_key=b"-",
-        retry=policy,
+def _client(policy: RetryPolicy, time: FakeTime, progress: list[str] | None = None) -> Retrier:
+    return Retrier(
+        policy,
+        address="127.0.0.1:9",
         rng=random.Random(1),
         sleep=time.sleep,
         clock=time.clock,
+        progress=None if progress is None else progress.append,
     )
 
 
@@ -99,11 +89,10 @@ def test_transient_failures_are_retried_with_capped_jittered_backoff() -> None:
             raise FakeRpcError(failures.pop(0), "coordinator restarting")
         return "ok"
 
-    assert client._call("GetStatus", attempt) == "ok"
+    assert client.run("GetStatus", attempt) == "ok"
     assert len(time.sleeps) == 5
     ceilings = [0.1, 0.2, 0.4, 0.4, 0.4]
     assert all(0.0 <= s <= c for s, c in zip(time.sleeps, ceilings, strict=True))
-    client.close()
 
 
 def test_retries_stop_after_the_total_time() -> None:
@@ -115,10 +104,9 @@ def test_retries_stop_after_the_total_time() -> None:
         raise FakeRpcError(grpc.StatusCode.UNAVAILABLE, "connection refused")
 
     with pytest.raises(CoordinatorUnreachable, match=r"did not answer after .* attempts") as caught:
-        client._call("Join", attempt)
-    assert caught.value.code == grpc.StatusCode.UNAVAILABLE
+        client.run("Join", attempt)
+    assert caught.value.code == "UNAVAILABLE"
     assert time.now <= 5.0 + 0.5
-    client.close()
 
 
 def test_decisions_of_the_coordinator_are_not_retried() -> None:
@@ -130,12 +118,39 @@ def test_decisions_of_the_coordinator_are_not_retried() -> None:
         calls.append(timeout)
         raise FakeRpcError(grpc.StatusCode.PERMISSION_DENIED, "node 'a' cannot speak for 'b'")
 
-    with pytest.raises(CoordinatorError, match="PERMISSION_DENIED: node 'a' cannot speak for 'b'"):
-        client._call("Join", attempt)
+    with pytest.raises(
+        CoordinatorRefused, match="PERMISSION_DENIED: node 'a' cannot speak for 'b'"
+    ):
+        client.run("Join", attempt)
     assert len(calls) == 1 and time.sleeps == []
-    client.close()
 
 
 def test_retry_policy_rejects_nonsense() -> None:
     with pytest.raises(ValueError, match="total_seconds must be > 0"):
         RetryPolicy(total_seconds=0.0)
+
+
+def test_a_second_key_at_join_is_its_own_error() -> None:
+    def attempt(timeout: float) -> str:
+        raise FakeRpcError(grpc.StatusCode.ALREADY_EXISTS, "node 'a' already joined")
+
+    with pytest.raises(AlreadyJoined, match="already joined") as caught:
+        _client(RetryPolicy(), FakeTime()).run("Join", attempt)
+    assert caught.value.code == "ALREADY_EXISTS"
+
+
+def test_a_node_that_keeps_retrying_says_so_and_then_that_it_got_no_answer() -> None:
+    time = FakeTime()
+    lines: list[str] = []
+    retrier = _client(
+        RetryPolicy(initial_backoff=1.0, max_backoff=1.0, total_seconds=40.0), time, lines
+    )
+
+    def attempt(timeout: float) -> str:
+        time.now += 0.5
+        raise FakeRpcError(grpc.StatusCode.UNAVAILABLE, "connection refused")
+
+    with pytest.raises(CoordinatorUnreachable, match="the coordinator did not answer"):
+        retrier.run("GetStatus", attempt)
+    assert len(lines) >= 3
+    assert all("does not answer yet" in line and "127.0.0.1:9" in line for line in lines)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from node.gateway import RosterView
 from node.roster import RosterError, derive_seeds, verify_roster
-from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
+from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
 from noise.transcript import roster_hash
-from proto.zerosum.v1 import session_pb2 as pb
 
 IDS = ["a", "b", "c"]
 CONFIG_HASH = bytes(range(32))
@@ -17,34 +19,29 @@ EPHEMERAL = {n: EphemeralKey.from_private_bytes(bytes([i + 70]) * 32) for i, n i
 PINNED = {n: k.public_bytes() for n, k in IDENTITY.items()}
 
 
-def _bundle(node: str, *, signer: str | None = None, session: str = SESSION) -> pb.KeyBundle:
-    bundle = sign_key_bundle(
+def _bundle(node: str, *, signer: str | None = None, session: str = SESSION) -> KeyBundle:
+    return sign_key_bundle(
         IDENTITY[signer or node],
         config_hash=CONFIG_HASH,
         session_id=session,
         node_id=node,
         public_key=EPHEMERAL[node].public_bytes(),
     )
-    return pb.KeyBundle(
-        config_hash=bundle.config_hash,
-        session_id=bundle.session_id,
-        node_id=bundle.node_id,
-        public_key=bundle.public_key,
-        signature=bundle.signature,
-    )
 
 
-def _roster(bundles: list[pb.KeyBundle]) -> pb.Roster:
-    return pb.Roster(
+def _roster(bundles: list[KeyBundle], **changes: object) -> RosterView:
+    roster = RosterView(
         session_id=SESSION,
         config_hash=CONFIG_HASH,
-        bundles=bundles,
+        bundles=tuple(bundles),
         roster_hash=roster_hash(CONFIG_HASH, SESSION, bundles),
         final=True,
+        excluded=(),
     )
+    return dataclasses.replace(roster, **changes)  # type: ignore[arg-type]
 
 
-def _verify(roster: pb.Roster, me: str = "a") -> object:
+def _verify(roster: RosterView, me: str = "a") -> object:
     return verify_roster(
         roster,
         node_id=me,
@@ -101,20 +98,18 @@ def test_own_key_must_be_the_one_sent() -> None:
 
 
 def test_unknown_node_and_bad_roster_hash_are_caught() -> None:
-    stranger = _bundle("c")
-    stranger.node_id = "z"
+    stranger = dataclasses.replace(_bundle("c"), node_id="z")
     with pytest.raises(RosterError, match="node 'z' rejected: this node is not a member"):
         _verify(_roster([_bundle("a"), stranger]))
-    roster = _roster([_bundle(n) for n in IDS])
-    roster.roster_hash = bytes(32)
+    roster = _roster([_bundle(n) for n in IDS], roster_hash=bytes(32))
     with pytest.raises(RosterError, match="roster hash does not match"):
         _verify(roster)
 
 
 def test_the_verified_roster_keeps_the_hash_it_recomputed() -> None:
     bundles = [_bundle(n) for n in IDS]
-    roster = _roster(bundles)
-    roster.roster_hash = b""  # a coordinator that sends none: the node computes it anyway
+    # A coordinator that sends none: the node computes it anyway.
+    roster = _roster(bundles, roster_hash=b"")
     verified = verify_roster(
         roster,
         node_id="a",
@@ -126,7 +121,7 @@ def test_the_verified_roster_keeps_the_hash_it_recomputed() -> None:
     assert verified.roster_hash == roster_hash(CONFIG_HASH, SESSION, bundles)
 
 
-def _verify_with_minimum(roster: pb.Roster, min_nodes: int) -> object:
+def _verify_with_minimum(roster: RosterView, min_nodes: int) -> object:
     return verify_roster(
         roster,
         node_id="a",
@@ -151,6 +146,5 @@ def test_a_final_roster_below_the_federation_minimum_is_refused() -> None:
     with pytest.raises(RosterError, match="the final roster has 1 member"):
         _verify(_roster([_bundle("a")]))
     # A roster still filling up is not judged by its size.
-    filling = _roster([_bundle("a")])
-    filling.final = False
+    filling = _roster([_bundle("a")], final=False)
     _verify_with_minimum(filling, 3)

@@ -28,9 +28,10 @@ from node.deltab.persist import load_model
 from node.egress import EgressBundle
 from node.plans.deltab import plan_settings
 from node.receipt import entries_layout
-from node.runner import NodeOptions, NodeRunner, SessionFailed
+from node.runner import GatewayFactory, NodeOptions, NodeRunner, SessionFailed, grpc_gateway
 from noise.fixed_point import FixedPointCodec
 from proto.federation import config_hash, load_federation
+from tests.node.gateways import failing_before_upload
 from zerosum.commands import federation as federation_command
 
 pytestmark = pytest.mark.integration
@@ -106,14 +107,15 @@ def _run_nodes(runners: list[NodeRunner]) -> dict[str, object]:
 
 
 def _runner(
-    fed: Path, node: str, port: int, tmp: Path, cls: type[NodeRunner] = NodeRunner
+    fed: Path, node: str, port: int, tmp: Path, gateway: GatewayFactory = grpc_gateway
 ) -> NodeRunner:
-    return cls(
+    return NodeRunner(
         fed,
         node,
         out=tmp / f"out-{node}",
         options=NodeOptions(poll_seconds=0.05, address=f"127.0.0.1:{port}"),
         progress=lambda _line: None,
+        gateway=gateway,
     )
 
 
@@ -141,7 +143,10 @@ def test_three_nodes_reach_the_exact_pooled_model(
     outcomes = _run_nodes(runners)
     assert all(not isinstance(o, BaseException) for o in outcomes.values()), outcomes
     # Both rounds' masks were drawn ahead (after the roster, after round 0's result).
-    assert all((r._masks.hits, r._masks.misses) == (2, 0) for r in runners)
+    assert all(
+        (o.masks_drawn_ahead, o.masks_drawn_in_round) == (2, 0)  # type: ignore[attr-defined]
+        for o in outcomes.values()
+    )
     config = load_federation(fed / "federation.toml")
     cohorts = [load_cohort(fed / "nodes" / n / "data.csv", config) for n in "abc"]
     pooled = deltab_plan.run_in_process(
@@ -163,13 +168,10 @@ def test_three_nodes_reach_the_exact_pooled_model(
     assert ledger["totals"]["outsider"]["epsilon"] <= config.privacy.epsilon_budget
 
 
-class QuitsBeforeScatter(NodeRunner):
+def _outage_at_scatter(round_name: str) -> None:
     """A node that vanishes after the moments round (as if its TRE went offline)."""
-
-    def _model_round(self, index: int, name: str, participants: tuple[str, ...]) -> None:
-        if name == "scatter":
-            raise SessionFailed("simulated outage")
-        super()._model_round(index, name, participants)
+    if round_name == "scatter":
+        raise SessionFailed("simulated outage")
 
 
 def test_survivors_unmask_a_dropped_node_and_finish_exactly(
@@ -179,7 +181,9 @@ def test_survivors_unmask_a_dropped_node_and_finish_exactly(
     server = _serve(fed, tmp_path / "state")
     server_factory.append(server)
     runners = [_runner(fed, n, server.port, tmp_path) for n in "ab"]
-    runners.append(_runner(fed, "c", server.port, tmp_path, QuitsBeforeScatter))
+    runners.append(
+        _runner(fed, "c", server.port, tmp_path, failing_before_upload(_outage_at_scatter))
+    )
     outcomes = _run_nodes(runners)
     assert isinstance(outcomes["c"], SessionFailed)
     assert not isinstance(outcomes["a"], BaseException), outcomes["a"]

@@ -25,7 +25,7 @@ from node.receipt import SDCEvidence
 from node.release import ReleaseNoise, TensorSensitivity, plan_release
 from node.unmask import (
     Attestation,
-    UnmaskAsk,
+    UnmaskRequest,
     attestation_signature,
     check_attestations,
     check_request,
@@ -284,19 +284,21 @@ def test_cape_masks_cancel_exactly() -> None:
 # ---------------------------------------------------------------- unmask refusals
 
 
-def _ask(survivors: list[str], dropped: list[str], **changes: object) -> UnmaskAsk:
-    ask = UnmaskAsk(
+def _ask(survivors: list[str], dropped: list[str], **changes: object) -> UnmaskRequest:
+    ask = UnmaskRequest(
         session_id=SESSION,
         round_index=1,
         round_name="scatter",
         dropped=tuple(dropped),
         survivors=tuple(survivors),
         survivor_hash=survivor_set_hash(bytes(32), SESSION, 1, survivors, dropped),
+        attestations=(),
+        min_survivors=2,
     )
     return dataclasses.replace(ask, **changes)  # type: ignore[arg-type]
 
 
-def _check(ask: UnmaskAsk, *, me: str = "a", min_nodes: int = 2) -> str | None:
+def _check(ask: UnmaskRequest, *, me: str = "a", min_nodes: int = 2) -> str | None:
     return check_request(
         ask,
         node_id=me,
@@ -327,7 +329,7 @@ def test_a_consistent_request_passes() -> None:
         ),
     ],
 )
-def test_inconsistent_requests_are_refused_with_a_reason(ask: UnmaskAsk, reason: str) -> None:
+def test_inconsistent_requests_are_refused_with_a_reason(ask: UnmaskRequest, reason: str) -> None:
     got = _check(ask)
     assert got is not None and reason in got
 

@@ -26,8 +26,9 @@ from coordinator.store import Store
 from node.client import RetryPolicy
 from node.egress import EgressBundle
 from node.ledger import PrivacyLedger
-from node.runner import NodeOptions, NodeRefused, NodeRunner
+from node.runner import GatewayFactory, NodeOptions, NodeRefused, NodeRunner, grpc_gateway
 from proto.federation import config_hash, load_federation
+from tests.node.gateways import failing_before_upload
 from zerosum.commands import federation as federation_command
 
 pytestmark = pytest.mark.integration
@@ -91,9 +92,15 @@ def _serve(fed: Path, state: Path, servers: list[RunningServer]) -> RunningServe
 
 
 def _runner(
-    fed: Path, node: str, port: int, tmp: Path, *, lines: list[str], cls: type[NodeRunner]
+    fed: Path,
+    node: str,
+    port: int,
+    tmp: Path,
+    *,
+    lines: list[str],
+    gateway: GatewayFactory = grpc_gateway,
 ) -> NodeRunner:
-    return cls(
+    return NodeRunner(
         fed,
         node,
         out=tmp / f"out-{node}",
@@ -103,6 +110,7 @@ def _runner(
             retry=RetryPolicy(total_seconds=10.0),
         ),
         progress=lines.append,
+        gateway=gateway,
     )
 
 
@@ -134,11 +142,9 @@ def _spend_budget(out: Path, node: str, fed: Path) -> None:
     )
 
 
-class InterruptedAtTheGate(NodeRunner):
-    """A node whose operator presses Ctrl-C while it prepares its first release."""
-
-    def _release(self, **kw: object) -> Path:
-        raise KeyboardInterrupt
+def _ctrl_c(round_name: str) -> None:
+    """A node whose operator presses Ctrl-C as its first release is about to leave."""
+    raise KeyboardInterrupt
 
 
 def test_a_node_over_its_budget_withdraws_and_the_others_finish_at_once(
@@ -148,9 +154,7 @@ def test_a_node_over_its_budget_withdraws_and_the_others_finish_at_once(
     server = _serve(fed, tmp_path / "state", servers)
     _spend_budget(tmp_path / "out-c", "c", fed)
     lines: dict[str, list[str]] = {n: [] for n in NODES}
-    runners = [
-        _runner(fed, n, server.port, tmp_path, lines=lines[n], cls=NodeRunner) for n in NODES
-    ]
+    runners = [_runner(fed, n, server.port, tmp_path, lines=lines[n]) for n in NODES]
     started = time.monotonic()
     outcomes, threads = _start(runners)
     for thread in threads.values():
@@ -187,7 +191,7 @@ def test_an_interrupted_node_does_not_withdraw_and_is_dropped_at_the_deadline(
             server.port,
             tmp_path,
             lines=lines[n],
-            cls=InterruptedAtTheGate if n == "c" else NodeRunner,
+            gateway=failing_before_upload(_ctrl_c) if n == "c" else grpc_gateway,
         )
         for n in NODES
     ]

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from node.gateway import RoundResult, RoundState, UploadStatement
 from node.statements import StatementError, check_statements, sign_upload_statement
 from noise.keys import IdentityKey
 from noise.transcript import upload_statement_message
-from proto.zerosum.v1 import session_pb2 as pb
 
 IDS = ("a", "b", "c")
 CONFIG_HASH = hashlib.sha256(b"statements test federation").digest()
@@ -30,7 +31,7 @@ def statement(
     roster: bytes = ROSTER,
     name: str = NAME,
     sha256: bytes | None = None,
-) -> pb.UploadStatement:
+) -> UploadStatement:
     digest = SHA[node] if sha256 is None else sha256
     signature = sign_upload_statement(
         IDENTITY[signer or node],
@@ -41,7 +42,7 @@ def statement(
         roster_hash=roster,
         payload_sha256=digest,
     )
-    return pb.UploadStatement(
+    return UploadStatement(
         node_id=node,
         round_name=name,
         roster_hash=roster,
@@ -50,20 +51,19 @@ def statement(
     )
 
 
-def header(
-    statements: list[pb.UploadStatement], survivors: tuple[str, ...] = IDS
-) -> pb.ResultHeader:
-    return pb.ResultHeader(
-        session_id=SESSION,
+def header(statements: list[UploadStatement], survivors: tuple[str, ...] = IDS) -> RoundResult:
+    return RoundResult(
         round_index=ROUND,
         round_name=NAME,
-        status=pb.ROUND_STATUS_READY,
-        survivor_node_ids=list(survivors),
-        statements=statements,
+        state=RoundState.READY,
+        reason="",
+        survivors=tuple(survivors),
+        dropped=(),
+        statements=tuple(statements),
     )
 
 
-def check(result: pb.ResultHeader, *, me: str = "a", own: bytes | None = None) -> None:
+def check(result: RoundResult, *, me: str = "a", own: bytes | None = None) -> None:
     check_statements(
         result,
         config_hash=CONFIG_HASH,
@@ -77,11 +77,11 @@ def check(result: pb.ResultHeader, *, me: str = "a", own: bytes | None = None) -
     )
 
 
-def honest() -> list[pb.UploadStatement]:
+def honest() -> list[UploadStatement]:
     return [statement(n) for n in IDS]
 
 
-def refused(result: pb.ResultHeader, *, me: str = "a", own: bytes | None = None) -> str:
+def refused(result: RoundResult, *, me: str = "a", own: bytes | None = None) -> str:
     with pytest.raises(StatementError) as caught:
         check(result, me=me, own=own)
     return str(caught.value)
@@ -144,7 +144,7 @@ def test_a_statement_signed_by_another_key_is_refused() -> None:
 
 def test_a_statement_altered_after_signing_is_refused() -> None:
     statements = honest()
-    statements[2].payload_sha256 = SHA["a"]
+    statements[2] = dataclasses.replace(statements[2], payload_sha256=SHA["a"])
     assert "node 'c'" in refused(header(statements))
     assert "does not verify" in refused(header(statements))
 
@@ -186,7 +186,7 @@ def test_my_own_statement_must_name_the_payload_i_sent() -> None:
 def test_a_signer_outside_the_round_is_refused() -> None:
     stranger = IdentityKey.generate()
     pinned = {**PINNED, "z": stranger.public_bytes()}
-    extra = pb.UploadStatement(
+    extra = UploadStatement(
         node_id="z",
         round_name=NAME,
         roster_hash=ROSTER,
@@ -228,6 +228,6 @@ def test_a_node_with_two_statements_is_refused() -> None:
 
 def test_a_malformed_statement_is_refused() -> None:
     statements = honest()
-    statements[1].roster_hash = ROSTER[:31]
+    statements[1] = dataclasses.replace(statements[1], roster_hash=ROSTER[:31])
     assert "node 'b'" in refused(header(statements))
     assert "malformed: roster hash must be 32 bytes" in refused(header(statements))

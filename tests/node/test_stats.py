@@ -122,7 +122,9 @@ def test_federated_fit_equals_pooled_fit(cohort_factory: CohortFactory, scenario
     X, age = data.X[complete], data.age[complete]
     confounds = None if data.confounds is None else data.confounds[complete]
     expected = pooled.predict_age(X, age, confounds)
-    np.testing.assert_allclose(federated.predict_age(X, age, confounds), expected, rtol=1e-9)
+    # Relative to the largest prediction: a predicted age near 0 has no digits to compare.
+    got = federated.predict_age(X, age, confounds)
+    assert np.max(np.abs(got - expected)) <= 1e-9 * np.max(np.abs(expected))
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -82,14 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so `zerosum --help` never loads grpc.
-    from node.approval import ApprovalError, ApprovalRejected
-    from node.client import CoordinatorError
-    from node.cohort import LocalDataError
-    from node.egress import EgressError
-    from node.ledger import LedgerError
-    from node.runner import NodeOptions, NodeRunner, SessionFailed
+    from node.errors import ApprovalRejected, NodeError, SetupError
+    from node.runner import NodeOptions, NodeRunner
     from noise.errors import NoiseError
-    from proto.federation import ConfigError
 
     prefix = f"zerosum node {args.node_id}"
     runner = NodeRunner(
@@ -101,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         runner.prepare()
-    except (LocalDataError, ConfigError, NoiseError, OSError, KeyError, SessionFailed) as error:
+    except NodeError as error:
         print(f"{prefix}: {_sentence(error)}", file=sys.stderr)
         return 2
     try:
@@ -109,15 +104,10 @@ def run(args: argparse.Namespace) -> int:
     except ApprovalRejected as error:
         print(f"{prefix}: stopped: {error}", file=sys.stderr)
         return 1
-    except (
-        SessionFailed,
-        CoordinatorError,
-        ApprovalError,
-        EgressError,
-        LedgerError,
-        NoiseError,
-        OSError,
-    ) as error:
+    except SetupError as error:
+        print(f"{prefix}: {_sentence(error)}", file=sys.stderr)
+        return 2
+    except (NodeError, NoiseError, OSError) as error:
         print(f"{prefix}: failed: {_sentence(error)}", file=sys.stderr)
         return 1
     print(f"{prefix}: session {outcome.session_id} completed", file=sys.stderr)

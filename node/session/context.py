@@ -1,0 +1,95 @@
+"""What every step of a session needs, fixed once the node has joined.
+
+:class:`NodeOptions` says how the node behaves (approval mode, polling,
+retries); :class:`SessionContext` is made by ``node.session.joining.join`` and
+never changes afterwards: the local setup, the session id, this node's session
+key and verified roster, the pairwise seeds, the gateway to the coordinator,
+the ledger, and whether this run resumes a session it joined before a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from node.client import RetryPolicy
+from node.cohort import LocalCohort
+from node.gateway import CoordinatorGateway
+from node.ledger import PrivacyLedger
+from node.plan_bridge import ModelPlan
+from node.roster import VerifiedRoster
+from node.session.setup import LocalSetup
+from noise.fixed_point import FixedPointCodec
+from noise.keys import EphemeralKey, IdentityKey
+from proto.federation import FederationConfig
+
+__all__ = ["NodeOptions", "SessionContext"]
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """How the runner behaves; the defaults suit a real deployment."""
+
+    approve: Literal["auto", "manual"] = "auto"
+    poll_seconds: float = 0.2
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    approval_timeout: float | None = None
+    address: str | None = None  # overrides the config's coordinator address
+    rng: np.random.Generator | None = None  # residual noise and CAPE draws (tests only)
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """The joined session, as every round step sees it (see the module docstring)."""
+
+    setup: LocalSetup
+    options: NodeOptions
+    gateway: CoordinatorGateway
+    session_id: str
+    ephemeral: EphemeralKey
+    roster: VerifiedRoster
+    seeds: Mapping[str, bytes]
+    ledger: PrivacyLedger
+    resuming: bool
+    say: Callable[[str], None]
+
+    @property
+    def node_id(self) -> str:
+        return self.setup.node_id
+
+    @property
+    def config(self) -> FederationConfig:
+        return self.setup.config
+
+    @property
+    def config_hash(self) -> bytes:
+        return self.setup.config_hash
+
+    @property
+    def codec(self) -> FixedPointCodec:
+        return self.setup.codec
+
+    @property
+    def identity(self) -> IdentityKey:
+        return self.setup.identity
+
+    @property
+    def out(self) -> Path:
+        return self.setup.out
+
+    @property
+    def plan(self) -> ModelPlan:
+        return self.setup.plan
+
+    @property
+    def cohort(self) -> LocalCohort:
+        return self.setup.cohort
+
+    def sleep(self) -> None:
+        import time
+
+        time.sleep(self.options.poll_seconds)

@@ -1,0 +1,149 @@
+"""Joining a session: learn its id, save a session key, post it signed, verify the roster.
+
+1. Ask the coordinator which session it runs; refuse a coordinator that runs
+   another federation configuration (its config hash differs).
+2. Look for a session key this node saved for that session before a restart
+   (``node.session_state.SessionStore``); otherwise make a fresh X25519 key and
+   save it (0600) *before* it is sent: once the coordinator holds a key it
+   accepts no other key from this node for the session.
+3. Sign the key with the identity key over (config hash, session id, node id,
+   key) and post it. The same key signed again gives the same bundle (X25519
+   and Ed25519 are deterministic), so a restarted node is answered "rejoined".
+4. Wait until the roster is final, verify every bundle against the pinned
+   identities (``node.roster.verify_roster``) and derive the pairwise seeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from node.cape_state import CapeStore
+from node.errors import AlreadyJoined, RosterError, SessionFailed, SessionStateError
+from node.gateway import CoordinatorGateway, SessionState
+from node.ledger import PrivacyLedger
+from node.roster import derive_seeds, verify_roster
+from node.session.context import NodeOptions, SessionContext
+from node.session.outputs import archive_previous
+from node.session.setup import LocalSetup
+from node.session_state import SessionStore
+from noise.keys import EphemeralKey, sign_key_bundle
+
+__all__ = ["join"]
+
+
+def _names(nodes: tuple[str, ...] | list[str]) -> str:
+    return "{" + ", ".join(sorted(nodes)) + "}"
+
+
+def join(
+    setup: LocalSetup,
+    gateway: CoordinatorGateway,
+    options: NodeOptions,
+    say: Callable[[str], None],
+    sleep: Callable[[], None],
+) -> SessionContext:
+    """Join the coordinator's current session and verify its roster (see the module docstring)."""
+    config_hash = setup.config_hash
+    status = gateway.status("")
+    if status.config_hash and status.config_hash != config_hash:
+        raise SessionFailed(
+            "the coordinator runs a different federation configuration (config hash "
+            f"{status.config_hash.hex()[:16]}…, mine {config_hash.hex()[:16]}…)"
+        )
+    session_id = status.session_id
+    sessions = SessionStore(setup.out)
+    try:
+        saved = sessions.resume(
+            session_id=session_id, node_id=setup.node_id, config_hash=config_hash
+        )
+    except SessionStateError as error:
+        raise SessionFailed(str(error)) from None
+    if saved is None:
+        # A key of an earlier session (or one orphaned by a crash before
+        # its record was written) is of no use any more, nor is its CAPE material.
+        sessions.discard_key()
+        CapeStore(setup.out).discard()
+    # With its key saved, a node that crashed in the last round may still
+    # collect the final result while the coordinator lingers after the end.
+    ended = status.state == SessionState.ABORTED or (
+        status.state == SessionState.COMPLETED and saved is None
+    )
+    if ended:
+        sessions.discard_key()
+        CapeStore(setup.out).discard()
+        why = status.reason or "completed"
+        raise SessionFailed(f"session {status.session_id} has already ended ({why})")
+    resuming = saved is not None
+    archive_previous(setup.out, session_id, say)
+    ledger = PrivacyLedger.open(
+        setup.out / "ledger.json", setup.node_id, setup.config.privacy.delta
+    )
+    if saved is None:
+        ephemeral = EphemeralKey.generate()
+        # Saved before the key is sent: once the coordinator holds it, it
+        # accepts no other key from this node for this session.
+        sessions.start(
+            session_id=session_id,
+            node_id=setup.node_id,
+            config_hash=config_hash,
+            key=ephemeral,
+        )
+    else:
+        ephemeral = saved[1]
+    bundle = sign_key_bundle(
+        setup.identity,
+        config_hash=config_hash,
+        session_id=session_id,
+        node_id=setup.node_id,
+        public_key=ephemeral.public_bytes(),
+    )
+    try:
+        receipt = gateway.join(bundle)
+    except AlreadyJoined as error:
+        raise SessionFailed(
+            f"the coordinator already holds another session key of this node for session "
+            f"{session_id}, and {sessions.key_path} does not hold it (was the "
+            f"output folder replaced?); this node cannot rejoin that session: {error.details}"
+        ) from None
+    count = f"{receipt.joined_count} of {receipt.federation_size} nodes"
+    if receipt.rejoined:
+        say(
+            f"rejoined session {session_id} with the key saved in {sessions.key_path} "
+            f"({count} joined)"
+        )
+    elif resuming:
+        say(f"joined session {session_id} with the key saved before the restart ({count} so far)")
+    else:
+        say(f"joined session {session_id} ({count} so far)")
+    while True:
+        roster = gateway.roster(session_id)
+        if roster.final:
+            break
+        sleep()
+    try:
+        verified = verify_roster(
+            roster,
+            node_id=setup.node_id,
+            own_public_key=ephemeral.public_bytes(),
+            session_id=session_id,
+            config_hash=config_hash,
+            identity_keys=setup.config.identity_keys,
+            min_nodes=setup.config.min_nodes,
+        )
+    except RosterError as error:
+        raise SessionFailed(str(error)) from None
+    seeds = derive_seeds(verified, ephemeral, node_id=setup.node_id, config_hash=config_hash)
+    excluded = f"; excluded: {_names(verified.excluded)}" if verified.excluded else ""
+    say(f"roster verified: {_names(verified.node_ids)}{excluded}")
+    return SessionContext(
+        setup=setup,
+        options=options,
+        gateway=gateway,
+        session_id=session_id,
+        ephemeral=ephemeral,
+        roster=verified,
+        seeds=seeds,
+        ledger=ledger,
+        resuming=resuming,
+        say=say,
+    )

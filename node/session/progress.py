@@ -1,0 +1,53 @@
+"""What this node has done in the session so far, as one object the round steps share.
+
+* ``done`` — round indices taken in (aggregated, or superseded by a rerun);
+* ``cape`` / ``cape_sent`` — the CAPE material of each model round, and the
+  model rounds of which a CAPE-sum share was sent before a restart;
+* ``attested`` / ``answered`` — survivor-set hashes this node signed, and
+  those it sent unmask answers for;
+* ``revealed`` — per round index, every node whose pair terms (or pads) this
+  node's answers revealed and every survivor it answered for
+  (``node.unmask.RevealedTerms``), restored from the ledger after a restart;
+* ``unsent`` — the round in progress whose upload has not been made (what a
+  deliberate stop withdraws from).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from node.ledger import PrivacyLedger
+from node.session.cape_material import CapeState
+from node.unmask import RevealedTerms
+
+__all__ = ["RoundProgress"]
+
+
+@dataclass
+class RoundProgress:
+    """This node's progress through the rounds of one session (see the module docstring)."""
+
+    done: set[int] = field(default_factory=set)
+    cape: dict[str, CapeState] = field(default_factory=dict)
+    cape_sent: set[str] = field(default_factory=set)
+    attested: set[bytes] = field(default_factory=set)
+    answered: set[bytes] = field(default_factory=set)
+    revealed: dict[int, RevealedTerms] = field(default_factory=dict)
+    unsent: int | None = None
+
+    @classmethod
+    def from_ledger(cls, ledger: PrivacyLedger, session_id: str) -> RoundProgress:
+        """A fresh start, bound by the unmask answers the ledger records for ``session_id``.
+
+        The ledger records each answer before it leaves, also those of a
+        process that crashed: they bind a restarted node as they bound that
+        one, so it never answers what the uninterrupted node would refuse.
+        (Which survivor sets it attested need not survive: an attestation
+        reveals nothing, and signing the same hash again gives the same
+        signature.)
+        """
+        revealed = {
+            index: RevealedTerms(set(dropped), set(survivors))
+            for index, (dropped, survivors) in ledger.revealed(session_id).items()
+        }
+        return cls(revealed=revealed)

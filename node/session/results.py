@@ -1,0 +1,96 @@
+"""Awaiting a round's aggregate: poll, answer unmask requests on the way, check the statements.
+
+:func:`await_result` returns the round's :class:`Outcome` — the aggregate and
+the survivors it sums — once it is READY and its upload statements check out
+(``node.statements.check_statements``): every contributor signed for the
+roster this node verified, this node's own upload is the one counted, and the
+nodes left out are exactly those whose pair terms it revealed. It returns
+None when the coordinator superseded the round (a CAPE rerun follows), and
+raises when the session failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from node.errors import SessionFailed, StatementError
+from node.gateway import RoundState
+from node.release import ReleaseNoise
+from node.session import unmask_answers
+from node.session.context import SessionContext
+from node.session.progress import RoundProgress
+from node.statements import check_statements
+from noise.layout import Layout
+
+__all__ = ["Outcome", "await_result"]
+
+U64 = NDArray[np.uint64]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A round's verified aggregate and the survivors it is the sum over."""
+
+    aggregate: U64
+    survivors: tuple[str, ...]
+
+
+def await_result(
+    ctx: SessionContext,
+    progress: RoundProgress,
+    *,
+    index: int,
+    name: str,
+    layout: Layout,
+    participants: tuple[str, ...],
+    noise: ReleaseNoise,
+    own_sha256: bytes | None = None,
+) -> Outcome | None:
+    """The round's aggregate, or None when the coordinator superseded the round.
+
+    ``own_sha256``: the digest of this node's upload when this process did
+    not make it (a round sent before a restart, from its bundle).
+    """
+    while True:
+        result = ctx.gateway.result(ctx.session_id, index)
+        if result.state == RoundState.READY:
+            assert result.aggregate is not None
+            sent = ctx.gateway.uploaded_sha256(ctx.session_id, index) or own_sha256
+            revealed = progress.revealed.get(index)
+            try:
+                check_statements(
+                    result,
+                    config_hash=ctx.config_hash,
+                    session_id=ctx.session_id,
+                    round_index=index,
+                    roster_hash=ctx.roster.roster_hash,
+                    identity_keys=ctx.config.identity_keys,
+                    own_node_id=ctx.node_id,
+                    own_sha256=sent,
+                    participants=participants,
+                    round_name=name,
+                    revealed=revealed.dropped if revealed is not None else (),
+                )
+            except StatementError as error:
+                raise SessionFailed(str(error)) from None
+            return Outcome(result.aggregate, result.survivors)
+        if result.state == RoundState.FAILED:
+            status = ctx.gateway.status(ctx.session_id)
+            if status.state.ended:
+                raise SessionFailed(f"the session failed: {status.reason or result.reason}")
+            return None
+        if result.state == RoundState.AWAITING_UNMASK and result.unmask_request is not None:
+            unmask_answers.answer(
+                ctx,
+                progress,
+                result.unmask_request,
+                index=index,
+                name=name,
+                layout=layout,
+                participants=participants,
+                noise=noise,
+            )
+        ctx.sleep()

@@ -1,0 +1,129 @@
+"""Everything a node prepares before it contacts anyone, and refuses to start without.
+
+:func:`prepare` loads the federation config, checks that this installation
+draws the federation's Gaussian streams (``node.preflight``), reads the node's
+Ed25519 identity key and checks it is the one pinned for the node, finds the
+TLS files, and loads and checks the local cohort against the plan. Every
+problem is a :class:`~node.errors.SetupError` with one sentence (the command
+exits 2), found before a connection is opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from node.cohort import LocalCohort, load_cohort
+from node.errors import SetupError
+from node.plan_bridge import ModelPlan
+from node.preflight import check_stream
+from noise.errors import NoiseError
+from noise.fixed_point import FixedPointCodec
+from noise.keys import IdentityKey
+from proto.federation import ConfigError, FederationConfig, config_hash, load_federation
+from proto.files import KIB, LocalFileError, read_limited
+
+__all__ = ["LocalSetup", "prepare"]
+
+# An Ed25519 key in PEM is about 120 bytes.
+_IDENTITY_BYTES = 16 * KIB
+
+
+@dataclass(frozen=True)
+class LocalSetup:
+    """What the node holds before the session: config, keys, TLS files, cohort, plan."""
+
+    node_id: str
+    config_path: Path
+    config: FederationConfig
+    config_hash: bytes
+    codec: FixedPointCodec
+    identity: IdentityKey
+    tls: tuple[Path, Path, Path]  # CA certificate, client certificate, client key
+    cohort: LocalCohort
+    plan: ModelPlan
+    out: Path
+
+
+def _check_private(path: Path) -> None:
+    """Refuse a secret file that group or others may read: it may have leaked already."""
+    try:
+        mode = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        return  # reported where the file is read
+    if mode & 0o077:
+        raise SetupError(
+            f"{path} holds a secret key but is readable by others (mode {mode:04o}); make it "
+            f"private with `chmod 600 {path}` (and replace the key if others may have read it)"
+        )
+
+
+def _config_path(federation: Path) -> Path:
+    return federation / "federation.toml" if federation.is_dir() else federation
+
+
+def prepare(
+    federation: Path,
+    node_id: str,
+    *,
+    data: Path | None,
+    out: Path | None,
+    say: Callable[[str], None],
+) -> LocalSetup:
+    """Load and check everything local (raises :class:`SetupError` naming the fault)."""
+    config_path = _config_path(Path(federation))
+    try:
+        config = load_federation(config_path)
+        config.node(node_id)  # KeyError naming the federation when unknown
+        check_stream(config)
+    except (ConfigError, LocalFileError) as error:
+        raise SetupError(str(error)) from None
+    except KeyError as error:
+        raise SetupError(str(error.args[0])) from None
+    if config.stream_check is None:
+        say(
+            f"{config_path} pins no stream_check, so this node cannot confirm that it "
+            "draws the same Gaussian streams as the other nodes (masks drawn differently do "
+            "not cancel); `zerosum federation init` pins one"
+        )
+    base = config.base_dir or config_path.parent
+    node_dir = base / "nodes" / node_id
+    identity_path = node_dir / "identity.pem"
+    for secret in (identity_path, node_dir / "client.key"):
+        _check_private(secret)
+    try:
+        identity = IdentityKey.from_pem(
+            read_limited(identity_path, _IDENTITY_BYTES, what="identity key")
+        )
+    except LocalFileError as error:
+        raise SetupError(str(error)) from None
+    except NoiseError as error:
+        raise SetupError(f"{identity_path}: {error}") from None
+    if identity.public_bytes() != config.node(node_id).identity_public_key:
+        raise SetupError(
+            f"{identity_path} is not the identity key pinned for node {node_id!r} in {config_path}"
+        )
+    tls = (base / config.ca_certificate, node_dir / "client.pem", node_dir / "client.key")
+    for path in tls:
+        if not path.exists():
+            raise SetupError(f"{path} does not exist")
+    data_path = Path(data) if data is not None else node_dir / "data.csv"
+    try:
+        cohort = load_cohort(data_path, config)
+        plan = ModelPlan(config, cohort)
+    except ConfigError as error:
+        raise SetupError(str(error)) from None
+    say(f"{cohort.n_subjects} subjects with {len(cohort.feature_names)} features from {data_path}")
+    return LocalSetup(
+        node_id=node_id,
+        config_path=config_path,
+        config=config,
+        config_hash=config_hash(config),
+        codec=FixedPointCodec(config.fixed_point_bits),
+        identity=identity,
+        tls=tls,
+        cohort=cohort,
+        plan=plan,
+        out=Path(out) if out is not None else node_dir / "out",
+    )

@@ -1,0 +1,239 @@
+"""Answering the coordinator's unmask request for the round this node awaits, or refusing.
+
+One call of :func:`answer` takes one step: attest the survivor set (an
+attestation reveals nothing), or — once every survivor attested the same set —
+send this node's pair terms with the dropped nodes (under CAPE, in a CAPE-sum
+round, its pads with them), or refuse with a sentence. The rules are those of
+``node.unmask`` (consistent request, enough survivors, every attestation
+verified, answers of earlier attempts respected) and the noise floor: what is
+left on this node's egress once the terms are revealed must stay at or above
+it. Everything an answer reveals is recorded in the ledger before it leaves,
+and counted as revealed from then on, whether or not the coordinator takes it.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+import numpy as np
+from numpy.typing import NDArray
+
+from node.errors import GatewayError, NodeRefused
+from node.gateway import UnmaskRequest
+from node.masking import unmask_corrections
+from node.release import ReleaseNoise, with_cape_participants
+from node.session.context import SessionContext
+from node.session.progress import RoundProgress
+from node.unmask import (
+    RevealedTerms,
+    attestation_signature,
+    check_against_revealed,
+    check_attestations,
+    check_request,
+)
+from noise.layout import Layout
+from noise.masks import cape_blinding
+
+__all__ = ["CAPE_SUM_PREFIX", "answer"]
+
+U64 = NDArray[np.uint64]
+
+CAPE_SUM_PREFIX = "cape-sum/"
+
+
+def _names(nodes: tuple[str, ...] | set[str]) -> str:
+    return "{" + ", ".join(sorted(nodes)) + "}"
+
+
+def _refuse(ctx: SessionContext, request: UnmaskRequest, reason: str) -> NoReturn:
+    ctx.ledger.record_refusal(
+        session_id=ctx.session_id,
+        round_index=request.round_index,
+        round_name=request.round_name,
+        dropped=request.dropped,
+        survivors=request.survivors,
+        reason=reason,
+    )
+    try:
+        ctx.gateway.refuse_unmask(request=request, reason=reason)
+    except GatewayError as error:
+        ctx.say(f"the coordinator did not take the refusal ({error.details})")
+    raise NodeRefused(
+        f"refused to unmask round {request.round_index} ({request.round_name!r}): {reason}"
+    )
+
+
+def answer(
+    ctx: SessionContext,
+    progress: RoundProgress,
+    request: UnmaskRequest,
+    *,
+    index: int,
+    name: str,
+    layout: Layout,
+    participants: tuple[str, ...],
+    noise: ReleaseNoise,
+) -> None:
+    """One step of answering ``request`` for round ``index``, the round awaited.
+
+    Attest, then (when all agree) answer. Every check, the attestation and
+    the corrections use ``index``, never the request's own round: a request
+    for another round is refused.
+    """
+    if request.survivor_hash in progress.answered:
+        return
+    reason = check_request(
+        request,
+        node_id=ctx.node_id,
+        session_id=ctx.session_id,
+        round_index=index,
+        participants=participants,
+        config_hash=ctx.config_hash,
+        min_nodes=ctx.config.min_nodes,
+    )
+    if reason is None:
+        reason = check_against_revealed(request, progress.revealed.get(index))
+    if reason is not None:
+        _refuse(ctx, request, reason)
+    if request.survivor_hash not in progress.attested:
+        signature = attestation_signature(
+            ctx.identity,
+            config_hash=ctx.config_hash,
+            session_id=ctx.session_id,
+            round_index=index,
+            survivor_hash=request.survivor_hash,
+        )
+        ctx.gateway.attest(
+            session_id=ctx.session_id,
+            round_index=index,
+            survivor_hash=request.survivor_hash,
+            signature=signature,
+        )
+        progress.attested.add(request.survivor_hash)
+        ctx.say(
+            f"round {index} ({name!r}): attested survivors {_names(request.survivors)} "
+            f"(dropped {_names(request.dropped)})"
+        )
+        return
+    complete, reason = check_attestations(
+        request, config_hash=ctx.config_hash, identity_keys=ctx.config.identity_keys
+    )
+    if reason is not None:
+        _refuse(ctx, request, reason)
+    if not complete:
+        return
+    # Everything revealed for this round once this answer is sent: the floor
+    # check and the ledger must see the union, not this request alone. (The
+    # request contains every earlier dropped set, see check_against_revealed,
+    # so the union is request.dropped; the answer itself stays the terms with D.)
+    earlier = progress.revealed.get(index)
+    revealed = set(request.dropped) | (earlier.dropped if earlier else set())
+    if name.startswith(CAPE_SUM_PREFIX):
+        corrections = _cape_pads(
+            ctx,
+            progress,
+            request,
+            revealed=revealed,
+            index=index,
+            name=name,
+            layout=layout,
+            noise=noise,
+        )
+    elif ctx.config.privacy.noise_design.construction == "cape":
+        _refuse(
+            ctx,
+            request,
+            "CAPE noise cannot be unmasked; the round must be rerun among the survivors",
+        )
+    else:
+        shortfall = noise.floor_shortfall(revealed)
+        if shortfall is not None:
+            _refuse(ctx, request, shortfall)
+        if not _recorded(ctx, index, revealed, request):
+            ctx.ledger.record_unmask(
+                session_id=ctx.session_id,
+                round_index=index,
+                round_name=request.round_name,
+                dropped=sorted(revealed),
+                survivors=request.survivors,
+                mu=noise.mu_after_unmask(revealed),
+            )
+        corrections = unmask_corrections(
+            noise, ctx.seeds, layout, request.dropped, round_index=index, codec=ctx.codec
+        )
+    # Counted as revealed from here on, whether or not the coordinator takes
+    # the answer: its bytes may reach the coordinator before a rejection.
+    if earlier is None:
+        earlier = progress.revealed[index] = RevealedTerms(set(), set())
+    earlier.dropped |= revealed
+    earlier.survivors |= set(request.survivors)
+    try:
+        ctx.gateway.submit_unmask(
+            request=request,
+            payload=corrections,
+            layout=layout,
+            fixed_point_bits=ctx.config.fixed_point_bits,
+        )
+    except GatewayError as error:
+        # The request moved on (another survivor dropped); the next poll shows the new one.
+        ctx.say(f"unmask answer not taken ({error.details}); fetching the request again")
+        return
+    progress.answered.add(request.survivor_hash)
+    ctx.say(f"round {index} ({name!r}): sent pair terms with {_names(request.dropped)}")
+
+
+def _cape_pads(
+    ctx: SessionContext,
+    progress: RoundProgress,
+    request: UnmaskRequest,
+    *,
+    revealed: set[str],
+    index: int,
+    name: str,
+    layout: Layout,
+    noise: ReleaseNoise,
+) -> U64:
+    """This node's pads with the dropped nodes in a CAPE-sum round, after the floor check.
+
+    The pads blind a private draw, not data: with D's pads revealed the
+    coordinator learns Σ_S ê_k, which it publishes anyway. What it costs is
+    the model round's CAPE noise among S alone, so refuse now if that would
+    fall below the floor (the model round checks again).
+    """
+    state = progress.cape[name.removeprefix(CAPE_SUM_PREFIX)]
+    shortfall = state.floor_shortfall(
+        with_cape_participants(noise, request.survivors),
+        ctx.config.privacy.collusion_threshold,
+    )
+    if shortfall is not None:
+        _refuse(ctx, request, shortfall)
+    if not _recorded(ctx, index, revealed, request):
+        ctx.ledger.record_secure_sum_unmask(
+            session_id=ctx.session_id,
+            round_index=index,
+            round_name=request.round_name,
+            dropped=sorted(revealed),
+            survivors=request.survivors,
+        )
+    pad_partners = sorted({ctx.node_id, *request.dropped})
+    pads: U64 = layout.build(
+        lambda slot: cape_blinding(
+            pad_partners,
+            ctx.node_id,
+            ctx.seeds,
+            round_index=index,
+            tensor=slot.name,
+            size=slot.size,
+        )
+    )
+    return pads
+
+
+def _recorded(ctx: SessionContext, index: int, revealed: set[str], request: UnmaskRequest) -> bool:
+    """True when the ledger already holds this very answer (same terms, same cost).
+
+    It is sent again after a restart, or when the coordinator missed it.
+    """
+    return ctx.ledger.has_unmask(
+        ctx.session_id, index, dropped=sorted(revealed), survivors=request.survivors
+    )
