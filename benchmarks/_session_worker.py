@@ -7,7 +7,7 @@ a secret) and obeys one JSON command per line on stdin, answering each with
 one JSON line on stdout (``{"error": ...}`` when the command failed):
 
 * ``{"cmd": "join", "address": A}``: open a mutual-TLS
-  :class:`~node.client.CoordinatorClient` to the coordinator at A, join its
+  :class:`~node.client.GrpcGateway` to the coordinator at A, join its
   session with a fresh X25519 key signed by the node's Ed25519 identity key,
   poll the roster until it is final, verify every bundle against the pinned
   identities and derive the pairwise seeds (``noise.seeds.pairwise_seed``).
@@ -51,7 +51,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from benchmarks._plain_grpc import plain_channel, plain_round
-from node.client import CoordinatorClient, RetryPolicy
+from node.client import GrpcGateway, RetryPolicy
+from node.gateway import RoundState
 from node.roster import derive_seeds, verify_roster
 from node.statements import check_statements, sign_upload_statement
 from noise.designs import Design, complete_design
@@ -60,7 +61,6 @@ from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.layout import Layout
 from noise.masks import pairwise_mask
 from proto.federation import config_hash, load_federation
-from proto.zerosum.v1 import session_pb2 as pb
 
 __all__ = ["MASK_MODES", "PLAIN_TENSOR", "POLL_SECONDS", "TENSOR", "main", "node_values"]
 
@@ -104,7 +104,7 @@ class _Node:
         self.key = (folder / "client.key").read_bytes()
         self.values = node_values(index, size)
         self.layout = Layout.of({TENSOR: (size,)})
-        self.client: CoordinatorClient | None = None
+        self.client: GrpcGateway | None = None
         self.session_id = ""
         self.seeds: dict[str, bytes] = {}
         self.design: Design | None = None
@@ -146,7 +146,7 @@ class _Node:
     def _join(self, address: str) -> dict[str, Any]:
         if self.client is not None:
             self.client.close()
-        self.client = CoordinatorClient(
+        self.client = GrpcGateway(
             address,
             node_id=self.node_id,
             root_certificate=self.ca,
@@ -154,7 +154,7 @@ class _Node:
             private_key=self.key,
             retry=RetryPolicy(total_seconds=_CALL_SECONDS, attempt_timeout=_CALL_SECONDS),
         )
-        status = self.client.get_status("")
+        status = self.client.status("")
         self.session_id = status.session_id
         ephemeral = EphemeralKey.generate()
         bundle = sign_key_bundle(
@@ -164,17 +164,9 @@ class _Node:
             node_id=self.node_id,
             public_key=ephemeral.public_bytes(),
         )
-        self.client.join(
-            pb.KeyBundle(
-                config_hash=bundle.config_hash,
-                session_id=bundle.session_id,
-                node_id=bundle.node_id,
-                public_key=bundle.public_key,
-                signature=bundle.signature,
-            )
-        )
+        self.client.join(bundle)
         give_up = time.monotonic() + _CALL_SECONDS
-        while not (roster := self.client.get_roster(self.session_id)).final:
+        while not (roster := self.client.roster(self.session_id)).final:
             if time.monotonic() > give_up:
                 raise TimeoutError(f"the roster of session {self.session_id} never became final")
             time.sleep(self.poll_seconds)
@@ -265,7 +257,8 @@ class _Node:
             )
             uploaded = time.monotonic()
             while True:
-                header, aggregate = client.get_result(self.session_id, round_index)
+                header = client.result(self.session_id, round_index)
+                aggregate = header.aggregate
                 if aggregate is not None:
                     # As a node does: every counted upload was signed for this roster.
                     check_statements(
@@ -281,7 +274,7 @@ class _Node:
                         round_name=round_name,
                     )
                     break
-                if header.status == pb.ROUND_STATUS_FAILED:
+                if header.state == RoundState.FAILED:
                     raise RuntimeError(f"round {round_index} failed: {header.reason}")
                 if time.monotonic() - uploaded > _CALL_SECONDS:
                     raise TimeoutError(f"round {round_index} was not aggregated in time")

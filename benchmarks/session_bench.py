@@ -81,6 +81,7 @@ process started here is stopped when the benchmark ends, whatever happens.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -101,7 +102,8 @@ from benchmarks._plain_grpc import PlainSumServer
 from benchmarks._session_worker import MASK_MODES, PLAIN_TENSOR, TENSOR, node_values
 from coordinator.config import SessionConfig
 from noise.fixed_point import FixedPointCodec, wrapping_sum
-from proto.federation import config_hash, load_federation
+from noise.layout import Layout
+from proto.federation import RoundSpec, config_hash, dump_federation, load_federation
 
 __all__ = ["FLOWER_SECAGG_REFERENCE_SECONDS", "MEASUREMENT_SECONDS", "run"]
 
@@ -359,8 +361,12 @@ def _coordinator(federation: Path, state: Path, deadline: _Deadline) -> Iterator
         coordinator.stop()
 
 
-def _make_federation(folder: Path, node_ids: Sequence[str]) -> Path:
-    """``zerosum federation init`` for ``node_ids`` with deadlines far beyond any round."""
+def _make_federation(folder: Path, node_ids: Sequence[str], size: int = 0) -> Path:
+    """``zerosum federation init`` for ``node_ids`` with deadlines far beyond any round.
+
+    The plan's rounds keep their names but carry one tensor of the benchmark's
+    ``size`` values (the coordinator takes every round's layout from the config).
+    """
     from zerosum.cli import main as zerosum_main
 
     arguments = [
@@ -381,7 +387,13 @@ def _make_federation(folder: Path, node_ids: Sequence[str]) -> Path:
         code = zerosum_main(arguments)
     if code != 0:
         raise RuntimeError(f"zerosum federation init failed with status {code}.")
-    return folder / "federation.toml"
+    path = folder / "federation.toml"
+    made = load_federation(path)
+    layout = Layout.of({TENSOR: (size or VALUES_PER_NODE,)})
+    rounds = tuple(RoundSpec(spec.name, layout) for spec in made.plan.rounds)
+    config = dataclasses.replace(made, plan=dataclasses.replace(made.plan, rounds=rounds))
+    path.write_text(dump_federation(config), encoding="utf-8")
+    return path
 
 
 def _plan(federation: Path) -> tuple[str, ...]:

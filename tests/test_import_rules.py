@@ -1,0 +1,164 @@
+"""The layering rules between the packages, checked on every import of every module.
+
+* ``noise`` is pure math and crypto: it imports none of ``node``, ``coordinator``,
+  ``proto``, ``simulations``, ``zerosum``, gRPC or scikit-learn;
+* ``proto`` (the wire protocol, the federation config, payload layouts) imports
+  none of ``node``, ``coordinator``, ``simulations``, ``zerosum``;
+* ``coordinator`` knows nothing of brain age nor of the command line: no ``node``
+  (so no ``node.deltab``), no ``simulations``, no ``zerosum``;
+* ``node`` imports no ``coordinator``, ``simulations`` or ``zerosum``, and
+  ``node.deltab`` (the brain-age model, used by ``zerosum deltab``) no gRPC,
+  ``proto`` or scikit-learn either, so it starts small inside a TRE;
+* ``simulations`` never touch the protocol: no ``proto``, ``coordinator``,
+  ``zerosum`` or gRPC.
+
+Only ``zerosum`` (the command) and ``benchmarks`` may import both node and
+coordinator. The check reads every module's imports (also those inside
+functions); a planted violation shows it would catch one.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Package (or subpackage) -> top-level names (or dotted prefixes) it must not import.
+RULES: Mapping[str, tuple[str, ...]] = {
+    "noise": ("node", "coordinator", "proto", "simulations", "zerosum", "grpc", "sklearn"),
+    "proto": ("node", "coordinator", "simulations", "zerosum"),
+    "coordinator": ("node", "simulations", "zerosum"),
+    "node": ("coordinator", "simulations", "zerosum"),
+    "node.deltab": ("coordinator", "simulations", "zerosum", "grpc", "proto", "sklearn"),
+    "simulations": ("proto", "coordinator", "zerosum", "grpc"),
+}
+
+
+def _module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    """The absolute module a (possibly relative) ``from ... import`` names."""
+    if node.level == 0:
+        return node.module or ""
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def imports(root: Path, package: str) -> Iterator[tuple[str, int, str]]:
+    """(module, line, imported module) for every import statement under ``root/package``."""
+    folder = root.joinpath(*package.split("."))
+    for path in sorted(folder.rglob("*.py")):
+        if "_pb2" in path.name:
+            continue
+        module = _module_name(root, path)
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    yield module, node.lineno, alias.name
+            elif isinstance(node, ast.ImportFrom):
+                yield module, node.lineno, _resolve(module, node, path.name == "__init__.py")
+
+
+def _forbidden(imported: str, banned: tuple[str, ...]) -> bool:
+    return any(imported == b or imported.startswith(b + ".") for b in banned)
+
+
+def violations(root: Path, rules: Mapping[str, tuple[str, ...]] = RULES) -> list[str]:
+    """Every import that breaks a rule, as ``module:line imports name``."""
+    found = []
+    for package, banned in rules.items():
+        if not root.joinpath(*package.split(".")).is_dir():
+            continue
+        for module, line, imported in imports(root, package):
+            if _forbidden(imported, banned):
+                found.append(f"{module}:{line} imports {imported} ({package} must not)")
+    return sorted(set(found))
+
+
+def test_every_package_keeps_its_import_rules() -> None:
+    assert violations(REPO) == []
+
+
+def test_every_package_of_the_rules_exists() -> None:
+    for package in RULES:
+        assert REPO.joinpath(*package.split(".")).is_dir(), package
+
+
+@pytest.mark.parametrize(
+    ("package", "source", "names"),
+    [
+        ("coordinator", "from node.deltab import model\n", "node.deltab"),
+        ("coordinator", "def f():\n    import zerosum.pki\n", "zerosum.pki"),
+        ("noise", "import grpc\n", "grpc"),
+        ("noise", "from proto.federation import config_hash\n", "proto.federation"),
+        ("node", "from coordinator.session import Session\n", "coordinator.session"),
+        ("node/deltab", "from ..client import GrpcGateway\nimport grpc\n", "grpc"),
+        ("node/deltab", "import proto.chunks\n", "proto.chunks"),
+        ("simulations", "from proto import chunks\n", "proto"),
+        ("proto", "from node import errors\n", "node"),
+    ],
+)
+def test_a_planted_violation_is_caught(
+    tmp_path: Path, package: str, source: str, names: str
+) -> None:
+    folder = tmp_path.joinpath(*package.split("/"))
+    folder.mkdir(parents=True)
+    for parent in [folder, *folder.parents]:
+        if parent == tmp_path:
+            break
+        (parent / "__init__.py").write_text("")
+    (folder / "planted.py").write_text(source)
+    found = violations(tmp_path)
+    assert any(f"imports {names} " in line for line in found), found
+
+
+def test_relative_imports_are_resolved() -> None:
+    tree = ast.parse("from ..client import GrpcGateway\nfrom . import sums\n")
+    first, second = (n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom))
+    assert _resolve("node.deltab.model", first, is_package=False) == "node.client"
+    assert _resolve("node.deltab.model", second, is_package=False) == "node.deltab"
+    assert _resolve("node.deltab", first, is_package=True) == "node.client"
+
+
+def test_importing_noise_or_node_deltab_loads_no_forbidden_package() -> None:
+    """At run time too: the packages these import in turn stay within the rules."""
+    modules = sorted(
+        _module_name(REPO, path)
+        for folder in ("noise", "node/deltab")
+        for path in (REPO / folder).glob("*.py")
+    )
+    script = (
+        "import importlib, json, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout.strip().splitlines()[-1])
+    assert "noise.keys" in loaded and "node.deltab.model" in loaded
+    heavy = ("grpc", "sklearn", "coordinator", "proto", "zerosum", "simulations")
+    assert [m for m in loaded if _forbidden(m, heavy)] == []
