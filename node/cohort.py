@@ -5,10 +5,11 @@ not take part correctly: the file is unreadable or ragged, there is no age
 column or an age is missing, the number of features differs from the
 federation's model, a feature has no observed value at all, or the cohort is
 smaller than ``min_cohort_size`` (the N ≥ 100 rule for UK TREs; δ ≤ 1/N² is
-calibrated for it). Missing feature values are allowed: the federated fit
-replaces them by the global mean of the observed values (nan_policy "mean",
-node/deltab/stats.py). Each problem is one sentence naming the file and,
-where it applies, the line.
+calibrated for it). Missing feature values are allowed: the plan leaves their
+subjects out (``nan_policy = "drop"``, and then checks the cohort size on the
+subjects left) or replaces them by the global means of the observed values
+(``"mean"``). Each problem is one sentence naming the file and, where it
+applies, the line.
 """
 
 from __future__ import annotations

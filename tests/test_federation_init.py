@@ -86,7 +86,8 @@ def test_config_pins_the_identity_keys_on_disk(federation_dir: Path) -> None:
     # Three nodes: the default collusion threshold is min(1, K - 2) = 1.
     assert config.privacy.collusion_threshold == 1
     assert DeltabSettings.from_tables(config.plan.settings).n_features == 6
-    assert config.plan.round_names == ("moments", "scatter")
+    # Complete data: the brain-age fit is one round of uncentred sums.
+    assert config.plan.round_names == ("sums",)
     # The installation's reference stream is pinned, so mismatched nodes refuse to start.
     assert config.stream_check == stream_fingerprint()
 
@@ -290,7 +291,7 @@ def test_a_20_mb_upload_streams_under_the_default_message_limit(
 ) -> None:
     rng = np.random.default_rng(5)
     tensors = {
-        "scatter": rng.integers(0, 2**64, size=(1600, 1600), dtype=np.uint64),
+        "sums": rng.integers(0, 2**64, size=(1600, 1600), dtype=np.uint64),
         "n": np.array(412, dtype=np.uint64),
     }
     layout = Layout.of_tensors(tensors)
@@ -300,7 +301,7 @@ def test_a_20_mb_upload_streams_under_the_default_message_limit(
     header = pb.UploadHeader(
         session_id="s1",
         round_index=1,
-        round_name="scatter",
+        round_name="sums",
         node_id="south",
         payload=payload_header(words, layout, fixed_point_bits=32),
     )

@@ -1,35 +1,60 @@
-"""The brain-age plan's public side: its name, version and rounds from its settings alone.
+"""The brain-age plan: its public rounds from the settings, and one node's side of each round.
 
-Every party derives the same rounds from ``[plan.model]`` and
-``[plan.clipping]`` (``DeltabSettings``): their names and the names and shapes
-of their tensors (``node.deltab.stats.expected_shapes``), in payload order.
-``zerosum federation init`` writes them into the config; a node checks that
-the config's rounds are exactly these before it contacts anyone.
+*Public side.* Every party derives the same rounds from ``[plan.model]`` and
+``[plan.clipping]`` (``DeltabSettings``): with complete data, or
+``nan_policy = "drop"``, one round ``sums`` of uncentred pre-scaled sums; with
+``nan_policy = "mean"`` a round ``means`` first (the global means that impute
+missing values), then ``sums`` over the imputed data
+(``node.deltab.sums``). ``zerosum federation init`` writes them into the
+config; a node checks that the config's rounds are exactly these.
+
+*One node's side* (:class:`DeltabPlan`). For each round it gives the node's
+tensors (sums over its subjects after clipping to the public bounds and
+pre-scaling to [-1, 1]), their L2 sensitivities from the public bounds alone
+with how each was derived, the clipped counts for the audit record and the SDC
+evidence, and takes in each aggregate. After the last round it writes the
+global model and predicts this node's own subjects. Centring, standardisation
+and the principal components are computed after aggregation, so the noise
+scale never depends on data.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Final
 
-from node.deltab import plan as deltab_plan
-from node.deltab.plan import PlanSettings
-from node.deltab.stats import expected_shapes
-from node.plans.deltab_settings import DeltabSettings
-from noise.layout import Layout
-from proto.federation import FederationConfig, PlanSpec, RoundSpec
+import numpy as np
+from numpy.typing import NDArray
 
-__all__ = ["PLAN_NAME", "PLAN_VERSION", "deltab_plan_spec", "deltab_rounds", "plan_settings"]
+from node.cohort import LocalCohort
+from node.deltab import plan as deltab_plan
+from node.deltab.persist import save_model, set_feature_names
+from node.deltab.plan import PlanSettings
+from node.deltab.sums import DERIVATIONS, MEANS, SUMS, plan_shapes, sensitivity
+from node.errors import LocalDataError
+from node.plans.deltab_settings import DeltabSettings
+from node.release import TensorSensitivity
+from noise.layout import Layout
+from proto.federation import ConfigError, FederationConfig, PlanSpec, RoundSpec
+
+__all__ = [
+    "PLAN_NAME",
+    "PLAN_VERSION",
+    "DeltabPlan",
+    "check_rounds",
+    "deltab_plan_spec",
+    "deltab_rounds",
+    "plan_settings",
+]
 
 PLAN_NAME: Final = "deltab"
-PLAN_VERSION: Final = "1"
+PLAN_VERSION: Final = "2"
 
 
 def deltab_rounds(settings: DeltabSettings) -> tuple[RoundSpec, ...]:
     """The plan's rounds and their public layouts, from the settings alone."""
-    return tuple(
-        RoundSpec(name, Layout.of(expected_shapes(name, settings.n_features)))
-        for name in deltab_plan.ROUNDS
-    )
+    shapes = plan_shapes(settings.n_features, 0, settings.nan_policy)
+    return tuple(RoundSpec(name, Layout.of(tensors)) for name, tensors in shapes.items())
 
 
 def deltab_plan_spec(settings: DeltabSettings) -> PlanSpec:
@@ -42,12 +67,155 @@ def deltab_plan_spec(settings: DeltabSettings) -> PlanSpec:
     )
 
 
+def check_rounds(config: FederationConfig) -> DeltabSettings:
+    """The plan's settings, once the config's plan is this one with exactly its rounds."""
+    plan = config.plan
+    if (plan.name, plan.version) != (PLAN_NAME, PLAN_VERSION):
+        raise ConfigError(
+            "plan",
+            f"{plan.name} {plan.version}",
+            f"this node runs plan {PLAN_NAME} version {PLAN_VERSION}",
+        )
+    settings = DeltabSettings.from_tables(plan.settings)
+    expected = deltab_rounds(settings)
+    if plan.rounds != expected:
+        mine = [(r.name, r.layout) for r in expected]
+        theirs = [(r.name, r.layout) for r in plan.rounds]
+        raise ConfigError(
+            "plan.rounds",
+            [name for name, _ in theirs],
+            f"the federation's rounds {theirs} are not those plan {PLAN_NAME} derives from its "
+            f"settings: {mine}",
+        )
+    return settings
+
+
 def plan_settings(config: FederationConfig) -> PlanSettings:
     """The brain-age fit every node runs, from the federation's plan tables."""
     settings = DeltabSettings.from_tables(config.plan.settings)
     return PlanSettings(
         model=settings.kind,
         n_components=settings.n_components,
-        nan_policy="mean",
+        nan_policy=settings.nan_policy,
         bounds=settings.clipping.bounds(),
     )
+
+
+class DeltabPlan:
+    """One node's side of the federated brain-age fit (see the module docstring)."""
+
+    def __init__(self, config: FederationConfig, cohort: LocalCohort) -> None:
+        check_rounds(config)
+        self.settings = plan_settings(config)
+        self.cohort = cohort
+        used = self.n_used()
+        if used < config.min_cohort_size:
+            raise LocalDataError(
+                f"{cohort.path}: only {used} of {cohort.n_subjects} subjects have every feature "
+                f"value, and plan.model.nan_policy = 'drop' leaves the others out; the "
+                f"federation requires at least {config.min_cohort_size} per node "
+                "(min_cohort_size)"
+            )
+        self.round_names: tuple[str, ...] = config.plan.round_names
+        self.state = deltab_plan.NodeState(settings=self.settings)
+        self._tensors: dict[str, dict[str, NDArray[np.float64]]] = {}
+        self._received: set[str] = set()
+
+    @property
+    def complete(self) -> bool:
+        return set(self.round_names) <= self._received
+
+    def tensors(self, round_name: str) -> dict[str, NDArray[np.float64]]:
+        """This node's contribution to ``round_name`` (computed once, then reused)."""
+        if round_name not in self._tensors:
+            computed = deltab_plan.round_tensors(
+                round_name, self.cohort.features, self.cohort.age, self.state
+            )
+            self._tensors[round_name] = {
+                name: np.asarray(value, dtype=np.float64) for name, value in computed.items()
+            }
+        return self._tensors[round_name]
+
+    def sensitivities(self, round_name: str) -> list[TensorSensitivity]:
+        """Each tensor's L2 sensitivity (add or remove one subject), in tensor order."""
+        bounds = self.settings.bounds
+        assert bounds is not None
+        figures = sensitivity(round_name, bounds)
+        notes = DERIVATIONS.get(round_name, {})
+        out = []
+        for name in self.tensors(round_name):
+            value = figures[name]
+            how = notes.get(name, "the largest L2 norm of one subject's term")
+            out.append(
+                TensorSensitivity(
+                    name,
+                    value,
+                    f"one subject changes {name} by at most {how} = {value:.6g} after clipping "
+                    "to the public bounds and pre-scaling to [-1, 1]",
+                )
+            )
+        return out
+
+    def receive(self, round_name: str, aggregate: dict[str, NDArray[np.float64]]) -> None:
+        deltab_plan.receive(round_name, aggregate, self.state)
+        self._received.add(round_name)
+
+    # -- local facts for the audit record and the SDC evidence ---------
+
+    def clipped(self, round_name: str) -> dict[str, int]:
+        """Values clipped to the public bounds in this round (stays in the TRE)."""
+        counts = self.state.clipped.get(round_name)
+        if counts is None:
+            return {}
+        out = {"total": counts.total, "age": int(counts.age)}
+        for name, n in zip(self.cohort.feature_names, counts.features, strict=True):
+            if n:
+                out[f"feature:{name}"] = int(n)
+        return out
+
+    def n_used(self) -> int:
+        """Subjects contributing: those without a missing value under nan_policy "drop"."""
+        if self.settings.nan_policy == "drop":
+            return int(np.sum(~np.isnan(self.cohort.features).any(axis=1)))
+        return self.cohort.n_subjects
+
+    def residual_dof(self, round_name: str) -> int | None:
+        """N − P − 1 for the sums round (regression of age on P features and an intercept)."""
+        if round_name != SUMS:
+            return None
+        return self.n_used() - len(self.cohort.feature_names) - 1
+
+    def sdc_notes(self, round_name: str) -> tuple[str, ...]:
+        notes = [
+            "Every released value is a sum over at least N subjects with calibrated Gaussian "
+            "noise; no subject-level value is released."
+        ]
+        if round_name == SUMS:
+            notes.append(
+                "Residual degrees of freedom: N − P − 1 for a regression of age on the P "
+                "features with an intercept."
+            )
+            if MEANS in self.round_names:
+                notes.append(
+                    "Missing feature values are replaced by the global means released in round "
+                    "'means', so these sums depend on the other nodes' data through those means "
+                    "(their noise scale does not: it follows from the public bounds)."
+                )
+        return tuple(notes)
+
+    # -- the result -----------------------------------------------------
+
+    def save_model(self, path: Path) -> None:
+        if self.state.model is None:
+            raise RuntimeError("the model is not fitted: the sums round has not been received")
+        # Every node's columns are the same features in the same order; keep this
+        # node's names so that predicting from its tables matches columns by name.
+        save_model(set_feature_names(self.state.model, self.cohort.feature_names), path)
+
+    def predict(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        """(brain age, delta) in years for this node's own subjects."""
+        model = self.state.model
+        if model is None:
+            raise RuntimeError("the model is not fitted: the sums round has not been received")
+        delta = np.asarray(model.predict_delta(self.cohort.features, self.cohort.age))
+        return self.cohort.age + delta, delta

@@ -20,7 +20,7 @@ from node.client import RetryPolicy
 from node.cohort import LocalCohort
 from node.gateway import CoordinatorGateway
 from node.ledger import PrivacyLedger
-from node.plan_bridge import ModelPlan
+from node.plans.deltab import DeltabPlan
 from node.roster import VerifiedRoster
 from node.session.setup import LocalSetup
 from noise.fixed_point import FixedPointCodec
@@ -82,7 +82,7 @@ class SessionContext:
         return self.setup.out
 
     @property
-    def plan(self) -> ModelPlan:
+    def plan(self) -> DeltabPlan:
         return self.setup.plan
 
     @property

@@ -23,7 +23,7 @@ import numpy as np
 from node.atomic import atomic_write_text
 from node.cape_state import CapeStore
 from node.egress import EgressBundle
-from node.plan_bridge import ModelPlan
+from node.plans.deltab import DeltabPlan
 from node.session_state import SessionStore
 
 __all__ = ["CAPE_SUM_NOTE", "archive_previous", "json_object", "write_results"]
@@ -71,7 +71,7 @@ def _cell(value: float) -> str:
     return "" if not np.isfinite(value) else repr(float(value))
 
 
-def write_results(out: Path, plan: ModelPlan, ids: tuple[str, ...]) -> tuple[Path, Path]:
+def write_results(out: Path, plan: DeltabPlan, ids: tuple[str, ...]) -> tuple[Path, Path]:
     """Write the model and this node's predictions; forget the session key and CAPE material."""
     model_path = out / "model.json"
     plan.save_model(model_path)

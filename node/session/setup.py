@@ -16,7 +16,7 @@ from pathlib import Path
 
 from node.cohort import LocalCohort, load_cohort
 from node.errors import SetupError
-from node.plan_bridge import ModelPlan
+from node.plans.deltab import DeltabPlan
 from node.preflight import check_stream
 from noise.errors import NoiseError
 from noise.fixed_point import FixedPointCodec
@@ -42,7 +42,7 @@ class LocalSetup:
     identity: IdentityKey
     tls: tuple[Path, Path, Path]  # CA certificate, client certificate, client key
     cohort: LocalCohort
-    plan: ModelPlan
+    plan: DeltabPlan
     out: Path
 
 
@@ -111,7 +111,7 @@ def prepare(
     data_path = Path(data) if data is not None else node_dir / "data.csv"
     try:
         cohort = load_cohort(data_path, config)
-        plan = ModelPlan(config, cohort)
+        plan = DeltabPlan(config, cohort)
     except ConfigError as error:
         raise SetupError(str(error)) from None
     say(f"{cohort.n_subjects} subjects with {len(cohort.feature_names)} features from {data_path}")

@@ -45,7 +45,17 @@ def federation_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     parser = argparse.ArgumentParser()
     federation_command.add_arguments(parser)
     args = parser.parse_args(
-        ["init", "--nodes", "a,b,c", "--out", str(out), "--coordinator", "127.0.0.1:50999"]
+        [
+            "init",
+            "--nodes",
+            "a,b,c",
+            "--out",
+            str(out),
+            "--coordinator",
+            "127.0.0.1:50999",
+            "--nan-policy",
+            "mean",  # two rounds: "means", then "sums"
+        ]
     )
     assert federation_command.run(args) == 0
     return out
@@ -237,7 +247,7 @@ def test_a_completed_session_exits_0_after_every_node_has_the_result(
     nodes = nodes_for(coordinator.port)  # type: ignore[operator]
     for node in nodes.values():
         join(node, session_id, fed_hash)
-    for round_index, name in enumerate(("moments", "scatter")):
+    for round_index, name in enumerate(("means", "sums")):
         layout = config.plan.round(name).layout
         data = zero_sum(("a", "b", "c"), layout.size, seed=round_index)
         for node in nodes.values():
@@ -249,7 +259,7 @@ def test_a_completed_session_exits_0_after_every_node_has_the_result(
     assert coordinator.finish() == 0
     text = "\n".join(coordinator.seen)
     assert "roster final: a, b, c joined" in text
-    assert "round 1 ('scatter') ready" in text
+    assert "round 1 ('sums') ready" in text
     assert f"session {session_id} completed" in text
 
 

@@ -49,7 +49,8 @@ from node.deltab.io import Table, read_table
 from node.deltab.model import BrainAgeModel
 from node.deltab.persist import load_model
 from node.deltab.plan import NodeState, finish, receive, round_tensors
-from node.deltab.stats import MOMENTS, SCATTER, combine
+from node.deltab.stats import combine
+from node.deltab.sums import MEANS, SUMS
 from node.egress import EgressBundle
 from node.plans.deltab import plan_settings
 from noise.fixed_point import wrapping_sum
@@ -113,9 +114,14 @@ def init_federation(
     join_deadline: float,
     round_deadline: float,
     seed: int = 11,
+    nan_policy: str = "mean",
     extra: Sequence[str] = (),
 ) -> Federation:
-    """Run ``zerosum federation init --synthetic`` (small cohorts, 12 features, 4 components)."""
+    """Run ``zerosum federation init --synthetic`` (small cohorts, 12 features, 4 components).
+
+    ``nan_policy = "mean"`` (the default here) gives a two-round plan, "means" then
+    "sums", so that a test can act between rounds; "drop" gives the one-round plan.
+    """
     argv = [
         "federation",
         "init",
@@ -142,6 +148,8 @@ def init_federation(
         str(join_deadline),
         "--round-deadline",
         str(round_deadline),
+        "--nan-policy",
+        nan_policy,
         *extra,
     ]
     printed = io.StringIO()
@@ -563,28 +571,28 @@ class SessionRun:
 
 
 def reference_model(
-    federation: Federation, moments_nodes: Iterable[str], scatter_nodes: Iterable[str]
+    federation: Federation, means_nodes: Iterable[str], sums_nodes: Iterable[str]
 ) -> BrainAgeModel:
     """The model from plain (noise-free) sums over the cohorts each round aggregated.
 
-    Round "moments" sums over ``moments_nodes``; every node of
-    ``scatter_nodes`` takes that standardisation and the "scatter" round sums
-    over them (node/deltab/plan.py). With every round over the same nodes this
-    is ``plan.run_in_process`` on those cohorts, i.e. the pooled fit.
+    Round "means" sums over ``means_nodes``; every node of ``sums_nodes`` takes
+    those global means and the "sums" round sums over them
+    (node/deltab/plan.py). With every round over the same nodes this is
+    ``plan.run_in_process`` on those cohorts, i.e. the pooled fit.
     """
     settings = plan_settings(federation.config)
-    first, second = sorted(moments_nodes), sorted(scatter_nodes)
+    first, second = sorted(means_nodes), sorted(sums_nodes)
     cohorts = {n: federation.cohort(n) for n in {*first, *second}}
     states = {n: NodeState(settings=settings) for n in cohorts}
-    moments = combine(
-        [round_tensors(MOMENTS, cohorts[n].features, cohorts[n].age, states[n]) for n in first]
+    means = combine(
+        [round_tensors(MEANS, cohorts[n].features, cohorts[n].age, states[n]) for n in first]
     )
     for n in second:
-        receive(MOMENTS, moments, states[n])
-    scatter = combine(
-        [round_tensors(SCATTER, cohorts[n].features, cohorts[n].age, states[n]) for n in second]
+        receive(MEANS, means, states[n])
+    sums = combine(
+        [round_tensors(SUMS, cohorts[n].features, cohorts[n].age, states[n]) for n in second]
     )
-    return finish({MOMENTS: moments, SCATTER: scatter}, settings)
+    return finish({MEANS: means, SUMS: sums}, settings)
 
 
 def relative_difference(model: BrainAgeModel, reference: BrainAgeModel, holdout: Table) -> float:

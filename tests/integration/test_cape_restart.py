@@ -2,7 +2,7 @@
 
 A real coordinator process and three node processes run a CAPE session
 (``zerosum federation init --construction cape --residual-dp``): rounds
-0 ``cape-sum/moments``, 1 ``moments``, 2 ``cape-sum/scatter``, 3 ``scatter``.
+0 ``cape-sum/means``, 1 ``moments``, 2 ``cape-sum/sums``, 3 ``scatter``.
 Node ``a`` runs with ``--approve manual`` and is SIGKILLed
 
 1. once the coordinator has recorded its first CAPE-sum share (round 0),
@@ -94,7 +94,7 @@ def test_a_killed_cape_node_resumes_its_session(tmp_path: Path, processes: Proce
     # 2 and 3: at the approval gates of the two model rounds.
     written = {}
     modes = {}
-    for round_index, model_round in ((1, "moments"), (3, "scatter")):
+    for round_index, model_round in ((1, "means"), (3, "sums")):
         run.at_gate(VICTIM, round_index)
         written[round_index] = _facts(run, round_index)
         modes[model_round] = _modes(run.out(VICTIM) / "audit" / f"cape-{model_round}")
@@ -143,11 +143,11 @@ def test_a_killed_cape_node_resumes_its_session(tmp_path: Path, processes: Proce
     logs = {s.name: s.stderr() for s in processes.spawned}
     first, second, third = (logs[name] for name in restarts)
     assert (
-        "round 0 ('cape-sum/moments') CAPE sum share noted, sending it again" in first
-        or "round 0 aggregated, round 1 ('moments') not written yet here" in first
+        "round 0 ('cape-sum/means') CAPE sum share noted, sending it again" in first
+        or "round 0 aggregated, round 1 ('means') not written yet here" in first
     )
-    assert "round 0 aggregated, round 1 ('moments') bundle found, resubmitting" in second
-    assert "CAPE material of 'moments' loaded from" in second
-    assert "rounds 0, 1, 2 aggregated, round 3 ('scatter') bundle found, resubmitting" in third
-    assert "CAPE material of 'scatter' loaded from" in third
+    assert "round 0 aggregated, round 1 ('means') bundle found, resubmitting" in second
+    assert "CAPE material of 'means' loaded from" in second
+    assert "rounds 0, 1, 2 aggregated, round 3 ('sums') bundle found, resubmitting" in third
+    assert "CAPE material of 'sums' loaded from" in third
     assert "completed" in third

@@ -310,8 +310,7 @@ def test_too_few_survivors_end_the_session_with_the_reason(
     run = done.run
     assert done.codes == {"coordinator": 1, "b": 1, "c": 1, "a": -9}, run.describe()
     why = (
-        "only 2 of 3 nodes submitted round 'moments' (a dropped); "
-        "the federation requires at least 3"
+        "only 2 of 3 nodes submitted round 'means' (a dropped); the federation requires at least 3"
     )
     session = run.state.session()
     assert session is not None and session["state"] == "failed" and session["reason"] == why
@@ -349,7 +348,7 @@ def test_survivors_refuse_an_unmask_below_their_noise_floor(
             assert len(declined) == 1
             assert declined[0]["details"]["dropped"] == ["a"]
             assert "below my floor" in declined[0]["details"]["reason"]
-            assert "refused to unmask round 0 ('moments')" in text and "below my floor" in text
+            assert "refused to unmask round 0 ('means')" in text and "below my floor" in text
         else:
             assert "refused to unmask round 0" in text
     assert run.state.result(0) is None

@@ -62,7 +62,7 @@ def session(tmp_path: Path, processes: Processes) -> SessionRun:
     # The coordinator takes every round's layout from the config: a plan of a
     # 20 MB round and a small last one.
     plan = dataclasses.replace(
-        made.config.plan, rounds=(RoundSpec("moments", LAYOUT), RoundSpec("scatter", SMALL))
+        made.config.plan, rounds=(RoundSpec("means", LAYOUT), RoundSpec("sums", SMALL))
     )
     config = dataclasses.replace(made.config, plan=plan)
     made.toml.write_text(dump_federation(config))
@@ -128,7 +128,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
     keys = {node: _join(federation, client, session_id) for node, client in clients.items()}
     rosters = {node: _roster(federation, clients[node], session_id, keys[node]) for node in NODES}
     current = clients["a"].status(session_id).current
-    assert current is not None and (current.index, current.name) == (0, "moments")
+    assert current is not None and (current.index, current.name) == (0, "means")
 
     rng = np.random.default_rng(20240611)
     payloads = {
@@ -164,7 +164,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
         )
 
     def upload(node: str) -> UploadReceipt:
-        return send(node, 0, "moments", payloads[node], LAYOUT)
+        return send(node, 0, "means", payloads[node], LAYOUT)
 
     started = time.monotonic()
     with ThreadPoolExecutor(len(NODES)) as pool:
@@ -210,7 +210,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
     # A small last round lets the session complete and the coordinator exit.
     small = SMALL
     for node in NODES:
-        send(node, 1, "scatter", np.full(8, ord(node), dtype=np.uint64), small)
+        send(node, 1, "sums", np.full(8, ord(node), dtype=np.uint64), small)
     for node in NODES:
         header = clients[node].result(session_id, 1)
         last = header.aggregate

@@ -188,7 +188,7 @@ def _unmask(run: SessionRun, turns: Turns) -> Finished:
     frozen = run.nodes["b"]
     frozen.freeze()
     try:
-        attested = "round 1 ('scatter'): attested survivors {a, b} (dropped {c})"
+        attested = "round 1 ('sums'): attested survivors {a, b} (dropped {c})"
         wait_until(
             lambda: attested in run.nodes[VICTIM].stderr(),
             what="node a to attest the survivor set",
@@ -299,7 +299,7 @@ def test_a_node_restarted_during_unmask_answers_once_and_finishes_exactly(
     assert relative_difference(run.model(VICTIM), expected, federation.holdout()) <= 1e-9
     unmask = [e for e in run.ledger(VICTIM)["entries"] if e["kind"] == "unmask"]
     assert [(e["round_index"], e["details"]["dropped"]) for e in unmask] == [(1, ["c"])]
-    assert "round 1 ('scatter'): sent pair terms with {c}" in done.restarts[0].stderr()
+    assert "round 1 ('sums'): sent pair terms with {c}" in done.restarts[0].stderr()
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -339,18 +339,18 @@ def test_the_restarted_node_says_what_it_resumed(
     assert logs and all(f"rejoined session {session} with the key saved in" in log for log in logs)
     resuming = f"resuming session {session}: "
     if scenario == "joined":
-        assert resuming + "no round aggregated yet, round 0 ('moments') not written yet" in logs[0]
+        assert resuming + "no round aggregated yet, round 0 ('means') not written yet" in logs[0]
     elif scenario == "at-gate":
-        assert resuming + "no round aggregated yet, round 0 ('moments') bundle found" in logs[0]
-        assert resuming + "round 0 aggregated, round 1 ('scatter') bundle found" in logs[1]
+        assert resuming + "no round aggregated yet, round 0 ('means') bundle found" in logs[0]
+        assert resuming + "round 0 aggregated, round 1 ('sums') bundle found" in logs[1]
         assert all("(not yet released; not recomputed)" in log for log in logs)
     elif scenario == "uploaded":
-        assert resuming + "no round aggregated yet, round 0 ('moments') bundle found" in logs[0]
-        assert resuming + "round 0 aggregated, round 1 ('scatter') bundle found" in logs[1]
+        assert resuming + "no round aggregated yet, round 0 ('means') bundle found" in logs[0]
+        assert resuming + "round 0 aggregated, round 1 ('sums') bundle found" in logs[1]
         assert all("(approved and recorded; not recomputed)" in log for log in logs)
         assert all("the coordinator already held these bytes" in log for log in logs)
     else:
-        assert resuming + "round 0 aggregated, round 1 ('scatter') bundle found" in logs[0]
+        assert resuming + "round 0 aggregated, round 1 ('sums') bundle found" in logs[0]
     assert f"session {session} completed" in logs[-1]
 
 

@@ -39,7 +39,7 @@ ROUND_DEADLINE = 120.0
 QUICK = 30.0
 SURVIVORS = ("a", "b", "d")
 COMMENT = "cell counts below 10 in the sex-by-site table"
-WITHDREW = "withdrew from round 0 ('moments'): the TRE's output checker rejected this node's egress"
+WITHDREW = "withdrew from round 0 ('means'): the TRE's output checker rejected this node's egress"
 
 
 def _reject(run: SessionRun, node_id: str, round_index: int) -> None:

@@ -61,6 +61,9 @@ def _federation(out: Path, round_deadline: float) -> Path:
             str(round_deadline),
             "--join-deadline",
             "30",
+            # Two rounds ("means", then "sums"): the others go on after a withdrawal.
+            "--nan-policy",
+            "mean",
         ]
     )
     assert federation_command.run(args) == 0
@@ -136,7 +139,7 @@ def _spend_budget(out: Path, node: str, fed: Path) -> None:
     ledger.record_release(
         session_id="an-earlier-session",
         round_index=0,
-        round_name="moments",
+        round_name="means",
         mu={"outsider": 10.0, "coordinator": 10.0},
         manifest_sha256="0" * 64,
     )
@@ -169,7 +172,7 @@ def test_a_node_over_its_budget_withdraws_and_the_others_finish_at_once(
     assert session.state() == SessionState.COMPLETED
     (dropped,) = session.status().dropped_nodes
     assert (dropped.node_id, dropped.round_index) == ("c", 0)
-    assert dropped.reason == f"withdrew from round 0 ('moments'): {outcomes['c']}"
+    assert dropped.reason == f"withdrew from round 0 ('means'): {outcomes['c']}"
     assert any(line.endswith("(dropped from the round: {c})") for line in lines["c"]), lines["c"]
     # Nothing of c's was written for review, nor sent.
     assert not (tmp_path / "out-c" / "egress" / "round-0").exists()
@@ -206,4 +209,4 @@ def test_an_interrupted_node_does_not_withdraw_and_is_dropped_at_the_deadline(
         threads[n].join(timeout=60)
         assert not isinstance(outcomes[n], BaseException), outcomes[n]
     (dropped,) = server.session.status().dropped_nodes
-    assert (dropped.node_id, dropped.reason) == ("c", "missed the deadline of round 0 ('moments')")
+    assert (dropped.node_id, dropped.reason) == ("c", "missed the deadline of round 0 ('means')")

@@ -424,7 +424,7 @@ def _print_table(result: dict[str, Any]) -> None:
         verdict = "yes" if exact else "NO"
         print(
             f"Σ noised payloads == Σ un-noised audit payloads, bitwise: {verdict} "
-            f"({result['rounds_checked']} rounds)"
+            f"({result['rounds_checked']} round{'s' if result['rounds_checked'] != 1 else ''})"
         )
     rel = result["max_relative_difference_vs_pooled"]
     print(f"federated vs pooled fit, max relative difference: {rel:.2e}")

@@ -144,10 +144,11 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument(
         "--nan-policy",
         choices=["drop", "mean"],
-        default="mean",
+        default="drop",
         help=(
-            "missing feature values: drop the subject at its node, or impute the global mean "
-            "of the observed values (default mean)"
+            "missing feature values: drop the subject at its node (complete data: one round), "
+            "or impute the global mean of the observed values (an extra round of means) "
+            "(default drop)"
         ),
     )
     model.add_argument(
