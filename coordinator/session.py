@@ -85,6 +85,10 @@ class Session:
     was dropped), after the transition has been committed. All public
     methods are thread-safe; payload chunks are received without holding the
     session lock.
+
+    ``store`` and ``config`` are the ones given; ``context`` is what the
+    steps share and ``changes`` the table of status changes over it;
+    ``resumed`` tells whether the state file already held this session.
     """
 
     def __init__(

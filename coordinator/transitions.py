@@ -45,8 +45,16 @@ The table, as :func:`describe` prints it::
 
 'completed' and 'failed' sessions, and 'ready', 'failed' and 'superseded'
 rounds, change no more. Round events apply to the current round of a running
-session only. A new phase is a new status (a row in the schema's CHECK list),
-new events, and new rows here with their handlers.
+session only; a rerun is a new round under the next index
+(:class:`~coordinator.events.NextRound`).
+
+Adding a phase (say a round status 'reveal'): name it in
+``RoundStatus`` (coordinator/messages.py) and ``ROUND_STATUSES``
+(coordinator/store/rows.py), allow it in the schema's CHECK list under a new
+schema version (coordinator/store/schema.py) and give it a wire status
+(coordinator/wire.py); add its events to coordinator/events.py; add rows and
+handlers here; and let a step decide when each event has happened. The table
+test (tests/coordinator/test_transitions.py) then walks the new pairs.
 """
 
 from __future__ import annotations
