@@ -254,6 +254,7 @@ def test_a_superseded_round_is_no_longer_current(tmp_path: Path) -> None:
     rerun = session.store.round(superseded + 1)
     assert rerun is not None and rerun.status == RoundStatus.OPEN
     assert rerun.name == "cape-sum/moments"
+    session.store.close()
 
 
 def test_a_change_outside_a_transition_is_refused_as_a_bug(tmp_path: Path) -> None:
@@ -311,3 +312,18 @@ def test_only_the_table_writes_status() -> None:
             ):
                 writers.setdefault(node.func.attr, set()).add(path.name)
     assert writers and all(files == {"transitions.py"} for files in writers.values()), writers
+
+
+def test_a_restart_in_the_join_phase_moves_the_join_deadline_past_the_downtime(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    session, fed = _session(tmp_path, clock, cape=False)
+    first = session.status().join_deadline_ms
+    session.store.close()
+    clock.advance(fed.config.join_timeout_ms * 3)  # the coordinator was down meanwhile
+    restarted = Session(Store(tmp_path / "state.sqlite"), fed.config, clock=clock)
+    assert restarted.resumed and restarted.state() == SessionState.JOINING
+    assert restarted.status().join_deadline_ms == clock.now + fed.config.join_timeout_ms > first
+    restarted.join(fed.bundle("a", restarted.session_id), caller="a")
+    restarted.store.close()
