@@ -4,9 +4,10 @@ Every payload is a vector of little-endian uint64 fixed-point words
 (noise/fixed_point.py). Fixed-point addition modulo 2^64 is exact and
 associative, so the coordinator can add each chunk into one running vector the
 moment it arrives and needs a single d-word vector per round, however many
-nodes submit (memory independent of K). The zero-sum masks cancel exactly in
-this sum (DESIGN.md §4.5–§4.6); with dropouts the survivors' corrections are
-subtracted from it (Bonawitz et al. 2017, ACM CCS, "Practical Secure
+nodes submit (memory independent of K). Each node's mask is a signed sum of
+pair terms that its partner adds with the opposite sign, so the masks cancel
+exactly in this sum; with dropouts the survivors' corrections are subtracted
+from it (Bonawitz et al. 2017, ACM CCS, "Practical Secure
 Aggregation for Privacy-Preserving Machine Learning", §4).
 
 Chunks need not be aligned to 8 bytes: a contribution keeps the at most seven

@@ -38,6 +38,7 @@ __all__ = [
     "PermissionDenied",
     "RetryLater",
     "StateFileError",
+    "TransitionRefused",
     "Unauthenticated",
 ]
 
@@ -62,6 +63,14 @@ class FailedPrecondition(CoordinatorError):
     """The message is well formed but the session is not in a state that accepts it."""
 
     status = "FAILED_PRECONDITION"
+
+
+class TransitionRefused(FailedPrecondition):
+    """A status change the session's current state does not allow (coordinator/transitions.py).
+
+    The steps check their preconditions first, so a node sees this only when
+    two messages raced; nothing is written.
+    """
 
 
 class PermissionDenied(CoordinatorError):

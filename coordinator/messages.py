@@ -2,7 +2,8 @@
 
 They mirror the messages of proto/zerosum/v1/session.proto field for field
 where it matters, but carry no protobuf or gRPC types, so the state machine
-can be tested without a network; coordinator/server.py translates.
+can be tested without a network; coordinator/wire.py translates them for
+the servicer of coordinator/server.py.
 """
 
 from __future__ import annotations

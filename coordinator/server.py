@@ -1,8 +1,8 @@
 """The coordinator's gRPC server: mutual TLS, message translation, status codes, deadlines.
 
 The servicer only translates protobuf messages to the plain dataclasses of
-coordinator/messages.py and back; every decision is the session's
-(coordinator/session.py). A refused message raises a
+coordinator/messages.py and back (coordinator/wire.py); every decision is
+the session's (coordinator/session.py). A refused message raises a
 :class:`~coordinator.errors.CoordinatorError`, which becomes a gRPC status
 with the error's sentence as details (``context.abort``).
 
@@ -41,22 +41,25 @@ from coordinator.errors import (
     InvalidArgument,
     Unauthenticated,
 )
-from coordinator.layout import PayloadSpec, TensorSlot
-from coordinator.messages import (
-    Attestation,
-    RoundStatus,
-    SessionState,
-    UnmaskHeader,
-    UnmaskRefusal,
-    UnmaskRequestView,
-    UploadHeader,
-    WithdrawRequest,
-)
 from coordinator.session import Session, Ticket
-from noise.errors import KeyFormatError
-from noise.keys import KeyBundle
-from noise.layout import Layout
-from proto.chunks import file_chunks, payload_header, tensor_layouts
+from coordinator.wire import (
+    attestation_from_pb,
+    attestation_receipt_to_pb,
+    join_response_to_pb,
+    key_bundle_from_pb,
+    result_header_to_pb,
+    roster_to_pb,
+    status_to_pb,
+    unmask_header_from_pb,
+    unmask_receipt_to_pb,
+    unmask_refusal_from_pb,
+    unmask_request_to_pb,
+    upload_header_from_pb,
+    upload_receipt_to_pb,
+    withdraw_receipt_to_pb,
+    withdraw_request_from_pb,
+)
+from proto.chunks import file_chunks
 from proto.tls import CertificateError, node_id_from_auth_context
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
@@ -75,65 +78,10 @@ DEFAULT_PAYLOAD_SLOTS = 4
 # Result chunks sent; smaller than the 1 MiB limit to keep K concurrent downloads small.
 RESULT_CHUNK_BYTES = 256 << 10
 
-_ROUND_STATUS = {
-    RoundStatus.OPEN: pb.ROUND_STATUS_OPEN,
-    RoundStatus.UNMASK: pb.ROUND_STATUS_AWAITING_UNMASK,
-    RoundStatus.READY: pb.ROUND_STATUS_READY,
-    RoundStatus.FAILED: pb.ROUND_STATUS_FAILED,
-    RoundStatus.SUPERSEDED: pb.ROUND_STATUS_FAILED,
-}
-_SESSION_STATE = {
-    SessionState.JOINING: pb.SESSION_STATE_JOINING,
-    SessionState.RUNNING: pb.SESSION_STATE_RUNNING,
-    SessionState.COMPLETED: pb.SESSION_STATE_COMPLETED,
-    SessionState.FAILED: pb.SESSION_STATE_ABORTED,
-}
-
 
 def _abort(context: grpc.ServicerContext, error: CoordinatorError) -> NoReturn:
     context.abort(grpc.StatusCode[error.status], error.sentence)
     raise AssertionError("context.abort returned")  # pragma: no cover
-
-
-def _spec(header: pb.PayloadHeader) -> PayloadSpec:
-    return PayloadSpec(
-        total_bytes=header.total_bytes,
-        total_elements=header.total_elements,
-        sha256=bytes(header.sha256),
-        fixed_point_bits=header.fixed_point_bits,
-        tensors=tuple(
-            TensorSlot(
-                name=t.name, shape=tuple(int(n) for n in t.shape), offset=t.offset, size=t.size
-            )
-            for t in header.tensors
-        ),
-    )
-
-
-def _unmask_request(view: UnmaskRequestView) -> pb.UnmaskRequest:
-    return pb.UnmaskRequest(
-        session_id=view.session_id,
-        round_index=view.round_index,
-        round_name=view.round_name,
-        pending=view.pending,
-        dropped_node_ids=list(view.dropped),
-        survivor_node_ids=list(view.survivors),
-        survivor_hash=view.survivor_hash,
-        attestations=[
-            pb.SurvivorAttestation(
-                session_id=a.session_id,
-                round_index=a.round_index,
-                node_id=a.node_id,
-                survivor_hash=a.survivor_hash,
-                signature=a.signature,
-            )
-            for a in view.attestations
-        ],
-        tensors=tensor_layouts(Layout(view.tensors)) if view.tensors else [],
-        fixed_point_bits=view.fixed_point_bits,
-        deadline_unix_ms=view.deadline_ms,
-        min_survivors=view.min_survivors,
-    )
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -160,28 +108,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinResponse:
         def join(caller: str) -> pb.JoinResponse:
-            b = request.bundle
-            if not request.HasField("bundle"):
-                raise InvalidArgument("the join request carries no key bundle.")
-            try:
-                bundle = KeyBundle(
-                    config_hash=bytes(b.config_hash),
-                    session_id=b.session_id,
-                    node_id=b.node_id,
-                    public_key=bytes(b.public_key),
-                    signature=bytes(b.signature),
-                )
-            except KeyFormatError as error:
-                raise InvalidArgument(f"the key bundle is malformed: {error}") from None
-            receipt = self.session.join(bundle, caller=caller)
-            return pb.JoinResponse(
-                session_id=receipt.session_id,
-                node_id=receipt.node_id,
-                rejoined=receipt.rejoined,
-                joined_count=receipt.joined_count,
-                federation_size=receipt.federation_size,
-                join_deadline_unix_ms=receipt.join_deadline_ms,
-            )
+            receipt = self.session.join(key_bundle_from_pb(request), caller=caller)
+            return join_response_to_pb(receipt)
 
         result: pb.JoinResponse = self._call(context, join)
         return result
@@ -189,35 +117,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def GetRoster(self, request: pb.GetRosterRequest, context: grpc.ServicerContext) -> pb.Roster:
         def roster(caller: str) -> pb.Roster:
             self.session.check_caller(caller, request.node_id or caller)
-            view = self.session.roster(request.session_id, caller=caller)
-            return pb.Roster(
-                session_id=view.session_id,
-                config_hash=view.config_hash,
-                bundles=[
-                    pb.KeyBundle(
-                        config_hash=b.config_hash,
-                        session_id=b.session_id,
-                        node_id=b.node_id,
-                        public_key=b.public_key,
-                        signature=b.signature,
-                    )
-                    for b in view.bundles
-                ],
-                version=view.version,
-                roster_hash=view.roster_hash,
-                final=view.final,
-                join_deadline_unix_ms=view.join_deadline_ms,
-                excluded_node_ids=list(view.excluded),
-                round_deadline_seconds=view.round_deadline_seconds,
-                round_deadlines=[
-                    pb.RoundDeadline(
-                        round_index=d.round_index,
-                        round_name=d.round_name,
-                        deadline_unix_ms=d.deadline_ms,
-                    )
-                    for d in view.round_deadlines
-                ],
-            )
+            return roster_to_pb(self.session.roster(request.session_id, caller=caller))
 
         result: pb.Roster = self._call(context, roster)
         return result
@@ -267,33 +167,14 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             first = next(request_iterator, None)
             if first is None or first.WhichOneof("part") != "header":
                 raise InvalidArgument("the first message of an upload must be its header.")
-            h = first.header
-            header = UploadHeader(
-                session_id=h.session_id,
-                round_index=h.round_index,
-                round_name=h.round_name,
-                node_id=h.node_id,
-                payload=_spec(h.payload),
-                roster_hash=bytes(h.roster_hash),
-                statement_signature=bytes(h.statement_signature),
-            )
+            header = upload_header_from_pb(first.header)
             outcome = self.session.begin_upload(header, caller=caller)
             receipt = (
                 self._stream_in(outcome, request_iterator, context)
                 if isinstance(outcome, Ticket)
                 else outcome
             )
-            return pb.UploadReceipt(
-                session_id=receipt.session_id,
-                round_index=receipt.round_index,
-                node_id=receipt.node_id,
-                sha256=receipt.sha256,
-                received_bytes=receipt.received_bytes,
-                duplicate=receipt.duplicate,
-                received_unix_ms=receipt.received_ms,
-                submitted_count=receipt.submitted_count,
-                expected_count=receipt.expected_count,
-            )
+            return upload_receipt_to_pb(receipt)
 
         result: pb.UploadReceipt = self._call(context, upload)
         return result
@@ -309,47 +190,17 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                     "the first message of an unmask answer must be its header or a refusal."
                 )
             if kind == "refusal":
-                r = first.refusal
-                receipt = self.session.refuse_unmask(
-                    UnmaskRefusal(
-                        session_id=r.session_id,
-                        round_index=r.round_index,
-                        node_id=r.node_id,
-                        dropped=tuple(r.dropped_node_ids),
-                        survivor_hash=bytes(r.survivor_hash),
-                        reason=r.reason,
-                    ),
-                    caller=caller,
-                )
+                refusal = unmask_refusal_from_pb(first.refusal)
+                receipt = self.session.refuse_unmask(refusal, caller=caller)
             else:
-                h = first.header
-                outcome = self.session.begin_unmask(
-                    UnmaskHeader(
-                        session_id=h.session_id,
-                        round_index=h.round_index,
-                        round_name=h.round_name,
-                        node_id=h.node_id,
-                        dropped=tuple(h.dropped_node_ids),
-                        survivor_hash=bytes(h.survivor_hash),
-                        payload=_spec(h.payload),
-                    ),
-                    caller=caller,
-                )
+                header = unmask_header_from_pb(first.header)
+                outcome = self.session.begin_unmask(header, caller=caller)
                 receipt = (
                     self._stream_in(outcome, request_iterator, context)
                     if isinstance(outcome, Ticket)
                     else outcome
                 )
-            return pb.UnmaskReceipt(
-                session_id=receipt.session_id,
-                round_index=receipt.round_index,
-                node_id=receipt.node_id,
-                accepted=receipt.accepted,
-                duplicate=receipt.duplicate,
-                sha256=receipt.sha256,
-                received_count=receipt.received_count,
-                survivor_count=receipt.survivor_count,
-            )
+            return unmask_receipt_to_pb(receipt)
 
         result: pb.UnmaskReceipt = self._call(context, submit)
         return result
@@ -366,37 +217,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             )
 
         caller, view = self._call(context, check)
-        header = pb.ResultHeader(
-            session_id=view.session_id,
-            round_index=view.round_index,
-            round_name=view.round_name,
-            status=_ROUND_STATUS[view.status],
-            reason=view.reason,
-            deadline_unix_ms=view.deadline_ms,
-            survivor_node_ids=list(view.survivors),
-            dropped_node_ids=list(view.dropped),
-            survivor_hash=view.survivor_hash,
-            statements=[
-                pb.UploadStatement(
-                    node_id=s.node_id,
-                    round_name=s.round_name,
-                    roster_hash=s.roster_hash,
-                    payload_sha256=s.payload_sha256,
-                    signature=s.signature,
-                )
-                for s in view.statements
-            ],
-        )
-        if view.payload is not None:
-            spec = view.payload
-            header.payload.CopyFrom(
-                payload_header(
-                    None, Layout(spec.tensors), spec.fixed_point_bits, sha256=spec.sha256
-                )
-            )
-        if view.unmask_request is not None:
-            header.unmask_request.CopyFrom(_unmask_request(view.unmask_request))
-        yield pb.ResultChunk(header=header)
+        yield pb.ResultChunk(header=result_header_to_pb(view))
         if view.path is None:
             return
         for chunk in file_chunks(view.path, RESULT_CHUNK_BYTES):
@@ -413,7 +234,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             view = self.session.unmask_request(
                 request.session_id, request.round_index, caller=caller
             )
-            return _unmask_request(view)
+            return unmask_request_to_pb(view)
 
         result: pb.UnmaskRequest = self._call(context, fetch)
         return result
@@ -422,19 +243,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self, request: pb.SurvivorAttestation, context: grpc.ServicerContext
     ) -> pb.AttestationReceipt:
         def attest(caller: str) -> pb.AttestationReceipt:
-            receipt = self.session.attest(
-                Attestation(
-                    session_id=request.session_id,
-                    round_index=request.round_index,
-                    node_id=request.node_id,
-                    survivor_hash=bytes(request.survivor_hash),
-                    signature=bytes(request.signature),
-                ),
-                caller=caller,
-            )
-            return pb.AttestationReceipt(
-                attested_count=receipt.attested_count, survivor_count=receipt.survivor_count
-            )
+            receipt = self.session.attest(attestation_from_pb(request), caller=caller)
+            return attestation_receipt_to_pb(receipt)
 
         result: pb.AttestationReceipt = self._call(context, attest)
         return result
@@ -443,37 +253,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self, request: pb.GetStatusRequest, context: grpc.ServicerContext
     ) -> pb.SessionStatus:
         def status(caller: str) -> pb.SessionStatus:
-            view = self.session.status(request.session_id, caller=caller)
-            return pb.SessionStatus(
-                session_id=view.session_id,
-                state=_SESSION_STATE[view.state],
-                config_hash=view.config_hash,
-                federation_id=view.federation_id,
-                current_round_index=view.current_round_index,
-                current_round_name=view.current_round_name,
-                joined_node_ids=list(view.joined),
-                submitted_node_ids=list(view.submitted),
-                excluded_node_ids=list(view.excluded),
-                reason=view.reason,
-                join_deadline_unix_ms=view.join_deadline_ms,
-                min_nodes=view.min_nodes,
-                rounds=[
-                    pb.RoundSummary(
-                        round_index=r.round_index,
-                        round_name=r.round_name,
-                        status=_ROUND_STATUS[r.status],
-                        submitted_node_ids=list(r.submitted),
-                        dropped_node_ids=list(r.dropped),
-                        deadline_unix_ms=r.deadline_ms,
-                        reason=r.reason,
-                    )
-                    for r in view.rounds
-                ],
-                dropped_nodes=[
-                    pb.DroppedNode(node_id=d.node_id, round_index=d.round_index, reason=d.reason)
-                    for d in view.dropped_nodes
-                ],
-            )
+            return status_to_pb(self.session.status(request.session_id, caller=caller))
 
         result: pb.SessionStatus = self._call(context, status)
         return result
@@ -482,22 +262,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self, request: pb.WithdrawRequest, context: grpc.ServicerContext
     ) -> pb.WithdrawReceipt:
         def withdraw(caller: str) -> pb.WithdrawReceipt:
-            receipt = self.session.withdraw(
-                WithdrawRequest(
-                    session_id=request.session_id,
-                    round_index=request.round_index,
-                    node_id=request.node_id,
-                    reason=request.reason,
-                ),
-                caller=caller,
-            )
-            return pb.WithdrawReceipt(
-                session_id=receipt.session_id,
-                round_index=receipt.round_index,
-                node_id=receipt.node_id,
-                dropped_node_ids=list(receipt.dropped),
-                state=_SESSION_STATE[receipt.state],
-            )
+            receipt = self.session.withdraw(withdraw_request_from_pb(request), caller=caller)
+            return withdraw_receipt_to_pb(receipt)
 
         result: pb.WithdrawReceipt = self._call(context, withdraw)
         return result

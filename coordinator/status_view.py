@@ -12,7 +12,7 @@ the state was last written (the newer modification time of the file and its
 write-ahead log, and the latest timestamp recorded in it) and whether a
 coordinator process is alive. The coordinator holds an exclusive ``flock`` on
 ``<state>.lock`` for its whole life and the operating system releases it when
-the process ends, however it ends (coordinator/store.py); so a non-blocking
+the process ends, however it ends (coordinator/store/schema.py); so a non-blocking
 shared lock on that file, taken and dropped at once, fails exactly while a
 coordinator is alive. (A coordinator starting in the microseconds the test
 lock is held would refuse to start, saying the state is in use; started again,
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from coordinator.store import Store
+from coordinator.store import Store, lock_path_for
 
 __all__ = ["coordinator_alive", "lock_path", "read_status", "render_status"]
 
@@ -43,8 +43,8 @@ def _utc(ms: int | None) -> str | None:
 
 
 def lock_path(state: Path) -> Path:
-    """The file a running coordinator keeps locked (named as in coordinator/store.py)."""
-    return state.with_name(state.name + ".lock")
+    """The file a running coordinator keeps locked (``<state>.lock``)."""
+    return lock_path_for(state)
 
 
 def coordinator_alive(state: Path) -> bool | None:

@@ -79,7 +79,7 @@ def test_a_failed_transaction_leaves_nothing_behind(store: Store) -> None:
     before = store.dump()
     with pytest.raises(KeyError), store.transaction():
         store.add_member("b", b"\x02" * 32, b"\x03" * 64, 1)
-        store.update_session(state="running")
+        store.set_session_state("running")
         raise KeyError("crash in the middle of a transition")
     assert store.dump() == before
 

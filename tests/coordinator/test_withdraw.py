@@ -31,8 +31,8 @@ from coordinator.messages import (
     WithdrawRequest,
 )
 from coordinator.session import Session, Ticket
+from coordinator.steps.withdraw import MAX_WITHDRAW_REASON_CHARS
 from coordinator.store import Store
-from coordinator.withdraw import MAX_WITHDRAW_REASON_CHARS
 from tests.coordinator.support import (
     N_WORDS,
     FakeClock,

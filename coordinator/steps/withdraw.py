@@ -7,7 +7,7 @@ floor cannot be kept. Silent, it would be dropped only at the round deadline
 tells the coordinator, which drops it *exactly as the deadline would have*:
 the node's row in the roster becomes dropped for this round with its reason,
 and once every participant still live has uploaded, the round goes down the
-deadline's own path (``Session._round_deadline``): survivors unmask their
+deadline's own path (coordinator/steps/deadlines.py): survivors unmask their
 pair terms with the dropped nodes (Bonawitz et al. 2017, ACM CCS, §4), a CAPE
 model round is rerun, or the session fails when fewer than ``min_nodes``
 remain. Nothing about the mathematics changes: a withdrawn node is a dropout
@@ -21,24 +21,36 @@ summands of m_k, so the coordinator could compute y_k − m_k = x_k and strip
 k's noise. The round deadline never drops an uploaded node for the same
 reason; a withdrawal after the upload is refused (FAILED_PRECONDITION) and the
 upload stays in the round. A survivor that will not go on during the unmask
-phase refuses the unmask request instead (coordinator/unmask.py), which
+phase refuses the unmask request instead (coordinator/steps/unmask.py), which
 already ends the session with its reason.
 
 Like every step, a withdrawal is checked completely before anything is
 written and applied in one store transaction (kill -9 safe); the deadline's
-path runs in its own transaction afterwards, and :meth:`Session.tick` applies
-it again after a crash in between. The same withdrawal sent again (a lost
+path runs in its own transaction afterwards, and the next tick applies it
+again after a crash in between. The same withdrawal sent again (a lost
 receipt) is answered with the receipt of the state now.
 """
 
 from __future__ import annotations
 
+from coordinator.context import SessionContext, node_list
 from coordinator.errors import FailedPrecondition, InvalidArgument
+from coordinator.events import NodeWithdrew, WithdrawalLeftTooFew
 from coordinator.messages import RoundStatus, WithdrawReceipt, WithdrawRequest
-from coordinator.session_base import SessionBase, node_list
-from coordinator.store import MemberRow, RoundRow, SessionRow
+from coordinator.steps.checks import (
+    check_caller,
+    check_live,
+    check_round,
+    check_running,
+    check_session_id,
+    find_member,
+)
+from coordinator.steps.deadlines import Deadlines, nobody_awaited, withdrawal_notes
+from coordinator.steps.streams import Streams
+from coordinator.store import RoundRow, SessionRow
+from coordinator.transitions import StatusChanges
 
-__all__ = ["MAX_WITHDRAW_REASON_CHARS", "WithdrawSteps", "withdrawal_reason"]
+__all__ = ["MAX_WITHDRAW_REASON_CHARS", "Withdrawals", "withdrawal_reason"]
 
 # A sentence for people, shown to every node in the status; never a document.
 MAX_WITHDRAW_REASON_CHARS = 1000
@@ -53,8 +65,20 @@ def withdrawal_reason(round_row: RoundRow, text: str) -> str:
     return f"withdrew from round {round_row.round_index} ({round_row.name!r}): {text}"
 
 
-class WithdrawSteps(SessionBase):
-    """Withdrawals (mixed into :class:`~coordinator.session.Session`)."""
+class Withdrawals:
+    """Withdrawals of nodes that stop on purpose."""
+
+    def __init__(
+        self,
+        ctx: SessionContext,
+        streams: Streams,
+        changes: StatusChanges,
+        deadlines: Deadlines,
+    ) -> None:
+        self.ctx = ctx
+        self.streams = streams
+        self.changes = changes
+        self.deadlines = deadlines
 
     def withdraw(self, request: WithdrawRequest, *, caller: str) -> WithdrawReceipt:
         """Drop ``request.node_id`` from the open current round it has not uploaded.
@@ -66,8 +90,9 @@ class WithdrawSteps(SessionBase):
         is not a live participant, an uploaded round, an ended session), each
         before anything is written.
         """
-        with self._lock:
-            self.check_caller(caller, request.node_id)
+        ctx = self.ctx
+        with ctx.lock:
+            check_caller(ctx, caller, request.node_id)
             what = f"withdrawal of node {request.node_id!r} from round {request.round_index}"
             if len(request.reason) > MAX_WITHDRAW_REASON_CHARS:
                 raise InvalidArgument(
@@ -77,26 +102,23 @@ class WithdrawSteps(SessionBase):
             text = " ".join(request.reason.split())
             if not text:
                 raise InvalidArgument(f"{what}: the withdrawal gives no reason.")
-            row = self._session()
-            self._check_session_id(request.session_id, row)
-            round_row = self._check_round(request.round_index, row)
+            row = ctx.session()
+            check_session_id(request.session_id, row)
+            round_row = check_round(ctx, request.round_index, row)
             why = withdrawal_reason(round_row, text)
-            member = self._member(request.node_id)
+            member = find_member(ctx.store, request.node_id)
             if (
                 member is not None
                 and member.status == "dropped"
                 and member.dropped_round == round_row.round_index
                 and member.dropped_reason == why
             ):
-                return self._withdraw_receipt(row, round_row, request.node_id)
-            self._check_live(request.node_id, row)
-            self._check_running(row)
+                return self._receipt(row, round_row, request.node_id)
+            check_live(ctx, request.node_id, row)
+            check_running(row)
             self._check_withdrawable(round_row, request.node_id, what)
-            self._apply_withdrawal(round_row, request.node_id, why, self._clock())
-            return self._withdraw_receipt(self._session(), round_row, request.node_id)
-
-    def _member(self, node_id: str) -> MemberRow | None:
-        return next((m for m in self.store.members() if m.node_id == node_id), None)
+            self._apply_withdrawal(round_row, request.node_id, why, ctx.clock())
+            return self._receipt(ctx.session(), round_row, request.node_id)
 
     def _check_withdrawable(self, round_row: RoundRow, node_id: str, what: str) -> None:
         label = f"round {round_row.round_index} ({round_row.name!r})"
@@ -115,7 +137,7 @@ class WithdrawSteps(SessionBase):
                 f"{what}: {label} is {round_row.status}; only the open current round can be "
                 "withdrawn from."
             )
-        if self.store.upload(round_row.round_index, node_id) is not None:
+        if self.ctx.store.upload(round_row.round_index, node_id) is not None:
             raise FailedPrecondition(
                 f"{what}: node {node_id!r} has already uploaded {label}; its upload stays in "
                 "the round, because withdrawing now would let its pair terms be revealed next "
@@ -124,60 +146,36 @@ class WithdrawSteps(SessionBase):
 
     def _apply_withdrawal(self, round_row: RoundRow, node_id: str, why: str, now: int) -> None:
         """Drop the node (one transaction), then settle the round if nobody live is awaited."""
+        ctx = self.ctx
         index, name = round_row.round_index, round_row.name
-        live = self.store.live_node_ids()
+        live = ctx.store.live_node_ids()
         remaining = sorted((set(round_row.participants) & live) - {node_id})
-        failed = len(remaining) < self.config.min_nodes
-        with self._transition():
-            self.store.drop_member(node_id, index, why)
-            self._note(f"round {index} ({name!r}): node {node_id!r} {why}")
-            notes = self._withdrawal_notes(round_row)
+        failed = len(remaining) < ctx.config.min_nodes
+        with ctx.transition():
+            ctx.store.drop_member(node_id, index, why)
+            ctx.note(f"round {index} ({name!r}): node {node_id!r} {why}")
+            notes = withdrawal_notes(ctx.store, round_row)
             if failed:
                 reason = (
                     f"only {len(remaining)} of {len(round_row.participants)} nodes remain in "
                     f"round {name!r} ({node_list(remaining)}); the federation requires at "
-                    f"least {self.config.min_nodes}; {notes}"
+                    f"least {ctx.config.min_nodes}; {notes}"
                 )
-                self._fail(round_row, reason, now)
+                self.changes.apply_to_round(index, WithdrawalLeftTooFew(reason), now=now)
             else:
-                self.store.update_round(index, reason=notes)
+                self.changes.apply_to_round(index, NodeWithdrew(notes), now=now)
         # The node's partial upload, if one is streaming, leaves the running sum.
-        self._withdraw_streams("upload", index, {node_id})
+        self.streams.cancel("upload", index, {node_id})
         if failed:
-            self._forget_sum()
+            ctx.forget_sum()
             return
-        current = self._round_row(index)
-        if self._only_withdrawn_missing(current):
-            self._round_deadline(current, now)
+        current = ctx.round_row(index)
+        if nobody_awaited(ctx.store, current):
+            self.deadlines.close_round(current, now, deadline=False)
 
-    def _withdrawal_notes(self, round_row: RoundRow) -> str:
-        """ "node 'c' withdrew from round r (name): …" for each node that withdrew from it.
-
-        While a round is open, a participant can only be dropped by its own
-        withdrawal (the deadline closes the round as it drops).
-        """
-        return "; ".join(
-            f"node {m.node_id!r} {m.dropped_reason}"
-            for m in self.store.members()
-            if m.status == "dropped"
-            and m.dropped_round == round_row.round_index
-            and m.node_id in round_row.participants
-        )
-
-    def _only_withdrawn_missing(self, round_row: RoundRow) -> bool:
-        """True when the open round awaits nobody: every participant without an upload withdrew."""
-        if round_row.status != RoundStatus.OPEN:
-            return False
-        uploaded = {u.node_id for u in self.store.uploads(round_row.round_index)}
-        missing = set(round_row.participants) - uploaded
-        live = self.store.live_node_ids()
-        return bool(missing) and not (missing & live)
-
-    def _withdraw_receipt(
-        self, row: SessionRow, round_row: RoundRow, node_id: str
-    ) -> WithdrawReceipt:
+    def _receipt(self, row: SessionRow, round_row: RoundRow, node_id: str) -> WithdrawReceipt:
         dropped = tuple(
-            m.node_id for m in self.store.members() if m.dropped_round == round_row.round_index
+            m.node_id for m in self.ctx.store.members() if m.dropped_round == round_row.round_index
         )
         return WithdrawReceipt(
             session_id=row.session_id,
@@ -186,6 +184,3 @@ class WithdrawSteps(SessionBase):
             dropped=dropped,
             state=row.state,
         )
-
-    def _round_deadline(self, round_row: RoundRow, now: int) -> None:
-        raise NotImplementedError  # pragma: no cover - provided by Session

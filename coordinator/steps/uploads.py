@@ -4,10 +4,11 @@ A header is checked completely before any byte is accepted (caller, session,
 round, the node's signed upload statement, liveness, size, fixed-point scale,
 and a layout equal to the round's);
 chunks then go to a temporary file and, in the same pass, into the round's
-running sum (coordinator/aggregate.py), so memory does not grow with the
+running sum (coordinator/steps/streams.py), so memory does not grow with the
 number of nodes. At the end the size and SHA-256 are verified, the file is
 placed and the upload recorded in one transaction; if it was the last one the
-round's result is written and published in that same transaction.
+round's result is written and the round completes in that same transaction
+(the table of coordinator/transitions.py: an upload completed the round).
 
 Upload statements: every header carries the node's Ed25519 identity
 signature over ``noise.transcript.upload_statement_message`` (config hash,
@@ -28,95 +29,99 @@ for a node whose receipt was lost); a different one is refused
 from __future__ import annotations
 
 from coordinator.aggregate import ContributionWithdrawn
+from coordinator.context import SessionContext, clock_text, short_digest, verify_ed25519
 from coordinator.errors import (
     FailedPrecondition,
     InvalidArgument,
     RetryLater,
     Unauthenticated,
 )
+from coordinator.events import ResultFile, UploadsComplete
 from coordinator.layout import check_same_layout, validate_payload
-from coordinator.messages import (
-    RoundStatus,
-    UploadHeader,
-    UploadReceipt,
+from coordinator.messages import RoundStatus, UploadHeader, UploadReceipt
+from coordinator.steps.checks import (
+    check_bits,
+    check_caller,
+    check_live,
+    check_round,
+    check_round_name,
+    check_running,
+    check_session_id,
 )
-from coordinator.session_base import (
-    SessionBase,
-    Ticket,
-    clock_text,
-    short_digest,
-    verify_ed25519,
-)
-from coordinator.store import (
-    RoundRow,
-    SessionRow,
-    UploadRow,
-)
+from coordinator.steps.streams import Streams, Ticket, unlink_placed
+from coordinator.store import RoundRow, SessionRow, UploadRow
+from coordinator.transitions import StatusChanges
 from noise.errors import KeyFormatError
 from noise.transcript import upload_statement_message
 
-__all__ = ["UploadSteps"]
+__all__ = ["Uploads"]
 
 
-class UploadSteps(SessionBase):
-    """Receiving and storing uploads (mixed into :class:`~coordinator.session.Session`)."""
+class Uploads:
+    """Receiving and storing uploads."""
+
+    def __init__(self, ctx: SessionContext, streams: Streams, changes: StatusChanges) -> None:
+        self.ctx = ctx
+        self.streams = streams
+        self.changes = changes
 
     def begin_upload(self, header: UploadHeader, *, caller: str) -> Ticket | UploadReceipt:
         """Check an upload header; a duplicate is answered at once, else a ticket is returned."""
-        with self._lock:
-            self.check_caller(caller, header.node_id)
-            row = self._session()
-            self._check_session_id(header.session_id, row)
-            round_row = self._check_round(header.round_index, row)
-            self._check_round_name(round_row, header.round_name)
+        ctx = self.ctx
+        with ctx.lock:
+            check_caller(ctx, caller, header.node_id)
+            row = ctx.session()
+            check_session_id(header.session_id, row)
+            round_row = check_round(ctx, header.round_index, row)
+            check_round_name(round_row, header.round_name)
             self._check_statement(header, row)
-            stored = self.store.upload(header.round_index, header.node_id)
+            stored = ctx.store.upload(header.round_index, header.node_id)
             if stored is not None:
                 return self._duplicate_upload(stored, header.payload.sha256, round_row, row)
-            self._check_live(header.node_id, row)
+            check_live(ctx, header.node_id, row)
             if header.node_id not in round_row.participants:
                 raise FailedPrecondition(
                     f"node {header.node_id!r} is not a participant of round "
                     f"{round_row.round_index} ({round_row.name!r})."
                 )
-            self._check_running(row)
+            check_running(row)
             if round_row.status != RoundStatus.OPEN:
                 raise FailedPrecondition(
                     f"round {round_row.round_index} ({round_row.name!r}) no longer accepts "
                     f"uploads: it is {round_row.status}."
                 )
-            if self._clock() >= round_row.deadline_ms:
+            if ctx.clock() >= round_row.deadline_ms:
                 raise FailedPrecondition(
                     f"round {round_row.round_index} ({round_row.name!r}) stopped accepting "
                     f"uploads at its deadline, {clock_text(round_row.deadline_ms)}."
                 )
             what = f"upload of node {header.node_id!r} for round {header.round_index}"
             spec = header.payload
-            layout = validate_payload(spec, what=what, max_bytes=self.config.max_payload_bytes)
-            self._check_bits(spec, what)
+            layout = validate_payload(spec, what=what, max_bytes=ctx.config.max_payload_bytes)
+            check_bits(ctx, spec, what)
             # Only this node's upload is refused: the round's layout is the plan's.
-            check_same_layout(layout, self.config.layout(round_row.name), what=what)
-            running = self._sum_for(round_row)
-            key = ("upload", header.round_index, header.node_id)
-            if key in self._tickets:
+            check_same_layout(layout, ctx.config.layout(round_row.name), what=what)
+            running = ctx.sum_for(round_row)
+            if self.streams.in_progress("upload", header.round_index, header.node_id):
                 raise RetryLater(
                     f"an upload of node {header.node_id!r} for round {header.round_index} is "
                     "already in progress; retry when it has finished."
                 )
-            writer = self.store.new_payload()
-            ticket = Ticket(
-                kind="upload",
-                round_index=header.round_index,
-                node_id=header.node_id,
-                spec=spec,
-                writer=writer,
-                running=running,
-                contribution=running.begin(what, writer.path),
-                statement_signature=header.statement_signature,
-                layout=layout,
+            writer = ctx.store.new_payload()
+            return self.streams.register(
+                Ticket(
+                    kind="upload",
+                    round_index=header.round_index,
+                    node_id=header.node_id,
+                    spec=spec,
+                    writer=writer,
+                    commit=self._commit_upload,
+                    running=running,
+                    contribution=running.begin(what, writer.path),
+                    statement_signature=header.statement_signature,
+                    layout=layout,
+                )
             )
-            self._tickets[key] = ticket
-            return ticket
 
     def _check_statement(self, header: UploadHeader, row: SessionRow) -> None:
         """Refuse an upload statement that is not the node's or names another roster.
@@ -136,14 +141,14 @@ class UploadSteps(SessionBase):
             )
         except (KeyFormatError, ValueError) as error:
             raise InvalidArgument(f"{what}: the upload statement is malformed: {error}") from None
-        pinned = self.config.identity_keys[header.node_id]
+        pinned = self.ctx.config.identity_keys[header.node_id]
         if not verify_ed25519(pinned, header.statement_signature, message):
             raise Unauthenticated(
                 f"the upload statement of node {header.node_id!r} for round "
                 f"{header.round_index} ({header.round_name!r}) does not verify against the "
                 f"identity key pinned for {header.node_id!r}; the upload is refused."
             )
-        final = self._roster_hash(row)
+        final = self.ctx.roster_hash(row)
         if header.roster_hash != final:
             raise FailedPrecondition(
                 f"node {header.node_id!r} signed its upload for round {header.round_index} "
@@ -174,38 +179,40 @@ class UploadSteps(SessionBase):
             received_bytes=stored.size,
             duplicate=duplicate,
             received_ms=stored.received_ms,
-            submitted_count=len(self.store.uploads(stored.round_index)),
+            submitted_count=len(self.ctx.store.uploads(stored.round_index)),
             expected_count=len(round_row.participants),
         )
 
     def _commit_upload(self, ticket: Ticket) -> UploadReceipt:
+        """Under the lock: place the payload and record it; the last one completes the round."""
+        ctx = self.ctx
         if ticket.cancelled:
-            raise FailedPrecondition(self._cancelled_sentence(ticket))
+            raise FailedPrecondition(ticket.cancelled_sentence())
         contribution, running = ticket.contribution, ticket.running
         assert contribution is not None and running is not None and ticket.layout is not None
-        if running is not self._sum:  # pragma: no cover - a live ticket keeps its sum current
+        if running is not ctx.current_sum:  # pragma: no cover - a live ticket keeps it current
             raise FailedPrecondition(f"{ticket.what}: the round moved on during the upload.")
         try:
             running.close(contribution)
         except ContributionWithdrawn:
-            raise FailedPrecondition(self._cancelled_sentence(ticket)) from None
-        row = self._session()
-        round_row = self._round_row(ticket.round_index)
-        stored = self.store.upload(ticket.round_index, ticket.node_id)
+            raise FailedPrecondition(ticket.cancelled_sentence()) from None
+        row = ctx.session()
+        round_row = ctx.round_row(ticket.round_index)
+        stored = ctx.store.upload(ticket.round_index, ticket.node_id)
         if stored is not None:
             # A concurrent stream of the same payload finished first.
             receipt = self._duplicate_upload(stored, ticket.spec.sha256, round_row, row)
-            self.abandon(ticket)
+            self.streams.abandon(ticket)
             return receipt
-        self._check_live(ticket.node_id, row)
-        self._check_running(row)
+        check_live(ctx, ticket.node_id, row)
+        check_running(row)
         if round_row.status != RoundStatus.OPEN:
             raise FailedPrecondition(
                 f"{ticket.what}: round {round_row.round_index} ({round_row.name!r}) stopped "
                 f"accepting uploads (it is {round_row.status})."
             )
-        now = self._clock()
-        name = self.store.upload_name(ticket.round_index, ticket.node_id, ticket.spec.sha256)
+        now = ctx.clock()
+        name = ctx.store.upload_name(ticket.round_index, ticket.node_id, ticket.spec.sha256)
         contribution.source = ticket.writer.place(name)
         upload = UploadRow(
             round_index=ticket.round_index,
@@ -218,27 +225,28 @@ class UploadSteps(SessionBase):
             received_ms=now,
             statement_signature=ticket.statement_signature,
         )
-        uploaded = {u.node_id for u in self.store.uploads(ticket.round_index)} | {ticket.node_id}
+        uploaded = {u.node_id for u in ctx.store.uploads(ticket.round_index)} | {ticket.node_id}
         complete = set(round_row.participants) <= uploaded
-        result: tuple[str, bytes] | None = None
+        result: ResultFile | None = None
         try:
             if complete:
-                result = self._write_result(running, ticket.round_index)
-            with self._transition():
-                self.store.add_upload(upload)
-                self._note(
+                result = self.streams.write_result(running, ticket.round_index)
+            with ctx.transition():
+                ctx.store.add_upload(upload)
+                ctx.note(
                     f"round {round_row.round_index} ({round_row.name!r}): stored the upload of "
                     f"{ticket.node_id!r} ({ticket.spec.total_bytes} bytes, {len(uploaded)} of "
                     f"{len(round_row.participants)})"
                 )
                 if result is not None:
-                    self._publish(round_row, sorted(uploaded), [], result, now)
+                    event = UploadsComplete(tuple(sorted(uploaded)), result)
+                    self.changes.apply_to_round(round_row.round_index, event, now=now)
         except BaseException:
             if result is not None:
-                self._unlink_placed(self.store.payload_path(result[0]))
+                unlink_placed(ctx.store.payload_path(result.name))
             raise
         ticket.committed = True
-        self.abandon(ticket)
+        self.streams.abandon(ticket)
         if complete:
-            self._forget_sum()
-        return self._upload_receipt(self._session(), round_row, upload, duplicate=False)
+            ctx.forget_sum()
+        return self._upload_receipt(ctx.session(), round_row, upload, duplicate=False)

@@ -13,36 +13,48 @@ different survivor sets to different nodes.
 
 A survivor silent at the unmask deadline moves from S to D, its upload leaves
 the running sum, and a new attempt is issued (its earlier corrections no
-longer count). A refusal cannot be worked around without exposing the refusing
-node's noise, so it ends the session with the node's reason.
+longer count); that decision is the clock's (coordinator/steps/deadlines.py).
+A refusal cannot be worked around without exposing the refusing node's noise,
+so it ends the session with the node's reason.
+
+The unmask request itself is issued by the status change that closes the
+round (coordinator/transitions.py); what a node is asked is shown by
+coordinator/steps/views.py.
 """
 
 from __future__ import annotations
 
+from coordinator.context import SessionContext, node_list, short_digest, verify_ed25519
 from coordinator.errors import (
     FailedPrecondition,
     InvalidArgument,
     RetryLater,
     Unauthenticated,
 )
+from coordinator.events import (
+    AttestationsComplete,
+    CorrectionsComplete,
+    ResultFile,
+    UnmaskRefused,
+)
 from coordinator.layout import check_same_layout, validate_payload
 from coordinator.messages import (
     Attestation,
     AttestationReceipt,
     RoundStatus,
-    SessionState,
     UnmaskHeader,
     UnmaskReceipt,
     UnmaskRefusal,
-    UnmaskRequestView,
 )
-from coordinator.session_base import (
-    SessionBase,
-    Ticket,
-    node_list,
-    short_digest,
-    verify_ed25519,
+from coordinator.steps.checks import (
+    check_bits,
+    check_caller,
+    check_round,
+    check_round_name,
+    check_running,
+    check_session_id,
 )
+from coordinator.steps.streams import Streams, Ticket, unlink_placed
 from coordinator.store import (
     AttestationRow,
     CorrectionRow,
@@ -51,117 +63,37 @@ from coordinator.store import (
     SessionRow,
     UnmaskRow,
 )
+from coordinator.transitions import StatusChanges
 from noise.keys import key_fingerprint
-from noise.transcript import survivor_attestation_message, survivor_set_hash
+from noise.transcript import survivor_attestation_message
 
-__all__ = ["UnmaskSteps"]
+__all__ = ["Unmasking"]
 
 _MAX_REASON_CHARS = 2000
 
 
-class UnmaskSteps(SessionBase):
-    """Unmask requests, attestations, corrections and refusals (mixed into Session)."""
+class Unmasking:
+    """Attestations, corrections and refusals of the survivors of a round."""
 
-    def _request_unmask(
-        self,
-        round_row: RoundRow,
-        attempt: int,
-        survivors: list[str],
-        dropped: list[str],
-        now: int,
-    ) -> None:
-        """Inside a transaction: issue unmask attempt ``attempt`` for (S, D)."""
-        row = self._session()
-        digest = survivor_set_hash(
-            row.config_hash, row.session_id, round_row.round_index, survivors, dropped
-        )
-        self.store.add_unmask_request(
-            UnmaskRow(
-                round_index=round_row.round_index,
-                attempt=attempt,
-                survivors=tuple(survivors),
-                dropped=tuple(dropped),
-                survivor_hash=digest,
-                opened_ms=now,
-                deadline_ms=now + self.config.unmask_timeout,
-            )
-        )
-        self.store.update_round(
-            round_row.round_index,
-            status=RoundStatus.UNMASK,
-            unmask_attempt=attempt,
-            reason=(
-                f"waiting for unmask corrections from {node_list(survivors)} "
-                f"({node_list(dropped)} dropped)"
-            ),
-        )
-        self._note(
-            f"round {round_row.round_index} ({round_row.name!r}): {node_list(dropped)} dropped; "
-            f"asking {node_list(survivors)} for unmask corrections (attempt {attempt})"
-        )
-
-    def _unmask_deadline(self, round_row: RoundRow, request: UnmaskRow, now: int) -> None:
-        # Corrections can only be sent once every survivor has attested, so a
-        # survivor that never attested must not take down those that attested
-        # and were waiting for it: while attestations are missing, only the
-        # silent ones are laggards; after that, those without a correction.
-        attested = {
-            a.node_id for a in self.store.attestations(round_row.round_index, request.attempt)
-        }
-        if set(request.survivors) - attested:
-            answered = attested
-        else:
-            answered = {
-                c.node_id for c in self.store.corrections(round_row.round_index, request.attempt)
-            }
-        laggards = set(request.survivors) - answered
-        survivors = sorted(set(request.survivors) - laggards)
-        dropped = sorted(set(request.dropped) | laggards)
-        self._withdraw_streams("correction", round_row.round_index, laggards)
-        why = (
-            f"did not answer the unmask request for round {round_row.round_index} "
-            f"({round_row.name!r}) before its deadline"
-        )
-        if len(survivors) < self.config.min_nodes:
-            reason = (
-                f"only {len(survivors)} of {len(request.survivors)} survivors answered the "
-                f"unmask request for round {round_row.name!r} ({node_list(laggards)} dropped); "
-                f"the federation requires at least {self.config.min_nodes}"
-            )
-            with self._transition():
-                for node_id in sorted(laggards):
-                    self.store.drop_member(node_id, round_row.round_index, why)
-                self._fail(round_row, reason, now)
-            self._forget_sum()
-            return
-        running = self._sum_for(round_row)
-        try:
-            if running is not None:
-                for upload in self.store.uploads(round_row.round_index):
-                    if upload.node_id in laggards:
-                        running.subtract_file(self.store.payload_path(upload.path))
-            with self._transition():
-                for node_id in sorted(laggards):
-                    self.store.drop_member(node_id, round_row.round_index, why)
-                self._request_unmask(round_row, request.attempt + 1, survivors, dropped, now)
-        except BaseException:
-            self._forget_sum()
-            raise
+    def __init__(self, ctx: SessionContext, streams: Streams, changes: StatusChanges) -> None:
+        self.ctx = ctx
+        self.streams = streams
+        self.changes = changes
 
     def _current_unmask(
         self, session_id: str, round_index: int, node_id: str, caller: str
     ) -> tuple[SessionRow, RoundRow, UnmaskRow]:
-        self.check_caller(caller, node_id)
-        row = self._session()
-        self._check_session_id(session_id, row)
-        round_row = self._check_round(round_index, row)
-        self._check_running(row)
+        check_caller(self.ctx, caller, node_id)
+        row = self.ctx.session()
+        check_session_id(session_id, row)
+        round_row = check_round(self.ctx, round_index, row)
+        check_running(row)
         if round_row.status != RoundStatus.UNMASK:
             raise FailedPrecondition(
                 f"round {round_index} ({round_row.name!r}) is not awaiting unmask corrections "
                 f"(it is {round_row.status})."
             )
-        request = self._unmask_row(round_row)
+        request = self.ctx.unmask_row(round_row)
         if node_id not in request.survivors:
             raise FailedPrecondition(
                 f"node {node_id!r} is not a survivor of round {round_index}'s unmask request "
@@ -184,62 +116,9 @@ class UnmaskSteps(SessionBase):
                 f"with dropped nodes {node_list(list(request.dropped))}; fetch the request again."
             )
 
-    def unmask_request(
-        self, session_id: str, round_index: int, *, caller: str
-    ) -> UnmaskRequestView:
-        """What the coordinator asks of ``caller`` for a round (``pending`` False: nothing)."""
-        with self._lock:
-            self.check_caller(caller, caller)
-            row = self._session()
-            self._check_session_id(session_id, row)
-            round_row = self._check_round(round_index, row)
-            self._note_terminal(caller, row)
-            return self._request_view(row, round_row, caller)
-
-    def _request_view(self, row: SessionRow, round_row: RoundRow, caller: str) -> UnmaskRequestView:
-        idle = UnmaskRequestView(
-            session_id=row.session_id,
-            round_index=round_row.round_index,
-            round_name=round_row.name,
-            pending=False,
-        )
-        if round_row.status != RoundStatus.UNMASK or row.state != SessionState.RUNNING:
-            return idle
-        request = self._unmask_row(round_row)
-        answered = {
-            c.node_id for c in self.store.corrections(round_row.round_index, request.attempt)
-        }
-        if caller not in request.survivors or caller in answered:
-            return idle
-        attestations = tuple(
-            Attestation(
-                session_id=row.session_id,
-                round_index=a.round_index,
-                node_id=a.node_id,
-                survivor_hash=request.survivor_hash,
-                signature=a.signature,
-            )
-            for a in self.store.attestations(round_row.round_index, request.attempt)
-        )
-        return UnmaskRequestView(
-            session_id=row.session_id,
-            round_index=round_row.round_index,
-            round_name=round_row.name,
-            pending=True,
-            dropped=request.dropped,
-            survivors=request.survivors,
-            survivor_hash=request.survivor_hash,
-            attestations=attestations,
-            tensors=tuple(round_row.layout) if round_row.layout is not None else (),
-            fixed_point_bits=int(round_row.fixed_point_bits or 0),
-            deadline_ms=request.deadline_ms,
-            min_survivors=self.config.min_nodes,
-            attempt=request.attempt,
-        )
-
     def attest(self, attestation: Attestation, *, caller: str) -> AttestationReceipt:
         """Record a survivor's signature over the current survivor set."""
-        with self._lock:
+        with self.ctx.lock:
             row, round_row, request = self._current_unmask(
                 attestation.session_id, attestation.round_index, attestation.node_id, caller
             )
@@ -253,45 +132,50 @@ class UnmaskSteps(SessionBase):
                 row.config_hash, row.session_id, round_row.round_index, request.survivor_hash
             )
             if not verify_ed25519(
-                self.config.identity_keys[attestation.node_id], attestation.signature, message
+                self.ctx.config.identity_keys[attestation.node_id], attestation.signature, message
             ):
                 raise Unauthenticated(
                     f"{what}: the signature does not verify against the node's pinned identity key "
-                    f"({key_fingerprint(self.config.identity_keys[attestation.node_id])})."
+                    f"({key_fingerprint(self.ctx.config.identity_keys[attestation.node_id])})."
                 )
-            known = self.store.attestations(round_row.round_index, request.attempt)
+            known = self.ctx.store.attestations(round_row.round_index, request.attempt)
             if attestation.node_id not in {a.node_id for a in known}:
-                with self._transition():
-                    self.store.add_attestation(
+                now = self.ctx.clock()
+                with self.ctx.transition():
+                    self.ctx.store.add_attestation(
                         AttestationRow(
                             round_index=round_row.round_index,
                             attempt=request.attempt,
                             node_id=attestation.node_id,
                             signature=attestation.signature,
-                            received_ms=self._clock(),
+                            received_ms=now,
                         )
                     )
-                    self._note(
+                    self.ctx.note(
                         f"round {round_row.round_index}: {attestation.node_id!r} attested the "
                         f"survivor set ({len(known) + 1} of {len(request.survivors)})"
                     )
-            count = len(self.store.attestations(round_row.round_index, request.attempt))
+                    if len(known) + 1 == len(request.survivors):
+                        self.changes.apply_to_round(
+                            round_row.round_index, AttestationsComplete(), now=now
+                        )
+            count = len(self.ctx.store.attestations(round_row.round_index, request.attempt))
             return AttestationReceipt(attested_count=count, survivor_count=len(request.survivors))
 
     def begin_unmask(self, header: UnmaskHeader, *, caller: str) -> Ticket | UnmaskReceipt:
         """Check a correction header; a duplicate is answered at once, else a ticket is returned."""
-        with self._lock:
-            self.check_caller(caller, header.node_id)
-            row = self._session()
-            self._check_session_id(header.session_id, row)
-            round_row = self._check_round(header.round_index, row)
-            self._check_round_name(round_row, header.round_name)
+        with self.ctx.lock:
+            check_caller(self.ctx, caller, header.node_id)
+            row = self.ctx.session()
+            check_session_id(header.session_id, row)
+            round_row = check_round(self.ctx, header.round_index, row)
+            check_round_name(round_row, header.round_name)
             if round_row.status == RoundStatus.UNMASK:
-                request = self._unmask_row(round_row)
+                request = self.ctx.unmask_row(round_row)
                 stored = next(
                     (
                         c
-                        for c in self.store.corrections(header.round_index, request.attempt)
+                        for c in self.ctx.store.corrections(header.round_index, request.attempt)
                         if c.node_id == header.node_id
                     ),
                     None,
@@ -304,7 +188,7 @@ class UnmaskSteps(SessionBase):
             what = f"unmask correction of node {header.node_id!r} for round {header.round_index}"
             self._check_request_match(request, header.dropped, header.survivor_hash, what)
             attested = {
-                a.node_id for a in self.store.attestations(header.round_index, request.attempt)
+                a.node_id for a in self.ctx.store.attestations(header.round_index, request.attempt)
             }
             missing = set(request.survivors) - attested
             if missing:
@@ -313,8 +197,8 @@ class UnmaskSteps(SessionBase):
                     f"({node_list(missing)} missing); answer once all have."
                 )
             spec = header.payload
-            layout = validate_payload(spec, what=what, max_bytes=self.config.max_payload_bytes)
-            self._check_bits(spec, what)
+            layout = validate_payload(spec, what=what, max_bytes=self.ctx.config.max_payload_bytes)
+            check_bits(self.ctx, spec, what)
             assert round_row.layout is not None
             check_same_layout(layout, round_row.layout, what=what)
             if spec.fixed_point_bits != round_row.fixed_point_bits:
@@ -322,19 +206,19 @@ class UnmaskSteps(SessionBase):
                     f"{what}: fixed_point_bits is {spec.fixed_point_bits}; this round's "
                     f"payloads use {round_row.fixed_point_bits}."
                 )
-            key = ("correction", header.round_index, header.node_id)
-            if key in self._tickets:
+            if self.streams.in_progress("correction", header.round_index, header.node_id):
                 raise RetryLater(f"{what}: another stream of it is in progress; retry later.")
-            ticket = Ticket(
-                kind="correction",
-                round_index=header.round_index,
-                node_id=header.node_id,
-                spec=spec,
-                writer=self.store.new_payload(),
-                attempt=request.attempt,
+            return self.streams.register(
+                Ticket(
+                    kind="correction",
+                    round_index=header.round_index,
+                    node_id=header.node_id,
+                    spec=spec,
+                    writer=self.ctx.store.new_payload(),
+                    commit=self._commit_correction,
+                    attempt=request.attempt,
+                )
             )
-            self._tickets[key] = ticket
-            return ticket
 
     def _duplicate_correction(
         self, stored: CorrectionRow, sha256: bytes, request: UnmaskRow, row: SessionRow
@@ -352,24 +236,25 @@ class UnmaskSteps(SessionBase):
             accepted=True,
             duplicate=True,
             sha256=stored.sha256,
-            received_count=len(self.store.corrections(stored.round_index, stored.attempt)),
+            received_count=len(self.ctx.store.corrections(stored.round_index, stored.attempt)),
             survivor_count=len(request.survivors),
         )
 
     def _commit_correction(self, ticket: Ticket) -> UnmaskReceipt:
+        """Under the lock: place and record the correction; the last one completes the unmask."""
         if ticket.cancelled:
-            raise FailedPrecondition(self._cancelled_sentence(ticket))
-        row = self._session()
-        self._check_running(row)
-        round_row = self._round_row(ticket.round_index)
+            raise FailedPrecondition(ticket.cancelled_sentence())
+        row = self.ctx.session()
+        check_running(row)
+        round_row = self.ctx.round_row(ticket.round_index)
         if round_row.status != RoundStatus.UNMASK or round_row.unmask_attempt != ticket.attempt:
             raise FailedPrecondition(
                 f"{ticket.what}: the unmask request changed while the correction was in "
                 "progress; fetch the request again."
             )
-        request = self._unmask_row(round_row)
-        now = self._clock()
-        name = self.store.correction_name(
+        request = self.ctx.unmask_row(round_row)
+        now = self.ctx.clock()
+        name = self.ctx.store.correction_name(
             ticket.round_index, ticket.attempt, ticket.node_id, ticket.spec.sha256
         )
         ticket.writer.place(name)
@@ -382,39 +267,38 @@ class UnmaskSteps(SessionBase):
             path=name,
             received_ms=now,
         )
-        stored = self.store.corrections(ticket.round_index, ticket.attempt)
+        stored = self.ctx.store.corrections(ticket.round_index, ticket.attempt)
         answered = {c.node_id for c in stored} | {ticket.node_id}
         complete = set(request.survivors) <= answered
-        result: tuple[str, bytes] | None = None
+        result: ResultFile | None = None
         try:
             if complete:
-                running = self._sum_for(round_row)
+                running = self.ctx.sum_for(round_row)
                 assert running is not None
                 for earlier in stored:
-                    running.subtract_file(self.store.payload_path(earlier.path))
-                running.subtract_file(self.store.payload_path(name))
-                result = self._write_result(running, ticket.round_index)
-            with self._transition():
-                self.store.add_correction(correction)
-                self._note(
+                    running.subtract_file(self.ctx.store.payload_path(earlier.path))
+                running.subtract_file(self.ctx.store.payload_path(name))
+                result = self.streams.write_result(running, ticket.round_index)
+            with self.ctx.transition():
+                self.ctx.store.add_correction(correction)
+                self.ctx.note(
                     f"round {round_row.round_index} ({round_row.name!r}): stored the unmask "
                     f"correction of {ticket.node_id!r} ({len(answered)} of "
                     f"{len(request.survivors)})"
                 )
                 if result is not None:
-                    self._publish(
-                        round_row, list(request.survivors), list(request.dropped), result, now
-                    )
+                    event = CorrectionsComplete(request.survivors, request.dropped, result)
+                    self.changes.apply_to_round(round_row.round_index, event, now=now)
         except BaseException:
             if complete:
-                self._forget_sum()
+                self.ctx.forget_sum()
             if result is not None:
-                self._unlink_placed(self.store.payload_path(result[0]))
+                unlink_placed(self.ctx.store.payload_path(result.name))
             raise
         ticket.committed = True
-        self.abandon(ticket)
+        self.streams.abandon(ticket)
         if complete:
-            self._forget_sum()
+            self.ctx.forget_sum()
         return UnmaskReceipt(
             session_id=row.session_id,
             round_index=ticket.round_index,
@@ -428,7 +312,7 @@ class UnmaskSteps(SessionBase):
 
     def refuse_unmask(self, refusal: UnmaskRefusal, *, caller: str) -> UnmaskReceipt:
         """Record a survivor's refusal; the round cannot be completed and the session fails."""
-        with self._lock:
+        with self.ctx.lock:
             row, round_row, request = self._current_unmask(
                 refusal.session_id, refusal.round_index, refusal.node_id, caller
             )
@@ -437,13 +321,13 @@ class UnmaskSteps(SessionBase):
             text = " ".join(refusal.reason.split())[:_MAX_REASON_CHARS]
             if not text:
                 raise InvalidArgument(f"{what}: the refusal gives no reason.")
-            now = self._clock()
+            now = self.ctx.clock()
             reason = (
                 f"node {refusal.node_id!r} refused to unmask round {round_row.round_index} "
                 f"({round_row.name!r}): {text}"
             )
-            with self._transition():
-                self.store.add_refusal(
+            with self.ctx.transition():
+                self.ctx.store.add_refusal(
                     RefusalRow(
                         round_index=round_row.round_index,
                         attempt=request.attempt,
@@ -452,9 +336,9 @@ class UnmaskSteps(SessionBase):
                         received_ms=now,
                     )
                 )
-                self._fail(round_row, reason, now)
-            self._withdraw_streams("correction", round_row.round_index, set(request.survivors))
-            self._forget_sum()
+                self.changes.apply_to_round(round_row.round_index, UnmaskRefused(reason), now=now)
+            self.streams.cancel("correction", round_row.round_index, set(request.survivors))
+            self.ctx.forget_sum()
             return UnmaskReceipt(
                 session_id=row.session_id,
                 round_index=round_row.round_index,
@@ -462,6 +346,8 @@ class UnmaskSteps(SessionBase):
                 accepted=False,
                 duplicate=False,
                 sha256=b"",
-                received_count=len(self.store.corrections(round_row.round_index, request.attempt)),
+                received_count=len(
+                    self.ctx.store.corrections(round_row.round_index, request.attempt)
+                ),
                 survivor_count=len(request.survivors),
             )

@@ -1,0 +1,114 @@
+"""The checks every message goes through before a step acts on it.
+
+Who may speak (the caller's certificate names the node the message claims,
+and that node is a federation member), which session and round it names,
+whether the node is still live, whether the session is still running, and
+whether a payload uses the federation's fixed-point scale. Each check raises
+a :class:`~coordinator.errors.CoordinatorError` sentence naming the field and
+the value and reads nothing but the state, so a refused message never writes.
+"""
+
+from __future__ import annotations
+
+from coordinator.context import SessionContext, node_list
+from coordinator.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from coordinator.layout import PayloadSpec
+from coordinator.messages import SessionState
+from coordinator.store import MemberRow, RoundRow, SessionRow, Store
+
+__all__ = [
+    "check_bits",
+    "check_caller",
+    "check_live",
+    "check_round",
+    "check_round_name",
+    "check_running",
+    "check_session_id",
+    "find_member",
+]
+
+
+def check_caller(ctx: SessionContext, caller: str, claimed: str) -> None:
+    """Refuse (PERMISSION_DENIED) unless ``caller`` (from its certificate) is ``claimed``.
+
+    Also refuses a node outside the federation.
+    """
+    if caller != claimed:
+        raise PermissionDenied(
+            f"the client certificate belongs to node {caller!r} but the message claims "
+            f"node_id {claimed!r}; a node may only speak for itself."
+        )
+    if claimed not in ctx.config.identity_keys:
+        raise PermissionDenied(
+            f"node_id {claimed!r} is not a member of federation "
+            f"{ctx.config.federation_id!r} (members: {node_list(list(ctx.config.node_ids))})."
+        )
+
+
+def check_session_id(session_id: str, row: SessionRow) -> None:
+    """Refuse a message naming another session."""
+    if session_id != row.session_id:
+        raise InvalidArgument(
+            f"session_id {session_id!r} is not this coordinator's session "
+            f"{row.session_id!r}; ask GetStatus for the current session."
+        )
+
+
+def check_round(ctx: SessionContext, round_index: int, row: SessionRow) -> RoundRow:
+    """The round a message names; refused when it has not opened."""
+    found = ctx.store.round(round_index)
+    if found is None:
+        if row.current_round is None:
+            raise FailedPrecondition(
+                f"round_index {round_index} has not opened: the session is still "
+                f"{row.state} and no round has opened yet."
+            )
+        current = ctx.round_row(row.current_round)
+        raise FailedPrecondition(
+            f"round_index {round_index} has not opened; the current round is "
+            f"{current.round_index} ({current.name!r})."
+        )
+    return found
+
+
+def check_round_name(round_row: RoundRow, round_name: str) -> None:
+    """Refuse a round name other than the round's."""
+    if round_name != round_row.name:
+        raise InvalidArgument(
+            f"round_name {round_name!r} does not match round {round_row.round_index}, "
+            f"which is {round_row.name!r}."
+        )
+
+
+def find_member(store: Store, node_id: str) -> MemberRow | None:
+    """The roster row of ``node_id``, or None if it has not joined."""
+    return next((m for m in store.members() if m.node_id == node_id), None)
+
+
+def check_live(ctx: SessionContext, node_id: str, row: SessionRow) -> None:
+    """Refuse a node that did not join or was dropped."""
+    member = find_member(ctx.store, node_id)
+    if member is None:
+        closed = "did not join before the join deadline" if row.roster_final else "has not joined"
+        raise FailedPrecondition(f"node {node_id!r} {closed} and is not part of this session.")
+    if member.status == "dropped":
+        raise FailedPrecondition(
+            f"node {node_id!r} was dropped from this session in round "
+            f"{member.dropped_round}: {member.dropped_reason}."
+        )
+
+
+def check_running(row: SessionRow) -> None:
+    """Refuse once the session has completed or failed."""
+    if row.state in (SessionState.COMPLETED, SessionState.FAILED):
+        ended = "completed" if row.state == SessionState.COMPLETED else f"failed: {row.reason}"
+        raise FailedPrecondition(f"session {row.session_id!r} has ended ({ended}).")
+
+
+def check_bits(ctx: SessionContext, spec: PayloadSpec, what: str) -> None:
+    """Refuse a payload whose fixed-point scale is not the federation's."""
+    expected = ctx.config.fixed_point_bits
+    if spec.fixed_point_bits != expected:
+        raise InvalidArgument(
+            f"{what}: fixed_point_bits is {spec.fixed_point_bits}; the federation uses {expected}."
+        )

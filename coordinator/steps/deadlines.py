@@ -1,0 +1,207 @@
+"""What the clock decides: the join deadline, a round's deadline, an unmask request's deadline.
+
+:meth:`Deadlines.tick` runs whenever the server's ticker fires (and in tests
+with a fake clock) and applies every deadline that has passed:
+
+* join deadline: the roster becomes final (coordinator/steps/joining.py);
+* round deadline, or a round in which every participant without an upload
+  withdrew (nobody is awaited any more): the missing participants still live
+  are dropped for the rest of the session, their partial streams leave the
+  running sum, and the round closes. With fewer than ``min_nodes`` survivors
+  the session fails; in a CAPE model round the CAPE sum is rerun among the
+  survivors (their CAPE noise would not cancel otherwise); else the survivors
+  are asked to unmask their pair terms with the dropped nodes;
+* unmask deadline: a survivor that has not answered moves from the survivors
+  to the dropped (while attestations are missing, only those that never
+  attested; after that, those without a correction), its upload leaves the
+  running sum, and a new attempt is issued, or the session fails when fewer
+  than ``min_nodes`` remain.
+
+Each of these is one transition: the dropped nodes and the status change
+commit together.
+"""
+
+from __future__ import annotations
+
+from coordinator.config import is_cape_sum_round
+from coordinator.context import SessionContext, node_list
+from coordinator.events import (
+    CapeModelDropout,
+    NobodyAwaited,
+    RoundDeadlinePassed,
+    TooFewAnswered,
+    TooFewUploaded,
+    UnmaskDeadlinePassed,
+)
+from coordinator.messages import RoundStatus, SessionState
+from coordinator.steps.joining import Joining
+from coordinator.steps.streams import Streams
+from coordinator.store import RoundRow, Store, UnmaskRow
+from coordinator.transitions import StatusChanges
+
+__all__ = ["Deadlines", "nobody_awaited", "withdrawal_notes"]
+
+
+def withdrawal_notes(store: Store, round_row: RoundRow) -> str:
+    """ "node 'c' withdrew from round r (name): …" for each node that withdrew from it.
+
+    While a round is open, a participant can only be dropped by its own
+    withdrawal (the deadline closes the round as it drops).
+    """
+    return "; ".join(
+        f"node {m.node_id!r} {m.dropped_reason}"
+        for m in store.members()
+        if m.status == "dropped"
+        and m.dropped_round == round_row.round_index
+        and m.node_id in round_row.participants
+    )
+
+
+def nobody_awaited(store: Store, round_row: RoundRow) -> bool:
+    """True when the open round awaits nobody: every participant without an upload withdrew."""
+    if round_row.status != RoundStatus.OPEN:
+        return False
+    uploaded = {u.node_id for u in store.uploads(round_row.round_index)}
+    missing = set(round_row.participants) - uploaded
+    live = store.live_node_ids()
+    return bool(missing) and not (missing & live)
+
+
+class Deadlines:
+    """Applies the deadlines that have passed."""
+
+    def __init__(
+        self,
+        ctx: SessionContext,
+        streams: Streams,
+        changes: StatusChanges,
+        joining: Joining,
+    ) -> None:
+        self.ctx = ctx
+        self.streams = streams
+        self.changes = changes
+        self.joining = joining
+
+    def tick(self, now: int | None = None) -> None:
+        """Apply every deadline that has passed at ``now`` (default: the clock)."""
+        ctx = self.ctx
+        with ctx.lock:
+            now = ctx.clock() if now is None else now
+            row = ctx.session()
+            if row.state == SessionState.JOINING:
+                if now >= row.join_deadline_ms:
+                    with ctx.transition():
+                        self.joining.close_roster(now, everyone=False)
+                return
+            if row.state != SessionState.RUNNING or row.current_round is None:
+                return
+            current = ctx.round_row(row.current_round)
+            if current.status == RoundStatus.OPEN:
+                if now >= current.deadline_ms:
+                    self.close_round(current, now, deadline=True)
+                elif nobody_awaited(ctx.store, current):
+                    self.close_round(current, now, deadline=False)
+            elif current.status == RoundStatus.UNMASK:
+                request = ctx.unmask_row(current)
+                if now >= request.deadline_ms:
+                    self._unmask_deadline(current, request, now)
+
+    def close_round(self, round_row: RoundRow, now: int, *, deadline: bool) -> None:
+        """Close an open round without every upload: drop the late, then fail, rerun or unmask.
+
+        ``deadline``: the round's deadline passed; otherwise nobody is awaited
+        (every participant without an upload withdrew).
+        """
+        ctx, index, name = self.ctx, round_row.round_index, round_row.name
+        uploaded = {u.node_id for u in ctx.store.uploads(index)}
+        participants = set(round_row.participants)
+        missing = participants - uploaded
+        survivors = tuple(sorted(participants & uploaded))
+        # Nodes that withdrew are dropped already, with their own reason.
+        late = sorted(missing & ctx.store.live_node_ids())
+        self.streams.cancel("upload", index, missing)
+        why = f"missed the deadline of round {index} ({name!r})"
+        if len(survivors) < ctx.config.min_nodes:
+            withdrawals = withdrawal_notes(ctx.store, round_row)
+            reason = (
+                f"only {len(survivors)} of {len(participants)} nodes submitted round "
+                f"{name!r} ({node_list(missing)} dropped); the federation requires at "
+                f"least {ctx.config.min_nodes}" + (f"; {withdrawals}" if withdrawals else "")
+            )
+            with ctx.transition():
+                for node_id in late:
+                    ctx.store.drop_member(node_id, index, why)
+                self.changes.apply_to_round(index, TooFewUploaded(reason), now=now)
+            ctx.forget_sum()
+            return
+        if ctx.config.construction == "cape" and not is_cape_sum_round(name):
+            rerun = ctx.config.next_round_name(name, superseded=True)
+            assert rerun is not None
+            reason = (
+                f"{node_list(missing)} dropped after the CAPE sum of round {name!r}; "
+                f"their CAPE noise would not cancel, so {rerun!r} and {name!r} are "
+                f"rerun among the {len(survivors)} survivors from round {index + 1}"
+            )
+            with ctx.transition():
+                for node_id in late:
+                    ctx.store.drop_member(node_id, index, why)
+                event = CapeModelDropout(survivors, rerun, reason)
+                self.changes.apply_to_round(index, event, now=now)
+            ctx.forget_sum()
+            return
+        dropped = tuple(sorted(missing))
+        with ctx.transition():
+            for node_id in late:
+                ctx.store.drop_member(node_id, index, why)
+            self.changes.apply_to_round(
+                index,
+                RoundDeadlinePassed(survivors, dropped)
+                if deadline
+                else NobodyAwaited(survivors, dropped),
+                now=now,
+            )
+
+    def _unmask_deadline(self, round_row: RoundRow, request: UnmaskRow, now: int) -> None:
+        ctx, index = self.ctx, round_row.round_index
+        # Corrections can only be sent once every survivor has attested, so a
+        # survivor that never attested must not take down those that attested
+        # and were waiting for it: while attestations are missing, only the
+        # silent ones are laggards; after that, those without a correction.
+        attested = {a.node_id for a in ctx.store.attestations(index, request.attempt)}
+        if set(request.survivors) - attested:
+            answered = attested
+        else:
+            answered = {c.node_id for c in ctx.store.corrections(index, request.attempt)}
+        laggards = set(request.survivors) - answered
+        survivors = tuple(sorted(set(request.survivors) - laggards))
+        dropped = tuple(sorted(set(request.dropped) | laggards))
+        self.streams.cancel("correction", index, laggards)
+        why = (
+            f"did not answer the unmask request for round {index} "
+            f"({round_row.name!r}) before its deadline"
+        )
+        if len(survivors) < ctx.config.min_nodes:
+            reason = (
+                f"only {len(survivors)} of {len(request.survivors)} survivors answered the "
+                f"unmask request for round {round_row.name!r} ({node_list(laggards)} dropped); "
+                f"the federation requires at least {ctx.config.min_nodes}"
+            )
+            with ctx.transition():
+                for node_id in sorted(laggards):
+                    ctx.store.drop_member(node_id, index, why)
+                self.changes.apply_to_round(index, TooFewAnswered(reason), now=now)
+            ctx.forget_sum()
+            return
+        running = ctx.sum_for(round_row)
+        try:
+            for upload in ctx.store.uploads(index):
+                if upload.node_id in laggards:
+                    running.subtract_file(ctx.store.payload_path(upload.path))
+            with ctx.transition():
+                for node_id in sorted(laggards):
+                    ctx.store.drop_member(node_id, index, why)
+                event = UnmaskDeadlinePassed(survivors, dropped)
+                self.changes.apply_to_round(index, event, now=now)
+        except BaseException:
+            ctx.forget_sum()
+            raise

@@ -1,0 +1,190 @@
+"""Payload streams: an upload or an unmask correction from its first chunk to a stored file.
+
+A step that accepts a header opens a :class:`Ticket`; the server then feeds
+it chunk by chunk (:meth:`Streams.receive`, without the session lock, so
+streams of different nodes proceed at once) and ends it with
+:meth:`Streams.finish`, which verifies size and SHA-256 and hands the ticket
+to the step that opened it (``Ticket.commit``) to store it under the lock. An
+upload's chunks go into the round's running sum as they arrive; bytes reach
+the file before the sum, so a stream that fails or is cancelled can be taken
+out of the sum again by reading them back (coordinator/aggregate.py).
+
+When a node is dropped mid-stream (a deadline, a withdrawal, a refusal),
+:meth:`Streams.cancel` withdraws its partial sum at once and its later
+chunks are refused. Whatever is not stored leaves no file behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from coordinator.aggregate import Contribution, ContributionWithdrawn, RoundSum
+from coordinator.context import SessionContext, short_digest
+from coordinator.errors import FailedPrecondition, InvalidArgument
+from coordinator.events import ResultFile
+from coordinator.layout import PayloadSpec
+from coordinator.messages import UnmaskReceipt, UploadReceipt
+from coordinator.store import PayloadWriter
+from noise.layout import Layout
+
+__all__ = ["MAX_CHUNK_BYTES", "Streams", "Ticket", "unlink_placed"]
+
+MAX_CHUNK_BYTES = 1 << 20
+
+
+def unlink_placed(path: Path | None) -> None:
+    """Delete a placed payload file that no row will name."""
+    if path is not None:
+        path.unlink(missing_ok=True)
+
+
+@dataclass(eq=False)
+class Ticket:
+    """A payload stream in progress: an upload (``attempt`` 0) or an unmask correction.
+
+    ``commit`` stores the finished payload (under the session lock) and
+    returns the node's receipt; the step that opened the ticket provides it.
+    """
+
+    kind: str  # "upload" | "correction"
+    round_index: int
+    node_id: str
+    spec: PayloadSpec
+    writer: PayloadWriter
+    commit: Callable[[Ticket], UploadReceipt | UnmaskReceipt]
+    running: RoundSum | None = None
+    contribution: Contribution | None = None
+    attempt: int = 0
+    statement_signature: bytes = b""  # uploads only: the node's signed upload statement
+    layout: Layout | None = None  # the payload's layout, checked when the stream began
+    received: int = 0
+    # cancelled: the session gave up on the stream (its node was dropped);
+    # closed: the stream's owner has finished with it (stored or abandoned).
+    cancelled: bool = False
+    closed: bool = False
+    committed: bool = False
+
+    @property
+    def what(self) -> str:
+        noun = "upload" if self.kind == "upload" else "unmask correction"
+        return f"{noun} of node {self.node_id!r} for round {self.round_index}"
+
+    @property
+    def key(self) -> tuple[str, int, str]:
+        """At most one stream per kind, round and node is open."""
+        return (self.kind, self.round_index, self.node_id)
+
+    def cancelled_sentence(self) -> str:
+        """Why a cancelled stream is refused."""
+        deadline = "round's" if self.kind == "upload" else "unmask request's"
+        return (
+            f"{self.what}: the {deadline} deadline passed and node {self.node_id!r} was "
+            "dropped while the stream was in progress."
+        )
+
+
+class Streams:
+    """The open payload streams of a session, one per (kind, round, node)."""
+
+    def __init__(self, ctx: SessionContext) -> None:
+        self.ctx = ctx
+        self._open: dict[tuple[str, int, str], Ticket] = {}
+
+    def in_progress(self, kind: str, round_index: int, node_id: str) -> bool:
+        """True while a stream of this kind, round and node is open."""
+        return (kind, round_index, node_id) in self._open
+
+    def register(self, ticket: Ticket) -> Ticket:
+        """Record a newly opened stream (the caller checked :meth:`in_progress`)."""
+        self._open[ticket.key] = ticket
+        return ticket
+
+    def receive(self, ticket: Ticket, offset: int, data: bytes) -> None:
+        """Take one chunk of a stream (uploads go straight into the running sum)."""
+        if ticket.closed:
+            raise FailedPrecondition(f"{ticket.what}: the stream has already ended.")
+        if ticket.cancelled:
+            raise FailedPrecondition(ticket.cancelled_sentence())
+        if offset != ticket.received:
+            raise InvalidArgument(
+                f"{ticket.what}: chunk offset {offset}; expected {ticket.received} "
+                "(chunks must be contiguous and in order)."
+            )
+        if len(data) > MAX_CHUNK_BYTES:
+            raise InvalidArgument(
+                f"{ticket.what}: a chunk of {len(data)} bytes exceeds the limit of "
+                f"{MAX_CHUNK_BYTES} bytes."
+            )
+        if ticket.received + len(data) > ticket.spec.total_bytes:
+            raise InvalidArgument(
+                f"{ticket.what}: the payload runs past the {ticket.spec.total_bytes} bytes "
+                "its header announced (wrong size)."
+            )
+        # Bytes reach the file before the sum, so a withdrawal can read them back.
+        ticket.writer.write(data)
+        if ticket.running is not None and ticket.contribution is not None:
+            try:
+                ticket.running.feed(ticket.contribution, data)
+            except ContributionWithdrawn:
+                raise FailedPrecondition(ticket.cancelled_sentence()) from None
+        ticket.received += len(data)
+
+    def finish(self, ticket: Ticket) -> UploadReceipt | UnmaskReceipt:
+        """Verify size and checksum, then let the ticket's step store it (under the lock)."""
+        try:
+            if ticket.received != ticket.spec.total_bytes:
+                raise InvalidArgument(
+                    f"{ticket.what}: the stream ended after {ticket.received} of "
+                    f"{ticket.spec.total_bytes} bytes (wrong size)."
+                )
+            digest = ticket.writer.finish()
+            if digest != ticket.spec.sha256:
+                raise InvalidArgument(
+                    f"{ticket.what}: the payload's sha256 is {short_digest(digest)} but the header "
+                    f"announced {short_digest(ticket.spec.sha256)}."
+                )
+            with self.ctx.lock:
+                return ticket.commit(ticket)
+        except BaseException:
+            self.abandon(ticket)
+            raise
+
+    def abandon(self, ticket: Ticket) -> None:
+        """Discard a stream that failed or was cancelled; undo its partial sum. Idempotent."""
+        with self.ctx.lock:
+            if ticket.closed:
+                return
+            ticket.closed = True
+            if self._open.get(ticket.key) is ticket:
+                del self._open[ticket.key]
+            if ticket.committed:
+                return
+            if ticket.running is not None and ticket.contribution is not None:
+                ticket.running.withdraw(ticket.contribution)
+            ticket.writer.discard()
+            unlink_placed(ticket.writer.placed)
+
+    def cancel(self, kind: str, round_index: int, nodes: set[str]) -> None:
+        """Cancel streams of dropped nodes: their partial sums leave the round at once."""
+        for key, ticket in list(self._open.items()):
+            if key[0] == kind and key[1] == round_index and key[2] in nodes:
+                ticket.cancelled = True
+                if ticket.running is not None and ticket.contribution is not None:
+                    ticket.running.withdraw(ticket.contribution)
+                del self._open[key]
+
+    def write_result(self, running: RoundSum, round_index: int) -> ResultFile:
+        """Place the running sum as the round's aggregate file (its row is written later)."""
+        writer = self.ctx.store.new_payload()
+        try:
+            for block in running.iter_bytes():
+                writer.write(block)
+            digest = writer.finish()
+            name = self.ctx.store.result_name(round_index, digest)
+            writer.place(name)
+        except BaseException:
+            writer.discard()
+            raise
+        return ResultFile(name, digest)

@@ -1,0 +1,316 @@
+"""What a node or an operator may read: the roster, a round's result, unmask requests, status.
+
+Reading only: nothing here changes the session's state. The one thing a view
+records is what the caller has learnt: a node that was sent a round's whole
+result is noted in the store (its delivery), and a node that saw the
+session's failure is noted in memory, so the coordinator knows when everyone
+has been told the outcome and may stop (``zerosum coordinator`` lingers until
+then, or until its linger time runs out).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from coordinator.context import SessionContext
+from coordinator.errors import NotFound
+from coordinator.layout import PayloadSpec
+from coordinator.messages import (
+    Attestation,
+    DroppedNode,
+    ResultView,
+    RosterView,
+    RoundDeadline,
+    RoundStatus,
+    RoundSummary,
+    SessionState,
+    StatusView,
+    UnmaskRequestView,
+    UploadStatement,
+)
+from coordinator.steps.checks import check_caller, check_round, check_session_id
+from coordinator.store import RoundRow, SessionRow
+from noise.keys import KeyBundle
+from noise.transcript import roster_hash, survivor_set_hash
+
+__all__ = ["Views"]
+
+
+class Views:
+    """Roster, results, unmask requests and status as the nodes see them."""
+
+    def __init__(self, ctx: SessionContext) -> None:
+        self.ctx = ctx
+        # Nodes that have seen the session's failure (in memory: after a
+        # restart they are told again, which is harmless).
+        self._notified: set[str] = set()
+
+    def _note_terminal(self, caller: str, row: SessionRow) -> None:
+        if row.state == SessionState.FAILED:
+            self._notified.add(caller)
+
+    def roster(self, session_id: str, *, caller: str) -> RosterView:
+        """Every joined node's signed bundle and whether the roster is final."""
+        ctx = self.ctx
+        with ctx.lock:
+            check_caller(ctx, caller, caller)
+            row = ctx.session()
+            check_session_id(session_id, row)
+            members = ctx.store.members()
+            bundles = tuple(
+                KeyBundle(
+                    config_hash=row.config_hash,
+                    session_id=row.session_id,
+                    node_id=m.node_id,
+                    public_key=m.public_key,
+                    signature=m.signature,
+                )
+                for m in members
+            )
+            joined = {m.node_id for m in members}
+            excluded = (
+                tuple(n for n in ctx.config.node_ids if n not in joined) if row.roster_final else ()
+            )
+            return RosterView(
+                session_id=row.session_id,
+                config_hash=row.config_hash,
+                bundles=bundles,
+                version=row.roster_version,
+                roster_hash=roster_hash(row.config_hash, row.session_id, bundles),
+                final=row.roster_final,
+                join_deadline_ms=row.join_deadline_ms,
+                excluded=excluded,
+                round_deadline_seconds=ctx.config.round_timeout_ms / 1000.0,
+                round_deadlines=tuple(
+                    RoundDeadline(r.round_index, r.name, r.deadline_ms) for r in ctx.store.rounds()
+                ),
+            )
+
+    def result(self, session_id: str, round_index: int, *, caller: str) -> ResultView:
+        """A round's status and, when ready, where its aggregate is stored."""
+        ctx = self.ctx
+        with ctx.lock:
+            check_caller(ctx, caller, caller)
+            row = ctx.session()
+            check_session_id(session_id, row)
+            round_row = ctx.store.round(round_index)
+            if round_row is None:
+                current = (
+                    "no round has opened yet"
+                    if row.current_round is None
+                    else (f"the current round is {row.current_round}")
+                )
+                raise NotFound(f"round_index {round_index} has not opened; {current}.")
+            self._note_terminal(caller, row)
+            survivors: tuple[str, ...] = ()
+            dropped: tuple[str, ...] = ()
+            digest = b""
+            payload: PayloadSpec | None = None
+            path: Path | None = None
+            statements: tuple[UploadStatement, ...] = ()
+            deadline = round_row.deadline_ms
+            status = round_row.status
+            if status == RoundStatus.READY:
+                stored = ctx.store.result(round_index)
+                assert stored is not None and round_row.layout is not None
+                survivors, dropped = stored.survivors, stored.dropped
+                digest = survivor_set_hash(
+                    row.config_hash, row.session_id, round_index, survivors, dropped
+                )
+                payload = PayloadSpec(
+                    total_bytes=stored.size,
+                    total_elements=stored.size // 8,
+                    sha256=stored.sha256,
+                    fixed_point_bits=int(round_row.fixed_point_bits or 0),
+                    tensors=tuple(round_row.layout),
+                )
+                path = ctx.store.payload_path(stored.path)
+                statements = self._statements(row, round_row, survivors)
+            elif status == RoundStatus.UNMASK:
+                request = ctx.unmask_row(round_row)
+                survivors, dropped, digest = (
+                    request.survivors,
+                    request.dropped,
+                    request.survivor_hash,
+                )
+                deadline = request.deadline_ms
+            elif status == RoundStatus.OPEN:
+                survivors = round_row.participants
+            else:
+                dropped = tuple(
+                    m.node_id for m in ctx.store.members() if m.dropped_round == round_index
+                )
+                survivors = tuple(sorted(set(round_row.participants) - set(dropped)))
+            reason = round_row.reason
+            if row.state == SessionState.FAILED and status != RoundStatus.READY:
+                reason = row.reason
+            request_view = self._request_view(row, round_row, caller)
+            return ResultView(
+                session_id=row.session_id,
+                round_index=round_index,
+                round_name=round_row.name,
+                status=status,
+                reason=reason,
+                deadline_ms=deadline,
+                survivors=survivors,
+                dropped=dropped,
+                survivor_hash=digest,
+                payload=payload,
+                path=path,
+                unmask_request=request_view if request_view.pending else None,
+                statements=statements,
+            )
+
+    def _statements(
+        self, row: SessionRow, round_row: RoundRow, survivors: tuple[str, ...]
+    ) -> tuple[UploadStatement, ...]:
+        """The stored upload statement of every survivor (the uploads in the aggregate)."""
+        ctx = self.ctx
+        final = ctx.roster_hash(row)
+        counted = set(survivors)
+        return tuple(
+            UploadStatement(
+                node_id=upload.node_id,
+                round_name=round_row.name,
+                roster_hash=final,
+                payload_sha256=upload.sha256,
+                signature=upload.statement_signature,
+            )
+            for upload in ctx.store.uploads(round_row.round_index)
+            if upload.node_id in counted
+        )
+
+    def unmask_request(
+        self, session_id: str, round_index: int, *, caller: str
+    ) -> UnmaskRequestView:
+        """What the coordinator asks of ``caller`` for a round (``pending`` False: nothing)."""
+        ctx = self.ctx
+        with ctx.lock:
+            check_caller(ctx, caller, caller)
+            row = ctx.session()
+            check_session_id(session_id, row)
+            round_row = check_round(ctx, round_index, row)
+            self._note_terminal(caller, row)
+            return self._request_view(row, round_row, caller)
+
+    def _request_view(self, row: SessionRow, round_row: RoundRow, caller: str) -> UnmaskRequestView:
+        """The unmask request pending for ``caller`` in ``round_row`` (``pending`` False: none)."""
+        ctx = self.ctx
+        idle = UnmaskRequestView(
+            session_id=row.session_id,
+            round_index=round_row.round_index,
+            round_name=round_row.name,
+            pending=False,
+        )
+        if round_row.status != RoundStatus.UNMASK or row.state != SessionState.RUNNING:
+            return idle
+        request = ctx.unmask_row(round_row)
+        answered = {
+            c.node_id for c in ctx.store.corrections(round_row.round_index, request.attempt)
+        }
+        if caller not in request.survivors or caller in answered:
+            return idle
+        attestations = tuple(
+            Attestation(
+                session_id=row.session_id,
+                round_index=a.round_index,
+                node_id=a.node_id,
+                survivor_hash=request.survivor_hash,
+                signature=a.signature,
+            )
+            for a in ctx.store.attestations(round_row.round_index, request.attempt)
+        )
+        return UnmaskRequestView(
+            session_id=row.session_id,
+            round_index=round_row.round_index,
+            round_name=round_row.name,
+            pending=True,
+            dropped=request.dropped,
+            survivors=request.survivors,
+            survivor_hash=request.survivor_hash,
+            attestations=attestations,
+            tensors=tuple(round_row.layout) if round_row.layout is not None else (),
+            fixed_point_bits=int(round_row.fixed_point_bits or 0),
+            deadline_ms=request.deadline_ms,
+            min_survivors=ctx.config.min_nodes,
+            attempt=request.attempt,
+        )
+
+    def record_delivery(self, round_index: int, node_id: str) -> None:
+        """Note that ``node_id`` was sent the whole result of a round."""
+        ctx = self.ctx
+        with ctx.lock, ctx.store.transaction():
+            ctx.store.add_delivery(round_index, node_id, ctx.clock())
+
+    def status(self, session_id: str = "", *, caller: str | None = None) -> StatusView:
+        """Where the session is. ``session_id`` may be empty (a node learning the id)."""
+        ctx = self.ctx
+        with ctx.lock:
+            if caller is not None:
+                check_caller(ctx, caller, caller)
+            row = ctx.session()
+            if session_id:
+                check_session_id(session_id, row)
+            if caller is not None:
+                self._note_terminal(caller, row)
+            members = ctx.store.members()
+            joined = tuple(m.node_id for m in members)
+            rounds = ctx.store.rounds()
+            summaries = []
+            for r in rounds:
+                dropped = tuple(m.node_id for m in members if m.dropped_round == r.round_index)
+                deadline = r.deadline_ms
+                if r.status == RoundStatus.UNMASK:
+                    deadline = ctx.unmask_row(r).deadline_ms
+                summaries.append(
+                    RoundSummary(
+                        round_index=r.round_index,
+                        round_name=r.name,
+                        status=r.status,
+                        submitted=tuple(u.node_id for u in ctx.store.uploads(r.round_index)),
+                        dropped=dropped,
+                        deadline_ms=deadline,
+                        reason=r.reason,
+                    )
+                )
+            current = rounds[-1] if rounds else None
+            return StatusView(
+                session_id=row.session_id,
+                state=row.state,
+                config_hash=row.config_hash,
+                federation_id=row.federation_id,
+                current_round_index=current.round_index if current else 0,
+                current_round_name=current.name if current else "",
+                joined=joined,
+                submitted=summaries[-1].submitted if summaries else (),
+                excluded=(
+                    tuple(n for n in ctx.config.node_ids if n not in set(joined))
+                    if row.roster_final
+                    else ()
+                ),
+                reason=row.reason,
+                join_deadline_ms=row.join_deadline_ms,
+                min_nodes=ctx.config.min_nodes,
+                rounds=tuple(summaries),
+                dropped_nodes=tuple(
+                    DroppedNode(m.node_id, int(m.dropped_round or 0), m.dropped_reason)
+                    for m in members
+                    if m.status == "dropped"
+                ),
+            )
+
+    def ended(self) -> bool:
+        """True once the session completed or failed."""
+        return self.ctx.session().state in (SessionState.COMPLETED, SessionState.FAILED)
+
+    def everyone_informed(self) -> bool:
+        """True when every live node has learnt the outcome (final result sent, or failure seen)."""
+        ctx = self.ctx
+        with ctx.lock:
+            row = ctx.session()
+            live = ctx.store.live_node_ids()
+            if row.state == SessionState.COMPLETED and row.current_round is not None:
+                return live <= ctx.store.deliveries(row.current_round)
+            if row.state == SessionState.FAILED:
+                return live <= self._notified
+            return False

@@ -1,0 +1,583 @@
+"""The coordinator's durable state: typed reads and writes of one SQLite file and its payloads.
+
+The state file holds the session (id, config hash, state, reason), the roster
+of signed ephemeral keys, every round with its status and deadline, the
+uploads with their signed upload statements, results, unmask requests,
+survivor attestations, corrections and refusals (coordinator/store/schema.py);
+payload files sit in a directory beside it (coordinator/store/payloads.py).
+
+Crash safety (a ``kill -9`` at any instant leaves a consistent state): every
+write happens inside :meth:`Store.transaction`, and every state transition of
+the session is exactly one such transaction, committed with
+``synchronous=FULL``; a payload file is durably in place before the row that
+names it is inserted, and :meth:`Store.recover` deletes whatever no row names.
+
+Each setter writes named columns with typed arguments; the session's state
+and a round's status are written only by the status changes of
+coordinator/transitions.py, so those are the one place to read which changes
+exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from coordinator.store.payloads import (
+    PayloadWriter,
+    correction_name,
+    payload_dir_for,
+    remove_unreferenced,
+    result_name,
+    upload_name,
+)
+from coordinator.store.rows import (
+    ROUND_STATUSES,
+    SESSION_STATES,
+    AttestationRow,
+    CorrectionRow,
+    MemberRow,
+    RefusalRow,
+    ResultRow,
+    RoundRow,
+    SessionRow,
+    UnmaskRow,
+    UploadRow,
+    ids_from_json,
+    ids_json,
+    layout_from_json,
+    layout_json,
+)
+from coordinator.store.schema import TABLES, open_state_database
+from noise.layout import Layout
+
+__all__ = ["Store"]
+
+
+class Store:
+    """The coordinator's SQLite state file and payload directory.
+
+    All access is serialised by one re-entrant lock; writes are only allowed
+    inside :meth:`transaction`, so every transition is atomic.
+    """
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        """Open (creating if needed) and lock the state file.
+
+        ``read_only`` opens an existing file for inspection only (``zerosum
+        coordinator --status``): no lock is taken, so it works beside a running
+        coordinator, nothing is created, and every write fails.
+        """
+        self.path = Path(path)
+        self.payload_dir = payload_dir_for(self.path)
+        self._lock = threading.RLock()
+        self._in_transaction = False
+        self.read_only = read_only
+        self._db, self._owner = open_state_database(self.path, read_only=read_only)
+        if not read_only:
+            self.payload_dir.mkdir(exist_ok=True)
+
+    def close(self) -> None:
+        """Close the database connection and release the state file for another process."""
+        with self._lock:
+            self._db.close()
+            if self._owner >= 0:
+                os.close(self._owner)
+                self._owner = -1
+
+    # ------------------------------------------------------------ transactions
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One atomic transition: everything written inside commits together or not at all."""
+        with self._lock:
+            if self._in_transaction:
+                raise RuntimeError("transactions do not nest.")
+            self._db.execute("BEGIN IMMEDIATE")
+            self._in_transaction = True
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            else:
+                self._db.execute("COMMIT")
+            finally:
+                self._in_transaction = False
+
+    @property
+    def in_transaction(self) -> bool:
+        """True inside :meth:`transaction` (status changes check it)."""
+        return self._in_transaction
+
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        if not self._in_transaction:
+            raise RuntimeError("state writes must happen inside Store.transaction().")
+        return self._db.execute(sql, params)
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return list(self._db.execute(sql, params).fetchall())
+
+    # ------------------------------------------------------------ session
+
+    def session(self) -> SessionRow | None:
+        """The session row, or None in a fresh state file."""
+        rows = self._read(
+            "SELECT session_id, config_hash, federation_id, state, current_round, reason, "
+            "created_ms, join_deadline_ms, roster_final, roster_version, ended_ms FROM session"
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return SessionRow(
+            session_id=r[0],
+            config_hash=bytes(r[1]),
+            federation_id=r[2],
+            state=r[3],
+            current_round=r[4],
+            reason=r[5],
+            created_ms=r[6],
+            join_deadline_ms=r[7],
+            roster_final=bool(r[8]),
+            roster_version=r[9],
+            ended_ms=r[10],
+        )
+
+    def create_session(
+        self,
+        *,
+        session_id: str,
+        config_hash: bytes,
+        federation_id: str,
+        created_ms: int,
+        join_deadline_ms: int,
+    ) -> None:
+        """Insert the session row (once per state file)."""
+        self._write(
+            "INSERT INTO session (singleton, session_id, config_hash, federation_id, state, "
+            "created_ms, join_deadline_ms) VALUES (1, ?, ?, ?, 'joining', ?, ?)",
+            (session_id, config_hash, federation_id, created_ms, join_deadline_ms),
+        )
+
+    def set_session_state(
+        self, state: str, *, reason: str = "", ended_ms: int | None = None
+    ) -> None:
+        """Set the session's state with its reason and, once it has ended, when.
+
+        Only the status changes of coordinator/transitions.py call this.
+        """
+        if state not in SESSION_STATES:
+            raise ValueError(f"session state {state!r} is not one of {', '.join(SESSION_STATES)}.")
+        self._write(
+            "UPDATE session SET state = ?, reason = ?, ended_ms = ?", (state, reason, ended_ms)
+        )
+
+    def finalise_roster(self) -> None:
+        """Mark the roster final: nobody else may join."""
+        self._write("UPDATE session SET roster_final = 1")
+
+    def set_roster_version(self, version: int) -> None:
+        """Set the roster's version (the number of joins so far)."""
+        self._write("UPDATE session SET roster_version = ?", (version,))
+
+    def set_current_round(self, round_index: int) -> None:
+        """Make ``round_index`` the session's current round."""
+        self._write("UPDATE session SET current_round = ?", (round_index,))
+
+    def set_join_deadline(self, deadline_ms: int) -> None:
+        """Move the join deadline."""
+        self._write("UPDATE session SET join_deadline_ms = ?", (deadline_ms,))
+
+    # ------------------------------------------------------------ roster
+
+    def members(self) -> list[MemberRow]:
+        """Every joined node, sorted by node id."""
+        return [
+            MemberRow(r[0], bytes(r[1]), bytes(r[2]), r[3], r[4], r[5], r[6])
+            for r in self._read(
+                "SELECT node_id, public_key, signature, joined_ms, status, dropped_round, "
+                "dropped_reason FROM roster ORDER BY node_id"
+            )
+        ]
+
+    def live_node_ids(self) -> set[str]:
+        """The ids of the joined nodes not dropped (so far)."""
+        return {r[0] for r in self._read("SELECT node_id FROM roster WHERE status = 'live'")}
+
+    def add_member(self, node_id: str, public_key: bytes, signature: bytes, joined_ms: int) -> None:
+        """Record a node's signed ephemeral key."""
+        self._write(
+            "INSERT INTO roster (node_id, public_key, signature, joined_ms, status) "
+            "VALUES (?, ?, ?, ?, 'live')",
+            (node_id, public_key, signature, joined_ms),
+        )
+
+    def drop_member(self, node_id: str, round_index: int, reason: str) -> None:
+        """Mark a node dropped for the rest of the session."""
+        self._write(
+            "UPDATE roster SET status = 'dropped', dropped_round = ?, dropped_reason = ? "
+            "WHERE node_id = ?",
+            (round_index, reason, node_id),
+        )
+
+    # ------------------------------------------------------------ rounds
+
+    def rounds(self) -> list[RoundRow]:
+        """Every round opened so far, in order."""
+        return [
+            self._round_row(r)
+            for r in self._read(
+                "SELECT round_index, name, status, participants, opened_ms, deadline_ms, layout, "
+                "fixed_point_bits, unmask_attempt, reason FROM rounds ORDER BY round_index"
+            )
+        ]
+
+    def round(self, round_index: int) -> RoundRow | None:
+        """One round, or None if it has not been opened."""
+        rows = self._read(
+            "SELECT round_index, name, status, participants, opened_ms, deadline_ms, layout, "
+            "fixed_point_bits, unmask_attempt, reason FROM rounds WHERE round_index = ?",
+            (round_index,),
+        )
+        return self._round_row(rows[0]) if rows else None
+
+    @staticmethod
+    def _round_row(r: tuple[Any, ...]) -> RoundRow:
+        return RoundRow(
+            round_index=r[0],
+            name=r[1],
+            status=r[2],
+            participants=ids_from_json(r[3]),
+            opened_ms=r[4],
+            deadline_ms=r[5],
+            layout=None if r[6] is None else layout_from_json(r[6]),
+            fixed_point_bits=r[7],
+            unmask_attempt=r[8],
+            reason=r[9],
+        )
+
+    def open_round(
+        self,
+        round_index: int,
+        name: str,
+        participants: Sequence[str],
+        opened_ms: int,
+        deadline_ms: int,
+        *,
+        layout: Layout | None = None,
+        fixed_point_bits: int | None = None,
+    ) -> None:
+        """Insert a new round in status 'open' with its public layout and scale."""
+        self._write(
+            "INSERT INTO rounds (round_index, name, status, participants, opened_ms, deadline_ms, "
+            "layout, fixed_point_bits) VALUES (?, ?, 'open', ?, ?, ?, ?, ?)",
+            (
+                round_index,
+                name,
+                ids_json(participants),
+                opened_ms,
+                deadline_ms,
+                None if layout is None else layout_json(layout),
+                fixed_point_bits,
+            ),
+        )
+
+    def set_round_status(self, round_index: int, status: str, reason: str) -> None:
+        """Set a round's status and the sentence explaining it ('' for none).
+
+        Only the status changes of coordinator/transitions.py call this.
+        """
+        if status not in ROUND_STATUSES:
+            raise ValueError(f"round status {status!r} is not one of {', '.join(ROUND_STATUSES)}.")
+        self._write(
+            "UPDATE rounds SET status = ?, reason = ? WHERE round_index = ?",
+            (status, reason, round_index),
+        )
+
+    def set_round_reason(self, round_index: int, reason: str) -> None:
+        """Set the sentence shown with a round, leaving its status."""
+        self._write("UPDATE rounds SET reason = ? WHERE round_index = ?", (reason, round_index))
+
+    def set_unmask_attempt(self, round_index: int, attempt: int) -> None:
+        """Name the unmask attempt a round is waiting for."""
+        self._write(
+            "UPDATE rounds SET unmask_attempt = ? WHERE round_index = ?", (attempt, round_index)
+        )
+
+    def set_round_deadline(self, round_index: int, deadline_ms: int) -> None:
+        """Move a round's upload deadline."""
+        self._write(
+            "UPDATE rounds SET deadline_ms = ? WHERE round_index = ?", (deadline_ms, round_index)
+        )
+
+    # ------------------------------------------------------------ uploads
+
+    def uploads(self, round_index: int) -> list[UploadRow]:
+        """Stored uploads of a round, sorted by node id."""
+        return [
+            UploadRow(
+                r[0], r[1], bytes(r[2]), r[3], r[4], layout_from_json(r[5]), r[6], r[7], bytes(r[8])
+            )
+            for r in self._read(
+                "SELECT round_index, node_id, sha256, size, path, layout, fixed_point_bits, "
+                "received_ms, statement_signature FROM uploads WHERE round_index = ? "
+                "ORDER BY node_id",
+                (round_index,),
+            )
+        ]
+
+    def upload(self, round_index: int, node_id: str) -> UploadRow | None:
+        """One stored upload, or None."""
+        for row in self.uploads(round_index):
+            if row.node_id == node_id:
+                return row
+        return None
+
+    def add_upload(self, row: UploadRow) -> None:
+        """Record a stored upload (its file must already be placed)."""
+        self._write(
+            "INSERT INTO uploads (round_index, node_id, sha256, size, path, layout, "
+            "fixed_point_bits, received_ms, statement_signature) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                row.round_index,
+                row.node_id,
+                row.sha256,
+                row.size,
+                row.path,
+                layout_json(row.layout),
+                row.fixed_point_bits,
+                row.received_ms,
+                row.statement_signature,
+            ),
+        )
+
+    # ------------------------------------------------------------ results
+
+    def result(self, round_index: int) -> ResultRow | None:
+        """The stored result of a round, or None."""
+        rows = self._read(
+            "SELECT round_index, survivors, dropped, sha256, size, path, computed_ms "
+            "FROM results WHERE round_index = ?",
+            (round_index,),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return ResultRow(
+            r[0], ids_from_json(r[1]), ids_from_json(r[2]), bytes(r[3]), r[4], r[5], r[6]
+        )
+
+    def add_result(self, row: ResultRow) -> None:
+        """Record a round's aggregate (its file must already be placed)."""
+        self._write(
+            "INSERT INTO results (round_index, survivors, dropped, sha256, size, path, "
+            "computed_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                row.round_index,
+                ids_json(row.survivors),
+                ids_json(row.dropped),
+                row.sha256,
+                row.size,
+                row.path,
+                row.computed_ms,
+            ),
+        )
+
+    def deliveries(self, round_index: int) -> set[str]:
+        """Nodes that have been sent the whole result of a round."""
+        return {
+            r[0]
+            for r in self._read(
+                "SELECT node_id FROM deliveries WHERE round_index = ?", (round_index,)
+            )
+        }
+
+    def add_delivery(self, round_index: int, node_id: str, delivered_ms: int) -> None:
+        """Note that a node was sent a round's whole result (kept once)."""
+        self._write(
+            "INSERT OR IGNORE INTO deliveries (round_index, node_id, delivered_ms) "
+            "VALUES (?, ?, ?)",
+            (round_index, node_id, delivered_ms),
+        )
+
+    # ------------------------------------------------------------ unmask
+
+    def unmask_request(self, round_index: int, attempt: int) -> UnmaskRow | None:
+        """One unmask attempt of a round, or None."""
+        rows = self._read(
+            "SELECT round_index, attempt, survivors, dropped, survivor_hash, opened_ms, "
+            "deadline_ms FROM unmask_requests WHERE round_index = ? AND attempt = ?",
+            (round_index, attempt),
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return UnmaskRow(
+            r[0], r[1], ids_from_json(r[2]), ids_from_json(r[3]), bytes(r[4]), r[5], r[6]
+        )
+
+    def add_unmask_request(self, row: UnmaskRow) -> None:
+        """Record a new unmask attempt."""
+        self._write(
+            "INSERT INTO unmask_requests (round_index, attempt, survivors, dropped, "
+            "survivor_hash, opened_ms, deadline_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                row.round_index,
+                row.attempt,
+                ids_json(row.survivors),
+                ids_json(row.dropped),
+                row.survivor_hash,
+                row.opened_ms,
+                row.deadline_ms,
+            ),
+        )
+
+    def set_unmask_deadline(self, round_index: int, attempt: int, deadline_ms: int) -> None:
+        """Move an unmask attempt's deadline (used when resuming after downtime)."""
+        self._write(
+            "UPDATE unmask_requests SET deadline_ms = ? WHERE round_index = ? AND attempt = ?",
+            (deadline_ms, round_index, attempt),
+        )
+
+    def attestations(self, round_index: int, attempt: int) -> list[AttestationRow]:
+        """Survivor attestations of an attempt, sorted by node id."""
+        return [
+            AttestationRow(r[0], r[1], r[2], bytes(r[3]), r[4])
+            for r in self._read(
+                "SELECT round_index, attempt, node_id, signature, received_ms FROM unmask_acks "
+                "WHERE round_index = ? AND attempt = ? ORDER BY node_id",
+                (round_index, attempt),
+            )
+        ]
+
+    def add_attestation(self, row: AttestationRow) -> None:
+        """Record a survivor's attestation."""
+        self._write(
+            "INSERT INTO unmask_acks (round_index, attempt, node_id, signature, received_ms) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (row.round_index, row.attempt, row.node_id, row.signature, row.received_ms),
+        )
+
+    def corrections(self, round_index: int, attempt: int) -> list[CorrectionRow]:
+        """Stored corrections of an attempt, sorted by node id."""
+        return [
+            CorrectionRow(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6])
+            for r in self._read(
+                "SELECT round_index, attempt, node_id, sha256, size, path, received_ms "
+                "FROM unmask_corrections WHERE round_index = ? AND attempt = ? ORDER BY node_id",
+                (round_index, attempt),
+            )
+        ]
+
+    def add_correction(self, row: CorrectionRow) -> None:
+        """Record a stored correction (its file must already be placed)."""
+        self._write(
+            "INSERT INTO unmask_corrections (round_index, attempt, node_id, sha256, size, path, "
+            "received_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                row.round_index,
+                row.attempt,
+                row.node_id,
+                row.sha256,
+                row.size,
+                row.path,
+                row.received_ms,
+            ),
+        )
+
+    def refusals(self, round_index: int, attempt: int) -> list[RefusalRow]:
+        """Recorded refusals of an attempt."""
+        return [
+            RefusalRow(r[0], r[1], r[2], r[3], r[4])
+            for r in self._read(
+                "SELECT round_index, attempt, node_id, reason, received_ms FROM unmask_refusals "
+                "WHERE round_index = ? AND attempt = ? ORDER BY node_id",
+                (round_index, attempt),
+            )
+        ]
+
+    def add_refusal(self, row: RefusalRow) -> None:
+        """Record a survivor's refusal to unmask."""
+        self._write(
+            "INSERT INTO unmask_refusals (round_index, attempt, node_id, reason, received_ms) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (row.round_index, row.attempt, row.node_id, row.reason, row.received_ms),
+        )
+
+    # ------------------------------------------------------------ payload files
+
+    def new_payload(self) -> PayloadWriter:
+        """A writer for one incoming payload (a temporary file in the payload directory)."""
+        return PayloadWriter(self.payload_dir)
+
+    def payload_path(self, name: str) -> Path:
+        """Absolute path of a stored payload named in a row."""
+        return self.payload_dir / name
+
+    @staticmethod
+    def upload_name(round_index: int, node_id: str, sha256: bytes) -> str:
+        """Final file name of an upload."""
+        return upload_name(round_index, node_id, sha256)
+
+    @staticmethod
+    def correction_name(round_index: int, attempt: int, node_id: str, sha256: bytes) -> str:
+        """Final file name of an unmask correction."""
+        return correction_name(round_index, attempt, node_id, sha256)
+
+    @staticmethod
+    def result_name(round_index: int, sha256: bytes) -> str:
+        """Final file name of a round's aggregate."""
+        return result_name(round_index, sha256)
+
+    def referenced_files(self) -> set[str]:
+        """Names of every payload file some row refers to."""
+        return {
+            r[0]
+            for r in self._read(
+                "SELECT path FROM uploads UNION SELECT path FROM results "
+                "UNION SELECT path FROM unmask_corrections"
+            )
+        }
+
+    def recover(self) -> list[str]:
+        """Delete temporary and unreferenced payload files; check referenced ones exist.
+
+        Returns the names deleted. Raises StateFileError if a row names a file
+        that is missing or has the wrong size (the state file and the payload
+        directory do not belong together).
+        """
+        with self._lock:
+            sizes = self._read(
+                "SELECT path, size FROM uploads UNION ALL SELECT path, size FROM results "
+                "UNION ALL SELECT path, size FROM unmask_corrections"
+            )
+            return remove_unreferenced(
+                self.payload_dir, [(str(n), int(s)) for n, s in sizes], state_path=self.path
+            )
+
+    # ------------------------------------------------------------ inspection
+
+    def dump(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of every table plus the payload directory listing (name, size, sha256).
+
+        Used by tests to show that a refused message changed nothing.
+        """
+        with self._lock:
+            snapshot: dict[str, list[tuple[Any, ...]]] = {}
+            for table in TABLES:
+                rows = self._db.execute(f"SELECT * FROM {table}").fetchall()
+                snapshot[table] = sorted(rows, key=repr)
+            files = []
+            for entry in sorted(self.payload_dir.iterdir()):
+                digest = hashlib.sha256(entry.read_bytes()).hexdigest()
+                files.append((entry.name, entry.stat().st_size, digest))
+            snapshot["payload_files"] = files
+            return snapshot
