@@ -46,6 +46,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from node.deltab import MODELS as deltab_models
 from simulations.dropout import GRAPHS, DropoutParams
 from simulations.schemes import CONSTRUCTIONS, SCHEMES
 
@@ -67,7 +68,7 @@ __all__ = [
 #: The kinds of cell a sweep can run, in report order.
 SCENARIOS = ("utility", "attack", "reconstruction", "overtheair", "dropout")
 
-MODELS = ("simple", "unbiased", "unbiased_quadratic", "alternate", "alternate_quadratic")
+MODELS = deltab_models  # listed once, in node.deltab
 
 
 class ConfigError(ValueError):
