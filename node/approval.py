@@ -1,7 +1,7 @@
 """The approval gate: nothing leaves the TRE until a reviewer has signed off its manifest.
 
 Before each upload the node waits for ``OUT/egress/round-<r>/approval.json``
-(DESIGN.md §4.5, §6). The file records a reviewer's decision on one exact
+(docs/design.md §4.4, §8). The file records a reviewer's decision on one exact
 bundle, signed with Ed25519 (RFC 8032):
 
     {"format": "zerosum-approval", "version": 1,

@@ -5,7 +5,7 @@ masking and residual noise, in exactly the layout of the round's egress, and
 ``audit.json`` the per-tensor counts of values clipped to the public bounds
 (SDC facts that must not leave the TRE). Subtracting it from the egress
 payload leaves the node's mask plus residual noise, which lets a reviewer
-confirm that noise of the declared scale is really present (DESIGN.md §6), and
+confirm that noise of the declared scale is really present (docs/design.md §8), and
 summing every node's audit payload gives the same exact aggregate as summing
 their egresses when residual noise is off (the masks cancel, Σ_k m_k = 0).
 """

@@ -1,7 +1,7 @@
 """A node's private CAPE material on disk, so that a restarted node resumes a CAPE session.
 
 Under the CAPE construction (Imtiaz, Mohammadi & Sarwate 2019, arXiv
-1904.10059; DESIGN.md §5) node k's egress of a model round is
+1904.10059; docs/design.md §6) node k's egress of a model round is
 
     q(x_k) + e_k + q(r_k),   e_k = q(ê_k) − share_k(S),   S = Σ_j q(ê_j),
 

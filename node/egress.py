@@ -1,6 +1,6 @@
 """The per-round egress bundle: everything a TRE output checker inspects before release.
 
-One folder per node and round, ``OUT/egress/round-<r>/`` (DESIGN.md §6):
+One folder per node and round, ``OUT/egress/round-<r>/`` (docs/design.md §8):
 
 ``payload.npy``
     The uint64 fixed-point vector exactly as submitted (``np.save``, little-endian

@@ -13,7 +13,7 @@ share that layout:
 The egress is q(x_k) + m_k + q(r_k) modulo 2^64. Because Σ_k m_k = 0 exactly
 in Z/2^64Z, the sum of all egresses equals the sum of all audit payloads bit
 for bit when residual noise is off — the property the coordinator's exact
-aggregate rests on (DESIGN.md §4.5).
+aggregate rests on (docs/design.md §4.4).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The public facts of one release: tensor layout, noise, DP receipt, masking, SDC.
 
 These immutable value objects are what a node's egress manifest declares and
-what a reviewer reads (DESIGN.md §6). Privacy figures follow μ-Gaussian
+what a reviewer reads (docs/design.md §8). Privacy figures follow μ-Gaussian
 differential privacy (Dong, Roth & Su 2022, JRSS-B) with (ε, δ) from the exact
 Gaussian tradeoff of the analytic Gaussian mechanism (Balle & Wang 2018,
 ICML); an unbounded μ (an observer who learns a value exactly) is written to

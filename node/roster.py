@@ -5,15 +5,15 @@ be able to substitute a key (a man in the middle would then share every
 "pairwise" seed), so each node verifies every bundle against the Ed25519
 identity key pinned for that node in the federation config, for this
 federation (config hash) and this session, and checks that its own entry is
-the key it sent (DESIGN.md §4.3). Any mismatch aborts the node with the node
+the key it sent (docs/design.md §4.2). Any mismatch aborts the node with the node
 id and the reason. A final roster with fewer members than the federation's
 ``min_nodes`` is refused too: the local config decides, never the
-coordinator's word (DESIGN.md §4.3). The roster hash is recomputed and
+coordinator's word (docs/design.md §4.2). The roster hash is recomputed and
 compared, and kept: the node binds it into every upload statement it signs
 (node/statements.py), which is how nodes learn that all contributors were
 shown the same roster. The pairwise seeds s_kj = HKDF(X25519(sk_k, pk_j), ...)
 are derived only from a roster that passed (``noise.seeds.pairwise_seed``,
-DESIGN.md §4.4).
+docs/design.md §4.3).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a node keeps on disk so that a restart can rejoin the session it was in.
 
-A node's X25519 session key (DESIGN.md §4.2) is the one secret the
+A node's X25519 session key (docs/design.md §4.1) is the one secret the
 coordinator cannot replace: it has accepted exactly one signed public key per
 node and session and refuses a second, and every pairwise seed
 s_ij = HKDF(X25519(sk_i, pk_j), …) is derived from it. A node that crashes —

@@ -4,7 +4,7 @@ If nodes drop out of round r, the coordinator asks every survivor k for
 Σ_{j∈D} ±q(c_kj·z_kj), its pair terms with the dropped set D, so that the
 masks of D can be cancelled from the survivors' sum. Revealing them gives the
 coordinator exactly what the dropped nodes would have known, so a survivor
-answers only when (DESIGN.md §4.7):
+answers only when (docs/design.md §4.6):
 
 1. the request is well formed for this session and round: the survivor set S
    and the dropped set D are disjoint, together make up the round's

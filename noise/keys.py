@@ -1,6 +1,6 @@
 """Identity keys, per-session ephemeral keys and signed key bundles.
 
-Two kinds of key, with different lifetimes (DESIGN.md §4.1–§4.3):
+Two kinds of key, with different lifetimes (docs/design.md §4.1–§4.3):
 
 * an **identity key** (Ed25519; Bernstein, Duif, Lange, Schwabe & Yang 2012,
   "High-speed high-security signatures", J. Cryptographic Engineering) lives as

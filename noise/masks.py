@@ -1,6 +1,6 @@
 """Zero-sum correlated masks in fixed point.
 
-Pairwise construction (DESIGN.md §4.5, §5). For every pair {i, j} with pair
+Pairwise construction (docs/design.md §4.4, §6). For every pair {i, j} with pair
 standard deviation c_ij > 0 both ends expand the same stream key from their
 shared seed s_ij, draw the same standard normals z_ij and quantise the same
 values t_ij = round(2^F · c_ij · z_ij). Node i adds t_ij when i < j and

@@ -1,4 +1,4 @@
-"""Pairwise seeds and per-(round, tensor) stream keys (DESIGN.md §4.4).
+"""Pairwise seeds and per-(round, tensor) stream keys (docs/design.md §4.3).
 
 Nodes i and j agree on a 32-byte seed without ever sending it:
 

@@ -6,7 +6,7 @@ site, so every federation is non-IID in ages and, with ``site_offset_sd`` > 0,
 in feature offsets.
 
 Public bounds. The noise is calibrated to L2 sensitivities that follow from
-declared clipping ranges (DESIGN.md §5). A federation would declare them from
+declared clipping ranges (docs/design.md §6). A federation would declare them from
 what is known about the measures; here they come from the generator's
 population: feature j is declared to lie in μ_j ± w·σ_j with
 w = 5 + 2.5·site_offset_sd (wide enough that clipping is rare: the largest

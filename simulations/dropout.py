@@ -1,6 +1,6 @@
 """Dropouts at scale: what survivors keep, what the aggregate carries, how often a round fails.
 
-One round with dropouts, as the live protocol runs it (DESIGN.md §4 item 7,
+One round with dropouts, as the live protocol runs it (docs/design.md §4.6,
 ``node.unmask``, ``node.release``):
 
 1. The design is planned over all K participants: ``noise.policy.plan_noise``

@@ -13,7 +13,7 @@ a whole federation's noise is a handful of array operations:
 * Complete graph with one pair variance c² (what ``complete_design`` builds
   for equal targets). R = c²(K·I − 11ᵀ) = K c²·(I − 11ᵀ/K), the covariance of
   sqrt(K c²)·(g − mean(g)) with g ~ N(0, I_K): K draws instead of K(K−1)/2.
-  This is the CAPE-equivalent form of DESIGN.md §5 and is how K = 1000 stays
+  This is the CAPE-equivalent form of docs/design.md §6 and is how K = 1000 stays
   cheap.
 * CAPE (Imtiaz, Mohammadi & Sarwate, arXiv 1904.10059, 2019). ê_k ~ N(0, τ²)
   and e_k = ê_k − Σê/K.

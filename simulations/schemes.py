@@ -16,7 +16,7 @@ Schemes (one release = one round's egress of one node, calibrated to (ε, δ)):
   basis, classic Gaussian noise on the coefficients, N-weighted averaging
   (``simulations.seed_fedavg``).
 
-Privacy per observer (DESIGN.md §5): ``outsider`` sees one egress;
+Privacy per observer (docs/design.md §6): ``outsider`` sees one egress;
 ``outsider_coalition`` sees one egress and pools the secrets of m other nodes
 (the noise left on the egress is ``noise.designs.remaining_variance``);
 ``coordinator`` sees every egress of the round; ``coalition`` is the

@@ -1,7 +1,7 @@
 """A small certificate authority for a federation's mutual TLS.
 
 The coordinator and every node talk gRPC over TLS 1.2+ with client
-certificates (DESIGN.md §3). This module makes what that needs: a self-signed
+certificates (docs/design.md §5). This module makes what that needs: a self-signed
 CA, one server certificate for the coordinator and one client certificate per
 node, all ECDSA P-256 with SHA-256 signatures (the curve BoringSSL, inside
 gRPC, handles best), following the RFC 5280 profile:
