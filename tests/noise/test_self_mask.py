@@ -1,0 +1,80 @@
+"""Self-masks: deterministic from the session key, distinct per round, node and session."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from noise.keys import EphemeralKey
+from noise.layout import Layout
+from noise.self_mask import self_mask, self_mask_seed
+
+KEY = EphemeralKey.from_private_bytes(bytes(range(32)))
+LAYOUT = Layout.of({"n": (), "v": (3,)})
+
+
+def _seed(**changes: object) -> bytes:
+    args: dict[str, object] = {
+        "config_hash": bytes(32),
+        "session_id": "s" * 32,
+        "node_id": "a",
+        "round_index": 3,
+    }
+    args.update(changes)
+    return self_mask_seed(KEY, **args)  # type: ignore[arg-type]
+
+
+def test_known_answer() -> None:
+    seed = _seed()
+    assert seed.hex() == "1b3f3ae263a38bbdf6af303684f0eb82a4818080216c1bb4a2609bf2d8b6cb8c"
+    words = self_mask(seed, LAYOUT, round_index=3)
+    assert [int(w) for w in words] == [
+        0x35DEDE6014EAE467,
+        0x5E5A8684FB77B2B8,
+        0x240EE83FA17E4E8E,
+        0x91F48F6AC9EBEFF1,
+    ]
+
+
+def test_a_restart_derives_the_same_seed_and_mask() -> None:
+    again = EphemeralKey.from_private_bytes(KEY.private_bytes())
+    assert (
+        self_mask_seed(
+            again, config_hash=bytes(32), session_id="s" * 32, node_id="a", round_index=3
+        )
+        == _seed()
+    )
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"round_index": 4},
+        {"node_id": "b"},
+        {"session_id": "t" * 32},
+        {"config_hash": b"\x01" * 32},
+    ],
+)
+def test_every_context_gets_its_own_seed(changes: dict[str, object]) -> None:
+    assert _seed(**changes) != _seed()
+
+
+def test_the_mask_is_removed_exactly_and_hides_the_values() -> None:
+    seed = _seed()
+    values = np.array([7, 2**64 - 1, 0, 12345], dtype=np.uint64)
+    mask = self_mask(seed, LAYOUT, round_index=3)
+    sent = values + mask
+    assert not np.array_equal(sent, values)
+    assert np.array_equal(sent - self_mask(seed, LAYOUT, round_index=3), values)
+    # A large mask's words are spread over the whole range (an AES keystream).
+    big = self_mask(seed, Layout.of({"w": (100_000,)}), round_index=3)
+    assert 0.49 < float(np.mean(big >> np.uint64(63))) < 0.51
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="round_index"):
+        _seed(round_index=-1)
+    with pytest.raises(ValueError, match="config hash"):
+        _seed(config_hash=b"short")
+    with pytest.raises(ValueError, match="self-mask seed"):
+        self_mask(b"x", LAYOUT, round_index=0)
