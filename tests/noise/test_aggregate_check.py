@@ -1,0 +1,125 @@
+"""Secret linear tags catch a forged aggregate; blinded, they sum to the true aggregate's tag."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from noise.aggregate_check import (
+    CHALLENGE_VECTORS,
+    blinded_tags,
+    challenge_key,
+    challenge_vectors,
+    check_tags,
+    tags,
+)
+
+NODES = ("a", "b", "c", "d")
+SEEDS = {
+    (i, j): bytes([10 * n + m + 1]) * 32
+    for n, i in enumerate(NODES)
+    for m, j in enumerate(NODES)
+    if i < j
+}
+
+
+def _seeds(me: str) -> dict[str, bytes]:
+    return {peer: SEEDS[tuple(sorted((me, peer)))] for peer in NODES if peer != me}
+
+
+def _signed(words: np.ndarray) -> list[int]:
+    return [int(v) for v in words.view(np.int64)]
+
+
+def test_tags_are_the_exact_integer_inner_products() -> None:
+    rng = np.random.default_rng(1)
+    words = rng.integers(0, 2**64, size=3000, dtype=np.uint64, endpoint=False)
+    rho = challenge_vectors(bytes(32), words.size, round_index=2)
+    assert rho.shape == (CHALLENGE_VECTORS, 3000)
+    assert rho.min() >= 0 and rho.max() < 2**16 and np.all(rho == np.floor(rho))
+    expected = tuple(
+        sum(int(r) * v for r, v in zip(row, _signed(words), strict=True)) for row in rho
+    )
+    assert tags(words, rho) == expected
+
+
+def _contributions(rng: np.random.Generator, size: int) -> dict[str, np.ndarray]:
+    # Signed values far from the int64 limits: sums of them do not overflow.
+    return {
+        n: rng.integers(-(2**58), 2**58, size=size).astype(np.int64).view(np.uint64) for n in NODES
+    }
+
+
+def test_honest_blinded_tags_add_up_to_the_aggregate_tag() -> None:
+    rng = np.random.default_rng(2)
+    parts = _contributions(rng, 500)
+    aggregate = sum(parts.values(), np.zeros(500, dtype=np.uint64))
+    kappa = challenge_key({n: bytes([ord(n)]) * 32 for n in NODES}, round_index=5)
+    rho = challenge_vectors(kappa, 500, round_index=5)
+    blinded = {
+        n: blinded_tags(tags(w, rho), n, NODES, _seeds(n), round_index=5) for n, w in parts.items()
+    }
+    assert check_tags(blinded, aggregate, rho) == []
+    # A single node's blinded tag reveals nothing like its own tag.
+    assert blinded["a"] != tuple(t % (1 << 128) for t in tags(parts["a"], rho))
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda a: a + np.uint64(1) * (np.arange(a.size) == 7),
+        lambda a: a + (np.uint64(1) << np.uint64(63)) * (np.arange(a.size) == 0),
+        lambda a: a + (np.uint64(1) << np.uint64(62)),
+        lambda a: a * np.uint64(3),
+        lambda a: np.roll(a, 1),
+    ],
+    ids=["one-word", "sign-bit", "every-word-high-bits", "scaled", "shuffled"],
+)
+def test_a_forged_aggregate_is_caught(forge: object) -> None:
+    rng = np.random.default_rng(3)
+    parts = _contributions(rng, 400)
+    aggregate = sum(parts.values(), np.zeros(400, dtype=np.uint64))
+    rho = challenge_vectors(b"\x07" * 32, 400, round_index=1)
+    blinded = {
+        n: blinded_tags(tags(w, rho), n, NODES, _seeds(n), round_index=1) for n, w in parts.items()
+    }
+    forged = forge(aggregate)  # type: ignore[operator]
+    assert not np.array_equal(forged, aggregate)
+    assert check_tags(blinded, forged, rho) == list(range(CHALLENGE_VECTORS))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 399), st.integers(1, 2**64 - 1), st.integers(0, 2**32))
+def test_any_change_of_one_word_is_caught(index: int, change: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    parts = _contributions(rng, 400)
+    aggregate = sum(parts.values(), np.zeros(400, dtype=np.uint64))
+    kappa = challenge_key({n: rng.bytes(32) for n in NODES}, round_index=0)
+    rho = challenge_vectors(kappa, 400, round_index=0)
+    blinded = {n: tags(w, rho) for n, w in parts.items()}
+    forged = aggregate.copy()
+    forged[index : index + 1] += np.array([change], dtype=np.uint64)
+    # Each check misses with probability at most 2^-16, so all four catching
+    # is what one expects; at least one must.
+    assert check_tags(blinded, forged, rho)
+
+
+def test_blocks_longer_than_a_mebiword_stay_exact() -> None:
+    size = (1 << 20) + 3
+    words = np.full(size, np.uint64(2**64 - 1))  # -1 everywhere
+    rho = challenge_vectors(b"\x01" * 32, size, round_index=0)
+    assert tags(words, rho) == tuple(-int(row.sum()) for row in rho)
+
+
+def test_the_challenge_key_depends_on_every_contribution_and_the_round() -> None:
+    base = {n: bytes([ord(n)]) * 32 for n in NODES}
+    key = challenge_key(base, round_index=3)
+    assert challenge_key(dict(reversed(base.items())), round_index=3) == key
+    assert challenge_key(base, round_index=4) != key
+    assert challenge_key(base | {"b": b"\x00" * 32}, round_index=3) != key
+    with pytest.raises(ValueError, match="challenge contribution"):
+        challenge_key({"a": b"short"}, round_index=0)
+    with pytest.raises(ValueError, match="one challenge row"):
+        tags(np.zeros(3, dtype=np.uint64), np.zeros((4, 2)))
