@@ -15,8 +15,9 @@ their use in gRPC"):
 * ``FAILED_PRECONDITION``: a well-formed message the session's state does
   not allow: it arrives at the wrong time (join after the deadline, upload to
   a round that is not open, a dropped node), contradicts what is already
-  recorded (a second key for a joined node, a conflicting upload or
-  correction), or was made against another roster than the session's;
+  recorded (a conflicting upload or correction), or was made against
+  another roster than the session's;
+* ``ALREADY_EXISTS``: a join for a node that joined already with another key;
 * ``PERMISSION_DENIED``: the caller is not allowed to speak for that node
   (certificate of one node, message of another; a node outside the federation);
 * ``UNAUTHENTICATED``: a signature does not verify, or was made for another
@@ -31,6 +32,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 __all__ = [
+    "AlreadyExists",
     "CoordinatorError",
     "FailedPrecondition",
     "InvalidArgument",
@@ -63,6 +65,12 @@ class FailedPrecondition(CoordinatorError):
     """The message is well formed but the session is not in a state that accepts it."""
 
     status = "FAILED_PRECONDITION"
+
+
+class AlreadyExists(CoordinatorError):
+    """A join for a node the session already holds under another key."""
+
+    status = "ALREADY_EXISTS"
 
 
 class TransitionRefused(FailedPrecondition):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 
 from coordinator.context import SessionContext, clock_text, node_list
-from coordinator.errors import FailedPrecondition, StateFileError, Unauthenticated
+from coordinator.errors import AlreadyExists, FailedPrecondition, StateFileError, Unauthenticated
 from coordinator.events import (
     EveryoneJoined,
     JoinDeadlinePassed,
@@ -102,7 +102,7 @@ class Joining:
                     and existing.signature == bundle.signature
                 ):
                     return self._receipt(row, bundle.node_id, rejoined=True, count=len(members))
-                raise FailedPrecondition(
+                raise AlreadyExists(
                     f"node {bundle.node_id!r} already joined session {row.session_id!r} with key "
                     f"{key_fingerprint(existing.public_key)}; a second key "
                     f"{key_fingerprint(bundle.public_key)} is refused."

@@ -507,12 +507,12 @@ def test_conflicting_upload_is_failed_precondition(harness: Harness) -> None:
     )
 
 
-def test_second_key_for_a_joined_node_is_failed_precondition(harness: Harness) -> None:
+def test_second_key_for_a_joined_node_is_already_exists(harness: Harness) -> None:
     harness.join("a")
     harness.fed.ephemeral.clear()
     rejected(
         harness,
-        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.ALREADY_EXISTS,
         lambda: harness.join("a"),
         words="node 'a' already joined session",
     )

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from coordinator.errors import (
+    AlreadyExists,
     CoordinatorError,
     FailedPrecondition,
     InvalidArgument,
@@ -108,7 +109,7 @@ def test_a_second_key_for_a_joined_node_is_refused(fed: Federation, session: Ses
     fed.ephemeral.clear()
     message = refused(
         session,
-        FailedPrecondition,
+        AlreadyExists,
         lambda: session.join(fed.bundle("a", session.session_id), caller="a"),
     )
     assert "already joined" in message
