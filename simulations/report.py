@@ -242,8 +242,8 @@ def _utility_parts(tables: Tables, config: SimConfig, figure: Figure) -> list[st
         "ε at δ from the μ-GDP accounting of `noise.accounting` (∞: the observer learns the "
         "node's contribution exactly). `seed_fedavg` shows the page's own declaration "
         "(ε per coefficient tensor, basic composition over five tensors) under its heuristic "
-        "sensitivity, which is not a proven bound. A session has two releases (moments, "
-        "scatter); they compose as μ·√2.",
+        "sensitivity, which is not a proven bound. A session of the default plan is this one "
+        "release (sums); with mean imputation it has two (means, sums), composing as μ·√2.",
         "",
         _privacy_table(config),
         "",
@@ -259,7 +259,7 @@ def _attack_parts(tables: Tables, config: SimConfig, figure: Figure) -> list[str
         figure("coalition", "privacy vs coalition size"),
         "## Membership inference against the bound",
         "",
-        f"Likelihood-ratio test against node 0's scatter release (worst-case target subject; "
+        f"Likelihood-ratio test against node 0's sums release (worst-case target subject; "
         f"K = {config.attack.n_nodes}, N = {config.attack.n_per_node}, P = "
         f"{config.attack.n_features}, {config.attack.trials} trials per hypothesis). Bounds: "
         "μ-GDP tradeoff Φ(Φ⁻¹(FPR) + μ) for TPR, Φ(μ/√2) for AUC. 'within' means no "
