@@ -2,8 +2,10 @@
 
 :class:`FakeCoordinator` satisfies ``node.gateway.CoordinatorGateway``. A test
 sets the session status the node sees (``status_reply``), the result of each
-round (``results``), the other nodes' signed keys for the roster (``peers``)
-and, where a test needs the coordinator to refuse, the error a call raises.
+round (``results``; asking for another fails the test), the other nodes'
+signed keys for the roster (``peers``) and, where the coordinator is to
+refuse or be unreachable, the error a join or a refusal raises
+(``join_error``, ``refuse_error``).
 Everything the node tells the coordinator is kept in order in ``sent`` —
 ``("attest", round)``, ``("answer", round, dropped)``, ``("refuse", round,
 reason)``, ``("upload", round)``, ``("withdraw", round, reason)`` — and in
@@ -27,7 +29,6 @@ from node.gateway import (
     JoinReceipt,
     RosterView,
     RoundResult,
-    RoundState,
     RoundSummary,
     SessionState,
     SessionStatus,
@@ -81,7 +82,6 @@ class FakeCoordinator:
     peers: Sequence[KeyBundle] = ()  # the other nodes' bundles on the roster, all final
     uploaded: dict[int, bytes] = field(default_factory=dict)  # digests of this node's uploads
     join_error: GatewayError | None = None
-    submit_error: GatewayError | None = None
     refuse_error: GatewayError | None = None
     joined_count: int = 1
 
@@ -134,18 +134,16 @@ class FakeCoordinator:
         )
 
     def result(self, session_id: str, round_index: int) -> RoundResult:
+        """The result the test set for the round; asking for another fails the test at once.
+
+        (A node would poll an open round forever: failing here turns a node
+        that goes further than the test expects into a failure, not a hang.)
+        """
         self.calls.append("result")
         found = self.results.get(round_index)
-        if found is not None:
-            return found
-        return RoundResult(
-            round_index=round_index,
-            round_name="",
-            state=RoundState.OPEN,
-            reason="",
-            survivors=(),
-            dropped=(),
-        )
+        if found is None:
+            raise AssertionError(f"the node asked for round {round_index}'s result; none was set")
+        return found
 
     def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
         self.calls.append("uploaded_sha256")
@@ -216,8 +214,6 @@ class FakeCoordinator:
         self, *, request: UnmaskRequest, payload: U64, layout: Layout, fixed_point_bits: int
     ) -> None:
         self.calls.append("submit_unmask")
-        if self.submit_error is not None:
-            raise self.submit_error
         self.sent.append(("answer", request.round_index, tuple(request.dropped)))
         self.answers.append(
             UnmaskAnswer(

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.errors import NodeRefused, SessionFailed
+from node.errors import CoordinatorUnreachable, NodeRefused, SessionFailed
 from node.gateway import (
     RoundResult,
     RoundState,
@@ -203,8 +203,12 @@ def test_a_node_that_refused_stays_stopped_after_a_restart(tmp_path: Path) -> No
     first, noise = _awaiting(tmp_path)
     # Awaiting round 1, a is asked about round 0: it refuses, and its refusal
     # may never reach the coordinator (it is swallowed when the call fails).
+    first.coordinator.refuse_error = CoordinatorUnreachable(
+        "RefuseUnmask", "UNAVAILABLE", "connection refused", attempts=3, seconds=1.0
+    )
     with pytest.raises(NodeRefused):
         _answer(first, _request(IDS, 0, ["a", "b", "c"], ["d"]), IDS, noise, awaiting=1)
+    assert first.coordinator.refusals == []
     status = running(
         SESSION, RoundSummary(1, "scatter", RoundState.AWAITING_UNMASK, tuple(IDS), ())
     )
