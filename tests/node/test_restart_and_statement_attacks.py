@@ -1,7 +1,9 @@
 """Lying coordinators, crashes and second processes around node restarts and upload statements.
 
-Each test drives the runner (or the session store) the way a lying
-coordinator, a crash or a second process would, and names what it stops:
+Each test drives the node's session steps (``node.session``, with the fake
+coordinator of ``tests.node.fake_gateway``), the runner or the session store
+the way a lying coordinator, a crash or a second process would, and names
+what it stops:
 
 * an aggregate that counts a node whose pair terms this node revealed when
   the coordinator reported it dropped (the coordinator then holds that
@@ -28,26 +30,35 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
 
+from node.errors import CoordinatorUnreachable, NodeRefused, SessionFailed
+from node.gateway import (
+    RoundResult,
+    RoundState,
+    RoundSummary,
+    SessionState,
+    SessionStatus,
+    UploadStatement,
+)
 from node.release import ReleaseNoise
-from node.runner import NodeRefused, NodeRunner, SessionFailed
+from node.runner import NodeRunner
+from node.session.results import Outcome, await_result
+from node.session.resume import catch_up, take_aggregated
 from node.session_state import KEY_FILE, SessionStateError, SessionStore
 from node.statements import sign_upload_statement
 from noise.keys import EphemeralKey
 from noise.layout import payload_digest
 from proto.federation import load_federation
-from proto.zerosum.v1 import session_pb2 as pb
-from tests.node.test_runner_restart import IDS, LAYOUT, AnsweringClient, _at_gate, _node, _Plan
+from tests.node.fake_gateway import FakeCoordinator, running
+from tests.node.nodes import CONFIG_HASH, LAYOUT, ROSTER_HASH, FakePlan, Node
+from tests.node.test_runner_restart import IDS, _at_gate, _node
 from tests.node.test_runner_units import SESSION, _identities
-from tests.node.test_unmask_safety import CONFIG_HASH, _answer, _released, _request
+from tests.node.test_unmask_safety import _answer, _released, _request
 from zerosum.commands import federation as federation_command
 
-ROSTER_HASH = bytes(range(32))
 KEYS = _identities(IDS)
 AGGREGATE = np.arange(LAYOUT.size, dtype=np.uint64)
 
@@ -56,8 +67,8 @@ def _digest(node: str) -> bytes:
     return bytes([ord(node)]) * 32
 
 
-def _statement(node: str, index: int, sha256: bytes) -> pb.UploadStatement:
-    return pb.UploadStatement(
+def _statement(node: str, index: int, sha256: bytes) -> UploadStatement:
+    return UploadStatement(
         node_id=node,
         round_name="scatter",
         roster_hash=ROSTER_HASH,
@@ -76,118 +87,113 @@ def _statement(node: str, index: int, sha256: bytes) -> pb.UploadStatement:
 
 def _ready(
     index: int, survivors: Sequence[str], digests: dict[str, bytes] | None = None
-) -> pb.ResultHeader:
-    """A READY header whose statements are validly signed by every survivor."""
+) -> RoundResult:
+    """A READY result whose statements are validly signed by every survivor."""
     digests = digests or {}
-    return pb.ResultHeader(
-        session_id=SESSION,
+    return RoundResult(
         round_index=index,
         round_name="scatter",
-        status=pb.ROUND_STATUS_READY,
-        survivor_node_ids=list(survivors),
-        statements=[_statement(n, index, digests.get(n, _digest(n))) for n in survivors],
+        state=RoundState.READY,
+        reason="",
+        survivors=tuple(survivors),
+        dropped=tuple(n for n in IDS if n not in survivors),
+        statements=tuple(_statement(n, index, digests.get(n, _digest(n))) for n in survivors),
+        aggregate=AGGREGATE,
     )
 
 
-class ResultClient(AnsweringClient):
-    """Also serves one round's result, and knows what this process uploaded."""
-
-    def __init__(self, header: pb.ResultHeader, uploaded: bytes | None) -> None:
-        super().__init__()
-        self.header = header
-        self.uploaded = uploaded
-
-    def get_result(self, session_id: str, round_index: int) -> tuple[pb.ResultHeader, Any]:
-        return self.header, AGGREGATE
-
-    def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
-        return self.uploaded
+def _awaiting(out: Path, *, plan: FakePlan | None = None) -> tuple[Node, ReleaseNoise]:
+    """Node a after releasing round 1, past its roster (whose hash is ROSTER_HASH)."""
+    node = _node(out, plan=plan)
+    return node, _released(node, IDS, [1])
 
 
-class ReceivingPlan(_Plan):
-    def __init__(self) -> None:
-        self.received: list[str] = []
-
-    def receive(self, name: str, tensors: dict[str, Any]) -> None:
-        self.received.append(name)
-
-
-def _awaiting(out: Path) -> tuple[NodeRunner, ReleaseNoise]:
-    """Node a after releasing round 1, past its roster."""
-    runner = _node(out)
-    runner.roster = SimpleNamespace(roster_hash=ROSTER_HASH)  # type: ignore[assignment]
-    return runner, _released(runner, IDS, [1])
+def _serve(node: Node, result: RoundResult, uploaded: bytes | None) -> None:
+    """The coordinator publishes ``result``; ``uploaded``: what this process uploaded, if any."""
+    node.coordinator.results[result.round_index] = result
+    if uploaded is not None:
+        node.coordinator.uploaded[result.round_index] = uploaded
 
 
-def _serve(runner: NodeRunner, header: pb.ResultHeader, uploaded: bytes | None) -> None:
-    runner.client = ResultClient(header, uploaded)  # type: ignore[assignment]
+def _await(node: Node, noise: ReleaseNoise) -> Outcome | None:
+    return await_result(
+        node.ctx,
+        node.progress,
+        index=1,
+        name="scatter",
+        layout=LAYOUT,
+        participants=tuple(IDS),
+        noise=noise,
+    )
 
 
 # ---------------------------------------------------------------- the nodes an aggregate counts
 
 
 def test_an_aggregate_counting_a_node_reported_dropped_is_refused(tmp_path: Path) -> None:
-    runner, noise = _awaiting(tmp_path)
+    node, noise = _awaiting(tmp_path)
     # The coordinator says d missed the deadline; a attests and sends its pair terms with d.
-    _answer(runner, _request(IDS, 1, ["a", "b", "c"], ["d"]), IDS, noise, awaiting=1)
+    _answer(node, _request(IDS, 1, ["a", "b", "c"], ["d"]), IDS, noise, awaiting=1)
     # Then it publishes the sum over all four, d's upload included, with d's valid statement.
-    _serve(runner, _ready(1, IDS), _digest("a"))
+    _serve(node, _ready(1, IDS), _digest("a"))
     with pytest.raises(SessionFailed, match=r"counts \{d\}, whose pair terms with me I revealed"):
-        runner._await_result(1, "scatter", LAYOUT, tuple(IDS), noise)
+        _await(node, noise)
 
 
 def test_an_aggregate_leaving_out_a_node_never_unmasked_is_refused(tmp_path: Path) -> None:
-    runner, noise = _awaiting(tmp_path)
-    _serve(runner, _ready(1, ["a", "b", "c"]), _digest("a"))
+    node, noise = _awaiting(tmp_path)
+    _serve(node, _ready(1, ["a", "b", "c"]), _digest("a"))
     with pytest.raises(SessionFailed, match=r"leaves out \{d\}, but I revealed no pair terms"):
-        runner._await_result(1, "scatter", LAYOUT, tuple(IDS), noise)
+        _await(node, noise)
 
 
 def test_the_survivors_of_the_answered_unmask_are_accepted(tmp_path: Path) -> None:
-    runner, noise = _awaiting(tmp_path)
-    _answer(runner, _request(IDS, 1, ["a", "b", "c"], ["d"]), IDS, noise, awaiting=1)
-    _serve(runner, _ready(1, ["a", "b", "c"]), _digest("a"))
-    result = runner._await_result(1, "scatter", LAYOUT, tuple(IDS), noise)
-    assert result is not None and np.array_equal(result, AGGREGATE)
-    assert runner._last_survivors == ("a", "b", "c")
+    node, noise = _awaiting(tmp_path)
+    _answer(node, _request(IDS, 1, ["a", "b", "c"], ["d"]), IDS, noise, awaiting=1)
+    _serve(node, _ready(1, ["a", "b", "c"]), _digest("a"))
+    result = _await(node, noise)
+    assert result is not None and np.array_equal(result.aggregate, AGGREGATE)
+    assert result.survivors == ("a", "b", "c")
 
 
 def test_a_restarted_node_still_knows_what_it_revealed(tmp_path: Path) -> None:
     first, noise = _awaiting(tmp_path)
     _answer(first, _request(IDS, 1, ["a", "b", "c"], ["d"]), IDS, noise, awaiting=1)
-    restarted = _node(tmp_path)  # knows nothing but what the output folder holds
-    restarted.roster = SimpleNamespace(roster_hash=ROSTER_HASH)  # type: ignore[assignment]
-    _serve(restarted, _ready(1, IDS), _digest("a"))
+    again = _node(tmp_path)  # knows nothing but what the output folder holds
+    _serve(again, _ready(1, IDS), _digest("a"))
     with pytest.raises(SessionFailed, match=r"counts \{d\}"):
-        restarted._await_result(1, "scatter", LAYOUT, tuple(IDS), noise)
+        _await(again, noise)
 
 
 # ---------------------------------------------------------------- my own payload after a restart
+
+
+def _aggregated_while_down() -> SessionStatus:
+    """Round 1, whose bundle a wrote before it went down, was aggregated meanwhile."""
+    return running(SESSION, RoundSummary(1, "scatter", RoundState.READY, tuple(IDS), ()))
 
 
 def test_a_round_aggregated_while_down_must_count_the_payload_of_my_bundle(
     tmp_path: Path,
 ) -> None:
     _at_gate(tmp_path)
-    runner = _node(tmp_path)
-    runner.roster = SimpleNamespace(roster_hash=ROSTER_HASH)  # type: ignore[assignment]
-    runner.plan = ReceivingPlan()  # type: ignore[assignment]
+    plan = FakePlan()
+    node = _node(tmp_path, plan=plan, status=_aggregated_while_down())
     # A statement of a for another payload of round 1 (a node that signed two
     # releases of one round: the aggregate is not of the bundle it recorded).
-    _serve(runner, _ready(1, IDS, {"a": _digest("x")}), None)
+    _serve(node, _ready(1, IDS, {"a": _digest("x")}), None)
     with pytest.raises(SessionFailed, match="counts a payload of mine with sha256"):
-        runner._take_published(1, "scatter", tuple(IDS))
-    assert runner.plan.received == []  # type: ignore[attr-defined]
+        take_aggregated(node.ctx, node.progress, node.coordinator.status_reply)
+    assert plan.received == []
 
 
 def test_a_round_aggregated_while_down_with_my_bundle_is_taken(tmp_path: Path) -> None:
     _, egress = _at_gate(tmp_path)
-    runner = _node(tmp_path)
-    runner.roster = SimpleNamespace(roster_hash=ROSTER_HASH)  # type: ignore[assignment]
-    runner.plan = ReceivingPlan()  # type: ignore[assignment]
-    _serve(runner, _ready(1, IDS, {"a": payload_digest(egress)}), None)
-    runner._take_published(1, "scatter", tuple(IDS))
-    assert runner.plan.received == ["scatter"]  # type: ignore[attr-defined]
+    plan = FakePlan()
+    node = _node(tmp_path, plan=plan, status=_aggregated_while_down())
+    _serve(node, _ready(1, IDS, {"a": payload_digest(egress)}), None)
+    take_aggregated(node.ctx, node.progress, node.coordinator.status_reply)
+    assert plan.received == ["scatter"]
 
 
 # ---------------------------------------------------------------- a refusal before the restart
@@ -197,27 +203,19 @@ def test_a_node_that_refused_stays_stopped_after_a_restart(tmp_path: Path) -> No
     first, noise = _awaiting(tmp_path)
     # Awaiting round 1, a is asked about round 0: it refuses, and its refusal
     # may never reach the coordinator (it is swallowed when the call fails).
+    first.coordinator.refuse_error = CoordinatorUnreachable(
+        "RefuseUnmask", "UNAVAILABLE", "connection refused", attempts=3, seconds=1.0
+    )
     with pytest.raises(NodeRefused):
         _answer(first, _request(IDS, 0, ["a", "b", "c"], ["d"]), IDS, noise, awaiting=1)
-    status = pb.SessionStatus(
-        session_id=SESSION,
-        state=pb.SESSION_STATE_RUNNING,
-        current_round_index=1,
-        current_round_name="scatter",
-        rounds=[
-            pb.RoundSummary(
-                round_index=1,
-                round_name="scatter",
-                status=pb.ROUND_STATUS_AWAITING_UNMASK,
-                submitted_node_ids=IDS,
-            ),
-        ],
+    assert first.coordinator.refusals == []
+    status = running(
+        SESSION, RoundSummary(1, "scatter", RoundState.AWAITING_UNMASK, tuple(IDS), ())
     )
-    restarted = _node(tmp_path, status=status)
-    restarted._done = set()
+    again = _node(tmp_path, status=status)
     with pytest.raises(NodeRefused, match=r"refused to unmask round 0 .* before it restarted"):
-        restarted._catch_up()
-    assert restarted.client.sent == []  # type: ignore[attr-defined]
+        catch_up(again.ctx, again.progress)
+    assert again.coordinator.sent == []
 
 
 # ---------------------------------------------------------------- one process per output folder
@@ -232,8 +230,31 @@ def test_a_second_holder_of_one_output_folder_is_refused(tmp_path: Path) -> None
         pass  # free again once the first hold ended
 
 
+def _federation(tmp_path: Path) -> Path:
+    """A two-node federation with synthetic cohorts, as ``zerosum federation init`` writes it."""
+    parser = argparse.ArgumentParser()
+    federation_command.add_arguments(parser)
+    fed = tmp_path / "fed"
+    args = ["init", "--nodes", "a,b", "--out", str(fed), "--synthetic", "--seed", "1"]
+    args += ["--n-features", "4", "--n-components", "2", "--cohort-sizes", "110,110"]
+    assert federation_command.run(parser.parse_args(args)) == 0
+    return fed
+
+
 def test_another_process_on_the_folder_stops_the_runner_until_it_dies(tmp_path: Path) -> None:
     out = tmp_path / "out"
+    # The session has ended: a runner that gets past the hold on OUT learns so when it joins.
+    ended = SessionStatus(
+        session_id=SESSION, state=SessionState.ABORTED, config_hash=b"", reason="over", rounds=()
+    )
+    coordinator = FakeCoordinator("a", status_reply=ended)
+    runner = NodeRunner(
+        _federation(tmp_path),
+        "a",
+        out=out,
+        progress=lambda line: None,
+        gateway=coordinator.factory(),
+    )
     holder = subprocess.Popen(
         [
             sys.executable,
@@ -254,16 +275,15 @@ def test_another_process_on_the_folder_stops_the_runner_until_it_dies(tmp_path: 
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        runner = _node(out)
-        runner.out = out
-        busy = pytest.raises(SessionFailed, match=f"process {holder.pid} holds node.lock")
-        with busy, runner._hold_output():
-            pass  # pragma: no cover - never entered
+        with pytest.raises(SessionFailed, match=f"process {holder.pid} holds node.lock"):
+            runner.run()
+        assert coordinator.calls == ["close"]  # stopped before it asked the coordinator anything
     finally:
         holder.kill()  # as with kill -9, the operating system drops the lock
         holder.communicate()
-    with runner._hold_output():
-        pass
+    with pytest.raises(SessionFailed, match=r"has already ended \(over\)"):
+        runner.run()  # past the hold, it joins
+    assert coordinator.calls == ["close", "status", "close"]
 
 
 # ---------------------------------------------------------------- no copy of the key left behind
@@ -285,12 +305,7 @@ def test_a_half_written_key_is_deleted_with_the_key(tmp_path: Path) -> None:
 
 
 def test_a_federation_without_a_stream_check_is_said_not_skipped_silently(tmp_path: Path) -> None:
-    parser = argparse.ArgumentParser()
-    federation_command.add_arguments(parser)
-    fed = tmp_path / "fed"
-    args = ["init", "--nodes", "a,b", "--out", str(fed), "--synthetic", "--seed", "1"]
-    args += ["--n-features", "4", "--n-components", "2", "--cohort-sizes", "110,110"]
-    assert federation_command.run(parser.parse_args(args)) == 0
+    fed = _federation(tmp_path)
     # A federation file made before stream_check existed, or written by hand.
     toml = fed / "federation.toml"
     toml.write_text(re.sub(r"(?m)^stream_check = .*\n", "", toml.read_text()))

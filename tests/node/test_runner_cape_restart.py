@@ -2,14 +2,16 @@
 
 A real coordinator serves on 127.0.0.1 in this process and each node runs in
 a thread, as in tests/node/test_runner_session.py. The victim ``a`` crashes
-(an exception from inside its own session, at a chosen step, after which
-nothing of that runner is used again) and a fresh runner over the same output
-folder takes over, holding nothing in memory from the first: it has only what
-``OUT`` holds, as after ``kill -9``. Each scenario checks that the session
-completes with one model for every node, that ``a`` released each model
-round once, sent the coordinator the same bytes it had sent before the
-crash, and reused its very CAPE draws and residual noise. The real-process
-counterpart is tests/integration/test_cape_restart.py.
+(an exception raised by its progress sink the moment it says it reached a
+chosen step, after which nothing of that runner is used again) and a fresh
+runner over the same output folder takes over, holding nothing in memory
+from the first: it has only what ``OUT`` holds, as after ``kill -9``. Each
+scenario checks that the session completes with one model for every node,
+that ``a`` released each model round once, sent the coordinator the same
+bytes it had sent before the crash, and reused its very CAPE draws and
+residual noise (read from the CAPE material it saved in
+``OUT/audit/cape-<round>/``). The real-process counterpart is
+tests/integration/test_cape_restart.py.
 """
 
 from __future__ import annotations
@@ -18,25 +20,34 @@ import argparse
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pytest
-from numpy.typing import NDArray
 
 from coordinator.config import SessionConfig
 from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
 from node.audit import read_audit
+from node.cape_state import CapeMaterial, CapeStore
 from node.egress import EgressBundle
+from node.ledger import PrivacyLedger
 from node.masking import cape_masks
-from node.release import ReleaseNoise
-from node.runner import NodeOptions, NodeRefused, NodeRunner, RunOutcome, _CapeState
-from noise.layout import Layout, payload_digest
+from node.runner import (
+    GatewayFactory,
+    NodeOptions,
+    NodeRefused,
+    NodeRunner,
+    RunOutcome,
+    grpc_gateway,
+)
+from node.session_state import SessionStore
+from noise.layout import payload_digest
 from proto.federation import config_hash, load_federation
+from tests.node.gateways import failing_before_upload
 from zerosum.commands import federation as federation_command
 
 pytestmark = pytest.mark.integration
@@ -99,19 +110,55 @@ class CapeSession:
     threads: dict[str, threading.Thread] = field(default_factory=dict)
     outcomes: dict[str, object] = field(default_factory=dict)
     logs: dict[str, list[str]] = field(default_factory=dict)
+    kept: dict[str, CapeMaterial] = field(default_factory=dict)
 
     def out(self, node: str) -> Path:
         return self.folder / f"out-{node}"
 
-    def runner(self, node: str, cls: type[NodeRunner] = NodeRunner) -> NodeRunner:
+    def runner(
+        self,
+        node: str,
+        *,
+        dies_after: str | None = None,
+        keeps_material: tuple[str, str] | None = None,
+        gateway: GatewayFactory = grpc_gateway,
+    ) -> NodeRunner:
+        """A runner of ``node`` whose lines go to ``logs[node]``.
+
+        ``dies_after``: its process dies (:class:`Crash`) the first time it has
+        said that. ``keeps_material`` = (said, round): when it has said that,
+        the CAPE material of that model round it saved is read into ``kept[node]``.
+        """
         lines = self.logs.setdefault(node, [])
-        return cls(
+        dead = False
+
+        def progress(line: str) -> None:
+            nonlocal dead
+            lines.append(line)
+            if keeps_material is not None and keeps_material[0] in line:
+                self.kept[node] = self.material(node, keeps_material[1])
+            if dies_after is not None and not dead and dies_after in line:
+                dead = True
+                raise Crash(line)
+
+        return NodeRunner(
             self.fed,
             node,
             out=self.out(node),
             options=NodeOptions(poll_seconds=0.05, address=f"127.0.0.1:{self.server.port}"),
-            progress=lines.append,
+            progress=progress,
+            gateway=gateway,
         )
+
+    def material(self, node: str, model_round: str) -> CapeMaterial:
+        """The CAPE material of ``model_round`` that ``node`` saved in its session, as it is now."""
+        record = SessionStore(self.out(node)).read()
+        assert record is not None, f"{node} holds no session record"
+        material = CapeStore(self.out(node)).load(
+            model_round, session_id=record.session_id, node_id=node, config_hash=record.config_hash
+        )
+        assert material is not None, f"{node} saved no CAPE material of {model_round!r}"
+        return material
 
     def start(self, runner: NodeRunner) -> None:
         def go() -> None:
@@ -167,60 +214,31 @@ def session(tmp_path: Path) -> Iterator[CapeSession]:
         server.stop(grace=None)
 
 
-def _crashing(step: str, when: Callable[[int, str], bool]) -> type[NodeRunner]:
-    """A runner that crashes the first time ``step`` is reached with ``when(index, name)``."""
+def _held_until(event: threading.Event, round_name: str) -> GatewayFactory:
+    """A gateway that sends this node's upload of ``round_name`` only once ``event`` is set."""
 
-    class Crashing(NodeRunner):
-        crashed = False
+    def hold(name: str) -> None:
+        if name == round_name:
+            assert event.wait(60), "the test never released the held share"
 
-        def _check(self, index: int, name: str) -> None:
-            if not self.crashed and when(index, name):
-                self.crashed = True
-                raise Crash(f"{step} of round {index} ({name!r})")
-
-        def _await_result(
-            self,
-            index: int,
-            name: str,
-            layout: Layout,
-            participants: tuple[str, ...],
-            noise: ReleaseNoise,
-            *,
-            own_sha256: bytes | None = None,
-        ) -> NDArray[np.uint64] | None:
-            if step == "after-upload":
-                self._check(index, name)
-            return super()._await_result(
-                index, name, layout, participants, noise, own_sha256=own_sha256
-            )
-
-        def _approve_and_record(self, *, index: int, name: str, **kw: object) -> Path:
-            if step == "at-gate":
-                self._check(index, name)
-            return super()._approve_and_record(index=index, name=name, **kw)  # type: ignore[arg-type]
-
-    return Crashing
+    return failing_before_upload(hold)
 
 
-class HeldShare(NodeRunner):
-    """Sends its first CAPE-sum share only once ``release`` is set."""
+def _spend_budget(session: CapeSession, node: str) -> None:
+    """An earlier session's release in ``node``'s ledger that used up its ε budget.
 
-    release = threading.Event()
-
-    def _cape_sum_round(self, index: int, name: str, participants: tuple[str, ...]) -> None:
-        if index == 0:
-            assert self.release.wait(60), "the test never released the held share"
-        super()._cape_sum_round(index, name, participants)
-
-
-class LeavesBeforeMoments(NodeRunner):
-    """Withdraws from the first model round, after the CAPE sum it took part in."""
-
-    def _model_round(self, index: int, name: str, participants: tuple[str, ...]) -> None:
-        if name == "moments":
-            self._unsent_round = index
-            raise NodeRefused("this test's node leaves before the moments round")
-        super()._model_round(index, name, participants)
+    The node takes part in the first CAPE sum (a share is no release), then
+    refuses its first model round at the budget check and withdraws from it.
+    """
+    config = load_federation(session.fed / "federation.toml")
+    ledger = PrivacyLedger.open(session.out(node) / "ledger.json", node, config.privacy.delta)
+    ledger.record_release(
+        session_id="an-earlier-session",
+        round_index=0,
+        round_name="moments",
+        mu={"outsider": 1000.0, "coordinator": 1000.0},
+        manifest_sha256="0" * 64,
+    )
 
 
 def _completed(session: CapeSession, nodes: Sequence[str] = NODES) -> None:
@@ -234,33 +252,38 @@ def _completed(session: CapeSession, nodes: Sequence[str] = NODES) -> None:
     assert not list((out / "audit").glob("cape-*"))
 
 
-def _residual(session: CapeSession, index: int, state: _CapeState) -> np.ndarray:
-    """egress − audit − e_k of a's model round ``index`` with S of ``state``: its residual noise."""
-    assert state.total is not None
+def _residual(session: CapeSession, index: int, material: CapeMaterial) -> np.ndarray:
+    """egress − audit − e_k of a's model round ``index`` with S of ``material``: its residual."""
+    assert material.sum is not None
     bundle = EgressBundle.read(session.out("a") / "egress" / f"round-{index}")
     clean = read_audit(session.out("a"), index).payload
-    return bundle.payload - clean - cape_masks(state.draws, state.total, state.participants, "a")
+    mask = cape_masks(material.draws, material.sum.total, material.sum.participants, "a")
+    return bundle.payload - clean - mask
 
 
 def test_a_share_sent_before_the_crash_is_sent_again_byte_for_byte(session: CapeSession) -> None:
-    HeldShare.release = threading.Event()
-    victim = session.runner("a", _crashing("after-upload", lambda i, n: i == 0))
+    held = threading.Event()
+    victim = session.runner("a", dies_after="round 0 ('cape-sum/moments') CAPE sum share uploaded")
     session.start(victim)
-    session.start(session.runner("b", HeldShare))
+    session.start(session.runner("b", gateway=_held_until(held, "cape-sum/moments")))
     session.start(session.runner("c"))
     session.start(session.runner("d"))
     session.crashed("a")
     note = json.loads((session.out("a") / "egress" / "round-0" / "cape-sum.json").read_text())
-    draws = victim._cape["moments"].draws.copy()
-    restarted = session.runner("a")
+    draws = session.material("a", "moments").draws.copy()
+    restarted = session.runner("a", keeps_material=("round 1 ('moments') uploaded", "moments"))
     session.start(restarted)
     # Round 0 is still open (b holds its share): the restart must send its share again.
     session.said("a", "CAPE sum share noted, sending it again")
     session.said("a", "round 0 ('cape-sum/moments') CAPE sum share uploaded", times=2)
-    HeldShare.release.set()
+    held.set()
     session.finish()
     _completed(session)
-    assert np.array_equal(restarted._cape["moments"].draws, draws)
+    kept = session.kept["a"]
+    assert np.array_equal(kept.draws, draws)
+    # The restarted node's moments egress is made from those very draws.
+    assert kept.residual is not None
+    assert np.array_equal(_residual(session, 1, kept), kept.residual)
     assert session.stored_sha256(0, "a") == [note["payload_sha256"]]
     assert session.ledger_releases("a") == [1, 3]
 
@@ -268,13 +291,13 @@ def test_a_share_sent_before_the_crash_is_sent_again_byte_for_byte(session: Cape
 def test_a_bundle_left_at_the_gate_is_checked_against_the_material_and_resubmitted(
     session: CapeSession,
 ) -> None:
-    victim = session.runner("a", _crashing("at-gate", lambda i, n: n == "scatter"))
+    victim = session.runner("a", dies_after="round 3 ('scatter'): egress bundle written to")
     for runner in (victim, session.runner("b"), session.runner("c"), session.runner("d")):
         session.start(runner)
     session.crashed("a")
     folder = session.out("a") / "egress" / "round-3"
     payload = (folder / "payload.npy").read_bytes()
-    state = victim._cape["scatter"]
+    state = session.material("a", "scatter")
     session.start(session.runner("a"))
     session.finish()
     _completed(session)
@@ -286,30 +309,33 @@ def test_a_bundle_left_at_the_gate_is_checked_against_the_material_and_resubmitt
     bundle = EgressBundle.read(folder)
     assert session.stored_sha256(3, "a") == [bundle.payload_sha256]
     # The bundle is the clean values plus exactly the saved noise.
-    assert state.total is not None and state.residual is not None
+    assert state.sum is not None and state.residual is not None
     assert np.array_equal(_residual(session, 3, state), state.residual)
 
 
 def test_a_rerun_after_the_restart_reuses_the_draws_and_the_residual(session: CapeSession) -> None:
     # c leaves after the first CAPE sum, so round 1 (moments) is superseded and
     # rerun among a, b and d from round 2; a crashes once its rerun share is sent.
-    victim = session.runner("a", _crashing("after-upload", lambda i, n: i == 2))
-    others = (session.runner("b"), session.runner("c", LeavesBeforeMoments), session.runner("d"))
+    _spend_budget(session, "c")
+    victim = session.runner("a", dies_after="round 2 ('cape-sum/moments') CAPE sum share uploaded")
+    others = (session.runner("b"), session.runner("c"), session.runner("d"))
     for runner in (victim, *others):
         session.start(runner)
     session.crashed("a")
-    before = victim._cape["moments"]
-    assert before.residual is not None and before.participants == ("a", "b", "c", "d")
+    before = session.material("a", "moments")
+    assert before.sum is not None and before.sum.participants == ("a", "b", "c", "d")
+    assert before.residual is not None
     assert np.count_nonzero(before.residual) > before.residual.size // 2  # residual noise is on
-    restarted = session.runner("a")
+    restarted = session.runner("a", keeps_material=("round 3 ('moments') uploaded", "moments"))
     session.start(restarted)
     session.finish()
-    assert isinstance(session.outcomes["c"], NodeRefused)
+    assert isinstance(session.outcomes["c"], NodeRefused), session.outcomes["c"]
+    assert "above the budget" in str(session.outcomes["c"])
     _completed(session, "abd")
-    after = restarted._cape["moments"]
+    after = session.kept["a"]
     assert np.array_equal(after.draws, before.draws)
     assert after.residual is not None and np.array_equal(after.residual, before.residual)
-    assert after.participants == ("a", "b", "d")
+    assert after.sum is not None and after.sum.participants == ("a", "b", "d")
     # Both egresses of the moments round carry the same residual noise.
     assert np.array_equal(_residual(session, 1, before), before.residual)
     assert np.array_equal(_residual(session, 3, after), before.residual)

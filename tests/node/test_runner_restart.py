@@ -1,10 +1,11 @@
-"""A restarted runner: same key, same bundle, same unmask decisions, nothing released twice.
+"""A restarted node: same key, same bundle, same unmask decisions, nothing released twice.
 
-The runner is driven without a network (a client that answers from fixed
-messages and records what the node sends). A *restart* is a second runner
-over the same output folder, holding nothing in memory from the first, as
-after ``kill -9``. The real-process counterpart is
-tests/integration/test_node_restart.py.
+The session steps (``node.session``) are driven without a network: a fake
+coordinator answers from fixed values and records what the node sends
+(``tests.node.fake_gateway``). A *restart* is a new session context and
+progress over the same output folder, holding nothing in memory from the
+first, as after ``kill -9`` (``tests.node.nodes.restarted``). The
+real-process counterpart is tests/integration/test_node_restart.py.
 """
 
 from __future__ import annotations
@@ -12,114 +13,64 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import grpc
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 
 from node.atomic import atomic_write_json
 from node.cape_state import CapeMaterial, CapeStore
-from node.client import CoordinatorError
 from node.egress import EgressBundle, egress_folder
-from node.masking import cape_sum_payload, pairwise_masks
-from node.release import ReleaseNoise, TensorSensitivity, plan_release
-from node.runner import NodeOptions, NodeRefused, NodeRunner, SessionFailed
+from node.errors import AlreadyJoined, NodeRefused, SessionFailed
+from node.gateway import RoundState, RoundSummary, SessionState, SessionStatus
+from node.masking import MaskPrefetch, cape_sum_payload, pairwise_masks
+from node.release import ReleaseNoise, plan_release
+from node.runner import NodeRunner
+from node.session.cape_material import cape_state
+from node.session.cape_round import run_cape_sum_round
+from node.session.context import NodeOptions, SessionContext
+from node.session.egress_steps import (
+    bundle_before_restart,
+    check_bundle_noise,
+    release,
+    release_again,
+)
+from node.session.joining import join
+from node.session.model_round import run_model_round
+from node.session.resume import catch_up
 from node.session_state import SessionStore
 from noise.keys import EphemeralKey
-from noise.layout import Layout, payload_digest
+from noise.layout import payload_digest
 from proto.federation import FederationConfig
-from proto.zerosum.v1 import session_pb2 as pb
-from tests.node.test_runner_units import CODEC, SENSITIVITIES, SESSION, _config, _seeds, _tensors
-from tests.node.test_unmask_safety import (
+from tests.node.fake_gateway import FakeCoordinator, running
+from tests.node.nodes import (
     CONFIG_HASH,
-    RecordingClient,
-    _answer,
-    _client,
-    _released,
-    _request,
-    _runner,
-    _unmask_entries,
+    LAYOUT,
+    Node,
+    joined,
+    local_setup,
+    peer_bundles,
+    restarted,
 )
+from tests.node.test_runner_units import CODEC, SENSITIVITIES, SESSION, _config, _seeds, _tensors
+from tests.node.test_unmask_safety import _answer, _released, _request, _unmask_entries
 
+U64 = NDArray[np.uint64]
 IDS = ["a", "b", "c", "d"]
-LAYOUT: Layout = Layout.of_tensors(_tensors(0))
-
-
-class _Plan:
-    """The plan methods a model round and its release use, with fixed local tensors."""
-
-    round_names = ("moments", "scatter")
-
-    def tensors(self, name: str) -> dict[str, np.ndarray]:
-        return _tensors(0)
-
-    def sensitivities(self, name: str) -> list[TensorSensitivity]:
-        return list(SENSITIVITIES)
-
-    def n_used(self) -> int:
-        return 150
-
-    def residual_dof(self, name: str) -> int | None:
-        return None
-
-    def sdc_notes(self, name: str) -> tuple[str, ...]:
-        return ()
-
-    def clipped(self, name: str) -> dict[str, int]:
-        return {}
-
-
-class AnsweringClient(RecordingClient):
-    """Also keeps each unmask answer's payload, and answers status and join calls."""
-
-    def __init__(self, status: pb.SessionStatus | None = None) -> None:
-        super().__init__()
-        self.status = status or pb.SessionStatus()
-        self.payloads: list[bytes] = []
-        self.joined: list[pb.KeyBundle] = []
-        self.join_error: CoordinatorError | None = None
-
-    def submit_unmask(self, *, request: pb.UnmaskRequest, payload: Any, **kwargs: Any) -> None:
-        super().submit_unmask(request=request, payload=payload, **kwargs)
-        self.payloads.append(np.asarray(payload, dtype=np.uint64).tobytes())
-
-    def get_status(self, session_id: str = "") -> pb.SessionStatus:
-        return self.status
-
-    def join(self, bundle: pb.KeyBundle) -> pb.JoinResponse:
-        if self.join_error is not None:
-            raise self.join_error
-        rejoined = any(
-            (b.public_key, b.signature) == (bundle.public_key, bundle.signature)
-            for b in self.joined
-        )
-        self.joined.append(bundle)
-        return pb.JoinResponse(
-            session_id=SESSION, node_id="a", rejoined=rejoined, joined_count=1, federation_size=4
-        )
+CLEAN = LAYOUT.encode(_tensors(0), CODEC)
 
 
 def _node(
     out: Path,
     config: FederationConfig | None = None,
     *,
-    status: pb.SessionStatus | None = None,
+    status: SessionStatus | None = None,
     options: NodeOptions | None = None,
-) -> NodeRunner:
-    """A runner over ``out`` that knows nothing but what that folder holds."""
-    runner = _runner(out, config or _config(IDS, threshold=1), IDS)
-    runner.client = AnsweringClient(status)  # type: ignore[assignment]
-    runner.plan = _Plan()  # type: ignore[assignment]
-    runner.options = options or NodeOptions()
-    runner.resuming = True
-    runner._revealed = runner._revealed_in_ledger()
-    return runner
-
-
-def _sent(runner: NodeRunner) -> AnsweringClient:
-    assert isinstance(runner.client, AnsweringClient)
-    return runner.client
+    plan: object | None = None,
+) -> Node:
+    """Node a restarted over ``out``: it knows nothing but what that folder holds."""
+    config = config or _config(IDS, threshold=1)
+    return restarted(out, config, status=status, options=options, plan=plan)
 
 
 # ---------------------------------------------------------------- unmask answers
@@ -129,25 +80,24 @@ def test_a_restart_keeps_the_dropped_set_growing(tmp_path: Path) -> None:
     first = _node(tmp_path)
     noise = _released(first, IDS, [1])
     _answer(first, _request(IDS, 1, ["a", "b", "d"], ["c"]), IDS, noise, awaiting=1)
-    restarted = _node(tmp_path)
-    assert restarted._revealed[1].dropped == {"c"}
+    again = _node(tmp_path)
+    assert again.progress.revealed[1].dropped == {"c"}
     with pytest.raises(NodeRefused, match=r"reveals pair terms with \{b\} after \{c\}"):
-        _answer(restarted, _request(IDS, 1, ["a", "c", "d"], ["b"]), IDS, noise, awaiting=1)
-    assert _sent(restarted).answers() == []
+        _answer(again, _request(IDS, 1, ["a", "c", "d"], ["b"]), IDS, noise, awaiting=1)
+    assert again.coordinator.sent_answers() == []
 
 
 def test_a_restart_never_drops_a_survivor_of_an_answered_attempt(tmp_path: Path) -> None:
     ids = ["a", "b", "c", "d", "e", "f"]
     config = _config(ids, threshold=2)
-    first = _runner(tmp_path, config, ids)
+    first = joined(tmp_path, config)
     noise = _released(first, ids, [0])
     _answer(first, _request(ids, 0, list("abcde"), ["f"]), ids, noise, awaiting=0)
-    restarted = _runner(tmp_path, config, ids)
-    restarted._revealed = restarted._revealed_in_ledger()
+    again = restarted(tmp_path, config)
     # The uninterrupted node refuses this (the laggard attack); so must the restarted one.
     with pytest.raises(NodeRefused, match="drops 'e', which was a survivor"):
-        _answer(restarted, _request(ids, 0, list("abcd"), ["e", "f"]), ids, noise, awaiting=0)
-    assert _client(restarted).answers() == []
+        _answer(again, _request(ids, 0, list("abcd"), ["e", "f"]), ids, noise, awaiting=0)
+    assert again.coordinator.sent_answers() == []
 
 
 def test_an_answer_sent_again_after_a_restart_is_the_same_and_recorded_once(
@@ -158,39 +108,55 @@ def test_an_answer_sent_again_after_a_restart_is_the_same_and_recorded_once(
     request = _request(IDS, 1, ["a", "b", "c"], ["d"])
     _answer(first, request, IDS, noise, awaiting=1)
     # The answer may never have reached the coordinator; it asks again.
-    restarted = _node(tmp_path)
-    _answer(restarted, request, IDS, noise, awaiting=1)
-    assert _sent(restarted).sent == [("attest", 1), ("answer", 1, ("d",))]
-    assert _sent(restarted).payloads == _sent(first).payloads
-    assert _unmask_entries(restarted) == [(1, ["d"])]
+    again = _node(tmp_path)
+    _answer(again, request, IDS, noise, awaiting=1)
+    assert again.coordinator.sent == [("attest", 1), ("answer", 1, ("d",))]
+    assert [a.payload for a in again.coordinator.answers] == [
+        a.payload for a in first.coordinator.answers
+    ]
+    assert _unmask_entries(again) == [(1, ["d"])]
 
 
 # ---------------------------------------------------------------- the bundle written before
 
 
-def _egress(runner: NodeRunner, participants: Sequence[str], index: int) -> tuple[Any, Any]:
-    assert runner.config is not None
-    noise = plan_release(runner.config, participants, "a", SENSITIVITIES)
-    clean = LAYOUT.encode(_tensors(0), CODEC)
+def _egress(node: Node, participants: Sequence[str], index: int) -> tuple[ReleaseNoise, U64]:
+    noise = plan_release(node.ctx.config, participants, "a", SENSITIVITIES)
     mask = pairwise_masks(noise, _seeds(IDS)["a"], LAYOUT, round_index=index, codec=CODEC)
-    return noise, clean + mask
+    return noise, CLEAN + mask
 
 
-def _at_gate(out: Path) -> tuple[ReleaseNoise, np.ndarray]:
+def _at_gate(out: Path) -> tuple[ReleaseNoise, U64]:
     """Write round 1's bundle the way a node does, then stop at the gate (as if killed)."""
-    runner = _node(out, options=NodeOptions(approve="manual", approval_timeout=0.0))
-    noise, egress = _egress(runner, IDS, 1)
+    node = joined(
+        out,
+        _config(IDS, threshold=1),
+        options=NodeOptions(approve="manual", approval_timeout=0.0),
+    )
+    noise, egress = _egress(node, IDS, 1)
     with pytest.raises(ValueError, match="no approval appeared"):
-        runner._release(
+        release(
+            node.ctx,
             index=1,
             name="scatter",
             layout=LAYOUT,
             noise=noise,
-            clean=LAYOUT.encode(_tensors(0), CODEC),
+            clean=CLEAN,
             egress=egress,
         )
-    assert runner.ledger.entries == ()
+    assert node.ctx.ledger.entries == ()
     return noise, egress
+
+
+def _planned_now(node: Node, found: EgressBundle) -> ReleaseNoise:
+    """The noise the node plans for round 1 now, checked against the one ``found`` declares.
+
+    This is how a model round takes up a bundle written before a restart
+    (``node.session.model_round.run_model_round``).
+    """
+    noise = plan_release(node.ctx.config, IDS, "a", SENSITIVITIES)
+    check_bundle_noise(found, noise, LAYOUT)
+    return noise
 
 
 def test_a_bundle_left_at_the_gate_is_approved_and_recorded_once(tmp_path: Path) -> None:
@@ -199,20 +165,21 @@ def test_a_bundle_left_at_the_gate_is_approved_and_recorded_once(tmp_path: Path)
     payload = (folder / "payload.npy").read_bytes()
     manifest = EgressBundle.manifest_sha256(folder)
     for restart in range(2):
-        runner = _node(tmp_path)
-        found = runner._bundle_before_restart(1, "scatter")
+        node = _node(tmp_path)
+        found = bundle_before_restart(node.ctx, 1, "scatter")
         assert found is not None and np.array_equal(found.payload, egress)
-        again = runner._earlier_noise(found, tuple(IDS), LAYOUT)
+        again = _planned_now(node, found)
         assert again.mu() == noise.mu()
-        runner._release_again(
+        release_again(
+            node.ctx,
             index=1,
             name="scatter",
             layout=LAYOUT,
             noise=again,
-            clean=LAYOUT.encode(_tensors(0), CODEC),
+            clean=CLEAN,
             bundle=found,
         )
-        releases = [e for e in runner.ledger.entries if e.kind == "release"]
+        releases = [e for e in node.ctx.ledger.entries if e.kind == "release"]
         assert [(e.round_index, e.details["manifest_sha256"]) for e in releases] == [(1, manifest)]
         if restart == 0:
             approval = (folder / "approval.json").read_bytes()
@@ -227,15 +194,16 @@ def test_a_missing_audit_record_is_written_again(tmp_path: Path) -> None:
     audit = tmp_path / "audit" / "round-1"
     for path in audit.iterdir():
         path.unlink()
-    runner = _node(tmp_path)
-    found = runner._bundle_before_restart(1, "scatter")
+    node = _node(tmp_path)
+    found = bundle_before_restart(node.ctx, 1, "scatter")
     assert found is not None
-    runner._release_again(
+    release_again(
+        node.ctx,
         index=1,
         name="scatter",
         layout=LAYOUT,
-        noise=runner._earlier_noise(found, tuple(IDS), LAYOUT),
-        clean=LAYOUT.encode(_tensors(0), CODEC),
+        noise=_planned_now(node, found),
+        clean=CLEAN,
         bundle=found,
     )
     record = json.loads((audit / "audit.json").read_text())
@@ -245,8 +213,8 @@ def test_a_missing_audit_record_is_written_again(tmp_path: Path) -> None:
 def test_a_folder_without_a_manifest_holds_no_bundle(tmp_path: Path) -> None:
     _at_gate(tmp_path)
     (egress_folder(tmp_path, 1) / "manifest.json").unlink()
-    assert _node(tmp_path)._bundle_before_restart(1, "scatter") is None
-    assert _node(tmp_path)._bundle_before_restart(2, "scatter") is None
+    assert bundle_before_restart(_node(tmp_path).ctx, 1, "scatter") is None
+    assert bundle_before_restart(_node(tmp_path).ctx, 2, "scatter") is None
 
 
 def test_a_damaged_bundle_stops_the_node(tmp_path: Path) -> None:
@@ -254,69 +222,57 @@ def test_a_damaged_bundle_stops_the_node(tmp_path: Path) -> None:
     values = egress_folder(tmp_path, 1) / "values.csv"
     values.write_text(values.read_text().replace(",", ";", 9))
     with pytest.raises(SessionFailed, match=r"failed verification.*never recomputes a release"):
-        _node(tmp_path)._bundle_before_restart(1, "scatter")
+        bundle_before_restart(_node(tmp_path).ctx, 1, "scatter")
 
 
 def test_a_bundle_of_another_round_stops_the_node(tmp_path: Path) -> None:
     _at_gate(tmp_path)
     with pytest.raises(SessionFailed, match=r"not this node's round 1 \('moments'\)"):
-        _node(tmp_path)._bundle_before_restart(1, "moments")
+        bundle_before_restart(_node(tmp_path).ctx, 1, "moments")
 
 
 def test_only_the_recorded_release_is_sent(tmp_path: Path) -> None:
     _at_gate(tmp_path)
     first = _node(tmp_path)
-    first.ledger.record_release(
+    first.ctx.ledger.record_release(
         session_id=SESSION, round_index=1, round_name="scatter", mu={}, manifest_sha256="ab" * 32
     )
     with pytest.raises(SessionFailed, match="refusing to send anything but the recorded release"):
-        _node(tmp_path)._bundle_before_restart(1, "scatter")
+        bundle_before_restart(_node(tmp_path).ctx, 1, "scatter")
 
 
 def test_a_bundle_planned_with_other_noise_is_not_resubmitted(tmp_path: Path) -> None:
     _at_gate(tmp_path)
-    runner = _node(tmp_path)
-    found = runner._bundle_before_restart(1, "scatter")
-    assert found is not None
-    with pytest.raises(SessionFailed, match="with other noise than this node plans"):
-        runner._earlier_noise(found, ("a", "b", "c"), LAYOUT)
+    node = _node(tmp_path)
+    # Round 1 opens again among three nodes: the bundle was planned for four.
+    with (
+        MaskPrefetch(node.ctx.seeds, node.ctx.codec) as masks,
+        pytest.raises(SessionFailed, match="with other noise than this node plans"),
+    ):
+        run_model_round(
+            node.ctx, node.progress, masks, index=1, name="scatter", participants=("a", "b", "c")
+        )
+    assert node.coordinator.sent == []
 
 
 # ---------------------------------------------------------------- catching up
 
 
-def _status(*rounds: pb.RoundSummary) -> pb.SessionStatus:
-    last = rounds[-1]
-    return pb.SessionStatus(
-        session_id=SESSION,
-        state=pb.SESSION_STATE_RUNNING,
-        current_round_index=last.round_index,
-        current_round_name=last.round_name,
-        rounds=list(rounds),
-    )
+def _status(*rounds: RoundSummary) -> SessionStatus:
+    return running(SESSION, *rounds)
 
 
 CAPE = "cape-sum/moments"
 
 
-def _cape_node(out: Path, *, submitted: Sequence[str] = ("a", "c")) -> NodeRunner:
-    """A CAPE runner restarted in round 0 (the first CAPE sum), which ``submitted`` sent."""
+def _cape_node(out: Path, *, submitted: Sequence[str] = ("a", "c")) -> Node:
+    """A CAPE node restarted in round 0 (the first CAPE sum), which ``submitted`` sent."""
     config = _config(IDS, threshold=1, construction="cape", min_nodes=2)
-    status = _status(
-        pb.RoundSummary(
-            round_index=0,
-            round_name=CAPE,
-            status=pb.ROUND_STATUS_OPEN,
-            submitted_node_ids=list(submitted),
-        )
-    )
-    runner = _node(out, config, status=status)
-    runner._done = set()
-    runner._cape_sent = set()
-    return runner
+    status = _status(RoundSummary(0, CAPE, RoundState.OPEN, submitted=tuple(submitted), dropped=()))
+    return _node(out, config, status=status)
 
 
-def _saved_draws(out: Path) -> np.ndarray:
+def _saved_draws(out: Path) -> U64:
     """Round 'moments' CAPE draws saved the way a node saves them before its share leaves."""
     draws = np.random.default_rng(7).integers(0, 2**64, size=21, dtype=np.uint64)
     CapeStore(out).save(
@@ -347,68 +303,68 @@ def _note(out: Path, digest: str) -> None:
     )
 
 
+def _cape_sum_round(node: Node, participants: Sequence[str] = IDS) -> None:
+    run_cape_sum_round(
+        node.ctx, node.progress, index=0, name=CAPE, participants=tuple(participants)
+    )
+
+
 def test_a_cape_node_that_sent_a_share_without_saved_material_stops(tmp_path: Path) -> None:
-    runner = _cape_node(tmp_path)
-    runner._catch_up()
-    assert runner._cape_sent == {"moments"}
+    node = _cape_node(tmp_path)
+    catch_up(node.ctx, node.progress)
+    assert node.progress.cape_sent == {"moments"}
     with pytest.raises(SessionFailed, match="holds no saved CAPE material for it; drawing afresh"):
-        runner._cape_sum_round(0, CAPE, tuple(IDS))
-    assert _sent(runner).sent == []
+        _cape_sum_round(node)
+    assert node.coordinator.sent == []
     assert not (tmp_path / "audit").exists()  # nothing was drawn
 
 
 def test_a_noted_share_without_saved_material_stops_too(tmp_path: Path) -> None:
     # The coordinator may not have the share yet; the note says it may have left.
     _note(tmp_path, "ab" * 32)
-    runner = _cape_node(tmp_path, submitted=())
-    runner._catch_up()
+    node = _cape_node(tmp_path, submitted=())
+    catch_up(node.ctx, node.progress)
     with pytest.raises(SessionFailed, match="holds no saved CAPE material"):
-        runner._cape_sum_round(0, CAPE, tuple(IDS))
-    assert _sent(runner).sent == []
+        _cape_sum_round(node)
+    assert node.coordinator.sent == []
 
 
 def test_damaged_cape_material_stops_the_node(tmp_path: Path) -> None:
     _saved_draws(tmp_path)
     draws = tmp_path / "audit" / "cape-moments" / "draws.npy"
     draws.write_bytes(draws.read_bytes()[:-1] + b"\x01")
-    runner = _cape_node(tmp_path)
-    runner._catch_up()
+    node = _cape_node(tmp_path)
+    catch_up(node.ctx, node.progress)
     with pytest.raises(
         SessionFailed,
         match=r"cannot resume the CAPE rounds of 'moments' .*/draws.npy has sha256 .* never draws",
     ):
-        runner._cape_sum_round(0, CAPE, tuple(IDS))
-    assert _sent(runner).sent == []
+        _cape_sum_round(node)
+    assert node.coordinator.sent == []
 
 
 def test_a_share_that_differs_from_the_noted_one_is_not_sent(tmp_path: Path) -> None:
     draws = _saved_draws(tmp_path)
-    runner = _cape_node(tmp_path)
+    node = _cape_node(tmp_path)
     share = cape_sum_payload(draws, IDS, "a", _seeds(IDS)["a"], LAYOUT, round_index=0)
     # The noted share went out among other participants (or from other draws).
     _note(tmp_path, payload_digest(share).hex())
-    runner._catch_up()
+    catch_up(node.ctx, node.progress)
     with pytest.raises(SessionFailed, match=r"is not the share .*cape-sum.json notes"):
-        runner._cape_sum_round(0, CAPE, ("a", "b", "c"))
-    assert _sent(runner).sent == []
+        _cape_sum_round(node, ("a", "b", "c"))
+    assert node.coordinator.sent == []
     # Among the noted participants it is the same share, and the saved draws are those used.
-    runner._cape.clear()
-    assert runner._cape_state("moments", LAYOUT) is not None
-    assert np.array_equal(runner._cape["moments"].draws, draws)
+    node.progress.cape.clear()
+    assert cape_state(node.ctx, node.progress, "moments", LAYOUT) is not None
+    assert np.array_equal(node.progress.cape["moments"].draws, draws)
 
 
 def test_a_cape_node_that_sent_nothing_resumes(tmp_path: Path) -> None:
     config = _config(IDS, threshold=1, construction="cape", min_nodes=2)
-    lines: list[str] = []
-    status = _status(
-        pb.RoundSummary(round_index=0, round_name="cape-sum/moments", status=pb.ROUND_STATUS_OPEN)
-    )
-    runner = _node(tmp_path, config, status=status)
-    runner._progress = lines.append
-    runner._done = set()
-    runner._cape_sent = set()
-    runner._catch_up()
-    assert lines == [
+    status = _status(RoundSummary(0, "cape-sum/moments", RoundState.OPEN, submitted=(), dropped=()))
+    node = _node(tmp_path, config, status=status)
+    catch_up(node.ctx, node.progress)
+    assert node.lines == [
         f"zerosum node a: resuming session {SESSION}: no round aggregated yet, round 0 "
         "('cape-sum/moments') not written yet here"
     ]
@@ -416,91 +372,90 @@ def test_a_cape_node_that_sent_nothing_resumes(tmp_path: Path) -> None:
 
 def test_a_node_dropped_while_away_stops(tmp_path: Path) -> None:
     status = _status(
-        pb.RoundSummary(
-            round_index=0,
-            round_name="moments",
-            status=pb.ROUND_STATUS_READY,
-            submitted_node_ids=["b", "c", "d"],
-            dropped_node_ids=["a"],
-        ),
-        pb.RoundSummary(round_index=1, round_name="scatter", status=pb.ROUND_STATUS_OPEN),
+        RoundSummary(0, "moments", RoundState.READY, submitted=("b", "c", "d"), dropped=("a",)),
+        RoundSummary(1, "scatter", RoundState.OPEN, submitted=(), dropped=()),
     )
-    runner = _node(tmp_path, status=status)
-    runner._done = set()
+    node = _node(tmp_path, status=status)
     with pytest.raises(SessionFailed, match=r"dropped this node from round 0 \('moments'\)"):
-        runner._catch_up()
+        catch_up(node.ctx, node.progress)
 
 
 # ---------------------------------------------------------------- joining again
 
 
-def _joining(out: Path, state: pb.SessionState.ValueType = pb.SESSION_STATE_RUNNING) -> NodeRunner:
-    status = pb.SessionStatus(session_id=SESSION, state=state, config_hash=CONFIG_HASH)
-    runner = _node(out, status=status)
-    runner.out = out
-    return runner
+def _coordinator(state: SessionState = SessionState.RUNNING) -> FakeCoordinator:
+    """A coordinator whose session is in ``state``, with b, c and d on its roster."""
+    status = SessionStatus(
+        session_id=SESSION, state=state, config_hash=CONFIG_HASH, reason="", rounds=()
+    )
+    return FakeCoordinator("a", status_reply=status, peers=peer_bundles(_config(IDS)))
+
+
+def _join(
+    out: Path, coordinator: FakeCoordinator, lines: list[str] | None = None
+) -> SessionContext:
+    """Node a joins over ``out``, knowing nothing but what that folder holds."""
+    say = NodeRunner(out, "a", progress=(lines if lines is not None else []).append).say
+    setup = local_setup(out, _config(IDS, threshold=1))
+    return join(setup, coordinator, NodeOptions(), say, lambda: None)
 
 
 def test_the_key_is_saved_before_the_join_and_reused_after_a_restart(tmp_path: Path) -> None:
     lines: list[str] = []
-    first = _joining(tmp_path)
-    first._join()
+    coordinator = _coordinator()
+    first = _join(tmp_path, coordinator)
     assert not first.resuming
     saved = SessionStore(tmp_path).resume(session_id=SESSION, node_id="a", config_hash=CONFIG_HASH)
     assert saved is not None
     assert saved[1].public_bytes() == first.ephemeral.public_bytes()
-    restarted = _joining(tmp_path)
-    restarted.client = first.client
-    restarted._progress = lines.append
-    restarted._join()
-    assert restarted.resuming
-    assert restarted.ephemeral.private_bytes() == first.ephemeral.private_bytes()
-    bundles = _sent(restarted).joined
+    again = _join(tmp_path, coordinator, lines)
+    assert again.resuming
+    assert again.ephemeral.private_bytes() == first.ephemeral.private_bytes()
+    bundles = coordinator.joined
     # Ed25519 is deterministic: the very same signed bundle, which the coordinator takes again.
     assert bundles[0] == bundles[1]
     assert lines == [
         f"zerosum node a: rejoined session {SESSION} with the key saved in "
-        f"{tmp_path / 'session.key'} (1 of 4 nodes joined)"
+        f"{tmp_path / 'session.key'} (1 of 4 nodes joined)",
+        "zerosum node a: roster verified: {a, b, c, d}",
     ]
 
 
 def test_a_coordinator_holding_another_key_is_explained(tmp_path: Path) -> None:
-    runner = _joining(tmp_path)
-    _sent(runner).join_error = CoordinatorError(
+    coordinator = _coordinator()
+    coordinator.join_error = AlreadyJoined(
         "Join",
-        grpc.StatusCode.FAILED_PRECONDITION,
+        "FAILED_PRECONDITION",
         "node 'a' already joined session 'S' with key 1234; a second key 5678 is refused.",
     )
     with pytest.raises(SessionFailed, match="already holds another session key of this node"):
-        runner._join()
+        _join(tmp_path, coordinator)
 
 
 def test_a_failed_session_discards_its_key(tmp_path: Path) -> None:
-    _joining(tmp_path)._join()
-    ended = _joining(tmp_path, pb.SESSION_STATE_ABORTED)
+    _join(tmp_path, _coordinator())
     with pytest.raises(SessionFailed, match="has already ended"):
-        ended._join()
+        _join(tmp_path, _coordinator(SessionState.ABORTED))
     assert not (tmp_path / "session.key").exists()
 
 
 def test_a_completed_session_may_still_be_collected_with_the_saved_key(tmp_path: Path) -> None:
-    _joining(tmp_path)._join()
-    late = _joining(tmp_path, pb.SESSION_STATE_COMPLETED)
-    late._join()
+    _join(tmp_path, _coordinator())
+    late = _join(tmp_path, _coordinator(SessionState.COMPLETED))
     assert late.resuming
     # Without a saved key there is nothing to collect.
     (tmp_path / "session.key").unlink()
     (tmp_path / "session.json").unlink()
     with pytest.raises(SessionFailed, match="has already ended"):
-        _joining(tmp_path, pb.SESSION_STATE_COMPLETED)._join()
+        _join(tmp_path, _coordinator(SessionState.COMPLETED))
 
 
 def test_the_key_of_an_earlier_session_is_replaced_at_the_next_join(tmp_path: Path) -> None:
     old = EphemeralKey.generate()
     SessionStore(tmp_path).start(session_id="f" * 32, node_id="a", config_hash=CONFIG_HASH, key=old)
-    runner = _joining(tmp_path)
-    runner._join()
-    assert not runner.resuming
-    assert (tmp_path / "session.key").read_bytes() == runner.ephemeral.private_bytes()
-    assert runner.ephemeral.private_bytes() != old.private_bytes()
-    assert _sent(runner).joined[0].public_key == runner.ephemeral.public_bytes()
+    coordinator = _coordinator()
+    ctx = _join(tmp_path, coordinator)
+    assert not ctx.resuming
+    assert (tmp_path / "session.key").read_bytes() == ctx.ephemeral.private_bytes()
+    assert ctx.ephemeral.private_bytes() != old.private_bytes()
+    assert coordinator.joined[0].public_key == ctx.ephemeral.public_bytes()

@@ -1,8 +1,9 @@
 """A node answers at most what its noise floor allows, across every unmask attempt of a round.
 
-The runner's unmask handling is driven directly with hand-built, correctly
-signed requests (a coordinator that may lie), and a client that records what
-the node would have sent. Each test names the leak it stops:
+The node's unmask answers (``node.session.unmask_answers.answer``) are driven
+directly with hand-built, correctly signed requests (a coordinator that may
+lie), and a fake coordinator that records what the node sent
+(``tests.node.fake_gateway``). Each test names the leak it stops:
 
 * a request for a round other than the one awaited (its round check used to
   compare the request with itself);
@@ -17,75 +18,37 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
-from node.ledger import PrivacyLedger
-from node.masking import cape_draws
+from node.errors import NodeRefused
+from node.gateway import Attestation, UnmaskRequest
+from node.masking import MaskPrefetch, cape_draws
 from node.release import ReleaseNoise, cape_floor_shortfall, plan_release, with_cape_participants
-from node.runner import NodeOptions, NodeRefused, NodeRunner, _CapeState
+from node.session.cape_material import CapeState
+from node.session.model_round import run_model_round
+from node.session.unmask_answers import answer
 from node.unmask import attestation_signature
 from noise.layout import Layout
 from noise.transcript import survivor_set_hash
 from proto.federation import FederationConfig
-from proto.zerosum.v1 import session_pb2 as pb
+from tests.node.nodes import CONFIG_HASH, LAYOUT, Node, joined
 from tests.node.test_runner_units import (
     CODEC,
     SENSITIVITIES,
     SESSION,
     _config,
     _identities,
-    _seeds,
     _tensors,
 )
 
-CONFIG_HASH = bytes(32)
+LAYOUT_ZEROS = np.zeros(LAYOUT.size, dtype=np.uint64)
 
 
-class RecordingClient:
-    """Stands in for the coordinator connection; keeps what the node sent, in order."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[Any, ...]] = []
-
-    def attest_survivors(self, **kwargs: Any) -> None:
-        self.sent.append(("attest", kwargs["round_index"]))
-
-    def submit_unmask(self, *, request: pb.UnmaskRequest, payload: Any, **_: Any) -> None:
-        self.sent.append(("answer", request.round_index, tuple(request.dropped_node_ids)))
-
-    def refuse_unmask(self, *, request: pb.UnmaskRequest, reason: str) -> None:
-        self.sent.append(("refuse", request.round_index, reason))
-
-    def upload(self, **kwargs: Any) -> None:
-        self.sent.append(("upload", kwargs["round_index"]))
-
-    def answers(self) -> list[tuple[Any, ...]]:
-        return [s for s in self.sent if s[0] == "answer"]
-
-
-def _runner(tmp_path: Path, config: FederationConfig, ids: list[str], me: str = "a") -> NodeRunner:
-    """A runner past its roster, without network or cohort (only unmask state is used)."""
-    runner = NodeRunner.__new__(NodeRunner)
-    runner.node_id = me
-    runner.config = config
-    runner.config_hash = CONFIG_HASH
-    runner.codec = CODEC
-    runner.identity = _identities(ids)[me]
-    runner.session_id = SESSION
-    runner.seeds = _seeds(ids)[me]
-    runner.options = NodeOptions()
-    runner._progress = lambda line: None
-    runner._attested = set()
-    runner._answered = set()
-    runner._revealed = {}
-    runner._cape = {}
-    runner.client = RecordingClient()  # type: ignore[assignment]
-    runner.out = tmp_path
-    runner.ledger = PrivacyLedger.open(tmp_path / "ledger.json", me, config.privacy.delta)
-    return runner
+def _node(tmp_path: Path, config: FederationConfig, plan: object | None = None) -> Node:
+    """Node a past its roster, without network or cohort (only unmask state is used)."""
+    return joined(tmp_path, config, plan=plan)
 
 
 def _request(
@@ -96,50 +59,48 @@ def _request(
     *,
     attested: Sequence[str] | None = None,
     round_name: str = "scatter",
-) -> pb.UnmaskRequest:
+) -> UnmaskRequest:
     """A well-formed request, signed by ``attested`` (default: every survivor)."""
     keys = _identities(ids)
     digest = survivor_set_hash(CONFIG_HASH, SESSION, round_index, survivors, dropped)
-    message = pb.UnmaskRequest(
+    attestations = tuple(
+        Attestation(
+            node_id=node,
+            survivor_hash=digest,
+            signature=attestation_signature(
+                keys[node],
+                config_hash=CONFIG_HASH,
+                session_id=SESSION,
+                round_index=round_index,
+                survivor_hash=digest,
+            ),
+        )
+        for node in (survivors if attested is None else attested)
+    )
+    return UnmaskRequest(
         session_id=SESSION,
         round_index=round_index,
         round_name=round_name,
-        dropped_node_ids=sorted(dropped),
-        survivor_node_ids=sorted(survivors),
+        dropped=tuple(sorted(dropped)),
+        survivors=tuple(sorted(survivors)),
         survivor_hash=digest,
-        pending=True,
+        attestations=attestations,
+        min_survivors=2,
     )
-    for node in survivors if attested is None else attested:
-        attestation = message.attestations.add()
-        attestation.node_id = node
-        attestation.survivor_hash = digest
-        attestation.signature = attestation_signature(
-            keys[node],
-            config_hash=CONFIG_HASH,
-            session_id=SESSION,
-            round_index=round_index,
-            survivor_hash=digest,
-        )
-    return message
 
 
-def _released(runner: NodeRunner, ids: list[str], rounds: Sequence[int]) -> ReleaseNoise:
-    assert runner.config is not None
-    noise = plan_release(runner.config, ids, runner.node_id, SENSITIVITIES)
+def _released(node: Node, ids: list[str], rounds: Sequence[int]) -> ReleaseNoise:
+    noise = plan_release(node.ctx.config, ids, node.ctx.node_id, SENSITIVITIES)
     for index in rounds:
-        runner.ledger.record_release(
+        node.ctx.ledger.record_release(
             session_id=SESSION, round_index=index, round_name="x", mu=noise.mu(), manifest_sha256=""
         )
     return noise
 
 
-LAYOUT: Layout = Layout.of_tensors(_tensors(0))
-LAYOUT_ZEROS = np.zeros(LAYOUT.size, dtype=np.uint64)
-
-
 def _answer(
-    runner: NodeRunner,
-    request: pb.UnmaskRequest,
+    node: Node,
+    request: UnmaskRequest,
     ids: list[str],
     noise: ReleaseNoise,
     *,
@@ -149,18 +110,22 @@ def _answer(
 ) -> None:
     """Two polls of the same request: the first attests, the second answers."""
     for _ in range(2):
-        runner._answer_unmask(request, name, layout, tuple(ids), noise, index=awaiting)
+        answer(
+            node.ctx,
+            node.progress,
+            request,
+            index=awaiting,
+            name=name,
+            layout=layout,
+            participants=tuple(ids),
+            noise=noise,
+        )
 
 
-def _client(runner: NodeRunner) -> RecordingClient:
-    assert isinstance(runner.client, RecordingClient)
-    return runner.client
-
-
-def _unmask_entries(runner: NodeRunner) -> list[tuple[int, list[str]]]:
+def _unmask_entries(node: Node) -> list[tuple[int, list[str]]]:
     return [
         (e.round_index, list(e.details["dropped"]))
-        for e in runner.ledger.entries
+        for e in node.ctx.ledger.entries
         if e.kind == "unmask"
     ]
 
@@ -170,24 +135,24 @@ def _unmask_entries(runner: NodeRunner) -> list[tuple[int, list[str]]]:
 
 def test_a_request_for_another_round_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
     ids = ["a", "b", "c", "d"]
-    runner = _runner(tmp_path, _config(ids, threshold=1), ids)
-    noise = _released(runner, ids, [0, 1])
+    node = _node(tmp_path, _config(ids, threshold=1))
+    noise = _released(node, ids, [0, 1])
     # Awaiting round 1, the node is asked about round 0 (which had no dropout).
     with pytest.raises(NodeRefused, match=r"concerns round 0, but I am awaiting .* round 1"):
-        _answer(runner, _request(ids, 0, ["a", "b", "c"], ["d"]), ids, noise, awaiting=1)
-    sent = _client(runner).sent
+        _answer(node, _request(ids, 0, ["a", "b", "c"], ["d"]), ids, noise, awaiting=1)
+    sent = node.coordinator.sent
     assert [s[0] for s in sent] == ["refuse"]
-    assert _unmask_entries(runner) == []
-    assert [e.kind for e in runner.ledger.entries][-1] == "refusal"
+    assert _unmask_entries(node) == []
+    assert [e.kind for e in node.ctx.ledger.entries][-1] == "refusal"
 
 
 def test_the_attestation_and_answer_carry_the_round_awaited(tmp_path: Path) -> None:
     ids = ["a", "b", "c", "d"]
-    runner = _runner(tmp_path, _config(ids, threshold=1), ids)
-    noise = _released(runner, ids, [0, 1])
-    _answer(runner, _request(ids, 1, ["a", "b", "c"], ["d"]), ids, noise, awaiting=1)
-    assert _client(runner).sent == [("attest", 1), ("answer", 1, ("d",))]
-    assert _unmask_entries(runner) == [(1, ["d"])]
+    node = _node(tmp_path, _config(ids, threshold=1))
+    noise = _released(node, ids, [0, 1])
+    _answer(node, _request(ids, 1, ["a", "b", "c"], ["d"]), ids, noise, awaiting=1)
+    assert node.coordinator.sent == [("attest", 1), ("answer", 1, ("d",))]
+    assert _unmask_entries(node) == [(1, ["d"])]
 
 
 # ---------------------------------------------------------------- 2: the dropped set only grows
@@ -195,9 +160,9 @@ def test_the_attestation_and_answer_carry_the_round_awaited(tmp_path: Path) -> N
 
 def test_a_second_dropped_set_of_the_same_round_must_contain_the_first(tmp_path: Path) -> None:
     ids = ["a", "b", "c", "d"]
-    runner = _runner(tmp_path, _config(ids, threshold=1), ids)
-    noise = _released(runner, ids, [1])
-    _answer(runner, _request(ids, 1, ["a", "b", "d"], ["c"]), ids, noise, awaiting=1)
+    node = _node(tmp_path, _config(ids, threshold=1))
+    noise = _released(node, ids, [1])
+    _answer(node, _request(ids, 1, ["a", "b", "d"], ["c"]), ids, noise, awaiting=1)
     # Alone, D = {b} passes the floor check; with {c} already revealed it would not.
     assert noise.floor_shortfall(["b"]) is None
     assert noise.floor_shortfall(["b", "c"]) is not None
@@ -206,20 +171,20 @@ def test_a_second_dropped_set_of_the_same_round_must_contain_the_first(tmp_path:
         match=r"reveals pair terms with \{b\} after \{c\} was already revealed; "
         "an unmask may only grow the dropped set",
     ):
-        _answer(runner, _request(ids, 1, ["a", "c", "d"], ["b"]), ids, noise, awaiting=1)
-    assert _client(runner).answers() == [("answer", 1, ("c",))]
-    assert _unmask_entries(runner) == [(1, ["c"])]
+        _answer(node, _request(ids, 1, ["a", "c", "d"], ["b"]), ids, noise, awaiting=1)
+    assert node.coordinator.sent_answers() == [("answer", 1, ("c",))]
+    assert _unmask_entries(node) == [(1, ["c"])]
 
 
 def test_the_revealed_set_is_kept_per_round(tmp_path: Path) -> None:
     ids = ["a", "b", "c", "d"]
-    runner = _runner(tmp_path, _config(ids, threshold=1), ids)
-    noise = _released(runner, ids, [0, 1])
-    _answer(runner, _request(ids, 0, ["a", "b", "d"], ["c"]), ids, noise, awaiting=0)
+    node = _node(tmp_path, _config(ids, threshold=1))
+    noise = _released(node, ids, [0, 1])
+    _answer(node, _request(ids, 0, ["a", "b", "d"], ["c"]), ids, noise, awaiting=0)
     # Round 1 is another release with other stream keys: a different D is fine there.
-    _answer(runner, _request(ids, 1, ["a", "c", "d"], ["b"]), ids, noise, awaiting=1)
-    assert _client(runner).answers() == [("answer", 0, ("c",)), ("answer", 1, ("b",))]
-    assert _unmask_entries(runner) == [(0, ["c"]), (1, ["b"])]
+    _answer(node, _request(ids, 1, ["a", "c", "d"], ["b"]), ids, noise, awaiting=1)
+    assert node.coordinator.sent_answers() == [("answer", 0, ("c",)), ("answer", 1, ("b",))]
+    assert _unmask_entries(node) == [(0, ["c"]), (1, ["b"])]
 
 
 # ---------------------------------------------------------------- 3: no laggard stripping
@@ -227,19 +192,19 @@ def test_the_revealed_set_is_kept_per_round(tmp_path: Path) -> None:
 
 def test_a_survivor_of_an_answered_attempt_may_not_be_dropped_later(tmp_path: Path) -> None:
     ids = ["a", "b", "c", "d", "e", "f"]
-    runner = _runner(tmp_path, _config(ids, threshold=2), ids)
-    noise = _released(runner, ids, [0])
-    _answer(runner, _request(ids, 0, list("abcde"), ["f"]), ids, noise, awaiting=0)
+    node = _node(tmp_path, _config(ids, threshold=2))
+    noise = _released(node, ids, [0])
+    _answer(node, _request(ids, 0, list("abcde"), ["f"]), ids, noise, awaiting=0)
     # e attested attempt 1, then went silent; its floor would pass on its own.
     assert noise.floor_shortfall(["e", "f"]) is None
     with pytest.raises(NodeRefused) as refused:
-        _answer(runner, _request(ids, 0, list("abcd"), ["e", "f"]), ids, noise, awaiting=0)
+        _answer(node, _request(ids, 0, list("abcd"), ["e", "f"]), ids, noise, awaiting=0)
     reason = str(refused.value)
     assert "drops 'e', which was a survivor when I already sent my pair terms with {f}" in reason
     assert "would strip that node's noise" in reason
-    assert _client(runner).answers() == [("answer", 0, ("f",))]
-    assert _client(runner).sent[-1][0] == "refuse"
-    refusal = runner.ledger.entries[-1]
+    assert node.coordinator.sent_answers() == [("answer", 0, ("f",))]
+    assert node.coordinator.sent[-1][0] == "refuse"
+    refusal = node.ctx.ledger.entries[-1]
     assert refusal.kind == "refusal" and refusal.details["dropped"] == ["e", "f"]
 
 
@@ -247,15 +212,15 @@ def test_a_survivor_silent_before_anyone_answered_is_dropped_without_refusal(
     tmp_path: Path,
 ) -> None:
     ids = ["a", "b", "c", "d", "e", "f"]
-    runner = _runner(tmp_path, _config(ids, threshold=2), ids)
-    noise = _released(runner, ids, [0])
+    node = _node(tmp_path, _config(ids, threshold=2))
+    noise = _released(node, ids, [0])
     # Attempt 1: e never attests, so nobody can answer it.
     first = _request(ids, 0, list("abcde"), ["f"], attested=list("abcd"))
-    _answer(runner, first, ids, noise, awaiting=0)
-    assert _client(runner).sent == [("attest", 0)]
-    _answer(runner, _request(ids, 0, list("abcd"), ["e", "f"]), ids, noise, awaiting=0)
-    assert _client(runner).answers() == [("answer", 0, ("e", "f"))]
-    assert _unmask_entries(runner) == [(0, ["e", "f"])]
+    _answer(node, first, ids, noise, awaiting=0)
+    assert node.coordinator.sent == [("attest", 0)]
+    _answer(node, _request(ids, 0, list("abcd"), ["e", "f"]), ids, noise, awaiting=0)
+    assert node.coordinator.sent_answers() == [("answer", 0, ("e", "f"))]
+    assert _unmask_entries(node) == [(0, ["e", "f"])]
 
 
 # ---------------------------------------------------------------- 4: CAPE among fewer nodes
@@ -293,43 +258,48 @@ class _Plan:
 def test_a_cape_rerun_below_the_floor_is_not_released(tmp_path: Path) -> None:
     ids = ["a", "b", "c", "d", "e"]
     config = _config(ids, threshold=2, construction="cape", min_nodes=2)
-    runner = _runner(tmp_path, config, ids)
-    runner.plan = _Plan()  # type: ignore[assignment]
+    node = _node(tmp_path, config, plan=_Plan())
     survivors = ("a", "b")
     noise = with_cape_participants(plan_release(config, ids, "a", SENSITIVITIES), survivors)
     draws = cape_draws(noise, LAYOUT, CODEC, np.random.default_rng(1))
-    runner._cape["scatter"] = _CapeState(
+    # The CAPE sum of the rerun among a and b is in.
+    node.progress.cape["scatter"] = CapeState(
         noise=noise, draws=draws, participants=survivors, total=draws.copy(), planned=tuple(ids)
     )
-    with pytest.raises(NodeRefused, match="a CAPE rerun among 2 nodes would leave σ = "):
-        runner._model_round(3, "scatter", survivors)
-    assert _client(runner).sent == []
+    with (
+        MaskPrefetch(node.ctx.seeds, node.ctx.codec) as masks,
+        pytest.raises(NodeRefused, match="a CAPE rerun among 2 nodes would leave σ = "),
+    ):
+        run_model_round(
+            node.ctx, node.progress, masks, index=3, name="scatter", participants=survivors
+        )
+    assert node.coordinator.sent == []
     assert not (tmp_path / "egress").exists()
-    assert runner.ledger.entries == ()
+    assert node.ctx.ledger.entries == ()
 
 
 def test_a_cape_sum_unmask_is_floor_checked_and_recorded(tmp_path: Path) -> None:
     ids = ["a", "b", "c", "d", "e"]
     name = "cape-sum/scatter"
     # Threshold 1: losing e leaves four nodes, above the floor.
-    runner = _runner(tmp_path, _config(ids, threshold=1, construction="cape"), ids)
+    node = _node(tmp_path, _config(ids, threshold=1, construction="cape"))
     noise = _cape_noise(ids, threshold=1)
-    runner._cape["scatter"] = _CapeState(noise=noise, draws=LAYOUT_ZEROS, planned=tuple(ids))
+    node.progress.cape["scatter"] = CapeState(noise=noise, draws=LAYOUT_ZEROS, planned=tuple(ids))
     request = _request(ids, 0, ids[:4], ["e"], round_name=name)
-    _answer(runner, request, ids, noise, awaiting=0, name=name)
-    assert _client(runner).answers() == [("answer", 0, ("e",))]
-    entry = runner.ledger.entries[-1]
+    _answer(node, request, ids, noise, awaiting=0, name=name)
+    assert node.coordinator.sent_answers() == [("answer", 0, ("e",))]
+    entry = node.ctx.ledger.entries[-1]
     assert entry.kind == "unmask" and entry.details["secure_sum"] is True
     assert entry.details["dropped"] == ["e"] and dict(entry.mu) == {}
-    assert runner.ledger.release_mu() == {}  # the pads are not a release
+    assert node.ctx.ledger.release_mu() == {}  # the pads are not a release
 
     # Threshold 2: a CAPE sum among a and b only would leave the model round below the floor.
     (tmp_path / "t2").mkdir()
-    runner = _runner(tmp_path / "t2", _config(ids, threshold=2, construction="cape"), ids)
+    node = _node(tmp_path / "t2", _config(ids, threshold=2, construction="cape"))
     noise = _cape_noise(ids, threshold=2)
-    runner._cape["scatter"] = _CapeState(noise=noise, draws=LAYOUT_ZEROS, planned=tuple(ids))
+    node.progress.cape["scatter"] = CapeState(noise=noise, draws=LAYOUT_ZEROS, planned=tuple(ids))
     request = _request(ids, 0, ["a", "b"], ["c", "d", "e"], round_name=name)
     with pytest.raises(NodeRefused, match="a CAPE rerun among 2 nodes would leave σ"):
-        _answer(runner, request, ids, noise, awaiting=0, name=name)
-    assert _client(runner).answers() == []
-    assert [e.kind for e in runner.ledger.entries] == ["refusal"]
+        _answer(node, request, ids, noise, awaiting=0, name=name)
+    assert node.coordinator.sent_answers() == []
+    assert [e.kind for e in node.ctx.ledger.entries] == ["refusal"]

@@ -1,0 +1,250 @@
+"""A scripted coordinator for node tests: it answers what a test sets, and keeps what it is sent.
+
+:class:`FakeCoordinator` satisfies ``node.gateway.CoordinatorGateway``. A test
+sets the session status the node sees (``status_reply``), the result of each
+round (``results``; asking for another fails the test), the other nodes'
+signed keys for the roster (``peers``) and, where the coordinator is to
+refuse or be unreachable, the error a join or a refusal raises
+(``join_error``, ``refuse_error``).
+Everything the node tells the coordinator is kept in order in ``sent`` —
+``("attest", round)``, ``("answer", round, dropped)``, ``("refuse", round,
+reason)``, ``("upload", round)``, ``("withdraw", round, reason)`` — and in
+full in ``attestations``, ``answers``, ``refusals``, ``uploads`` and
+``withdrawals``; the keys it joins with in ``joined``. ``calls`` names every
+method called, questions included. :meth:`FakeCoordinator.factory` hands it
+to a ``NodeRunner`` (its ``gateway=`` parameter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from node.errors import GatewayError
+from node.gateway import (
+    Attestation,
+    JoinReceipt,
+    RosterView,
+    RoundResult,
+    RoundSummary,
+    SessionState,
+    SessionStatus,
+    UnmaskRequest,
+    UploadReceipt,
+    WithdrawReceipt,
+)
+from node.runner import GatewayFactory
+from node.session.context import NodeOptions
+from node.session.setup import LocalSetup
+from noise.keys import KeyBundle
+from noise.layout import Layout, payload_digest
+from noise.transcript import roster_hash
+
+__all__ = ["FakeCoordinator", "UnmaskAnswer", "Upload", "running"]
+
+U64 = NDArray[np.uint64]
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One upload as the coordinator received it."""
+
+    session_id: str
+    round_index: int
+    round_name: str
+    payload: U64
+    layout: Layout
+    fixed_point_bits: int
+    roster_hash: bytes
+    statement_signature: bytes
+
+
+@dataclass(frozen=True)
+class UnmaskAnswer:
+    """One unmask answer: the request it answers and the corrections sent."""
+
+    request: UnmaskRequest
+    payload: bytes  # the corrections, as uint64 bytes
+    layout: Layout
+    fixed_point_bits: int
+
+
+@dataclass
+class FakeCoordinator:
+    """A coordinator that answers from what the test set and records what it is sent."""
+
+    node: str
+    status_reply: SessionStatus
+    results: dict[int, RoundResult] = field(default_factory=dict)
+    peers: Sequence[KeyBundle] = ()  # the other nodes' bundles on the roster, all final
+    uploaded: dict[int, bytes] = field(default_factory=dict)  # digests of this node's uploads
+    join_error: GatewayError | None = None
+    refuse_error: GatewayError | None = None
+    joined_count: int = 1
+
+    sent: list[tuple[object, ...]] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    joined: list[KeyBundle] = field(default_factory=list)
+    attestations: list[tuple[int, Attestation]] = field(default_factory=list)
+    answers: list[UnmaskAnswer] = field(default_factory=list)
+    refusals: list[tuple[UnmaskRequest, str]] = field(default_factory=list)
+    uploads: list[Upload] = field(default_factory=list)
+    withdrawals: list[tuple[int, str]] = field(default_factory=list)
+    closed: bool = False
+
+    @property
+    def node_id(self) -> str:
+        return self.node
+
+    def factory(self) -> GatewayFactory:
+        """A gateway factory for ``NodeRunner(..., gateway=...)`` that hands it this coordinator."""
+
+        def make(
+            setup: LocalSetup, options: NodeOptions, say: Callable[[str], None]
+        ) -> FakeCoordinator:
+            return self
+
+        return make
+
+    def sent_answers(self) -> list[tuple[object, ...]]:
+        """The unmask answers among ``sent``: ``("answer", round, dropped)``."""
+        return [s for s in self.sent if s[0] == "answer"]
+
+    # ------------------------------------------------------------ questions
+
+    def status(self, session_id: str = "") -> SessionStatus:
+        self.calls.append("status")
+        return self.status_reply
+
+    def roster(self, session_id: str) -> RosterView:
+        """The final roster: the key this node joined with last, and ``peers``."""
+        self.calls.append("roster")
+        mine = self.joined[-1]
+        bundles = (mine, *self.peers)
+        return RosterView(
+            session_id=session_id,
+            config_hash=mine.config_hash,
+            bundles=bundles,
+            roster_hash=roster_hash(mine.config_hash, session_id, bundles),
+            final=True,
+            excluded=(),
+        )
+
+    def result(self, session_id: str, round_index: int) -> RoundResult:
+        """The result the test set for the round; asking for another fails the test at once.
+
+        (A node would poll an open round forever: failing here turns a node
+        that goes further than the test expects into a failure, not a hang.)
+        """
+        self.calls.append("result")
+        found = self.results.get(round_index)
+        if found is None:
+            raise AssertionError(f"the node asked for round {round_index}'s result; none was set")
+        return found
+
+    def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
+        self.calls.append("uploaded_sha256")
+        return self.uploaded.get(round_index)
+
+    # ------------------------------------------------------------ what the node sends
+
+    def join(self, bundle: KeyBundle) -> JoinReceipt:
+        self.calls.append("join")
+        if self.join_error is not None:
+            raise self.join_error
+        rejoined = any(
+            (b.public_key, b.signature) == (bundle.public_key, bundle.signature)
+            for b in self.joined
+        )
+        self.joined.append(bundle)
+        return JoinReceipt(
+            rejoined=rejoined,
+            joined_count=self.joined_count,
+            federation_size=1 + len(self.peers),
+        )
+
+    def upload(
+        self,
+        *,
+        session_id: str,
+        round_index: int,
+        round_name: str,
+        payload: U64,
+        layout: Layout,
+        fixed_point_bits: int,
+        roster_hash: bytes,
+        statement_signature: bytes,
+    ) -> UploadReceipt:
+        self.calls.append("upload")
+        digest = payload_digest(payload)
+        duplicate = self.uploaded.get(round_index) == digest
+        self.sent.append(("upload", round_index))
+        self.uploads.append(
+            Upload(
+                session_id,
+                round_index,
+                round_name,
+                np.array(payload, dtype=np.uint64),
+                layout,
+                fixed_point_bits,
+                roster_hash,
+                statement_signature,
+            )
+        )
+        self.uploaded[round_index] = digest
+        return UploadReceipt(
+            duplicate=duplicate,
+            submitted_count=1,
+            expected_count=1 + len(self.peers),
+            sha256=digest,
+            received_bytes=int(np.asarray(payload).nbytes),
+        )
+
+    def attest(
+        self, *, session_id: str, round_index: int, survivor_hash: bytes, signature: bytes
+    ) -> None:
+        self.calls.append("attest")
+        self.sent.append(("attest", round_index))
+        self.attestations.append((round_index, Attestation(self.node, survivor_hash, signature)))
+
+    def submit_unmask(
+        self, *, request: UnmaskRequest, payload: U64, layout: Layout, fixed_point_bits: int
+    ) -> None:
+        self.calls.append("submit_unmask")
+        self.sent.append(("answer", request.round_index, tuple(request.dropped)))
+        self.answers.append(
+            UnmaskAnswer(
+                request, np.asarray(payload, dtype=np.uint64).tobytes(), layout, fixed_point_bits
+            )
+        )
+
+    def refuse_unmask(self, *, request: UnmaskRequest, reason: str) -> None:
+        self.calls.append("refuse_unmask")
+        if self.refuse_error is not None:
+            raise self.refuse_error
+        self.sent.append(("refuse", request.round_index, reason))
+        self.refusals.append((request, reason))
+
+    def withdraw(self, session_id: str, round_index: int, reason: str) -> WithdrawReceipt:
+        self.calls.append("withdraw")
+        self.sent.append(("withdraw", round_index, reason))
+        self.withdrawals.append((round_index, reason))
+        return WithdrawReceipt(dropped=(self.node,))
+
+    def close(self) -> None:
+        self.calls.append("close")
+        self.closed = True
+
+
+def running(session_id: str, *rounds: RoundSummary, config_hash: bytes = b"") -> SessionStatus:
+    """A running session's status with ``rounds`` opened so far (the last is the current one)."""
+    return SessionStatus(
+        session_id=session_id,
+        state=SessionState.RUNNING,
+        config_hash=config_hash,
+        reason="",
+        rounds=rounds,
+    )
