@@ -83,6 +83,9 @@ def _federation(out: Path) -> Path:
             "--construction",
             "cape",
             "--residual-dp",
+            # Two model rounds (means, then sums), so a crash can fall between them.
+            "--nan-policy",
+            "mean",
             # Weak privacy keeps the noisy fit well posed on these small cohorts.
             "--epsilon",
             "300",
@@ -235,7 +238,7 @@ def _spend_budget(session: CapeSession, node: str) -> None:
     ledger.record_release(
         session_id="an-earlier-session",
         round_index=0,
-        round_name="moments",
+        round_name="means",
         mu={"outsider": 1000.0, "coordinator": 1000.0},
         manifest_sha256="0" * 64,
     )
@@ -263,19 +266,19 @@ def _residual(session: CapeSession, index: int, material: CapeMaterial) -> np.nd
 
 def test_a_share_sent_before_the_crash_is_sent_again_byte_for_byte(session: CapeSession) -> None:
     held = threading.Event()
-    victim = session.runner("a", dies_after="round 0 ('cape-sum/moments') CAPE sum share uploaded")
+    victim = session.runner("a", dies_after="round 0 ('cape-sum/means') CAPE sum share uploaded")
     session.start(victim)
-    session.start(session.runner("b", gateway=_held_until(held, "cape-sum/moments")))
+    session.start(session.runner("b", gateway=_held_until(held, "cape-sum/means")))
     session.start(session.runner("c"))
     session.start(session.runner("d"))
     session.crashed("a")
     note = json.loads((session.out("a") / "egress" / "round-0" / "cape-sum.json").read_text())
-    draws = session.material("a", "moments").draws.copy()
-    restarted = session.runner("a", keeps_material=("round 1 ('moments') uploaded", "moments"))
+    draws = session.material("a", "means").draws.copy()
+    restarted = session.runner("a", keeps_material=("round 1 ('means') uploaded", "means"))
     session.start(restarted)
     # Round 0 is still open (b holds its share): the restart must send its share again.
     session.said("a", "CAPE sum share noted, sending it again")
-    session.said("a", "round 0 ('cape-sum/moments') CAPE sum share uploaded", times=2)
+    session.said("a", "round 0 ('cape-sum/means') CAPE sum share uploaded", times=2)
     held.set()
     session.finish()
     _completed(session)
@@ -291,19 +294,19 @@ def test_a_share_sent_before_the_crash_is_sent_again_byte_for_byte(session: Cape
 def test_a_bundle_left_at_the_gate_is_checked_against_the_material_and_resubmitted(
     session: CapeSession,
 ) -> None:
-    victim = session.runner("a", dies_after="round 3 ('scatter'): egress bundle written to")
+    victim = session.runner("a", dies_after="round 3 ('sums'): egress bundle written to")
     for runner in (victim, session.runner("b"), session.runner("c"), session.runner("d")):
         session.start(runner)
     session.crashed("a")
     folder = session.out("a") / "egress" / "round-3"
     payload = (folder / "payload.npy").read_bytes()
-    state = session.material("a", "scatter")
+    state = session.material("a", "sums")
     session.start(session.runner("a"))
     session.finish()
     _completed(session)
     log = "\n".join(session.logs["a"])
     assert "resuming session" in log and "rounds 0, 1, 2 aggregated" in log
-    assert "round 3 ('scatter') bundle found, resubmitting" in log
+    assert "round 3 ('sums') bundle found, resubmitting" in log
     assert (folder / "payload.npy").read_bytes() == payload
     assert session.ledger_releases("a") == [1, 3]
     bundle = EgressBundle.read(folder)
@@ -317,16 +320,16 @@ def test_a_rerun_after_the_restart_reuses_the_draws_and_the_residual(session: Ca
     # c leaves after the first CAPE sum, so round 1 (moments) is superseded and
     # rerun among a, b and d from round 2; a crashes once its rerun share is sent.
     _spend_budget(session, "c")
-    victim = session.runner("a", dies_after="round 2 ('cape-sum/moments') CAPE sum share uploaded")
+    victim = session.runner("a", dies_after="round 2 ('cape-sum/means') CAPE sum share uploaded")
     others = (session.runner("b"), session.runner("c"), session.runner("d"))
     for runner in (victim, *others):
         session.start(runner)
     session.crashed("a")
-    before = session.material("a", "moments")
+    before = session.material("a", "means")
     assert before.sum is not None and before.sum.participants == ("a", "b", "c", "d")
     assert before.residual is not None
     assert np.count_nonzero(before.residual) > before.residual.size // 2  # residual noise is on
-    restarted = session.runner("a", keeps_material=("round 3 ('moments') uploaded", "moments"))
+    restarted = session.runner("a", keeps_material=("round 3 ('means') uploaded", "means"))
     session.start(restarted)
     session.finish()
     assert isinstance(session.outcomes["c"], NodeRefused), session.outcomes["c"]
