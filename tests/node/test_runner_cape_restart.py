@@ -284,7 +284,7 @@ def test_a_share_sent_before_the_crash_is_sent_again_byte_for_byte(session: Cape
     _completed(session)
     kept = session.kept["a"]
     assert np.array_equal(kept.draws, draws)
-    # The restarted node's moments egress is made from those very draws.
+    # The restarted node's means egress is made from those very draws.
     assert kept.residual is not None
     assert np.array_equal(_residual(session, 1, kept), kept.residual)
     assert session.stored_sha256(0, "a") == [note["payload_sha256"]]
@@ -317,7 +317,7 @@ def test_a_bundle_left_at_the_gate_is_checked_against_the_material_and_resubmitt
 
 
 def test_a_rerun_after_the_restart_reuses_the_draws_and_the_residual(session: CapeSession) -> None:
-    # c leaves after the first CAPE sum, so round 1 (moments) is superseded and
+    # c leaves after the first CAPE sum, so round 1 (means) is superseded and
     # rerun among a, b and d from round 2; a crashes once its rerun share is sent.
     _spend_budget(session, "c")
     victim = session.runner("a", dies_after="round 2 ('cape-sum/means') CAPE sum share uploaded")
@@ -339,10 +339,10 @@ def test_a_rerun_after_the_restart_reuses_the_draws_and_the_residual(session: Ca
     assert np.array_equal(after.draws, before.draws)
     assert after.residual is not None and np.array_equal(after.residual, before.residual)
     assert after.sum is not None and after.sum.participants == ("a", "b", "d")
-    # Both egresses of the moments round carry the same residual noise.
+    # Both egresses of the means round carry the same residual noise.
     assert np.array_equal(_residual(session, 1, before), before.residual)
     assert np.array_equal(_residual(session, 3, after), before.residual)
-    # The rerun counts as a release: moments twice, then scatter.
+    # The rerun counts as a release: means twice, then sums.
     assert session.ledger_releases("a") == [1, 3, 5]
     for index in (1, 3, 5):
         bundle = EgressBundle.read(session.out("a") / "egress" / f"round-{index}")
