@@ -55,11 +55,13 @@ from node.client import GrpcGateway, RetryPolicy
 from node.gateway import RoundState
 from node.roster import derive_seeds, verify_roster
 from node.statements import check_statements, sign_upload_statement
+from node.unmask import attestation_signature
 from noise.designs import Design, complete_design
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.layout import Layout
 from noise.masks import pairwise_mask
+from noise.self_mask import self_mask, self_mask_commitment, self_mask_seed
 from proto.federation import config_hash, load_federation
 
 __all__ = ["MASK_MODES", "PLAIN_TENSOR", "POLL_SECONDS", "TENSOR", "main", "node_values"]
@@ -108,6 +110,7 @@ class _Node:
         self.session_id = ""
         self.seeds: dict[str, bytes] = {}
         self.design: Design | None = None
+        self.ephemeral: EphemeralKey | None = None
         self.roster_hash = b""
         self.participants: tuple[str, ...] = ()
         self.plain: grpc.Channel | None = None
@@ -187,6 +190,7 @@ class _Node:
         )
         self.roster_hash = verified.roster_hash
         self.participants = verified.node_ids
+        self.ephemeral = ephemeral
         return {"session_id": self.session_id, "nodes": len(verified.node_ids)}
 
     def _connect_plain(self, address: str) -> dict[str, Any]:
@@ -234,7 +238,18 @@ class _Node:
             client = self.client
             if client is None:
                 raise RuntimeError("join a session before a session round")
+            if self.ephemeral is None:
+                raise RuntimeError("join a session before a session round")
+            seed = self_mask_seed(
+                self.ephemeral,
+                config_hash=self.config_hash,
+                session_id=self.session_id,
+                node_id=self.node_id,
+                round_index=round_index,
+            )
+            # The self-mask is part of the round's cost, as in a node.
             payload = self._payload(round_index, TENSOR, mask)
+            payload += self_mask(seed, self.layout, round_index=round_index)
             masked = time.monotonic()
             digest = hashlib.sha256(payload.astype("<u8", copy=False).tobytes()).digest()
             client.upload(
@@ -254,10 +269,41 @@ class _Node:
                     roster_hash=self.roster_hash,
                     payload_sha256=digest,
                 ),
+                self_mask_commitment=self_mask_commitment(seed),
             )
             uploaded = time.monotonic()
+            attested = False
             while True:
                 header = client.result(self.session_id, round_index)
+                ask = header.unmask_request
+                if header.state == RoundState.AWAITING_UNMASK and ask is not None:
+                    # The unmask step every round has: sign the survivor set once, and
+                    # reveal the self-mask seed once every survivor has signed it.
+                    if not attested:
+                        client.attest(
+                            session_id=self.session_id,
+                            round_index=round_index,
+                            survivor_hash=ask.survivor_hash,
+                            signature=attestation_signature(
+                                self.identity,
+                                config_hash=self.config_hash,
+                                session_id=self.session_id,
+                                round_index=round_index,
+                                survivor_hash=ask.survivor_hash,
+                            ),
+                        )
+                        attested = True
+                    elif len(ask.attestations) == len(ask.survivors):
+                        client.submit_unmask(
+                            request=ask,
+                            self_mask_seed=seed,
+                            payload=None,
+                            layout=self.layout,
+                            fixed_point_bits=self.codec.frac_bits,
+                        )
+                    polls += 1
+                    time.sleep(self.poll_seconds)
+                    continue
                 aggregate = header.aggregate
                 if aggregate is not None:
                     # As a node does: every counted upload was signed for this roster.

@@ -205,6 +205,16 @@ class RoundSum:
         with self._lock:
             self._apply_file(path, self.n_words, np.subtract)
 
+    def subtract_words(self, words: NDArray[np.uint64]) -> None:
+        """Subtract a whole vector of this round's size (a self-mask) modulo 2^64."""
+        if words.shape != self._words.shape:
+            raise ValueError(
+                f"a vector of {words.shape} words cannot be subtracted from a sum of "
+                f"{self.n_words} words."
+            )
+        with self._lock:
+            np.subtract(self._words, words.astype(WORD, copy=False), out=self._words)
+
     def _apply_file(self, path: Path, n_words: int, op: np.ufunc) -> None:
         start = 0
         for block in iter_file_words(path, limit_words=n_words):

@@ -38,8 +38,8 @@ __all__ = [
     "TooFewAnswered",
     "TooFewJoined",
     "TooFewUploaded",
-    "UnmaskDeadlinePassed",
     "UnmaskRefused",
+    "UnmaskStalled",
     "UploadsComplete",
     "WithdrawalLeftTooFew",
 ]
@@ -130,11 +130,10 @@ class RoundFailed(SessionEvent):
 
 @dataclass(frozen=True)
 class UploadsComplete(RoundEvent):
-    """The last participant's upload completed the round; ``result`` is its sum."""
+    """The last participant's upload is in: everyone is asked to unmask (reveal self-masks)."""
 
     sentence = "an upload completed the round"
     survivors: tuple[str, ...]
-    result: ResultFile
 
     @property
     def dropped(self) -> tuple[str, ...]:
@@ -212,12 +211,18 @@ class CorrectionsComplete(RoundEvent):
 
 
 @dataclass(frozen=True)
-class UnmaskDeadlinePassed(RoundEvent):
-    """Survivors were silent at the unmask deadline; enough remain for a new attempt."""
+class UnmaskStalled(RoundEvent):
+    """Survivors were silent at the unmask deadline; the round is rerun among those that spoke.
+
+    One unmask request per round index, ever: a survivor set, once signed, is
+    never changed, so the rerun is a new round (``rerun`` names it, under the
+    next index, with fresh keys) among ``survivors``.
+    """
 
     sentence = "the unmask deadline passed with enough survivors"
     survivors: tuple[str, ...]
-    dropped: tuple[str, ...]
+    rerun: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -262,7 +267,7 @@ ROUND_EVENTS: tuple[type[RoundEvent], ...] = (
     WithdrawalLeftTooFew,
     AttestationsComplete,
     CorrectionsComplete,
-    UnmaskDeadlinePassed,
+    UnmaskStalled,
     TooFewAnswered,
     UnmaskRefused,
     RoundResumed,

@@ -80,6 +80,7 @@ class UploadHeader:
     payload: PayloadSpec
     roster_hash: bytes
     statement_signature: bytes
+    self_mask_commitment: bytes
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,11 @@ class Attestation:
 
 @dataclass(frozen=True)
 class UnmaskHeader:
-    """First message of a correction stream: which request it answers, and the payload."""
+    """First message of an unmask answer: the request it answers, the seed, the corrections.
+
+    ``payload`` describes the pair terms with the dropped nodes that follow;
+    None when nobody dropped (the answer is then ``self_mask_seed`` alone).
+    """
 
     session_id: str
     round_index: int
@@ -103,7 +108,8 @@ class UnmaskHeader:
     node_id: str
     dropped: tuple[str, ...]
     survivor_hash: bytes
-    payload: PayloadSpec
+    payload: PayloadSpec | None
+    self_mask_seed: bytes
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ The table, as :func:`describe` prints it::
     session running   a round ended and the plan goes on -> running
     session running   the final round is ready -> completed
     session running   the current round failed -> failed
-    round   open      an upload completed the round -> ready
+    round   open      an upload completed the round -> unmask
     round   open      the round deadline passed with enough survivors -> unmask
     round   open      a withdrawal left nobody awaited -> unmask
     round   open      the round closed with too few survivors -> failed
@@ -38,7 +38,7 @@ The table, as :func:`describe` prints it::
     round   open      the coordinator restarted during the round -> open
     round   unmask    every survivor attested the survivor set -> unmask
     round   unmask    a correction completed the unmask -> ready
-    round   unmask    the unmask deadline passed with enough survivors -> unmask
+    round   unmask    the unmask deadline passed with enough survivors -> superseded
     round   unmask    the unmask deadline passed with too few survivors -> failed
     round   unmask    a survivor refused to unmask -> failed
     round   unmask    the coordinator restarted during the round -> unmask
@@ -84,8 +84,8 @@ from coordinator.events import (
     TooFewAnswered,
     TooFewJoined,
     TooFewUploaded,
-    UnmaskDeadlinePassed,
     UnmaskRefused,
+    UnmaskStalled,
     UploadsComplete,
     WithdrawalLeftTooFew,
 )
@@ -272,7 +272,7 @@ def _fail_session(changes: StatusChanges, row: SessionRow, event: RoundFailed, n
 def _publish(
     changes: StatusChanges,
     round_row: RoundRow,
-    event: UploadsComplete | CorrectionsComplete,
+    event: CorrectionsComplete,
     now: int,
 ) -> None:
     """Record the round's aggregate, mark it ready, then open the next round or complete."""
@@ -306,12 +306,16 @@ def _publish(
 def _request_unmask(
     changes: StatusChanges,
     round_row: RoundRow,
-    event: RoundDeadlinePassed | NobodyAwaited | UnmaskDeadlinePassed,
+    event: UploadsComplete | RoundDeadlinePassed | NobodyAwaited,
     now: int,
 ) -> None:
-    """Issue the next unmask attempt for survivors S and dropped D, bound by their hash."""
+    """Issue the round's one unmask request for survivors S and dropped D, bound by their hash.
+
+    D is empty when everyone uploaded: S then reveal their self-mask seeds only.
+    """
     ctx = changes.ctx
     index, attempt = round_row.round_index, round_row.unmask_attempt + 1
+    assert attempt == 1, "one unmask request per round index"
     row = ctx.session()
     digest = survivor_set_hash(
         row.config_hash, row.session_id, index, event.survivors, event.dropped
@@ -327,16 +331,17 @@ def _request_unmask(
             deadline_ms=now + ctx.config.unmask_timeout,
         )
     )
+    dropped = f" ({node_list(event.dropped)} dropped)" if event.dropped else ""
     ctx.store.set_round_status(
         index,
         RoundStatus.UNMASK,
-        f"waiting for unmask corrections from {node_list(event.survivors)} "
-        f"({node_list(event.dropped)} dropped)",
+        f"waiting for the unmask answers of {node_list(event.survivors)}{dropped}",
     )
     ctx.store.set_unmask_attempt(index, attempt)
+    asked = "self-mask seeds and pair terms with them" if event.dropped else "self-mask seeds"
     ctx.note(
-        f"round {index} ({round_row.name!r}): {node_list(event.dropped)} dropped; "
-        f"asking {node_list(event.survivors)} for unmask corrections (attempt {attempt})"
+        f"round {index} ({round_row.name!r}): {node_list(event.dropped) or 'nobody'} dropped; "
+        f"asking {node_list(event.survivors)} for their {asked}"
     )
 
 
@@ -352,9 +357,9 @@ def _fail_round(
 
 
 def _supersede(
-    changes: StatusChanges, round_row: RoundRow, event: CapeModelDropout, now: int
+    changes: StatusChanges, round_row: RoundRow, event: CapeModelDropout | UnmaskStalled, now: int
 ) -> None:
-    """The CAPE model round is superseded; its CAPE sum reruns among the survivors."""
+    """The round is superseded; ``event.rerun`` opens under the next index among the survivors."""
     index = round_row.round_index
     changes.ctx.store.set_round_status(index, RoundStatus.SUPERSEDED, event.reason)
     changes.ctx.note(f"round {index} ({round_row.name!r}): {event.reason}")
@@ -409,7 +414,7 @@ SESSION_TRANSITIONS: tuple[Transition[SessionRow, Any], ...] = (
 )
 
 ROUND_TRANSITIONS: tuple[Transition[RoundRow, Any], ...] = (
-    Transition(OPEN, UploadsComplete, (READY,), _publish),
+    Transition(OPEN, UploadsComplete, (UNMASK,), _request_unmask),
     Transition(OPEN, RoundDeadlinePassed, (UNMASK,), _request_unmask),
     Transition(OPEN, NobodyAwaited, (UNMASK,), _request_unmask),
     Transition(OPEN, TooFewUploaded, (ROUND_FAILED,), _fail_round),
@@ -419,7 +424,7 @@ ROUND_TRANSITIONS: tuple[Transition[RoundRow, Any], ...] = (
     Transition(OPEN, RoundResumed, (OPEN,), _extend_upload_deadline),
     Transition(UNMASK, AttestationsComplete, (UNMASK,), _corrections_may_follow),
     Transition(UNMASK, CorrectionsComplete, (READY,), _publish),
-    Transition(UNMASK, UnmaskDeadlinePassed, (UNMASK,), _request_unmask),
+    Transition(UNMASK, UnmaskStalled, (SUPERSEDED,), _supersede),
     Transition(UNMASK, TooFewAnswered, (ROUND_FAILED,), _fail_round),
     Transition(UNMASK, UnmaskRefused, (ROUND_FAILED,), _fail_round),
     Transition(UNMASK, RoundResumed, (UNMASK,), _extend_unmask_deadline),

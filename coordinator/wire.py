@@ -121,6 +121,7 @@ def upload_header_from_pb(h: pb.UploadHeader) -> UploadHeader:
         payload=payload_spec_from_pb(h.payload),
         roster_hash=bytes(h.roster_hash),
         statement_signature=bytes(h.statement_signature),
+        self_mask_commitment=bytes(h.self_mask_commitment),
     )
 
 
@@ -133,7 +134,8 @@ def unmask_header_from_pb(h: pb.UnmaskHeader) -> UnmaskHeader:
         node_id=h.node_id,
         dropped=tuple(h.dropped_node_ids),
         survivor_hash=bytes(h.survivor_hash),
-        payload=payload_spec_from_pb(h.payload),
+        payload=payload_spec_from_pb(h.payload) if h.HasField("payload") else None,
+        self_mask_seed=bytes(h.self_mask_seed),
     )
 
 

@@ -409,6 +409,7 @@ class GrpcGateway:
         fixed_point_bits: int,
         roster_hash: bytes,
         statement_signature: bytes,
+        self_mask_commitment: bytes,
     ) -> UploadReceipt:
         """Stream a payload with its signed upload statement (see node/statements.py)."""
         header = pb.UploadHeader(
@@ -419,6 +420,7 @@ class GrpcGateway:
             payload=payload_header(payload, layout, fixed_point_bits),
             roster_hash=roster_hash,
             statement_signature=statement_signature,
+            self_mask_commitment=self_mask_commitment,
         )
 
         def messages() -> Iterator[pb.UploadChunk]:
@@ -515,10 +517,12 @@ class GrpcGateway:
         self,
         *,
         request: UnmaskRequest,
-        payload: NDArray[np.uint64],
+        self_mask_seed: bytes,
+        payload: NDArray[np.uint64] | None,
         layout: Layout,
         fixed_point_bits: int,
     ) -> None:
+        """Send this node's unmask answer: its self-mask seed, and its corrections if any."""
         header = pb.UnmaskHeader(
             session_id=request.session_id,
             round_index=request.round_index,
@@ -526,13 +530,16 @@ class GrpcGateway:
             node_id=self._node_id,
             dropped_node_ids=list(request.dropped),
             survivor_hash=request.survivor_hash,
-            payload=payload_header(payload, layout, fixed_point_bits),
+            self_mask_seed=self_mask_seed,
         )
+        if payload is not None:
+            header.payload.CopyFrom(payload_header(payload, layout, fixed_point_bits))
 
         def messages() -> Iterator[pb.UnmaskChunk]:
             yield pb.UnmaskChunk(header=header)
-            for chunk in payload_chunks(payload):
-                yield pb.UnmaskChunk(data=chunk)
+            if payload is not None:
+                for chunk in payload_chunks(payload):
+                    yield pb.UnmaskChunk(data=chunk)
 
         self._call("SubmitUnmask", lambda t: self._stub.SubmitUnmask(messages(), timeout=t))
 

@@ -215,6 +215,7 @@ class CoordinatorGateway(Protocol):
         fixed_point_bits: int,
         roster_hash: bytes,
         statement_signature: bytes,
+        self_mask_commitment: bytes,
     ) -> UploadReceipt: ...
 
     def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
@@ -228,7 +229,13 @@ class CoordinatorGateway(Protocol):
     ) -> None: ...
 
     def submit_unmask(
-        self, *, request: UnmaskRequest, payload: U64, layout: Layout, fixed_point_bits: int
+        self,
+        *,
+        request: UnmaskRequest,
+        self_mask_seed: bytes,
+        payload: U64 | None,
+        layout: Layout,
+        fixed_point_bits: int,
     ) -> None: ...
 
     def refuse_unmask(self, *, request: UnmaskRequest, reason: str) -> None: ...

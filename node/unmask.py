@@ -81,8 +81,6 @@ def check_request(
         return "the request lists a node twice"
     if node_id not in survivors:
         return f"I am not in the survivor set {_names(survivors)} I was shown"
-    if not dropped:
-        return "the request names no dropped node, so there is nothing to unmask"
     if survivors & dropped:
         return f"nodes {_names(survivors & dropped)} are listed as both survivors and dropped"
     if survivors | dropped != set(participants):

@@ -28,6 +28,7 @@ re-derives b_k from it to subtract.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 
 import numpy as np
@@ -40,9 +41,10 @@ from noise.layout import Layout
 from noise.seeds import SEED_BYTES, stream_key
 from noise.stream import uniform_uint64
 
-__all__ = ["SELF_MASK_LABEL", "self_mask", "self_mask_seed"]
+__all__ = ["SELF_MASK_LABEL", "self_mask", "self_mask_commitment", "self_mask_seed"]
 
 SELF_MASK_LABEL = b"zerosum/v1/self-mask"
+_COMMITMENT_LABEL = b"zerosum/v1/self-mask-commitment"
 _PURPOSE = "self-mask"
 _MAX_ROUND = 2**64 - 1
 
@@ -66,6 +68,17 @@ def self_mask_seed(
         salt=session_id.encode("utf-8"),
         info=info,
     ).derive(key.private_bytes())
+
+
+def self_mask_commitment(seed: bytes) -> bytes:
+    """SHA-256(b"zerosum/v1/self-mask-commitment" ‖ β): sent with the upload, binding the seed.
+
+    The coordinator checks the revealed seed against it, so a node cannot
+    answer with another seed than the one its upload was masked with (which
+    would leave a uniform error in the aggregate) without being named.
+    """
+    require_bytes(seed, SEED_BYTES, "self-mask seed")
+    return hashlib.sha256(_COMMITMENT_LABEL + seed).digest()
 
 
 def self_mask(seed: bytes, layout: Layout, *, round_index: int) -> NDArray[np.uint64]:

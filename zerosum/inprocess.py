@@ -190,6 +190,7 @@ class InProcessGateway:
         fixed_point_bits: int,
         roster_hash: bytes,
         statement_signature: bytes,
+        self_mask_commitment: bytes,
     ) -> UploadReceipt:
         digest = payload_digest(payload)
         header = UploadHeader(
@@ -206,6 +207,7 @@ class InProcessGateway:
             ),
             roster_hash=roster_hash,
             statement_signature=statement_signature,
+            self_mask_commitment=self_mask_commitment,
         )
 
         def send() -> CoordinatorUploadReceipt | UnmaskReceipt:
@@ -288,7 +290,13 @@ class InProcessGateway:
         )
 
     def submit_unmask(
-        self, *, request: UnmaskRequest, payload: U64, layout: Layout, fixed_point_bits: int
+        self,
+        *,
+        request: UnmaskRequest,
+        self_mask_seed: bytes,
+        payload: U64 | None,
+        layout: Layout,
+        fixed_point_bits: int,
     ) -> None:
         header = UnmaskHeader(
             session_id=request.session_id,
@@ -297,18 +305,26 @@ class InProcessGateway:
             node_id=self._node_id,
             dropped=request.dropped,
             survivor_hash=request.survivor_hash,
-            payload=PayloadSpec(
+            payload=None
+            if payload is None
+            else PayloadSpec(
                 total_bytes=layout.nbytes,
                 total_elements=layout.size,
                 sha256=payload_digest(payload),
                 fixed_point_bits=fixed_point_bits,
                 tensors=layout.slots,
             ),
+            self_mask_seed=self_mask_seed,
         )
-        self._call(
-            "SubmitUnmask",
-            lambda: self._stream(self._session.begin_unmask(header, caller=self._node_id), payload),
-        )
+
+        def send() -> CoordinatorUploadReceipt | UnmaskReceipt:
+            begun = self._session.begin_unmask(header, caller=self._node_id)
+            if payload is None:
+                assert not isinstance(begun, Ticket), "an answer without corrections has no stream"
+                return begun
+            return self._stream(begun, payload)
+
+        self._call("SubmitUnmask", send)
 
     def refuse_unmask(self, *, request: UnmaskRequest, reason: str) -> None:
         refusal = UnmaskRefusal(

@@ -10,12 +10,13 @@ with a fake clock) and applies every deadline that has passed:
   running sum, and the round closes. With fewer than ``min_nodes`` survivors
   the session fails; in a CAPE model round the CAPE sum is rerun among the
   survivors (their CAPE noise would not cancel otherwise); else the survivors
-  are asked to unmask their pair terms with the dropped nodes;
-* unmask deadline: a survivor that has not answered moves from the survivors
-  to the dropped (while attestations are missing, only those that never
-  attested; after that, those without a correction), its upload leaves the
-  running sum, and a new attempt is issued, or the session fails when fewer
-  than ``min_nodes`` remain.
+  are asked to unmask: reveal their self-mask seeds and their pair terms with
+  the dropped nodes;
+* unmask deadline: the survivors that did not answer are dropped and the
+  round is superseded: it is rerun under the next index among those that
+  answered (a CAPE model round from its CAPE sum), or the session fails when
+  fewer than ``min_nodes`` remain. The unmask request of a round index is
+  never changed (see :meth:`Deadlines._unmask_deadline`).
 
 Each of these is one transition: the dropped nodes and the status change
 commit together.
@@ -31,7 +32,7 @@ from coordinator.events import (
     RoundDeadlinePassed,
     TooFewAnswered,
     TooFewUploaded,
-    UnmaskDeadlinePassed,
+    UnmaskStalled,
 )
 from coordinator.messages import RoundStatus, SessionState
 from coordinator.steps.joining import Joining
@@ -162,28 +163,30 @@ class Deadlines:
             )
 
     def _unmask_deadline(self, round_row: RoundRow, request: UnmaskRow, now: int) -> None:
-        ctx, index = self.ctx, round_row.round_index
-        # Corrections can only be sent once every survivor has attested, so a
-        # survivor that never attested must not take down those that attested
-        # and were waiting for it: while attestations are missing, only the
-        # silent ones are laggards; after that, those without a correction.
+        """Survivors were silent: rerun the round among those that spoke, or fail.
+
+        The request is never changed once issued: every survivor signs its
+        survivor set once per round index, so a smaller set for the same
+        index would let a coordinator show one node's upload as both survived
+        (its self-mask seed revealed) and dropped (its pair terms revealed).
+        While attestations are missing, the nodes that attested spoke; after
+        that, those that answered. Nothing of this round index is ever
+        completed: the uploads that were not unmasked stay one-time-padded.
+        """
+        ctx, index, name = self.ctx, round_row.round_index, round_row.name
         attested = {a.node_id for a in ctx.store.attestations(index, request.attempt)}
         if set(request.survivors) - attested:
-            answered = attested
+            spoke = attested
         else:
-            answered = {c.node_id for c in ctx.store.corrections(index, request.attempt)}
-        laggards = set(request.survivors) - answered
-        survivors = tuple(sorted(set(request.survivors) - laggards))
-        dropped = tuple(sorted(set(request.dropped) | laggards))
+            spoke = {c.node_id for c in ctx.store.corrections(index, request.attempt)}
+        laggards = set(request.survivors) - spoke
+        survivors = tuple(sorted(spoke))
         self.streams.cancel("correction", index, laggards)
-        why = (
-            f"did not answer the unmask request for round {index} "
-            f"({round_row.name!r}) before its deadline"
-        )
+        why = f"did not answer the unmask request for round {index} ({name!r}) before its deadline"
         if len(survivors) < ctx.config.min_nodes:
             reason = (
                 f"only {len(survivors)} of {len(request.survivors)} survivors answered the "
-                f"unmask request for round {round_row.name!r} ({node_list(laggards)} dropped); "
+                f"unmask request for round {name!r} ({node_list(laggards)} silent); "
                 f"the federation requires at least {ctx.config.min_nodes}"
             )
             with ctx.transition():
@@ -192,16 +195,16 @@ class Deadlines:
                 self.changes.apply_to_round(index, TooFewAnswered(reason), now=now)
             ctx.forget_sum()
             return
-        running = ctx.sum_for(round_row)
-        try:
-            for upload in ctx.store.uploads(index):
-                if upload.node_id in laggards:
-                    running.subtract_file(ctx.store.payload_path(upload.path))
-            with ctx.transition():
-                for node_id in sorted(laggards):
-                    ctx.store.drop_member(node_id, index, why)
-                event = UnmaskDeadlinePassed(survivors, dropped)
-                self.changes.apply_to_round(index, event, now=now)
-        except BaseException:
-            ctx.forget_sum()
-            raise
+        cape_model = ctx.config.construction == "cape" and not is_cape_sum_round(name)
+        rerun = ctx.config.next_round_name(name, superseded=True) if cape_model else name
+        assert rerun is not None
+        reason = (
+            f"{node_list(laggards)} did not answer the unmask request of round {index} "
+            f"({name!r}); the round is rerun as {rerun!r} among {node_list(list(survivors))} "
+            f"from round {index + 1}, with fresh keys"
+        )
+        with ctx.transition():
+            for node_id in sorted(laggards):
+                ctx.store.drop_member(node_id, index, why)
+            self.changes.apply_to_round(index, UnmaskStalled(survivors, rerun, reason), now=now)
+        ctx.forget_sum()

@@ -65,6 +65,8 @@ from coordinator.store import (
 )
 from coordinator.transitions import StatusChanges
 from noise.keys import key_fingerprint
+from noise.seeds import SEED_BYTES
+from noise.self_mask import self_mask, self_mask_commitment
 from noise.transcript import survivor_attestation_message
 
 __all__ = ["Unmasking"]
@@ -163,13 +165,19 @@ class Unmasking:
             return AttestationReceipt(attested_count=count, survivor_count=len(request.survivors))
 
     def begin_unmask(self, header: UnmaskHeader, *, caller: str) -> Ticket | UnmaskReceipt:
-        """Check a correction header; a duplicate is answered at once, else a ticket is returned."""
+        """Check an unmask answer's header.
+
+        A duplicate is answered at once; so is an answer that is a seed alone
+        (nobody dropped), which is recorded here. Otherwise a ticket for the
+        corrections' stream is returned.
+        """
         with self.ctx.lock:
             check_caller(self.ctx, caller, header.node_id)
             row = self.ctx.session()
             check_session_id(header.session_id, row)
             round_row = check_round(self.ctx, header.round_index, row)
             check_round_name(round_row, header.round_name)
+            sha256 = header.payload.sha256 if header.payload is not None else b""
             if round_row.status == RoundStatus.UNMASK:
                 request = self.ctx.unmask_row(round_row)
                 stored = next(
@@ -181,11 +189,13 @@ class Unmasking:
                     None,
                 )
                 if stored is not None and header.survivor_hash == request.survivor_hash:
-                    return self._duplicate_correction(stored, header.payload.sha256, request, row)
+                    return self._duplicate_correction(
+                        stored, sha256, header.self_mask_seed, request, row
+                    )
             row, round_row, request = self._current_unmask(
                 header.session_id, header.round_index, header.node_id, caller
             )
-            what = f"unmask correction of node {header.node_id!r} for round {header.round_index}"
+            what = f"unmask answer of node {header.node_id!r} for round {header.round_index}"
             self._check_request_match(request, header.dropped, header.survivor_hash, what)
             attested = {
                 a.node_id for a in self.ctx.store.attestations(header.round_index, request.attempt)
@@ -196,7 +206,22 @@ class Unmasking:
                     f"{what}: not every survivor has attested the survivor set yet "
                     f"({node_list(missing)} missing); answer once all have."
                 )
+            self._check_seed(header, what)
             spec = header.payload
+            if not request.dropped:
+                if spec is not None:
+                    raise InvalidArgument(
+                        f"{what}: nobody dropped, so the answer is the self-mask seed alone; "
+                        "it carries a correction payload."
+                    )
+                return self._record_answer(
+                    round_row, request, header.node_id, header.self_mask_seed, None
+                )
+            if spec is None:
+                raise InvalidArgument(
+                    f"{what}: nodes {node_list(list(request.dropped))} dropped, so the answer "
+                    "must carry the pair terms with them; it has no payload."
+                )
             layout = validate_payload(spec, what=what, max_bytes=self.ctx.config.max_payload_bytes)
             check_bits(self.ctx, spec, what)
             assert round_row.layout is not None
@@ -217,17 +242,40 @@ class Unmasking:
                     writer=self.ctx.store.new_payload(),
                     commit=self._commit_correction,
                     attempt=request.attempt,
+                    self_mask_seed=header.self_mask_seed,
                 )
             )
 
+    def _check_seed(self, header: UnmaskHeader, what: str) -> None:
+        """The revealed seed must be the one the node's upload committed to."""
+        seed = header.self_mask_seed
+        if len(seed) != SEED_BYTES:
+            raise InvalidArgument(
+                f"{what}: self_mask_seed must be {SEED_BYTES} raw bytes; got {len(seed)} bytes."
+            )
+        upload = self.ctx.store.upload(header.round_index, header.node_id)
+        assert upload is not None, "every survivor has an upload"
+        if self_mask_commitment(seed) != upload.self_mask_commitment:
+            raise InvalidArgument(
+                f"{what}: the self-mask seed does not match the commitment "
+                f"{short_digest(upload.self_mask_commitment)} sent with its upload; the node's "
+                "upload could not be unmasked with it."
+            )
+
     def _duplicate_correction(
-        self, stored: CorrectionRow, sha256: bytes, request: UnmaskRow, row: SessionRow
+        self,
+        stored: CorrectionRow,
+        sha256: bytes,
+        seed: bytes,
+        request: UnmaskRow,
+        row: SessionRow,
     ) -> UnmaskReceipt:
-        if stored.sha256 != sha256:
+        if stored.sha256 != sha256 or stored.self_mask_seed != seed:
             raise FailedPrecondition(
-                f"conflicting unmask correction: node {stored.node_id!r} already answered round "
-                f"{stored.round_index} (attempt {stored.attempt}) with sha256 "
-                f"{short_digest(stored.sha256)}; this one has sha256 {short_digest(sha256)}."
+                f"conflicting unmask answer: node {stored.node_id!r} already answered round "
+                f"{stored.round_index} (attempt {stored.attempt}) with corrections sha256 "
+                f"{short_digest(stored.sha256) if stored.sha256 else 'none'} and another "
+                "self-mask seed or corrections than this answer."
             )
         return UnmaskReceipt(
             session_id=row.session_id,
@@ -241,11 +289,10 @@ class Unmasking:
         )
 
     def _commit_correction(self, ticket: Ticket) -> UnmaskReceipt:
-        """Under the lock: place and record the correction; the last one completes the unmask."""
+        """Under the lock: place the corrections' file and record the answer."""
         if ticket.cancelled:
             raise FailedPrecondition(ticket.cancelled_sentence())
-        row = self.ctx.session()
-        check_running(row)
+        check_running(self.ctx.session())
         round_row = self.ctx.round_row(ticket.round_index)
         if round_row.status != RoundStatus.UNMASK or round_row.unmask_attempt != ticket.attempt:
             raise FailedPrecondition(
@@ -253,38 +300,58 @@ class Unmasking:
                 "progress; fetch the request again."
             )
         request = self.ctx.unmask_row(round_row)
-        now = self.ctx.clock()
         name = self.ctx.store.correction_name(
             ticket.round_index, ticket.attempt, ticket.node_id, ticket.spec.sha256
         )
         ticket.writer.place(name)
-        correction = CorrectionRow(
-            round_index=ticket.round_index,
-            attempt=ticket.attempt,
-            node_id=ticket.node_id,
-            sha256=ticket.spec.sha256,
-            size=ticket.spec.total_bytes,
+        receipt = self._record_answer(
+            round_row,
+            request,
+            ticket.node_id,
+            ticket.self_mask_seed,
+            (name, ticket.spec.sha256, ticket.spec.total_bytes),
+        )
+        ticket.committed = True
+        self.streams.abandon(ticket)
+        return receipt
+
+    def _record_answer(
+        self,
+        round_row: RoundRow,
+        request: UnmaskRow,
+        node_id: str,
+        seed: bytes,
+        corrections: tuple[str, bytes, int] | None,
+    ) -> UnmaskReceipt:
+        """Record one survivor's answer; the last one completes the round (under the lock).
+
+        The aggregate is Σ_S uploads − Σ_S self-masks − Σ_S corrections.
+        """
+        row = self.ctx.session()
+        now = self.ctx.clock()
+        name, sha256, size = corrections if corrections is not None else (None, b"", 0)
+        answer = CorrectionRow(
+            round_index=round_row.round_index,
+            attempt=request.attempt,
+            node_id=node_id,
+            sha256=sha256,
+            size=size,
             path=name,
             received_ms=now,
+            self_mask_seed=seed,
         )
-        stored = self.ctx.store.corrections(ticket.round_index, ticket.attempt)
-        answered = {c.node_id for c in stored} | {ticket.node_id}
+        stored = self.ctx.store.corrections(round_row.round_index, request.attempt)
+        answered = {c.node_id for c in stored} | {node_id}
         complete = set(request.survivors) <= answered
         result: ResultFile | None = None
         try:
             if complete:
-                running = self.ctx.sum_for(round_row)
-                assert running is not None
-                for earlier in stored:
-                    running.subtract_file(self.ctx.store.payload_path(earlier.path))
-                running.subtract_file(self.ctx.store.payload_path(name))
-                result = self.streams.write_result(running, ticket.round_index)
+                result = self._aggregate(round_row, [*stored, answer])
             with self.ctx.transition():
-                self.ctx.store.add_correction(correction)
+                self.ctx.store.add_correction(answer)
                 self.ctx.note(
                     f"round {round_row.round_index} ({round_row.name!r}): stored the unmask "
-                    f"correction of {ticket.node_id!r} ({len(answered)} of "
-                    f"{len(request.survivors)})"
+                    f"answer of {node_id!r} ({len(answered)} of {len(request.survivors)})"
                 )
                 if result is not None:
                     event = CorrectionsComplete(request.survivors, request.dropped, result)
@@ -295,20 +362,32 @@ class Unmasking:
             if result is not None:
                 unlink_placed(self.ctx.store.payload_path(result.name))
             raise
-        ticket.committed = True
-        self.streams.abandon(ticket)
         if complete:
             self.ctx.forget_sum()
         return UnmaskReceipt(
             session_id=row.session_id,
-            round_index=ticket.round_index,
-            node_id=ticket.node_id,
+            round_index=round_row.round_index,
+            node_id=node_id,
             accepted=True,
             duplicate=False,
-            sha256=ticket.spec.sha256,
+            sha256=sha256,
             received_count=len(answered),
             survivor_count=len(request.survivors),
         )
+
+    def _aggregate(self, round_row: RoundRow, answers: list[CorrectionRow]) -> ResultFile:
+        """Write Σ_S uploads − Σ_S self-masks − Σ_S corrections as the round's result file."""
+        running = self.ctx.sum_for(round_row)
+        assert round_row.layout is not None
+        for answer in answers:
+            if answer.path is not None:
+                running.subtract_file(self.ctx.store.payload_path(answer.path))
+            running.subtract_words(
+                self_mask(
+                    answer.self_mask_seed, round_row.layout, round_index=round_row.round_index
+                )
+            )
+        return self.streams.write_result(running, round_row.round_index)
 
     def refuse_unmask(self, refusal: UnmaskRefusal, *, caller: str) -> UnmaskReceipt:
         """Record a survivor's refusal; the round cannot be completed and the session fails."""

@@ -7,8 +7,11 @@ chunks then go to a temporary file and, in the same pass, into the round's
 running sum (coordinator/steps/streams.py), so memory does not grow with the
 number of nodes. At the end the size and SHA-256 are verified, the file is
 placed and the upload recorded in one transaction; if it was the last one the
-round's result is written and the round completes in that same transaction
-(the table of coordinator/transitions.py: an upload completed the round).
+round moves to its unmask step in that same transaction (the table of
+coordinator/transitions.py: an upload completed the round), where every
+survivor reveals the seed of the uniform self-mask its upload carries
+(coordinator/steps/unmask.py). The header's ``self_mask_commitment`` is
+stored with the upload, to check that seed against.
 
 Upload statements: every header carries the node's Ed25519 identity
 signature over ``noise.transcript.upload_statement_message`` (config hash,
@@ -36,7 +39,7 @@ from coordinator.errors import (
     RetryLater,
     Unauthenticated,
 )
-from coordinator.events import ResultFile, UploadsComplete
+from coordinator.events import UploadsComplete
 from coordinator.layout import check_same_layout, validate_payload
 from coordinator.messages import RoundStatus, UploadHeader, UploadReceipt
 from coordinator.steps.checks import (
@@ -48,7 +51,7 @@ from coordinator.steps.checks import (
     check_running,
     check_session_id,
 )
-from coordinator.steps.streams import Streams, Ticket, unlink_placed
+from coordinator.steps.streams import Streams, Ticket
 from coordinator.store import RoundRow, SessionRow, UploadRow
 from coordinator.transitions import StatusChanges
 from noise.errors import KeyFormatError
@@ -75,6 +78,12 @@ class Uploads:
             round_row = check_round(ctx, header.round_index, row)
             check_round_name(round_row, header.round_name)
             self._check_statement(header, row)
+            if len(header.self_mask_commitment) != 32:
+                raise InvalidArgument(
+                    f"upload of node {header.node_id!r} for round {header.round_index}: "
+                    "self_mask_commitment must be 32 raw bytes; got "
+                    f"{len(header.self_mask_commitment)} bytes."
+                )
             stored = ctx.store.upload(header.round_index, header.node_id)
             if stored is not None:
                 return self._duplicate_upload(stored, header.payload.sha256, round_row, row)
@@ -119,6 +128,7 @@ class Uploads:
                     running=running,
                     contribution=running.begin(what, writer.path),
                     statement_signature=header.statement_signature,
+                    self_mask_commitment=header.self_mask_commitment,
                     layout=layout,
                 )
             )
@@ -224,29 +234,20 @@ class Uploads:
             fixed_point_bits=ticket.spec.fixed_point_bits,
             received_ms=now,
             statement_signature=ticket.statement_signature,
+            self_mask_commitment=ticket.self_mask_commitment,
         )
         uploaded = {u.node_id for u in ctx.store.uploads(ticket.round_index)} | {ticket.node_id}
         complete = set(round_row.participants) <= uploaded
-        result: ResultFile | None = None
-        try:
+        with ctx.transition():
+            ctx.store.add_upload(upload)
+            ctx.note(
+                f"round {round_row.round_index} ({round_row.name!r}): stored the upload of "
+                f"{ticket.node_id!r} ({ticket.spec.total_bytes} bytes, {len(uploaded)} of "
+                f"{len(round_row.participants)})"
+            )
             if complete:
-                result = self.streams.write_result(running, ticket.round_index)
-            with ctx.transition():
-                ctx.store.add_upload(upload)
-                ctx.note(
-                    f"round {round_row.round_index} ({round_row.name!r}): stored the upload of "
-                    f"{ticket.node_id!r} ({ticket.spec.total_bytes} bytes, {len(uploaded)} of "
-                    f"{len(round_row.participants)})"
-                )
-                if result is not None:
-                    event = UploadsComplete(tuple(sorted(uploaded)), result)
-                    self.changes.apply_to_round(round_row.round_index, event, now=now)
-        except BaseException:
-            if result is not None:
-                unlink_placed(ctx.store.payload_path(result.name))
-            raise
+                event = UploadsComplete(tuple(sorted(uploaded)))
+                self.changes.apply_to_round(round_row.round_index, event, now=now)
         ticket.committed = True
         self.streams.abandon(ticket)
-        if complete:
-            ctx.forget_sum()
         return self._upload_receipt(ctx.session(), round_row, upload, duplicate=False)

@@ -101,6 +101,7 @@ class UploadRow:
     fixed_point_bits: int
     received_ms: int
     statement_signature: bytes
+    self_mask_commitment: bytes
 
 
 @dataclass(frozen=True)
@@ -142,15 +143,20 @@ class AttestationRow:
 
 @dataclass(frozen=True)
 class CorrectionRow:
-    """A survivor's stored unmask correction for an attempt."""
+    """A survivor's unmask answer: its self-mask seed and, after a dropout, its pair terms.
+
+    ``path`` is None (``sha256`` empty, ``size`` 0) when nobody dropped and the
+    answer is the seed alone.
+    """
 
     round_index: int
     attempt: int
     node_id: str
     sha256: bytes
     size: int
-    path: str
+    path: str | None
     received_ms: int
+    self_mask_seed: bytes
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,12 @@ from coordinator.errors import StateFileError
 
 __all__ = ["SCHEMA_VERSION", "TABLES", "lock_path_for", "open_state_database"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # What each version added, for the sentence refusing an older state file.
-_SCHEMA_CHANGES = {2: "uploads carry the node's signed upload statement"}
+_SCHEMA_CHANGES = {
+    2: "uploads carry the node's signed upload statement",
+    3: "uploads carry a self-mask commitment, unmask answers the self-mask seed",
+}
 
 _SCHEMA = """
 CREATE TABLE schema_version (version INTEGER NOT NULL);
@@ -77,6 +80,7 @@ CREATE TABLE uploads (
     fixed_point_bits INTEGER NOT NULL,
     received_ms INTEGER NOT NULL,
     statement_signature BLOB NOT NULL,
+    self_mask_commitment BLOB NOT NULL,
     PRIMARY KEY (round_index, node_id)
 );
 CREATE TABLE results (
@@ -113,8 +117,9 @@ CREATE TABLE unmask_corrections (
     node_id TEXT NOT NULL REFERENCES roster (node_id),
     sha256 BLOB NOT NULL,
     size INTEGER NOT NULL,
-    path TEXT NOT NULL UNIQUE,
+    path TEXT UNIQUE,
     received_ms INTEGER NOT NULL,
+    self_mask_seed BLOB NOT NULL,
     PRIMARY KEY (round_index, attempt, node_id),
     FOREIGN KEY (round_index, attempt) REFERENCES unmask_requests (round_index, attempt)
 );

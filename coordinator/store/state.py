@@ -323,12 +323,21 @@ class Store:
         """Stored uploads of a round, sorted by node id."""
         return [
             UploadRow(
-                r[0], r[1], bytes(r[2]), r[3], r[4], layout_from_json(r[5]), r[6], r[7], bytes(r[8])
+                r[0],
+                r[1],
+                bytes(r[2]),
+                r[3],
+                r[4],
+                layout_from_json(r[5]),
+                r[6],
+                r[7],
+                bytes(r[8]),
+                bytes(r[9]),
             )
             for r in self._read(
                 "SELECT round_index, node_id, sha256, size, path, layout, fixed_point_bits, "
-                "received_ms, statement_signature FROM uploads WHERE round_index = ? "
-                "ORDER BY node_id",
+                "received_ms, statement_signature, self_mask_commitment FROM uploads "
+                "WHERE round_index = ? ORDER BY node_id",
                 (round_index,),
             )
         ]
@@ -344,8 +353,8 @@ class Store:
         """Record a stored upload (its file must already be placed)."""
         self._write(
             "INSERT INTO uploads (round_index, node_id, sha256, size, path, layout, "
-            "fixed_point_bits, received_ms, statement_signature) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "fixed_point_bits, received_ms, statement_signature, self_mask_commitment) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.round_index,
                 row.node_id,
@@ -356,6 +365,7 @@ class Store:
                 row.fixed_point_bits,
                 row.received_ms,
                 row.statement_signature,
+                row.self_mask_commitment,
             ),
         )
 
@@ -469,10 +479,11 @@ class Store:
     def corrections(self, round_index: int, attempt: int) -> list[CorrectionRow]:
         """Stored corrections of an attempt, sorted by node id."""
         return [
-            CorrectionRow(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6])
+            CorrectionRow(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6], bytes(r[7]))
             for r in self._read(
-                "SELECT round_index, attempt, node_id, sha256, size, path, received_ms "
-                "FROM unmask_corrections WHERE round_index = ? AND attempt = ? ORDER BY node_id",
+                "SELECT round_index, attempt, node_id, sha256, size, path, received_ms, "
+                "self_mask_seed FROM unmask_corrections WHERE round_index = ? AND attempt = ? "
+                "ORDER BY node_id",
                 (round_index, attempt),
             )
         ]
@@ -481,7 +492,7 @@ class Store:
         """Record a stored correction (its file must already be placed)."""
         self._write(
             "INSERT INTO unmask_corrections (round_index, attempt, node_id, sha256, size, path, "
-            "received_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "received_ms, self_mask_seed) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.round_index,
                 row.attempt,
@@ -490,6 +501,7 @@ class Store:
                 row.size,
                 row.path,
                 row.received_ms,
+                row.self_mask_seed,
             ),
         )
 
@@ -543,7 +555,7 @@ class Store:
             r[0]
             for r in self._read(
                 "SELECT path FROM uploads UNION SELECT path FROM results "
-                "UNION SELECT path FROM unmask_corrections"
+                "UNION SELECT path FROM unmask_corrections WHERE path IS NOT NULL"
             )
         }
 
@@ -557,7 +569,7 @@ class Store:
         with self._lock:
             sizes = self._read(
                 "SELECT path, size FROM uploads UNION ALL SELECT path, size FROM results "
-                "UNION ALL SELECT path, size FROM unmask_corrections"
+                "UNION ALL SELECT path, size FROM unmask_corrections WHERE path IS NOT NULL"
             )
             return remove_unreferenced(
                 self.payload_dir, [(str(n), int(s)) for n, s in sizes], state_path=self.path

@@ -29,6 +29,7 @@ from node.session.model_round import upload
 from node.session.outputs import CAPE_SUM_NOTE, json_object
 from node.session.progress import RoundProgress
 from node.session.results import await_result
+from node.session.self_masking import sent_payload
 from node.session.unmask_answers import CAPE_SUM_PREFIX
 from noise.layout import Layout, payload_digest
 from noise.stream import os_generator
@@ -78,7 +79,13 @@ def take_cape_sum(
 
 
 def _note(
-    ctx: SessionContext, index: int, name: str, participants: tuple[str, ...], digest: str
+    ctx: SessionContext,
+    *,
+    index: int,
+    name: str,
+    participants: tuple[str, ...],
+    digest: str,
+    sent_digest: str,
 ) -> None:
     atomic_write_json(
         egress_folder(ctx.out, index) / CAPE_SUM_NOTE,
@@ -90,9 +97,12 @@ def _note(
             "node_id": ctx.node_id,
             "participants": list(participants),
             "payload_sha256": digest,
+            "sent_sha256": sent_digest,
             "note": (
                 "CAPE secure-sum share: a private Gaussian draw under uniform pairwise "
-                "one-time pads; it carries no data and needs no review"
+                "one-time pads; it carries no data and needs no review. It leaves under "
+                "this node's uniform self-mask too (sent_sha256), whose seed is revealed "
+                "once every survivor of the round has signed the same survivor set"
             ),
         },
     )
@@ -155,7 +165,10 @@ def run_cape_sum_round(
             f"{egress_folder(ctx.out, index) / CAPE_SUM_NOTE} again"
         )
     else:
-        _note(ctx, index, name, participants, digest)
+        sent = payload_digest(sent_payload(ctx, index, payload, layout)).hex()
+        _note(
+            ctx, index=index, name=name, participants=participants, digest=digest, sent_digest=sent
+        )
     upload(ctx, index=index, name=name, payload=payload, layout=layout)
     progress.unsent = None
     ctx.say(f"round {index} ({name!r}) CAPE sum share uploaded")

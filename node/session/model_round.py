@@ -9,6 +9,12 @@ residual noise when the policy enables it. The egress is released
 uploaded with a signed upload statement, and the aggregate awaited
 (``node.session.results``); the plan takes it in. A bundle written before a
 restart is released and sent again exactly as it was.
+
+What leaves is the released egress z plus a uniform self-mask b
+(``noise.self_mask``; its seed is a function of the saved session key and the
+round index), with a commitment to the seed: until the node reveals the seed,
+in the round's unmask step and only once every survivor has signed the same
+survivor set, its upload is a one-time pad (docs/design.md §4.6).
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ from node.session.cape_material import cape_state, save_cape_state
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
 from node.session.results import Outcome, await_result
+from node.session.self_masking import round_self_mask_seed, sent_payload
 from node.statements import sign_upload_statement
 from noise.errors import NoiseError
 from noise.layout import Layout, payload_digest
+from noise.self_mask import self_mask_commitment
 
 __all__ = ["prefetch_mask", "run_model_round", "upload"]
 
@@ -42,12 +50,17 @@ def _names(nodes: tuple[str, ...]) -> str:
 def upload(
     ctx: SessionContext, *, index: int, name: str, payload: U64, layout: Layout
 ) -> tuple[int, int, bool]:
-    """Upload ``payload`` with its signed statement; (submitted, expected, duplicate)."""
+    """Upload ``payload`` under its self-mask, with the signed statement of what was sent.
+
+    Returns (submitted, expected, duplicate).
+    """
+    seed = round_self_mask_seed(ctx, index)
+    sent = sent_payload(ctx, index, payload, layout)
     receipt = ctx.gateway.upload(
         session_id=ctx.session_id,
         round_index=index,
         round_name=name,
-        payload=payload,
+        payload=sent,
         layout=layout,
         fixed_point_bits=ctx.config.fixed_point_bits,
         roster_hash=ctx.roster.roster_hash,
@@ -58,8 +71,9 @@ def upload(
             round_index=index,
             round_name=name,
             roster_hash=ctx.roster.roster_hash,
-            payload_sha256=payload_digest(payload),
+            payload_sha256=payload_digest(sent),
         ),
+        self_mask_commitment=self_mask_commitment(seed),
     )
     return receipt.submitted_count, receipt.expected_count, receipt.duplicate
 

@@ -3,8 +3,9 @@
 * ``done`` — round indices taken in (aggregated, or superseded by a rerun);
 * ``cape`` / ``cape_sent`` — the CAPE material of each model round, and the
   model rounds of which a CAPE-sum share was sent before a restart;
-* ``attested`` / ``answered`` — survivor-set hashes this node signed, and
-  those it sent unmask answers for;
+* ``survivor_sets`` — the one survivor set this node signed per round index
+  (``node.survivor_sets``, kept in OUT across restarts; opened on first use);
+* ``answered`` — survivor-set hashes this node sent unmask answers for;
 * ``revealed`` — per round index, every node whose pair terms (or pads) this
   node's answers revealed and every survivor it answered for
   (``node.unmask.RevealedTerms``), restored from the ledger after a restart;
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 
 from node.ledger import PrivacyLedger
 from node.session.cape_material import CapeState
+from node.survivor_sets import SurvivorSets
 from node.unmask import RevealedTerms
 
 __all__ = ["RoundProgress"]
@@ -30,7 +32,7 @@ class RoundProgress:
     done: set[int] = field(default_factory=set)
     cape: dict[str, CapeState] = field(default_factory=dict)
     cape_sent: set[str] = field(default_factory=set)
-    attested: set[bytes] = field(default_factory=set)
+    survivor_sets: SurvivorSets | None = None
     answered: set[bytes] = field(default_factory=set)
     revealed: dict[int, RevealedTerms] = field(default_factory=dict)
     unsent: int | None = None
@@ -42,9 +44,8 @@ class RoundProgress:
         The ledger records each answer before it leaves, also those of a
         process that crashed: they bind a restarted node as they bound that
         one, so it never answers what the uninterrupted node would refuse.
-        (Which survivor sets it attested need not survive: an attestation
-        reveals nothing, and signing the same hash again gives the same
-        signature.)
+        The survivor sets it signed are read from OUT on first use
+        (``node.survivor_sets``): one per round index, whatever happens.
         """
         revealed = {
             index: RevealedTerms(set(dropped), set(survivors))

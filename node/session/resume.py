@@ -28,8 +28,9 @@ from node.session.context import SessionContext
 from node.session.outputs import CAPE_SUM_NOTE
 from node.session.progress import RoundProgress
 from node.session.results import await_result
+from node.session.self_masking import sent_payload
 from node.session.unmask_answers import CAPE_SUM_PREFIX
-from noise.layout import Layout
+from noise.layout import Layout, payload_digest
 
 __all__ = ["catch_up", "take_aggregated"]
 
@@ -153,7 +154,7 @@ def _take_published_cape_sum(
     own = None
     if noted is not None:
         try:
-            own = bytes.fromhex(str(noted.get("payload_sha256")))
+            own = bytes.fromhex(str(noted.get("sent_sha256")))
         except ValueError:
             raise SessionFailed(
                 f"{egress_folder(ctx.out, index) / CAPE_SUM_NOTE} notes no valid sha256 of "
@@ -214,7 +215,9 @@ def _take_published(
     noise = plan_release(ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(name))
     # The aggregate must count the very payload this node's bundle holds.
     bundle = egress_steps.bundle_before_restart(ctx, index, name)
-    own = None if bundle is None else bytes.fromhex(bundle.payload_sha256)
+    own = (
+        None if bundle is None else payload_digest(sent_payload(ctx, index, bundle.payload, layout))
+    )
     outcome = await_result(
         ctx,
         progress,

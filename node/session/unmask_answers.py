@@ -1,9 +1,11 @@
 """Answering the coordinator's unmask request for the round this node awaits, or refusing.
 
-One call of :func:`answer` takes one step: attest the survivor set (an
-attestation reveals nothing), or — once every survivor attested the same set —
-send this node's pair terms with the dropped nodes (under CAPE, in a CAPE-sum
-round, its pads with them), or refuse with a sentence. The rules are those of
+Every round has an unmask step, once its uploads are in. One call of
+:func:`answer` takes one step: attest the survivor set (an attestation reveals
+nothing; one set per round index, ever: ``node.survivor_sets``), or — once
+every survivor attested the same set — send this node's self-mask seed and,
+if nodes dropped, its pair terms with them (under CAPE, in a CAPE-sum round,
+its pads with them), or refuse with a sentence. The rules are those of
 ``node.unmask`` (consistent request, enough survivors, every attestation
 verified, answers of earlier attempts respected) and the noise floor: what is
 left on this node's egress once the terms are revealed must stay at or above
@@ -18,12 +20,14 @@ from typing import NoReturn
 import numpy as np
 from numpy.typing import NDArray
 
-from node.errors import GatewayError, NodeRefused
+from node.errors import GatewayError, NodeRefused, SessionFailed, SessionStateError
 from node.gateway import UnmaskRequest
 from node.masking import unmask_corrections
 from node.release import ReleaseNoise, with_cape_participants
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
+from node.session.self_masking import round_self_mask_seed
+from node.survivor_sets import SignedSet, SurvivorSets
 from node.unmask import (
     RevealedTerms,
     attestation_signature,
@@ -63,6 +67,41 @@ def _refuse(ctx: SessionContext, request: UnmaskRequest, reason: str) -> NoRetur
     )
 
 
+def _survivor_sets(ctx: SessionContext, progress: RoundProgress) -> SurvivorSets:
+    if progress.survivor_sets is None:
+        try:
+            progress.survivor_sets = SurvivorSets(ctx.out, ctx.session_id)
+        except SessionStateError as error:
+            raise SessionFailed(str(error)) from None
+    return progress.survivor_sets
+
+
+def _sign_once(
+    ctx: SessionContext, progress: RoundProgress, request: UnmaskRequest, index: int
+) -> str | None:
+    """Record ``request``'s set as the one signed for ``index``; a reason to refuse if another was.
+
+    A coordinator that shows a second, different set for a round index is
+    lying about who survived: with one set an uploaded node could reveal its
+    self-mask seed while, with the other, the rest reveal their pair terms
+    with it. One signed set per index, ever, makes that impossible.
+    """
+    sets = _survivor_sets(ctx, progress)
+    earlier = sets.signed(index)
+    wanted = SignedSet(request.survivor_hash, tuple(request.survivors), tuple(request.dropped))
+    if earlier is not None and earlier != wanted:
+        return (
+            f"I already signed survivors {_names(earlier.survivors)} (dropped "
+            f"{_names(earlier.dropped)}) for round {index}; the request now shows survivors "
+            f"{_names(request.survivors)} (dropped {_names(request.dropped)}). A survivor set "
+            "is signed once per round: a second one could let the coordinator see a node "
+            "both survive and drop, and strip its noise"
+        )
+    if earlier is None:
+        sets.sign(index, wanted)
+    return None
+
+
 def answer(
     ctx: SessionContext,
     progress: RoundProgress,
@@ -76,9 +115,10 @@ def answer(
 ) -> None:
     """One step of answering ``request`` for round ``index``, the round awaited.
 
-    Attest, then (when all agree) answer. Every check, the attestation and
-    the corrections use ``index``, never the request's own round: a request
-    for another round is refused.
+    Attest, then (when all agree) answer: this node's self-mask seed, and its
+    pair terms with the dropped nodes if there are any. Every check, the
+    attestation and the answer use ``index``, never the request's own round:
+    a request for another round is refused.
     """
     if request.survivor_hash in progress.answered:
         return
@@ -95,7 +135,11 @@ def answer(
         reason = check_against_revealed(request, progress.revealed.get(index))
     if reason is not None:
         _refuse(ctx, request, reason)
-    if request.survivor_hash not in progress.attested:
+    signed_before = _survivor_sets(ctx, progress).signed(index) is not None
+    reason = _sign_once(ctx, progress, request, index)
+    if reason is not None:
+        _refuse(ctx, request, reason)
+    if not signed_before or not any(a.node_id == ctx.node_id for a in request.attestations):
         signature = attestation_signature(
             ctx.identity,
             config_hash=ctx.config_hash,
@@ -109,10 +153,9 @@ def answer(
             survivor_hash=request.survivor_hash,
             signature=signature,
         )
-        progress.attested.add(request.survivor_hash)
+        dropped = f" (dropped {_names(request.dropped)})" if request.dropped else ""
         ctx.say(
-            f"round {index} ({name!r}): attested survivors {_names(request.survivors)} "
-            f"(dropped {_names(request.dropped)})"
+            f"round {index} ({name!r}): attested survivors {_names(request.survivors)}{dropped}"
         )
         return
     complete, reason = check_attestations(
@@ -122,6 +165,39 @@ def answer(
         _refuse(ctx, request, reason)
     if not complete:
         return
+    corrections = _corrections(
+        ctx, progress, request, index=index, name=name, layout=layout, noise=noise
+    )
+    try:
+        ctx.gateway.submit_unmask(
+            request=request,
+            self_mask_seed=round_self_mask_seed(ctx, index),
+            payload=corrections,
+            layout=layout,
+            fixed_point_bits=ctx.config.fixed_point_bits,
+        )
+    except GatewayError as error:
+        # The round moved on (it was superseded); the next poll shows it.
+        ctx.say(f"unmask answer not taken ({error.details}); fetching the request again")
+        return
+    progress.answered.add(request.survivor_hash)
+    what = f"self-mask seed and pair terms with {_names(request.dropped)}"
+    ctx.say(f"round {index} ({name!r}): sent {what if request.dropped else 'self-mask seed'}")
+
+
+def _corrections(
+    ctx: SessionContext,
+    progress: RoundProgress,
+    request: UnmaskRequest,
+    *,
+    index: int,
+    name: str,
+    layout: Layout,
+    noise: ReleaseNoise,
+) -> U64 | None:
+    """The pair terms (CAPE-sum pads) with the dropped nodes, recorded first; None if none."""
+    if not request.dropped:
+        return None
     # Everything revealed for this round once this answer is sent: the floor
     # check and the ledger must see the union, not this request alone. (The
     # request contains every earlier dropped set, see check_against_revealed,
@@ -167,19 +243,7 @@ def answer(
         earlier = progress.revealed[index] = RevealedTerms(set(), set())
     earlier.dropped |= revealed
     earlier.survivors |= set(request.survivors)
-    try:
-        ctx.gateway.submit_unmask(
-            request=request,
-            payload=corrections,
-            layout=layout,
-            fixed_point_bits=ctx.config.fixed_point_bits,
-        )
-    except GatewayError as error:
-        # The request moved on (another survivor dropped); the next poll shows the new one.
-        ctx.say(f"unmask answer not taken ({error.details}); fetching the request again")
-        return
-    progress.answered.add(request.survivor_hash)
-    ctx.say(f"round {index} ({name!r}): sent pair terms with {_names(request.dropped)}")
+    return corrections
 
 
 def _cape_pads(

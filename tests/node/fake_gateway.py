@@ -67,9 +67,10 @@ class UnmaskAnswer:
     """One unmask answer: the request it answers and the corrections sent."""
 
     request: UnmaskRequest
-    payload: bytes  # the corrections, as uint64 bytes
+    payload: bytes  # the corrections, as uint64 bytes (empty when nobody dropped)
     layout: Layout
     fixed_point_bits: int
+    self_mask_seed: bytes = b""
 
 
 @dataclass
@@ -177,6 +178,7 @@ class FakeCoordinator:
         fixed_point_bits: int,
         roster_hash: bytes,
         statement_signature: bytes,
+        self_mask_commitment: bytes,
     ) -> UploadReceipt:
         self.calls.append("upload")
         digest = payload_digest(payload)
@@ -211,13 +213,23 @@ class FakeCoordinator:
         self.attestations.append((round_index, Attestation(self.node, survivor_hash, signature)))
 
     def submit_unmask(
-        self, *, request: UnmaskRequest, payload: U64, layout: Layout, fixed_point_bits: int
+        self,
+        *,
+        request: UnmaskRequest,
+        self_mask_seed: bytes,
+        payload: U64 | None,
+        layout: Layout,
+        fixed_point_bits: int,
     ) -> None:
         self.calls.append("submit_unmask")
         self.sent.append(("answer", request.round_index, tuple(request.dropped)))
         self.answers.append(
             UnmaskAnswer(
-                request, np.asarray(payload, dtype=np.uint64).tobytes(), layout, fixed_point_bits
+                request,
+                b"" if payload is None else np.asarray(payload, dtype=np.uint64).tobytes(),
+                layout,
+                fixed_point_bits,
+                self_mask_seed,
             )
         )
 

@@ -7,7 +7,7 @@ import pytest
 
 from noise.keys import EphemeralKey
 from noise.layout import Layout
-from noise.self_mask import self_mask, self_mask_seed
+from noise.self_mask import self_mask, self_mask_commitment, self_mask_seed
 
 KEY = EphemeralKey.from_private_bytes(bytes(range(32)))
 LAYOUT = Layout.of({"n": (), "v": (3,)})
@@ -78,3 +78,13 @@ def test_bad_arguments_are_named() -> None:
         _seed(config_hash=b"short")
     with pytest.raises(ValueError, match="self-mask seed"):
         self_mask(b"x", LAYOUT, round_index=0)
+
+
+def test_the_commitment_binds_the_seed_and_refuses_a_short_one() -> None:
+    seed = _seed()
+    other = bytes(a ^ b for a, b in zip(seed, b"\x01" + bytes(31), strict=True))
+    assert len(self_mask_commitment(seed)) == 32
+    assert self_mask_commitment(seed) == self_mask_commitment(bytes(seed))
+    assert self_mask_commitment(seed) != self_mask_commitment(other)
+    with pytest.raises(ValueError, match="self-mask seed"):
+        self_mask_commitment(seed[:31])

@@ -17,10 +17,14 @@ Flow (DESIGN.md §4):
   GetResult       each node polls for the round's status; once ready the
                   exact aggregate streams back.
   GetUnmaskRequest / AttestSurvivors / SubmitUnmask
-                  if nodes dropped, survivors pull the coordinator's request
-                  for unmask corrections, sign the survivor set they were
-                  shown, and (once every survivor signed the same set) stream
-                  their corrections back, or refuse and say why.
+                  every round, once its uploads are in: the survivors pull
+                  the coordinator's unmask request, sign the survivor set
+                  they were shown (once per round index), and once every
+                  survivor signed the same set each reveals the seed of the
+                  uniform self-mask on its upload and, if nodes dropped, its
+                  pair terms with them (docs/design.md §4.6); or refuses and
+                  says why. A survivor silent before all answered makes the
+                  round superseded: it is rerun under the next index.
   Withdraw        a node that stops on purpose before uploading the current
                   round (its output checker rejected the egress, its ε budget
                   or noise floor would be broken) says so at once; the
@@ -71,7 +75,7 @@ class _RoundStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RoundStat
     ROUND_STATUS_OPEN: _RoundStatus.ValueType  # 1
     """collecting uploads"""
     ROUND_STATUS_AWAITING_UNMASK: _RoundStatus.ValueType  # 2
-    """nodes dropped; waiting for survivors' corrections"""
+    """uploads in; waiting for the survivors' unmask answers"""
     ROUND_STATUS_READY: _RoundStatus.ValueType  # 3
     """the aggregate is final and downloadable"""
     ROUND_STATUS_FAILED: _RoundStatus.ValueType  # 4
@@ -84,7 +88,7 @@ ROUND_STATUS_UNSPECIFIED: RoundStatus.ValueType  # 0
 ROUND_STATUS_OPEN: RoundStatus.ValueType  # 1
 """collecting uploads"""
 ROUND_STATUS_AWAITING_UNMASK: RoundStatus.ValueType  # 2
-"""nodes dropped; waiting for survivors' corrections"""
+"""uploads in; waiting for the survivors' unmask answers"""
 ROUND_STATUS_READY: RoundStatus.ValueType  # 3
 """the aggregate is final and downloadable"""
 ROUND_STATUS_FAILED: RoundStatus.ValueType  # 4
@@ -451,6 +455,7 @@ class UploadHeader(_message.Message):
     PAYLOAD_FIELD_NUMBER: _builtins.int
     ROSTER_HASH_FIELD_NUMBER: _builtins.int
     STATEMENT_SIGNATURE_FIELD_NUMBER: _builtins.int
+    SELF_MASK_COMMITMENT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     """0, 1, 2, ... in the order the node runs them"""
@@ -468,6 +473,11 @@ class UploadHeader(_message.Message):
     = b"zerosum/v1/upload-statement" || config_hash || lp(session_id)
       || u64(round_index) || lp(round_name) || roster_hash || payload.sha256.
     """
+    self_mask_commitment: _builtins.bytes
+    """32 bytes: noise.self_mask.self_mask_commitment(seed) of the seed of the
+    uniform self-mask added to this payload; the seed itself travels in the
+    node's unmask answer, and the coordinator refuses one that does not match.
+    """
     @_builtins.property
     def payload(self) -> Global___PayloadHeader: ...
     def __init__(
@@ -480,10 +490,11 @@ class UploadHeader(_message.Message):
         payload: Global___PayloadHeader | None = ...,
         roster_hash: _builtins.bytes = ...,
         statement_signature: _builtins.bytes = ...,
+        self_mask_commitment: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "payload", b"payload", "roster_hash", b"roster_hash", "round_index", b"round_index", "round_name", b"round_name", "session_id", b"session_id", "statement_signature", b"statement_signature"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "payload", b"payload", "roster_hash", b"roster_hash", "round_index", b"round_index", "round_name", b"round_name", "self_mask_commitment", b"self_mask_commitment", "session_id", b"session_id", "statement_signature", b"statement_signature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -854,7 +865,7 @@ class UnmaskRequest(_message.Message):
     """The smallest survivor count the federation accepts (min_nodes)."""
     @_builtins.property
     def dropped_node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """sorted"""
+        """sorted; empty when nobody dropped"""
 
     @_builtins.property
     def survivor_node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -905,17 +916,26 @@ class UnmaskHeader(_message.Message):
     DROPPED_NODE_IDS_FIELD_NUMBER: _builtins.int
     SURVIVOR_HASH_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
+    SELF_MASK_SEED_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     round_name: _builtins.str
     node_id: _builtins.str
     survivor_hash: _builtins.bytes
+    self_mask_seed: _builtins.bytes
+    """32 bytes: the seed of this node's self-mask for the round, matching the
+    commitment in its upload header.
+    """
     @_builtins.property
     def dropped_node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The request being answered; both must match what the coordinator sent."""
 
     @_builtins.property
-    def payload(self) -> Global___PayloadHeader: ...
+    def payload(self) -> Global___PayloadHeader:
+        """The pair terms with the dropped nodes that follow in data chunks; absent
+        (and no data chunks) when nobody dropped.
+        """
+
     def __init__(
         self,
         *,
@@ -926,10 +946,11 @@ class UnmaskHeader(_message.Message):
         dropped_node_ids: _abc.Iterable[_builtins.str] | None = ...,
         survivor_hash: _builtins.bytes = ...,
         payload: Global___PayloadHeader | None = ...,
+        self_mask_seed: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped_node_ids", b"dropped_node_ids", "node_id", b"node_id", "payload", b"payload", "round_index", b"round_index", "round_name", b"round_name", "session_id", b"session_id", "survivor_hash", b"survivor_hash"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped_node_ids", b"dropped_node_ids", "node_id", b"node_id", "payload", b"payload", "round_index", b"round_index", "round_name", b"round_name", "self_mask_seed", b"self_mask_seed", "session_id", b"session_id", "survivor_hash", b"survivor_hash"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

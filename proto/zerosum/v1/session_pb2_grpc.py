@@ -89,7 +89,7 @@ class CoordinatorServicer:
     def Join(self, request, context):
         """Register this node's signed ephemeral key for a session. Idempotent: the
         same bundle sent again is accepted (rejoined = true); a different key for
-        an already joined node is refused with FAILED_PRECONDITION.
+        an already joined node is refused with ALREADY_EXISTS.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

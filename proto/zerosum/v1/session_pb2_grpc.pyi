@@ -17,10 +17,14 @@ Flow (DESIGN.md §4):
   GetResult       each node polls for the round's status; once ready the
                   exact aggregate streams back.
   GetUnmaskRequest / AttestSurvivors / SubmitUnmask
-                  if nodes dropped, survivors pull the coordinator's request
-                  for unmask corrections, sign the survivor set they were
-                  shown, and (once every survivor signed the same set) stream
-                  their corrections back, or refuse and say why.
+                  every round, once its uploads are in: the survivors pull
+                  the coordinator's unmask request, sign the survivor set
+                  they were shown (once per round index), and once every
+                  survivor signed the same set each reveals the seed of the
+                  uniform self-mask on its upload and, if nodes dropped, its
+                  pair terms with them (docs/design.md §4.6); or refuses and
+                  says why. A survivor silent before all answered makes the
+                  round superseded: it is rerun under the next index.
   Withdraw        a node that stops on purpose before uploading the current
                   round (its output checker rejected the egress, its ε budget
                   or noise floor would be broken) says so at once; the
@@ -78,7 +82,7 @@ class CoordinatorStub:
     Join: _grpc.UnaryUnaryMultiCallable[_session_pb2.JoinRequest, _session_pb2.JoinResponse]
     """Register this node's signed ephemeral key for a session. Idempotent: the
     same bundle sent again is accepted (rejoined = true); a different key for
-    an already joined node is refused with FAILED_PRECONDITION.
+    an already joined node is refused with ALREADY_EXISTS.
     """
     GetRoster: _grpc.UnaryUnaryMultiCallable[_session_pb2.GetRosterRequest, _session_pb2.Roster]
     """Every joined node's signed bundle. Poll until final = true (the join
@@ -132,7 +136,7 @@ class CoordinatorAsyncStub(CoordinatorStub):
     Join: _aio.UnaryUnaryMultiCallable[_session_pb2.JoinRequest, _session_pb2.JoinResponse]  # type: ignore[assignment]
     """Register this node's signed ephemeral key for a session. Idempotent: the
     same bundle sent again is accepted (rejoined = true); a different key for
-    an already joined node is refused with FAILED_PRECONDITION.
+    an already joined node is refused with ALREADY_EXISTS.
     """
     GetRoster: _aio.UnaryUnaryMultiCallable[_session_pb2.GetRosterRequest, _session_pb2.Roster]  # type: ignore[assignment]
     """Every joined node's signed bundle. Poll until final = true (the join
@@ -189,7 +193,7 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_session_pb2.JoinResponse, _abc.Awaitable[_session_pb2.JoinResponse]]:
         """Register this node's signed ephemeral key for a session. Idempotent: the
         same bundle sent again is accepted (rejoined = true); a different key for
-        an already joined node is refused with FAILED_PRECONDITION.
+        an already joined node is refused with ALREADY_EXISTS.
         """
 
     @_abc_1.abstractmethod

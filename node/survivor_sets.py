@@ -1,0 +1,106 @@
+"""The survivor set this node signed for each round index: one, ever, kept across restarts.
+
+In a round's unmask step every survivor signs the survivor set S (and
+dropped set D) it was shown, and reveals its self-mask seed — and, if D is
+not empty, its pair terms with D — only once every member of S has signed
+the same set. That stops a coordinator from showing an uploaded node as
+survived to that node (which then reveals its self-mask seed) and as dropped
+to the others (who then reveal their pair terms with it): with both, the
+node's upload would be stripped of its noise. The protection holds only if
+no honest node ever signs two sets for one round index, so this node keeps
+the set it signed in ``OUT/survivor-sets.json`` (written atomically *before*
+the signature leaves) and refuses any other set for that index, also after a
+restart (the consistency round of Bonawitz et al. 2017, ACM CCS §4, where
+each user signs once).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from node.atomic import atomic_write_json
+from node.errors import SessionStateError
+
+__all__ = ["SURVIVOR_SETS", "SignedSet", "SurvivorSets"]
+
+SURVIVOR_SETS = "survivor-sets.json"
+_FORMAT = "zerosum-survivor-sets"
+
+
+@dataclass(frozen=True)
+class SignedSet:
+    """The survivor set signed for one round index."""
+
+    survivor_hash: bytes
+    survivors: tuple[str, ...]
+    dropped: tuple[str, ...]
+
+
+class SurvivorSets:
+    """The record of signed survivor sets of one session in ``OUT``."""
+
+    def __init__(self, out: Path, session_id: str) -> None:
+        self.path = Path(out) / SURVIVOR_SETS
+        self.session_id = session_id
+        self._signed = self._load()
+
+    def _load(self) -> dict[int, SignedSet]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except OSError as error:
+            raise SessionStateError(f"cannot read {self.path}: {error.strerror}") from None
+        try:
+            document = json.loads(text)
+            if document.get("format") != _FORMAT:
+                raise ValueError(f"format is {document.get('format')!r}, not {_FORMAT!r}")
+            if document.get("session_id") != self.session_id:
+                return {}  # another session's record: this one has signed nothing yet
+            return {
+                int(index): SignedSet(
+                    bytes.fromhex(entry["survivor_hash"]),
+                    tuple(str(n) for n in entry["survivors"]),
+                    tuple(str(n) for n in entry["dropped"]),
+                )
+                for index, entry in document["rounds"].items()
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            raise SessionStateError(
+                f"{self.path} is damaged ({error}); it records which survivor sets this node "
+                "signed, so the node cannot safely answer unmask requests without it"
+            ) from None
+
+    def signed(self, round_index: int) -> SignedSet | None:
+        """The set signed for ``round_index``, or None."""
+        return self._signed.get(round_index)
+
+    def sign(self, round_index: int, signed: SignedSet) -> None:
+        """Record ``signed`` for ``round_index`` (before the signature is sent).
+
+        Raises ValueError if another set was signed for that index already.
+        """
+        earlier = self._signed.get(round_index)
+        if earlier is not None and earlier != signed:
+            raise ValueError(f"round {round_index} has a signed survivor set already")
+        if earlier == signed:
+            return
+        rounds = {**self._signed, round_index: signed}
+        atomic_write_json(
+            self.path,
+            {
+                "format": _FORMAT,
+                "session_id": self.session_id,
+                "rounds": {
+                    str(index): {
+                        "survivor_hash": entry.survivor_hash.hex(),
+                        "survivors": list(entry.survivors),
+                        "dropped": list(entry.dropped),
+                    }
+                    for index, entry in sorted(rounds.items())
+                },
+            },
+        )
+        self._signed = rounds
