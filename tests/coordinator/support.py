@@ -20,6 +20,7 @@ from coordinator.messages import Attestation, UnmaskHeader, UploadHeader, Upload
 from coordinator.session import Session, Ticket
 from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
 from noise.layout import Layout
+from noise.self_mask import self_mask, self_mask_commitment
 from noise.transcript import roster_hash, survivor_attestation_message, upload_statement_message
 
 CONFIG_HASH = hashlib.sha256(b"zerosum test federation").digest()
@@ -187,6 +188,22 @@ def final_roster_hash(session: Session) -> bytes:
     return roster_hash(session.config.config_hash, session.session_id, session.store.members())
 
 
+def node_seed(node: str, round_index: int) -> bytes:
+    """The self-mask seed a test node uses for a round (any fixed 32 bytes will do)."""
+    return hashlib.sha256(f"test self-mask {node} {round_index}".encode()).digest()
+
+
+def masked(session: Session, node: str, round_index: int, payload: NDArray[np.uint64]) -> bytes:
+    """``payload`` under ``node``'s test self-mask for the round, as bytes on the wire."""
+    opened = session.store.round(round_index)
+    layout = opened.layout if opened is not None and opened.layout is not None else None
+    if layout is None or layout.size != payload.size:
+        return payload.astype("<u8").tobytes()  # refused anyway: the layout is wrong
+    pad = self_mask(node_seed(node, round_index), layout, round_index=round_index)
+    sent: NDArray[np.uint64] = payload + pad
+    return sent.astype("<u8").tobytes()
+
+
 def signed_header(
     session: Session,
     node: str,
@@ -219,7 +236,8 @@ def signed_header(
     except ValueError:
         message = None
     signature = signer.sign(message) if signer is not None and message is not None else bytes(64)
-    return UploadHeader(sid, round_index, round_name, node, spec, digest, signature)
+    commitment = self_mask_commitment(node_seed(node, round_index))
+    return UploadHeader(sid, round_index, round_name, node, spec, digest, signature, commitment)
 
 
 def upload(
@@ -231,15 +249,17 @@ def upload(
     chunk: int = 64,
     round_name: str | None = None,
 ) -> UploadReceipt:
-    """Send a whole payload through the session as the server would."""
+    """Send a whole payload under the node's test self-mask, as the server would."""
     opened = session.store.round(round_index)
     name = round_name if round_name is not None else opened.name if opened else "?"
-    header = signed_header(session, node, round_index, name, spec_for(payload))
+    data = masked(session, node, round_index, payload)
+    sent = np.frombuffer(data, dtype="<u8").astype(np.uint64)
+    header = signed_header(session, node, round_index, name, spec_for(sent))
     ticket = session.begin_upload(header, caller=node)
     if isinstance(ticket, UploadReceipt):
         return ticket
     try:
-        stream(session, ticket, payload.astype("<u8").tobytes(), chunk)
+        stream(session, ticket, data, chunk)
     except BaseException:
         session.abandon(ticket)
         raise
@@ -249,8 +269,14 @@ def upload(
 
 
 def submit_correction(
-    session: Session, node: str, round_index: int, payload: NDArray[np.uint64]
+    session: Session,
+    node: str,
+    round_index: int,
+    payload: NDArray[np.uint64] | None,
+    *,
+    seed: bytes | None = None,
 ) -> object:
+    """``node``'s unmask answer: its test self-mask seed, and ``payload`` as its corrections."""
     # The request as stored: once a node has answered it is no longer pending for
     # that node, but a retry must still be able to name it.
     opened = session.store.round(round_index)
@@ -264,13 +290,49 @@ def submit_correction(
         node_id=node,
         dropped=request.dropped,
         survivor_hash=request.survivor_hash,
-        payload=spec_for(payload),
+        payload=None if payload is None else spec_for(payload),
+        self_mask_seed=node_seed(node, round_index) if seed is None else seed,
     )
     ticket = session.begin_unmask(header, caller=node)
     if not isinstance(ticket, Ticket):
         return ticket
+    assert payload is not None
     stream(session, ticket, payload.astype("<u8").tobytes(), 100)
     return session.finish(ticket)
+
+
+def attest_all(fed: Federation, session: Session, round_index: int) -> None:
+    """Every survivor of the round's unmask request signs it."""
+    opened = session.store.round(round_index)
+    assert opened is not None
+    request = session.store.unmask_request(round_index, opened.unmask_attempt)
+    assert request is not None
+    for node in request.survivors:
+        session.attest(
+            fed.attestation(node, session.session_id, round_index, request.survivor_hash),
+            caller=node,
+        )
+
+
+def reveal_all(
+    fed: Federation, session: Session, round_index: int, data: ZeroSum | None = None
+) -> None:
+    """The round's whole unmask step: every survivor attests, then answers.
+
+    The answers carry each survivor's seed and, when nodes dropped, its
+    corrections from ``data``.
+    """
+    attest_all(fed, session, round_index)
+    opened = session.store.round(round_index)
+    assert opened is not None
+    request = session.store.unmask_request(round_index, opened.unmask_attempt)
+    assert request is not None
+    for node in request.survivors:
+        corrections = None
+        if request.dropped:
+            assert data is not None, "corrections need the round's zero-sum data"
+            corrections = data.correction(node, request.dropped)
+        submit_correction(session, node, round_index, corrections)
 
 
 def join_all(fed: Federation, session: Session, nodes: Sequence[str] | None = None) -> None:

@@ -41,8 +41,8 @@ from coordinator.events import (
     TooFewAnswered,
     TooFewJoined,
     TooFewUploaded,
-    UnmaskDeadlinePassed,
     UnmaskRefused,
+    UnmaskStalled,
     UploadsComplete,
     WithdrawalLeftTooFew,
 )
@@ -63,6 +63,7 @@ from tests.coordinator.support import (
     Federation,
     join_all,
     make_federation,
+    reveal_all,
     upload,
     zero_sum,
 )
@@ -77,7 +78,7 @@ EXAMPLES: dict[type[SessionEvent | RoundEvent], SessionEvent | RoundEvent] = {
     NextRound: NextRound(1, "scatter", ("a", "b", "c")),
     FinalRoundReady: FinalRoundReady(1),
     RoundFailed: RoundFailed("the round failed"),
-    UploadsComplete: UploadsComplete(("a", "b", "c"), RESULT),
+    UploadsComplete: UploadsComplete(("a", "b", "c")),
     RoundDeadlinePassed: RoundDeadlinePassed(("a", "b"), ("c",)),
     NobodyAwaited: NobodyAwaited(("a", "b"), ("c",)),
     TooFewUploaded: TooFewUploaded("only 1 of 3 nodes submitted"),
@@ -86,7 +87,7 @@ EXAMPLES: dict[type[SessionEvent | RoundEvent], SessionEvent | RoundEvent] = {
     WithdrawalLeftTooFew: WithdrawalLeftTooFew("only 1 node remains"),
     AttestationsComplete: AttestationsComplete(),
     CorrectionsComplete: CorrectionsComplete(("a", "b"), ("c",), RESULT),
-    UnmaskDeadlinePassed: UnmaskDeadlinePassed(("a",), ("b", "c")),
+    UnmaskStalled: UnmaskStalled(("a", "b"), "moments", "c was silent"),
     TooFewAnswered: TooFewAnswered("only 1 of 2 survivors answered"),
     UnmaskRefused: UnmaskRefused("node 'a' refused"),
     RoundResumed: RoundResumed(),
@@ -106,10 +107,19 @@ def _session(tmp_path: Path, clock: FakeClock, *, cape: bool) -> tuple[Session, 
     return Session(Store(tmp_path / "state.sqlite"), fed.config, clock=clock), fed
 
 
-def _uploads(session: Session, round_index: int, nodes: tuple[str, ...], seed: int) -> None:
+def _uploads(
+    session: Session,
+    round_index: int,
+    nodes: tuple[str, ...],
+    seed: int,
+    reveal: Federation | None = None,
+) -> None:
+    """``nodes`` upload round ``round_index``; with ``reveal``, the unmask step follows."""
     data = zero_sum(("a", "b", "c"), N_WORDS, seed=seed)
     for node in nodes:
         upload(session, node, round_index, data.payloads[node])
+    if reveal is not None:
+        reveal_all(reveal, session, round_index, data)
 
 
 def _in_state(scope: str, state: str, tmp_path: Path) -> tuple[Session, int]:
@@ -128,8 +138,8 @@ def _in_state(scope: str, state: str, tmp_path: Path) -> tuple[Session, int]:
     if state in (SessionState.RUNNING, RoundStatus.OPEN):
         return session, 0
     if state in (SessionState.COMPLETED, RoundStatus.READY):
-        _uploads(session, 0, ("a", "b", "c"), seed=1)
-        _uploads(session, 1, ("a", "b", "c"), seed=2)
+        _uploads(session, 0, ("a", "b", "c"), seed=1, reveal=fed)
+        _uploads(session, 1, ("a", "b", "c"), seed=2, reveal=fed)
         assert session.state() == SessionState.COMPLETED
         return session, 1
     if state == RoundStatus.UNMASK:
@@ -142,7 +152,7 @@ def _in_state(scope: str, state: str, tmp_path: Path) -> tuple[Session, int]:
         assert session.state() == SessionState.FAILED
         return session, 0
     assert state == RoundStatus.SUPERSEDED
-    _uploads(session, 0, ("a", "b", "c"), seed=5)
+    _uploads(session, 0, ("a", "b", "c"), seed=5, reveal=fed)
     _uploads(session, 1, ("a", "b"), seed=6)
     session.tick(clock.advance(ROUND_MS))
     return session, 1
