@@ -120,6 +120,8 @@ class CapeMaterial:
     draws: U64
     residual: U64 | None = None
     sum: CapeSum | None = None
+    # The CAPE-sum round index the draws were made for: a rerun draws afresh.
+    drawn_for: int | None = None
 
     def check(self) -> None:
         """Raise :class:`CapeStateError` unless the pieces fit together (see the fields)."""
@@ -211,6 +213,7 @@ class CapeStore:
                 for s in material.layout
             ],
             "planned": list(material.planned),
+            "drawn_for": material.drawn_for,
             "draws": self._write_vector(folder / DRAWS, material.draws),
             "residual": None,
             "sum": None,
@@ -293,6 +296,9 @@ class CapeStore:
                 f"{round_name!r} has tensors {layout} now"
             )
         planned = _names(data.get("planned"), path, "planned")
+        drawn_for = data.get("drawn_for")
+        if drawn_for is not None and (not isinstance(drawn_for, int) or isinstance(drawn_for, bool)):
+            raise CapeStateError(f"{path}: field 'drawn_for' must be an integer or null")
         draws = _read_vector(folder, data.get("draws"), size, path, "draws")
         residual = None
         if data.get("residual") is not None:
@@ -325,6 +331,7 @@ class CapeStore:
             draws=draws,
             residual=residual,
             sum=cape_sum,
+            drawn_for=drawn_for,
         )
         try:
             material.check()

@@ -35,7 +35,7 @@ U64 = NDArray[np.uint64]
 
 @dataclass
 class CapeState:
-    """A model round's CAPE material, kept across a rerun."""
+    """A model round's CAPE material for one attempt (a rerun of its CAPE sum draws afresh)."""
 
     noise: ReleaseNoise
     draws: U64
@@ -44,6 +44,7 @@ class CapeState:
     total: U64 | None = None
     planned: tuple[str, ...] = ()  # the roster τ² was planned for
     sum_index: int | None = None  # the CAPE-sum round whose result ``total`` is
+    drawn_for: int | None = None  # the CAPE-sum round whose share the draws were made for
 
     def floor_shortfall(self, noise: ReleaseNoise, threshold: int) -> str | None:
         """The floor check of a CAPE round with ``noise`` (see cape_floor_shortfall)."""
@@ -76,6 +77,7 @@ def save_cape_state(
         draws=state.draws,
         residual=state.residual,
         sum=cape_sum,
+        drawn_for=state.drawn_for,
     )
     try:
         CapeStore(ctx.out).save(material)
@@ -138,6 +140,7 @@ def cape_state(
         total=saved.sum.total if saved.sum is not None else None,
         planned=saved.planned,
         sum_index=saved.sum.round_index if saved.sum is not None else None,
+        drawn_for=saved.drawn_for,
     )
     progress.cape[model_round] = state
     ctx.say(f"CAPE material of {model_round!r} loaded from {folder}")

@@ -126,13 +126,26 @@ def run_cape_sum_round(
     if noted is not None:
         progress.cape_sent.add(model_round)
     state = cape_state(ctx, progress, model_round, layout)
+    if state is not None and state.drawn_for is not None and state.drawn_for != index:
+        # A rerun of the CAPE sum: the last attempt's draws may be known in part
+        # (S − S' = q(ê) of a node reported dropped after its share), so every
+        # attempt draws ê and the residual afresh; its model egress is another
+        # counted release.
+        ctx.say(
+            f"round {index} ({name!r}) reruns the CAPE sum of round {state.drawn_for}; "
+            "drawing fresh CAPE noise"
+        )
+        state = None
     if state is None:
         noise = plan_release(
             ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(model_round)
         )
         rng = ctx.options.rng or os_generator()
         state = CapeState(
-            noise=noise, draws=cape_draws(noise, layout, ctx.codec, rng), planned=participants
+            noise=noise,
+            draws=cape_draws(noise, layout, ctx.codec, rng),
+            planned=participants,
+            drawn_for=index,
         )
         # Saved before the share leaves: a restart must send this very draw again.
         save_cape_state(ctx, model_round, state, layout)

@@ -150,6 +150,10 @@ def _take_published_cape_sum(
         # Aggregated with this node's share, so its draws are needed again.
         progress.cape_sent.add(model_round)
         state = cape_state(ctx, progress, model_round, layout)
+        if state is not None and state.drawn_for not in (None, index):
+            # The saved material belongs to a later attempt (a rerun drew afresh);
+            # this round's sum is of draws no longer kept and no longer needed.
+            state = None
     noted = noted_share(ctx, index)
     own = None
     if noted is not None:

@@ -210,6 +210,7 @@ def _attack(
                 roster_hash=verified.roster_hash,
                 payload_sha256=payload_digest(payload),
             ),
+            self_mask_commitment=bytes(32),
         )
     except CoordinatorRefused as error:
         return error

@@ -47,10 +47,11 @@ from node.release import ReleaseNoise
 from node.runner import NodeRunner
 from node.session.results import Outcome, await_result
 from node.session.resume import catch_up, take_aggregated
+from node.session.self_masking import sent_payload
 from node.session_state import KEY_FILE, SessionStateError, SessionStore
 from node.statements import sign_upload_statement
 from noise.keys import EphemeralKey
-from noise.layout import payload_digest
+from noise.layout import Layout, payload_digest
 from proto.federation import load_federation
 from tests.node.fake_gateway import FakeCoordinator, running
 from tests.node.nodes import CONFIG_HASH, LAYOUT, ROSTER_HASH, FakePlan, Node
@@ -191,7 +192,9 @@ def test_a_round_aggregated_while_down_with_my_bundle_is_taken(tmp_path: Path) -
     _, egress = _at_gate(tmp_path)
     plan = FakePlan()
     node = _node(tmp_path, plan=plan, status=_aggregated_while_down())
-    _serve(node, _ready(1, IDS, {"a": payload_digest(egress)}), None)
+    # What left is the bundle's egress under a's self-mask of round 1.
+    sent = sent_payload(node.ctx, 1, egress, Layout.of_tensors(plan.tensors("scatter")))
+    _serve(node, _ready(1, IDS, {"a": payload_digest(sent)}), None)
     take_aggregated(node.ctx, node.progress, node.coordinator.status_reply)
     assert plan.received == ["scatter"]
 

@@ -46,6 +46,7 @@ from node.runner import (
 )
 from node.session_state import SessionStore
 from noise.layout import payload_digest
+from noise.self_mask import self_mask
 from proto.federation import config_hash, load_federation
 from tests.node.gateways import failing_before_upload
 from zerosum.commands import federation as federation_command
@@ -198,6 +199,14 @@ class CapeSession:
     def stored_sha256(self, round_index: int, node: str) -> list[str]:
         return [u.sha256.hex() for u in self.store.uploads(round_index) if u.node_id == node]
 
+    def unmasked_sha256(self, round_index: int, node: str) -> str:
+        """SHA-256 of ``node``'s stored upload minus the self-mask whose seed it revealed."""
+        (upload,) = [u for u in self.store.uploads(round_index) if u.node_id == node]
+        (answer,) = [c for c in self.store.corrections(round_index, 1) if c.node_id == node]
+        sent = np.frombuffer(self.store.payload_path(upload.path).read_bytes(), dtype="<u8")
+        pad = self_mask(answer.self_mask_seed, upload.layout, round_index=round_index)
+        return payload_digest(sent.astype(np.uint64) - pad).hex()
+
 
 @pytest.fixture
 def session(tmp_path: Path) -> Iterator[CapeSession]:
@@ -287,7 +296,8 @@ def test_a_share_sent_before_the_crash_is_sent_again_byte_for_byte(session: Cape
     # The restarted node's means egress is made from those very draws.
     assert kept.residual is not None
     assert np.array_equal(_residual(session, 1, kept), kept.residual)
-    assert session.stored_sha256(0, "a") == [note["payload_sha256"]]
+    assert session.stored_sha256(0, "a") == [note["sent_sha256"]]
+    assert session.unmasked_sha256(0, "a") == note["payload_sha256"]
     assert session.ledger_releases("a") == [1, 3]
 
 
@@ -310,25 +320,35 @@ def test_a_bundle_left_at_the_gate_is_checked_against_the_material_and_resubmitt
     assert (folder / "payload.npy").read_bytes() == payload
     assert session.ledger_releases("a") == [1, 3]
     bundle = EgressBundle.read(folder)
-    assert session.stored_sha256(3, "a") == [bundle.payload_sha256]
+    # What was stored, less a's revealed self-mask, is the bundle's payload.
+    assert session.unmasked_sha256(3, "a") == bundle.payload_sha256
     # The bundle is the clean values plus exactly the saved noise.
     assert state.sum is not None and state.residual is not None
     assert np.array_equal(_residual(session, 3, state), state.residual)
 
 
-def test_a_rerun_after_the_restart_reuses_the_draws_and_the_residual(session: CapeSession) -> None:
+def test_a_rerun_draws_fresh_cape_noise_and_a_restart_keeps_it(session: CapeSession) -> None:
     # c leaves after the first CAPE sum, so round 1 (means) is superseded and
     # rerun among a, b and d from round 2; a crashes once its rerun share is sent.
+    # The rerun draws afresh (an old draw could be stripped from S − S'), and
+    # the restarted node goes on with the rerun's draws.
     _spend_budget(session, "c")
-    victim = session.runner("a", dies_after="round 2 ('cape-sum/means') CAPE sum share uploaded")
+    victim = session.runner(
+        "a",
+        dies_after="round 2 ('cape-sum/means') CAPE sum share uploaded",
+        keeps_material=("round 1 ('means') uploaded", "means"),
+    )
     others = (session.runner("b"), session.runner("c"), session.runner("d"))
     for runner in (victim, *others):
         session.start(runner)
     session.crashed("a")
+    first = session.kept.pop("a")
+    assert first.sum is not None and first.sum.participants == ("a", "b", "c", "d")
+    assert first.residual is not None
+    assert np.count_nonzero(first.residual) > first.residual.size // 2  # residual noise is on
     before = session.material("a", "means")
-    assert before.sum is not None and before.sum.participants == ("a", "b", "c", "d")
-    assert before.residual is not None
-    assert np.count_nonzero(before.residual) > before.residual.size // 2  # residual noise is on
+    assert before.drawn_for == 2 and before.sum is None and before.residual is None
+    assert not np.array_equal(before.draws, first.draws)
     restarted = session.runner("a", keeps_material=("round 3 ('means') uploaded", "means"))
     session.start(restarted)
     session.finish()
@@ -337,13 +357,13 @@ def test_a_rerun_after_the_restart_reuses_the_draws_and_the_residual(session: Ca
     _completed(session, "abd")
     after = session.kept["a"]
     assert np.array_equal(after.draws, before.draws)
-    assert after.residual is not None and np.array_equal(after.residual, before.residual)
+    assert after.residual is not None and not np.array_equal(after.residual, first.residual)
     assert after.sum is not None and after.sum.participants == ("a", "b", "d")
-    # Both egresses of the means round carry the same residual noise.
-    assert np.array_equal(_residual(session, 1, before), before.residual)
-    assert np.array_equal(_residual(session, 3, after), before.residual)
+    # Each egress of the means round carries its own attempt's residual noise.
+    assert np.array_equal(_residual(session, 1, first), first.residual)
+    assert np.array_equal(_residual(session, 3, after), after.residual)
     # The rerun counts as a release: means twice, then sums.
     assert session.ledger_releases("a") == [1, 3, 5]
-    for index in (1, 3, 5):
+    for index in (3, 5):
         bundle = EgressBundle.read(session.out("a") / "egress" / f"round-{index}")
-        assert session.stored_sha256(index, "a") == [payload_digest(bundle.payload).hex()]
+        assert session.unmasked_sha256(index, "a") == payload_digest(bundle.payload).hex()

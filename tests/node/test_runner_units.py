@@ -314,12 +314,17 @@ def test_a_consistent_request_passes() -> None:
     assert _check(_ask(["a", "b"], ["c"])) is None
 
 
+def test_a_request_with_nobody_dropped_passes() -> None:
+    # Every round has an unmask step: with nobody dropped it asks for the self-mask seed.
+    assert _check(_ask(["a", "b", "c"], [])) is None
+
+
 @pytest.mark.parametrize(
     ("ask", "reason"),
     [
         (_ask(["a"], ["b", "c"]), "survivor set of 1 is below the federation minimum of 2"),
         (_ask(["b", "c"], ["a"]), "I am not in the survivor set"),
-        (_ask(["a", "b"], []), "names no dropped node"),
+        (_ask(["a", "b"], []), "survivor set inconsistent"),
         (_ask(["a", "b"], ["d"]), "survivor set inconsistent"),
         (_ask(["a", "b"], ["c"], round_index=0), "concerns round 0, but I am awaiting"),
         (_ask(["a", "b"], ["c"], session_id="f" * 32), "concerns session"),

@@ -33,7 +33,7 @@ from node.unmask import attestation_signature
 from noise.layout import Layout
 from noise.transcript import survivor_set_hash
 from proto.federation import FederationConfig
-from tests.node.nodes import CONFIG_HASH, LAYOUT, Node, joined
+from tests.node.nodes import CONFIG_HASH, LAYOUT, Node, joined, restarted
 from tests.node.test_runner_units import (
     CODEC,
     SENSITIVITIES,
@@ -208,19 +208,36 @@ def test_a_survivor_of_an_answered_attempt_may_not_be_dropped_later(tmp_path: Pa
     assert refusal.kind == "refusal" and refusal.details["dropped"] == ["e", "f"]
 
 
-def test_a_survivor_silent_before_anyone_answered_is_dropped_without_refusal(
+def test_a_second_survivor_set_for_a_round_is_refused_even_before_anyone_answered(
     tmp_path: Path,
 ) -> None:
     ids = ["a", "b", "c", "d", "e", "f"]
     node = _node(tmp_path, _config(ids, threshold=2))
     noise = _released(node, ids, [0])
-    # Attempt 1: e never attests, so nobody can answer it.
+    # e never attests, so nobody can answer this request.
     first = _request(ids, 0, list("abcde"), ["f"], attested=list("abcd"))
     _answer(node, first, ids, noise, awaiting=0)
     assert node.coordinator.sent == [("attest", 0)]
-    _answer(node, _request(ids, 0, list("abcd"), ["e", "f"]), ids, noise, awaiting=0)
-    assert node.coordinator.sent_answers() == [("answer", 0, ("e", "f"))]
-    assert _unmask_entries(node) == [(0, ["e", "f"])]
+    # The coordinator might have shown e the attestations of a-d and got e's seed,
+    # so a smaller set for the same round would strip e: the round is rerun instead.
+    with pytest.raises(NodeRefused, match="A survivor set is signed once per round"):
+        _answer(node, _request(ids, 0, list("abcd"), ["e", "f"]), ids, noise, awaiting=0)
+    assert node.coordinator.sent_answers() == []
+    assert _unmask_entries(node) == []
+
+
+def test_the_signed_survivor_set_binds_a_restarted_node(tmp_path: Path) -> None:
+    ids = ["a", "b", "c", "d", "e", "f"]
+    config = _config(ids, threshold=2)
+    first = joined(tmp_path, config)
+    noise = _released(first, ids, [0])
+    _answer(
+        first, _request(ids, 0, list("abcde"), ["f"], attested=list("abcd")), ids, noise, awaiting=0
+    )
+    again = restarted(tmp_path, config)
+    with pytest.raises(NodeRefused, match=r"I already signed survivors \{a, b, c, d, e\}"):
+        _answer(again, _request(ids, 0, list("abcd"), ["e", "f"]), ids, noise, awaiting=0)
+    assert again.coordinator.sent_answers() == []
 
 
 # ---------------------------------------------------------------- 4: CAPE among fewer nodes
