@@ -335,6 +335,22 @@ def reveal_all(
         submit_correction(session, node, round_index, corrections)
 
 
+def run_round(
+    fed: Federation, session: Session, round_index: int, payloads: dict[str, NDArray[np.uint64]]
+) -> None:
+    """Every node in ``payloads`` uploads, then the round's unmask step runs (nobody dropped)."""
+    for node, payload in payloads.items():
+        upload(session, node, round_index, payload)
+    reveal_all(fed, session, round_index)
+
+
+def sent_sha256(
+    session: Session, node: str, round_index: int, payload: NDArray[np.uint64]
+) -> bytes:
+    """SHA-256 of what :func:`upload` sends for ``payload``: the bytes under the self-mask."""
+    return hashlib.sha256(masked(session, node, round_index, payload)).digest()
+
+
 def join_all(fed: Federation, session: Session, nodes: Sequence[str] | None = None) -> None:
     for node in nodes if nodes is not None else fed.node_ids:
         session.join(fed.bundle(node, session.session_id), caller=node)

@@ -46,15 +46,23 @@ from tests.coordinator.support import (
     N_WORDS,
     FakeClock,
     Federation,
+    ZeroSum,
+    attest_all,
     final_roster_hash,
     join_all,
     make_federation,
+    masked,
+    node_seed,
     read_result,
+    reveal_all,
+    run_round,
+    sent_sha256,
     signed_header,
     spec_for,
     stream,
     submit_correction,
     upload,
+    wrapping_total,
     zero_sum,
 )
 
@@ -195,16 +203,17 @@ def test_roster_request_with_a_wrong_session_id_is_refused(session: Session) -> 
 # ---------------------------------------------------------------- rounds
 
 
-def run_round(session: Session, payloads: dict[str, np.ndarray], round_index: int) -> None:
-    for node, payload in payloads.items():
-        upload(session, node, round_index, payload)
-
-
 def test_two_rounds_without_dropouts_give_the_exact_sums(fed: Federation, session: Session) -> None:
     join_all(fed, session)
     for round_index in (0, 1):
         data = zero_sum(fed.node_ids, N_WORDS, seed=round_index)
-        run_round(session, data.payloads, round_index)
+        for node in fed.node_ids:
+            upload(session, node, round_index, data.payloads[node])
+        # Every upload is in, yet nothing is published before the seeds are revealed.
+        view = session.result(session.session_id, round_index, caller="a")
+        assert view.status == RoundStatus.UNMASK and view.path is None
+        assert (view.survivors, view.dropped) == (fed.node_ids, ())
+        reveal_all(fed, session, round_index)
         np.testing.assert_array_equal(read_result(session, round_index), data.total(fed.node_ids))
         view = session.result(session.session_id, round_index, caller="b")
         assert view.status == RoundStatus.READY and view.survivors == ("a", "b", "c")
@@ -220,6 +229,7 @@ def test_chunks_not_aligned_to_words_are_summed_exactly(fed: Federation, session
     data = zero_sum(fed.node_ids, N_WORDS, seed=5)
     for node, chunk in zip(fed.node_ids, (1, 13, 287), strict=True):
         upload(session, node, 0, data.payloads[node], chunk=chunk)
+    reveal_all(fed, session, 0)
     np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
 
 
@@ -235,7 +245,10 @@ def test_the_same_upload_again_is_a_duplicate_and_changes_nothing(
     assert again.duplicate and not first.duplicate and again.sha256 == first.sha256
     upload(session, "b", 0, data.payloads["b"])
     upload(session, "c", 0, data.payloads["c"])
-    # Still a duplicate after the round completed (a retry whose answer was lost).
+    # Still a duplicate while the round unmasks and after it completed (a retry
+    # whose answer was lost).
+    assert upload(session, "a", 0, data.payloads["a"]).duplicate
+    reveal_all(fed, session, 0)
     assert upload(session, "a", 0, data.payloads["a"]).duplicate
     np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
 
@@ -305,6 +318,15 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
             header(roster=hashlib.sha256(b"another roster").digest()),
         ),
         "short roster hash": (InvalidArgument, header(roster=b"\x01" * 31)),
+        "short commitment": (
+            InvalidArgument,
+            replace(header(), self_mask_commitment=b"\x02" * 31),
+        ),
+        "long commitment": (
+            InvalidArgument,
+            replace(header(), self_mask_commitment=b"\x02" * 33),
+        ),
+        "no commitment": (InvalidArgument, replace(header(), self_mask_commitment=b"")),
     }
 
 
@@ -326,6 +348,9 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
         "statement for another payload",
         "statement over another roster",
         "short roster hash",
+        "short commitment",
+        "long commitment",
+        "no commitment",
     ],
 )
 def test_bad_upload_headers_are_refused_and_change_nothing(
@@ -335,7 +360,7 @@ def test_bad_upload_headers_are_refused_and_change_nothing(
     data = zero_sum(fed.node_ids, N_WORDS, seed=2)
     error, header = bad_headers(session, data.payloads["a"])[case]
     refused(session, error, lambda: session.begin_upload(header, caller="a"))
-    run_round(session, data.payloads, 0)
+    run_round(fed, session, 0, data.payloads)
     np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
 
 
@@ -359,19 +384,21 @@ def test_upload_statements_are_checked_then_returned_with_the_aggregate(
     )
     assert f"over roster hash {other.hex()[:16]}…" in message
     assert f"final roster hashes to {final.hex()[:16]}…" in message
-    run_round(session, data.payloads, 0)
+    run_round(fed, session, 0, data.payloads)
     # A retry of a stored upload is checked too before it is called a duplicate.
     refused(session, FailedPrecondition, lambda: session.begin_upload(elsewhere, caller="a"))
     view = session.result(session.session_id, 0, caller="c")
+    sent = {
+        node: spec_for(np.frombuffer(masked(session, node, 0, data.payloads[node]), "<u8"))
+        for node in fed.node_ids
+    }
     assert view.statements == tuple(
         UploadStatement(
             node_id=node,
             round_name="moments",
             roster_hash=final,
-            payload_sha256=spec_for(data.payloads[node]).sha256,
-            signature=signed_header(
-                session, node, 0, "moments", spec_for(data.payloads[node])
-            ).statement_signature,
+            payload_sha256=sent_sha256(session, node, 0, data.payloads[node]),
+            signature=signed_header(session, node, 0, "moments", sent[node]).statement_signature,
         )
         for node in fed.node_ids
     )
@@ -449,6 +476,7 @@ def test_bad_streams_are_refused_and_leave_no_trace_in_the_sum(
     assert session.store.dump() == before
     upload(session, "a", 0, data.payloads["a"])
     upload(session, "c", 0, data.payloads["c"])
+    reveal_all(fed, session, 0)
     np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
 
 
@@ -462,7 +490,7 @@ def test_a_second_concurrent_stream_of_the_same_upload_is_told_to_retry(
     assert isinstance(ticket, Ticket)
     refused(session, RetryLater, lambda: session.begin_upload(header, caller="a"))
     session.abandon(ticket)
-    run_round(session, data.payloads, 0)
+    run_round(fed, session, 0, data.payloads)
     np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
 
 
@@ -522,7 +550,7 @@ def test_dropout_after_the_roster_is_unmasked_to_the_exact_survivor_sum(
     message = refused(session, FailedPrecondition, lambda: upload(session, "c", 1, late))
     assert "was dropped from this session in round 0" in message
     second = zero_sum(["a", "b"], N_WORDS, seed=9)
-    run_round(session, second.payloads, 1)
+    run_round(fed, session, 1, second.payloads)
     np.testing.assert_array_equal(read_result(session, 1), second.total(["a", "b"]))
     assert session.state() == SessionState.COMPLETED
 
@@ -542,13 +570,13 @@ def test_too_few_answers_at_the_unmask_deadline_fail_the_session(
     session.tick(clock.advance(60_000))  # b and c never answer
     assert session.state() == SessionState.FAILED
     assert session.reason() == (
-        "only 1 of 3 survivors answered the unmask request for round 'moments' (b, c dropped); "
+        "only 1 of 3 survivors answered the unmask request for round 'moments' (b, c silent); "
         "the federation requires at least 2"
     )
     assert session.result(session.session_id, 0, caller="a").status == RoundStatus.FAILED
 
 
-def test_survivor_silent_at_the_unmask_deadline_moves_to_the_dropped_set(
+def test_survivor_silent_at_the_unmask_deadline_supersedes_the_round_and_reruns_it(
     clock: FakeClock, state_path: Path
 ) -> None:
     fed = make_federation(("a", "b", "c", "d"), min_nodes=2)
@@ -562,17 +590,141 @@ def test_survivor_silent_at_the_unmask_deadline_moves_to_the_dropped_set(
     submit_correction(session, "a", 0, data.correction("a", ["d"]))
     submit_correction(session, "b", 0, data.correction("b", ["d"]))
     session.tick(clock.advance(60_000))  # c never answers
+    status = session.status(session.session_id)
+    assert [(r.round_name, r.status) for r in status.rounds] == [
+        ("moments", RoundStatus.SUPERSEDED),
+        ("moments", RoundStatus.OPEN),
+    ]
+    assert status.rounds[0].reason == (
+        "c did not answer the unmask request of round 0 ('moments'); the round is rerun as "
+        "'moments' among a, b from round 1, with fresh keys"
+    )
+    assert [(d.node_id, d.round_index) for d in status.dropped_nodes] == [("c", 0), ("d", 0)]
+    assert status.dropped_nodes[0].reason == (
+        "did not answer the unmask request for round 0 ('moments') before its deadline"
+    )
+    # Nothing of round 0 is published: the uploads not unmasked stay one-time padded.
     view = session.result(session.session_id, 0, caller="a")
+    assert view.status == RoundStatus.SUPERSEDED
+    assert (view.path, view.payload, view.statements) == (None, None, ())
     assert (view.survivors, view.dropped) == (("a", "b"), ("c", "d"))
-    dropped = unmask_round(fed, session, 0, ["a", "b"])
-    assert dropped == ("c", "d")
-    submit_correction(session, "a", 0, data.correction("a", dropped))
-    submit_correction(session, "b", 0, data.correction("b", dropped))
-    np.testing.assert_array_equal(read_result(session, 0), data.total(["a", "b"]))
-    # c's upload is stored but left the sum, so its statement is not handed out.
-    assert session.store.upload(0, "c") is not None
-    statements = session.result(session.session_id, 0, caller="a").statements
-    assert [s.node_id for s in statements] == ["a", "b"]
+    assert session.store.result(0) is None
+    assert not list(session.store.payload_dir.glob("r0000-result-*"))
+    # Its request is never asked again, nor answered.
+    assert not session.unmask_request(session.session_id, 0, caller="a").pending
+    message = refused(session, FailedPrecondition, lambda: submit_correction(session, "a", 0, None))
+    assert "is not awaiting unmask corrections (it is superseded)" in message
+    # The rerun is a new round index among the speakers; c stays dropped.
+    assert session.store.round(1).participants == ("a", "b")  # type: ignore[union-attr]
+    late = zero_sum(fed.node_ids, N_WORDS, seed=12).payloads["c"]
+    message = refused(session, FailedPrecondition, lambda: upload(session, "c", 1, late))
+    assert "was dropped from this session in round 0" in message
+    rerun = zero_sum(["a", "b"], N_WORDS, seed=13)
+    run_round(fed, session, 1, rerun.payloads)
+    np.testing.assert_array_equal(read_result(session, 1), rerun.total(["a", "b"]))
+    assert len(list(session.store.payload_dir.glob("r0001-result-*"))) == 1
+    assert [s.node_id for s in session.result(session.session_id, 1, caller="a").statements] == [
+        "a",
+        "b",
+    ]
+    assert session.store.round(2).name == "scatter"  # type: ignore[union-attr]
+    run_round(fed, session, 2, zero_sum(["a", "b"], N_WORDS, seed=14).payloads)
+    assert session.state() == SessionState.COMPLETED
+
+
+def test_a_survivor_that_never_attested_is_dropped_and_the_attesters_rerun_the_round(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=19)
+    for node in fed.node_ids:
+        upload(session, node, 0, data.payloads[node])
+    request = session.unmask_request(session.session_id, 0, caller="a")
+    assert request.pending and request.dropped == () and request.survivors == fed.node_ids
+    for node in ("a", "b"):  # c never attests, so nobody may answer yet
+        session.attest(
+            fed.attestation(node, session.session_id, 0, request.survivor_hash), caller=node
+        )
+    session.tick(clock.advance(60_000))
+    status = session.status(session.session_id)
+    assert [(r.round_name, r.status) for r in status.rounds] == [
+        ("moments", RoundStatus.SUPERSEDED),
+        ("moments", RoundStatus.OPEN),
+    ]
+    assert status.rounds[0].reason == (
+        "c did not answer the unmask request of round 0 ('moments'); the round is rerun as "
+        "'moments' among a, b from round 1, with fresh keys"
+    )
+    assert session.store.result(0) is None
+    assert session.store.round(1).participants == ("a", "b")  # type: ignore[union-attr]
+    rerun = zero_sum(["a", "b"], N_WORDS, seed=20)
+    run_round(fed, session, 1, rerun.payloads)
+    np.testing.assert_array_equal(read_result(session, 1), rerun.total(["a", "b"]))
+
+
+def test_too_few_attestations_at_the_unmask_deadline_fail_the_session(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=21)
+    for node in fed.node_ids:
+        upload(session, node, 0, data.payloads[node])
+    request = session.unmask_request(session.session_id, 0, caller="a")
+    session.attest(fed.attestation("a", session.session_id, 0, request.survivor_hash), caller="a")
+    session.tick(clock.advance(60_000))
+    assert session.state() == SessionState.FAILED
+    assert session.reason() == (
+        "only 1 of 3 survivors answered the unmask request for round 'moments' (b, c silent); "
+        "the federation requires at least 2"
+    )
+    assert session.store.result(0) is None
+
+
+@pytest.mark.parametrize(
+    ("stalled", "rounds"),
+    [
+        (
+            0,
+            [
+                ("cape-sum/moments", RoundStatus.SUPERSEDED),
+                ("cape-sum/moments", RoundStatus.OPEN),
+            ],
+        ),
+        (
+            1,
+            [
+                ("cape-sum/moments", RoundStatus.READY),
+                ("moments", RoundStatus.SUPERSEDED),
+                ("cape-sum/moments", RoundStatus.OPEN),
+            ],
+        ),
+    ],
+    ids=["cape-sum-reruns-itself", "cape-model-reruns-its-cape-sum"],
+)
+def test_a_stalled_cape_unmask_reruns_from_the_cape_sum(
+    clock: FakeClock, state_path: Path, stalled: int, rounds: list[tuple[str, str]]
+) -> None:
+    fed = make_federation(("a", "b", "c"), construction="cape")
+    session = Session(Store(state_path), fed.config, clock=clock)
+    join_all(fed, session)
+    for round_index in range(stalled):
+        run_round(fed, session, round_index, zero_sum(fed.node_ids, N_WORDS, seed=22).payloads)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=23)
+    for node in fed.node_ids:
+        upload(session, node, stalled, data.payloads[node])
+    attest_all(fed, session, stalled)
+    submit_correction(session, "a", stalled, None)
+    submit_correction(session, "b", stalled, None)
+    session.tick(clock.advance(60_000))  # c attested but never answers
+    status = session.status(session.session_id)
+    assert [(r.round_name, r.status) for r in status.rounds] == rounds
+    assert session.store.result(stalled) is None
+    rerun = stalled + 1
+    assert session.store.round(rerun).participants == ("a", "b")  # type: ignore[union-attr]
+    blind = zero_sum(["a", "b"], N_WORDS, seed=24)
+    run_round(fed, session, rerun, blind.payloads)
+    np.testing.assert_array_equal(read_result(session, rerun), blind.total(["a", "b"]))
+    assert session.store.round(rerun + 1).name == "moments"  # type: ignore[union-attr]
 
 
 def test_too_few_uploads_at_the_deadline_fail_the_session_with_a_reason(
@@ -639,14 +791,202 @@ def test_bad_attestations_and_early_corrections_are_refused(
     )
     session.attest(fed.attestation("a", sid, 0, request.survivor_hash), caller="a")
     early = data.correction("a", ["c"])
-    header = UnmaskHeader(sid, 0, "moments", "a", ("c",), request.survivor_hash, spec_for(early))
+    seed = node_seed("a", 0)
+    header = UnmaskHeader(
+        sid, 0, "moments", "a", ("c",), request.survivor_hash, spec_for(early), seed
+    )
     assert "not every survivor has attested" in refused(
         session, FailedPrecondition, lambda: session.begin_unmask(header, caller="a")
     )
-    wrong_set = UnmaskHeader(sid, 0, "moments", "a", (), request.survivor_hash, spec_for(early))
+    wrong_set = UnmaskHeader(sid, 0, "moments", "a", (), request.survivor_hash, None, seed)
     assert "fetch the request again" in refused(
         session, FailedPrecondition, lambda: session.begin_unmask(wrong_set, caller="a")
     )
+
+
+@pytest.mark.parametrize("length", [0, 31, 33, 64], ids=["none", "short", "long", "twice"])
+def test_an_upload_commitment_of_the_wrong_length_names_the_field(
+    fed: Federation, session: Session, length: int
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=26)
+    good = signed_header(session, "a", 0, "moments", spec_for(data.payloads["a"]))
+    header = replace(good, self_mask_commitment=b"\x03" * length)
+    message = refused(session, InvalidArgument, lambda: session.begin_upload(header, caller="a"))
+    assert message == (
+        "upload of node 'a' for round 0: self_mask_commitment must be 32 raw bytes; "
+        f"got {length} bytes."
+    )
+
+
+# ---------------------------------------------------------------- unmask answers
+
+
+def test_the_aggregate_is_the_plain_sum_of_the_payloads_under_the_self_masks(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    # No pair masks at all: only the self-masks hide these payloads.
+    rng = np.random.default_rng(27)
+    plain = {
+        n: rng.integers(0, 2**64 - 1, N_WORDS, dtype=np.uint64, endpoint=True) for n in fed.node_ids
+    }
+    for node in fed.node_ids:
+        upload(session, node, 0, plain[node])
+    held = {
+        u.node_id: np.frombuffer(session.store.payload_path(u.path).read_bytes(), "<u8")
+        for u in session.store.uploads(0)
+    }
+    # What the coordinator holds is padded word by word, and so is its sum.
+    for node in fed.node_ids:
+        assert not np.any(held[node] == plain[node])
+    assert not np.array_equal(
+        wrapping_total(list(held.values())), wrapping_total(list(plain.values()))
+    )
+    reveal_all(fed, session, 0)
+    np.testing.assert_array_equal(read_result(session, 0), wrapping_total(list(plain.values())))
+    answers = session.store.corrections(0, 1)
+    assert [(c.node_id, c.self_mask_seed) for c in answers] == [
+        (n, node_seed(n, 0)) for n in fed.node_ids
+    ]
+    assert all((c.path, c.sha256, c.size) == (None, b"", 0) for c in answers)
+
+
+def all_uploaded_and_attested(fed: Federation, session: Session, seed: int) -> ZeroSum:
+    """Round 0 with every upload in and every survivor's attestation: answers may follow."""
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=seed)
+    for node in fed.node_ids:
+        upload(session, node, 0, data.payloads[node])
+    attest_all(fed, session, 0)
+    return data
+
+
+def dropout_attested(fed: Federation, session: Session, clock: FakeClock, seed: int) -> ZeroSum:
+    """Round 0 after c missed the deadline, with a and b's attestations."""
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=seed)
+    upload(session, "a", 0, data.payloads["a"])
+    upload(session, "b", 0, data.payloads["b"])
+    session.tick(clock.advance(60_000))
+    attest_all(fed, session, 0)
+    return data
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [node_seed("a", 1), node_seed("b", 0), bytes(32)],
+    ids=["another-rounds-seed", "another-nodes-seed", "zeros"],
+)
+@pytest.mark.parametrize("dropout", [False, True], ids=["nobody-dropped", "c-dropped"])
+def test_a_seed_that_does_not_match_the_commitment_is_refused_and_nothing_is_stored(
+    fed: Federation, session: Session, clock: FakeClock, wrong: bytes, dropout: bool
+) -> None:
+    if dropout:
+        data = dropout_attested(fed, session, clock, seed=28)
+        survivors = ["a", "b"]
+    else:
+        data = all_uploaded_and_attested(fed, session, seed=28)
+        survivors = list(fed.node_ids)
+    correction = data.correction("a", ["c"]) if dropout else None
+    message = refused(
+        session,
+        InvalidArgument,
+        lambda: submit_correction(session, "a", 0, correction, seed=wrong),
+    )
+    commitment = session.store.upload(0, "a").self_mask_commitment  # type: ignore[union-attr]
+    assert message == (
+        "unmask answer of node 'a' for round 0: the self-mask seed does not match the "
+        f"commitment {commitment.hex()[:16]}… sent with its upload; the node's upload could "
+        "not be unmasked with it."
+    )
+    assert session.store.corrections(0, 1) == []
+    assert not list(session.store.payload_dir.glob(".part-*"))
+    # The right seed is still welcome, and the aggregate is exact.
+    for node in survivors:
+        submit_correction(session, node, 0, data.correction(node, ["c"]) if dropout else None)
+    np.testing.assert_array_equal(read_result(session, 0), data.total(survivors))
+
+
+@pytest.mark.parametrize("length", [0, 16, 31, 33], ids=["none", "half", "short", "long"])
+def test_a_seed_of_the_wrong_length_is_refused_naming_the_field(
+    fed: Federation, session: Session, length: int
+) -> None:
+    all_uploaded_and_attested(fed, session, seed=29)
+    message = refused(
+        session,
+        InvalidArgument,
+        lambda: submit_correction(session, "a", 0, None, seed=b"\x04" * length),
+    )
+    assert message == (
+        "unmask answer of node 'a' for round 0: self_mask_seed must be 32 raw bytes; "
+        f"got {length} bytes."
+    )
+
+
+def test_an_answer_with_corrections_when_nobody_dropped_is_refused(
+    fed: Federation, session: Session
+) -> None:
+    data = all_uploaded_and_attested(fed, session, seed=30)
+    stray = np.zeros(N_WORDS, dtype=np.uint64)
+    message = refused(session, InvalidArgument, lambda: submit_correction(session, "a", 0, stray))
+    assert message == (
+        "unmask answer of node 'a' for round 0: nobody dropped, so the answer is the "
+        "self-mask seed alone; it carries a correction payload."
+    )
+    reveal_all(fed, session, 0)
+    np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
+
+
+def test_an_answer_without_corrections_after_a_dropout_is_refused(
+    fed: Federation, session: Session, clock: FakeClock
+) -> None:
+    data = dropout_attested(fed, session, clock, seed=31)
+    message = refused(session, InvalidArgument, lambda: submit_correction(session, "a", 0, None))
+    assert message == (
+        "unmask answer of node 'a' for round 0: nodes c dropped, so the answer must carry "
+        "the pair terms with them; it has no payload."
+    )
+    for node in ("a", "b"):
+        submit_correction(session, node, 0, data.correction(node, ["c"]))
+    np.testing.assert_array_equal(read_result(session, 0), data.total(["a", "b"]))
+
+
+def test_seeds_before_every_survivor_attested_are_refused(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=32)
+    for node in fed.node_ids:
+        upload(session, node, 0, data.payloads[node])
+    request = session.unmask_request(session.session_id, 0, caller="a")
+    for node in ("a", "b"):
+        session.attest(
+            fed.attestation(node, session.session_id, 0, request.survivor_hash), caller=node
+        )
+    message = refused(session, FailedPrecondition, lambda: submit_correction(session, "a", 0, None))
+    assert "not every survivor has attested the survivor set yet (c missing)" in message
+    reveal_all(fed, session, 0)
+    np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
+
+
+def test_the_same_seed_again_is_a_duplicate_and_another_seed_a_conflict(
+    fed: Federation, session: Session
+) -> None:
+    all_uploaded_and_attested(fed, session, seed=33)
+    first = submit_correction(session, "a", 0, None)
+    assert isinstance(first, UnmaskReceipt) and not first.duplicate
+    assert first.received_count == 1 and first.sha256 == b""
+    before = session.store.dump()
+    again = submit_correction(session, "a", 0, None)
+    assert isinstance(again, UnmaskReceipt) and again.duplicate
+    assert session.store.dump() == before
+    message = refused(
+        session,
+        FailedPrecondition,
+        lambda: submit_correction(session, "a", 0, None, seed=node_seed("a", 9)),
+    )
+    assert message.startswith("conflicting unmask answer: node 'a' already answered round 0")
 
 
 def test_a_conflicting_correction_is_refused(
@@ -664,7 +1004,7 @@ def test_a_conflicting_correction_is_refused(
     assert isinstance(again, UnmaskReceipt) and again.duplicate
     wrong = right.copy()
     wrong[3] ^= np.uint64(8)
-    assert "conflicting unmask correction" in refused(
+    assert "conflicting unmask answer" in refused(
         session, FailedPrecondition, lambda: submit_correction(session, "a", 0, wrong)
     )
 
@@ -704,7 +1044,7 @@ def test_cape_dropout_in_a_model_round_reruns_the_cape_sum_among_survivors(
     join_all(fed, session)
     assert session.status().current_round_name == "cape-sum/moments"
     blind = zero_sum(fed.node_ids, N_WORDS, seed=17)
-    run_round(session, blind.payloads, 0)
+    run_round(fed, session, 0, blind.payloads)
     np.testing.assert_array_equal(read_result(session, 0), blind.total(fed.node_ids))
     model = zero_sum(fed.node_ids, N_WORDS, seed=18)
     upload(session, "a", 1, model.payloads["a"])
@@ -720,7 +1060,7 @@ def test_cape_dropout_in_a_model_round_reruns_the_cape_sum_among_survivors(
     assert session.store.round(2).participants == ("a", "b")  # type: ignore[union-attr]
     for round_index in (2, 3, 4, 5):
         data = zero_sum(["a", "b"], N_WORDS, seed=20 + round_index)
-        run_round(session, data.payloads, round_index)
+        run_round(fed, session, round_index, data.payloads)
         np.testing.assert_array_equal(read_result(session, round_index), data.total(["a", "b"]))
     assert [r.round_name for r in session.status().rounds][3:] == [
         "moments",
@@ -741,7 +1081,7 @@ def test_restart_keeps_the_session_uploads_and_results_and_drops_streams_in_flig
     session_id = session.session_id
     join_all(fed, session)
     first = zero_sum(fed.node_ids, N_WORDS, seed=30)
-    run_round(session, first.payloads, 0)
+    run_round(fed, session, 0, first.payloads)
     result_bytes = session.result(session_id, 0, caller="a").path.read_bytes()  # type: ignore[union-attr]
     statements = session.result(session_id, 0, caller="a").statements
     second = zero_sum(fed.node_ids, N_WORDS, seed=31)
@@ -761,6 +1101,7 @@ def test_restart_keeps_the_session_uploads_and_results_and_drops_streams_in_flig
     assert upload(restarted, "a", 1, second.payloads["a"]).duplicate
     upload(restarted, "b", 1, second.payloads["b"])
     upload(restarted, "c", 1, second.payloads["c"])
+    reveal_all(fed, restarted, 1)
     np.testing.assert_array_equal(read_result(restarted, 1), second.total(fed.node_ids))
 
 
@@ -779,6 +1120,25 @@ def test_restart_during_unmask_rebuilds_the_sum_from_the_stored_uploads(
     restarted = Session(Store(state_path), fed.config, clock=clock)
     submit_correction(restarted, "b", 0, data.correction("b", dropped))
     np.testing.assert_array_equal(read_result(restarted, 0), data.total(["a", "b"]))
+
+
+def test_restart_between_revealed_seeds_still_removes_every_self_mask(
+    fed: Federation, state_path: Path, clock: FakeClock
+) -> None:
+    session = Session(Store(state_path), fed.config, clock=clock)
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=34)
+    for node in fed.node_ids:
+        upload(session, node, 0, data.payloads[node])
+    attest_all(fed, session, 0)
+    submit_correction(session, "a", 0, None)
+    session.store.close()  # the process dies
+    restarted = Session(Store(state_path), fed.config, clock=clock)
+    assert restarted.store.round(0).status == RoundStatus.UNMASK  # type: ignore[union-attr]
+    assert submit_correction(restarted, "a", 0, None).duplicate  # type: ignore[attr-defined]
+    submit_correction(restarted, "b", 0, None)
+    submit_correction(restarted, "c", 0, None)
+    np.testing.assert_array_equal(read_result(restarted, 0), data.total(fed.node_ids))
 
 
 def test_restart_gives_the_nodes_a_full_period_again(
@@ -819,9 +1179,8 @@ def test_everyone_informed_after_the_final_result_is_delivered(
 ) -> None:
     join_all(fed, session)
     for round_index in (0, 1):
-        run_round(
-            session, zero_sum(fed.node_ids, N_WORDS, seed=40 + round_index).payloads, round_index
-        )
+        data = zero_sum(fed.node_ids, N_WORDS, seed=40 + round_index)
+        run_round(fed, session, round_index, data.payloads)
     assert session.ended() and not session.everyone_informed()
     for node in fed.node_ids:
         session.record_delivery(1, node)

@@ -40,7 +40,7 @@ def stored_upload(store: Store, data: bytes = b"\x05" * 16) -> UploadRow:
     digest = writer.finish()
     name = store.upload_name(0, "a", digest)
     writer.place(name)
-    row = UploadRow(0, "a", digest, len(data), name, LAYOUT, 32, 5, b"\x07" * 64)
+    row = UploadRow(0, "a", digest, len(data), name, LAYOUT, 32, 5, b"\x07" * 64, b"\x09" * 32)
     with store.transaction():
         store.add_upload(row)
     return row
@@ -56,7 +56,7 @@ def test_a_new_state_file_has_the_schema_wal_and_foreign_keys(store: Store) -> N
     assert store.payload_dir.name == "state.payloads" and store.payload_dir.is_dir()
     with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"), store.transaction():
         store.add_upload(
-            UploadRow(7, "nobody", b"\x00" * 32, 8, "x.u64", LAYOUT, 32, 0, b"\x00" * 64)
+            UploadRow(7, "nobody", b"\x00" * 32, 8, "x.u64", LAYOUT, 32, 0, b"\x00" * 64, bytes(32))
         )
 
 
