@@ -40,6 +40,8 @@ from tests.coordinator.support import (
     join_all,
     make_federation,
     read_result,
+    reveal_all,
+    run_round,
     signed_header,
     spec_for,
     submit_correction,
@@ -144,8 +146,7 @@ def test_a_withdrawal_in_a_later_round_keeps_the_earlier_aggregate(
 ) -> None:
     join_all(fed, session)
     first = zero_sum(fed.node_ids, N_WORDS, seed=43)
-    for node in fed.node_ids:
-        upload(session, node, 0, first.payloads[node])
+    run_round(fed, session, 0, first.payloads)
     second = zero_sum(fed.node_ids, N_WORDS, seed=44)
     upload(session, "a", 1, second.payloads["a"])
     upload(session, "c", 1, second.payloads["c"])
@@ -225,8 +226,7 @@ def test_a_cape_model_round_withdrawal_reruns_the_cape_sum_at_once(
     session = Session(Store(state_path), fed.config, clock=clock)
     join_all(fed, session)
     blind = zero_sum(fed.node_ids, N_WORDS, seed=48)
-    for node in fed.node_ids:
-        upload(session, node, 0, blind.payloads[node])
+    run_round(fed, session, 0, blind.payloads)
     model = zero_sum(fed.node_ids, N_WORDS, seed=49)
     upload(session, "a", 1, model.payloads["a"])
     upload(session, "b", 1, model.payloads["b"])
@@ -300,6 +300,8 @@ def test_a_withdrawal_after_the_upload_is_refused_and_the_upload_stays(
     )
     upload(session, "a", 0, data.payloads["a"])
     upload(session, "b", 0, data.payloads["b"])
+    # Everyone uploaded, so the survivors reveal their seeds only.
+    reveal_all(fed, session, 0)
     np.testing.assert_array_equal(read_result(session, 0), data.total(fed.node_ids))
 
 
@@ -381,6 +383,10 @@ def test_a_withdrawal_from_a_finished_round_or_an_ended_session_is_refused(
     data = zero_sum(fed.node_ids, N_WORDS, seed=53)
     for node in fed.node_ids:
         upload(session, node, 0, data.payloads[node])
+    # Every upload is in: the round unmasks, and a survivor that will not go on refuses.
+    message = refused(session, FailedPrecondition, lambda: withdraw(session, "c", 0))
+    assert "is awaiting unmask corrections" in message and "refusal" in message
+    reveal_all(fed, session, 0)
     message = refused(session, FailedPrecondition, lambda: withdraw(session, "c", 0))
     assert "round 0 ('moments') is ready; only the open current round" in message
     withdraw(session, "a", 1)
