@@ -225,7 +225,10 @@ class EgressBundle:
         masking = (
             f"Masking: {self.masking.construction} construction on a {self.masking.graph} graph "
             f"of {self.masking.n_nodes} nodes; masks cancel exactly in the federated sum, "
-            f"collusion threshold T={self.masking.collusion_threshold}."
+            f"collusion threshold T={self.masking.collusion_threshold}. These values leave "
+            "under a uniform one-time self-mask as well; its 32-byte seed goes to the "
+            "coordinator in the round's unmask step, once every surviving node has signed the "
+            "same survivor set, and with it the coordinator holds exactly these values."
         )
         exception = (
             "Release requested: these are sums over subjects with calibrated Gaussian noise "

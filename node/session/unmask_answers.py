@@ -157,6 +157,7 @@ def answer(
         ctx.say(
             f"round {index} ({name!r}): attested survivors {_names(request.survivors)}{dropped}"
         )
+        progress.attested.add(request.survivor_hash)
         return
     complete, reason = check_attestations(
         request, config_hash=ctx.config_hash, identity_keys=ctx.config.identity_keys
@@ -164,6 +165,14 @@ def answer(
     if reason is not None:
         _refuse(ctx, request, reason)
     if not complete:
+        if request.survivor_hash not in progress.attested:
+            # Signed by this node before a restart: say once that it goes on waiting.
+            progress.attested.add(request.survivor_hash)
+            dropped = f" (dropped {_names(request.dropped)})" if request.dropped else ""
+            ctx.say(
+                f"round {index} ({name!r}): attested survivors {_names(request.survivors)}"
+                f"{dropped} before; waiting for every survivor's signature"
+            )
         return
     corrections = _corrections(
         ctx, progress, request, index=index, name=name, layout=layout, noise=noise

@@ -43,6 +43,7 @@ import pytest
 from numpy.typing import NDArray
 
 from coordinator.store import payload_dir_for
+from coordinator.store.rows import layout_from_json
 from node.approval import sign_approval, write_approval
 from node.cohort import LocalCohort, load_cohort
 from node.deltab.io import Table, read_table
@@ -55,6 +56,8 @@ from node.egress import EgressBundle
 from node.plans.deltab import plan_settings
 from noise.fixed_point import wrapping_sum
 from noise.keys import IdentityKey
+from noise.layout import payload_digest
+from noise.self_mask import self_mask
 from proto.federation import FederationConfig, load_federation
 from zerosum.cli import main as zerosum_main
 
@@ -425,6 +428,25 @@ class CoordinatorState:
         survivors, name = rows[0]
         data = (payload_dir_for(self.path) / name).read_bytes()
         return tuple(json.loads(survivors)), np.frombuffer(data, dtype="<u8").astype(np.uint64)
+
+    def unmasked_sha256(self, round_index: int, node_id: str) -> str:
+        """SHA-256 of ``node_id``'s stored upload less the self-mask whose seed it revealed.
+
+        That is the payload of its egress bundle (or its CAPE-sum share).
+        """
+        rows = self.query(
+            "SELECT path, layout FROM uploads WHERE round_index = ? AND node_id = ?",
+            (round_index, node_id),
+        )
+        seeds = self.query(
+            "SELECT self_mask_seed FROM unmask_corrections WHERE round_index = ? AND node_id = ?",
+            (round_index, node_id),
+        )
+        assert len(rows) == 1 and len(seeds) == 1, (rows, seeds)
+        (name, layout_text), ((seed,),) = rows[0], seeds
+        sent = np.frombuffer((payload_dir_for(self.path) / name).read_bytes(), dtype="<u8")
+        pad = self_mask(bytes(seed), layout_from_json(layout_text), round_index=round_index)
+        return payload_digest(sent.astype(np.uint64) - pad).hex()
 
     def unmask_attempts(self, round_index: int) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """(survivors, dropped) of each unmask attempt of a round, in order."""
