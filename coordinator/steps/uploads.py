@@ -86,6 +86,13 @@ class Uploads:
                 )
             stored = ctx.store.upload(header.round_index, header.node_id)
             if stored is not None:
+                if stored.self_mask_commitment != header.self_mask_commitment:
+                    raise FailedPrecondition(
+                        f"conflicting upload: node {header.node_id!r} already submitted round "
+                        f"{header.round_index} ({round_row.name!r}) with self-mask commitment "
+                        f"{short_digest(stored.self_mask_commitment)}; this upload commits to "
+                        f"{short_digest(header.self_mask_commitment)}."
+                    )
                 return self._duplicate_upload(stored, header.payload.sha256, round_row, row)
             check_live(ctx, header.node_id, row)
             if header.node_id not in round_row.participants:

@@ -613,7 +613,7 @@ def test_survivor_silent_at_the_unmask_deadline_supersedes_the_round_and_reruns_
     # Its request is never asked again, nor answered.
     assert not session.unmask_request(session.session_id, 0, caller="a").pending
     message = refused(session, FailedPrecondition, lambda: submit_correction(session, "a", 0, None))
-    assert "is not awaiting unmask corrections (it is superseded)" in message
+    assert "conflicting unmask answer: node 'a' already answered round 0" in message
     # The rerun is a new round index among the speakers; c stays dropped.
     assert session.store.round(1).participants == ("a", "b")  # type: ignore[union-attr]
     late = zero_sum(fed.node_ids, N_WORDS, seed=12).payloads["c"]
@@ -1214,3 +1214,35 @@ def test_a_second_coordinator_on_the_same_state_file_is_refused(
 ) -> None:
     with pytest.raises(StateFileError, match="in use by another coordinator process"):
         Store(state_path)
+
+
+def test_the_last_answer_sent_again_after_the_round_is_ready_is_a_duplicate(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(("a", "b", "c"), N_WORDS, seed=77)
+    for node in ("a", "b", "c"):
+        upload(session, node, 0, data.payloads[node])
+    reveal_all(fed, session, 0, data)
+    assert session.store.round(0).status == RoundStatus.READY  # type: ignore[union-attr]
+    before = session.store.dump()
+    receipt = submit_correction(session, "c", 0, None)
+    assert isinstance(receipt, UnmaskReceipt) and receipt.duplicate
+    assert session.store.dump() == before
+
+
+def test_the_same_upload_with_another_commitment_is_a_conflict(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(("a", "b", "c"), N_WORDS, seed=78)
+    upload(session, "a", 0, data.payloads["a"])
+    stored = session.store.upload(0, "a")
+    assert stored is not None
+    sent = np.frombuffer(session.store.payload_path(stored.path).read_bytes(), dtype="<u8")
+    header = signed_header(session, "a", 0, "moments", spec_for(sent.astype(np.uint64)))
+    header = replace(header, self_mask_commitment=bytes(32))
+    before = session.store.dump()
+    message = refused(session, FailedPrecondition, lambda: session.begin_upload(header, caller="a"))
+    assert "self-mask commitment" in message
+    assert session.store.dump() == before

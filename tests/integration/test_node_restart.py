@@ -299,7 +299,9 @@ def test_a_node_restarted_during_unmask_answers_once_and_finishes_exactly(
     assert relative_difference(run.model(VICTIM), expected, federation.holdout()) <= 1e-9
     unmask = [e for e in run.ledger(VICTIM)["entries"] if e["kind"] == "unmask"]
     assert [(e["round_index"], e["details"]["dropped"]) for e in unmask] == [(1, ["c"])]
-    assert "round 1 ('sums'): sent self-mask seed and pair terms with {c}" in done.restarts[0].stderr()
+    assert (
+        "round 1 ('sums'): sent self-mask seed and pair terms with {c}" in done.restarts[0].stderr()
+    )
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -682,7 +682,7 @@ class ResultHeader(_message.Message):
     @_builtins.property
     def unmask_request(self) -> Global___UnmaskRequest:
         """Set when status is AWAITING_UNMASK and the caller is a survivor whose
-        corrections are still needed (the same message GetUnmaskRequest returns).
+        unmask answer is still needed (the same message GetUnmaskRequest returns).
         """
 
     @_builtins.property
@@ -835,8 +835,10 @@ Global___AttestationReceipt: _TypeAlias = AttestationReceipt  # noqa: Y015
 
 @_typing.final
 class UnmaskRequest(_message.Message):
-    """The coordinator's request for unmask corrections: the caller's pair terms
-    with every dropped node, laid out exactly like the round's upload.
+    """The coordinator's one unmask request of a round index: every survivor's
+    self-mask seed and, when nodes dropped, the caller's pair terms with every
+    dropped node, laid out exactly like the round's upload. A node signs one
+    survivor set per round index and refuses any other.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
