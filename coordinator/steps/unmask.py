@@ -70,6 +70,7 @@ from coordinator.store import (
     UnmaskRow,
 )
 from coordinator.transitions import StatusChanges
+from noise.aggregate_check import CHALLENGE_VECTORS, TAG_BYTES
 from noise.keys import key_fingerprint
 from noise.seeds import SEED_BYTES
 from noise.self_mask import self_mask, self_mask_commitment
@@ -215,6 +216,7 @@ class Unmasking:
                     f"({node_list(missing)} missing); answer once all have."
                 )
             self._check_seed(header, what)
+            tags = self._check_tags(header, what)
             spec = header.payload
             if not request.dropped:
                 if spec is not None:
@@ -223,7 +225,12 @@ class Unmasking:
                         "it carries a correction payload."
                     )
                 return self._record_answer(
-                    round_row, request, header.node_id, header.self_mask_seed, None
+                    round_row,
+                    request=request,
+                    node_id=header.node_id,
+                    seed=header.self_mask_seed,
+                    tags=tags,
+                    corrections=None,
                 )
             if spec is None:
                 raise InvalidArgument(
@@ -251,8 +258,20 @@ class Unmasking:
                     commit=self._commit_correction,
                     attempt=request.attempt,
                     self_mask_seed=header.self_mask_seed,
+                    blinded_tags=tags,
                 )
             )
+
+    @staticmethod
+    def _check_tags(header: UnmaskHeader, what: str) -> bytes:
+        """The answer's four blinded tags of 16 bytes, concatenated."""
+        tags = header.blinded_tags
+        if len(tags) != CHALLENGE_VECTORS or any(len(t) != TAG_BYTES for t in tags):
+            raise InvalidArgument(
+                f"{what}: blinded_tags must be {CHALLENGE_VECTORS} tags of {TAG_BYTES} bytes; "
+                f"got {[len(t) for t in tags]}."
+            )
+        return b"".join(tags)
 
     def _check_seed(self, header: UnmaskHeader, what: str) -> None:
         """The revealed seed must be the one the node's upload committed to."""
@@ -314,10 +333,11 @@ class Unmasking:
         ticket.writer.place(name)
         receipt = self._record_answer(
             round_row,
-            request,
-            ticket.node_id,
-            ticket.self_mask_seed,
-            (name, ticket.spec.sha256, ticket.spec.total_bytes),
+            request=request,
+            node_id=ticket.node_id,
+            seed=ticket.self_mask_seed,
+            tags=ticket.blinded_tags,
+            corrections=(name, ticket.spec.sha256, ticket.spec.total_bytes),
         )
         ticket.committed = True
         self.streams.abandon(ticket)
@@ -326,9 +346,11 @@ class Unmasking:
     def _record_answer(
         self,
         round_row: RoundRow,
+        *,
         request: UnmaskRow,
         node_id: str,
         seed: bytes,
+        tags: bytes,
         corrections: tuple[str, bytes, int] | None,
     ) -> UnmaskReceipt:
         """Record one survivor's answer; the last one completes the round (under the lock).
@@ -347,6 +369,7 @@ class Unmasking:
             path=name,
             received_ms=now,
             self_mask_seed=seed,
+            blinded_tags=tags,
         )
         stored = self.ctx.store.corrections(round_row.round_index, request.attempt)
         answered = {c.node_id for c in stored} | {node_id}

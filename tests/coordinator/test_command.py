@@ -27,7 +27,7 @@ from proto.chunks import tensor_layouts
 from proto.federation import config_hash, load_federation
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
-from tests.coordinator.support import node_seed, zero_sum
+from tests.coordinator.support import BLINDED_TAGS, node_seed, zero_sum
 from zerosum.commands import federation as federation_command
 
 pytestmark = pytest.mark.integration
@@ -201,9 +201,11 @@ def upload(
     padded: np.ndarray = payload + self_mask(seed, layout, round_index=round_index)
     data = padded.astype("<u8").tobytes()
     words = len(data) // 8
-    roster = node.stub.GetRoster(
+    reply = node.stub.GetRoster(
         pb.GetRosterRequest(session_id=session_id, node_id=node.node_id), timeout=10
-    ).roster_hash
+    )
+    roster = reply.roster_hash
+    others = [b.node_id for b in reply.bundles if b.node_id != node.node_id]
     sha256 = hashlib.sha256(data).digest()
     statement = upload_statement_message(
         fed_hash, session_id, round_index, name, roster_hash=roster, payload_sha256=sha256
@@ -226,6 +228,12 @@ def upload(
                 roster_hash=roster,
                 statement_signature=node.identity.sign(statement),
                 self_mask_commitment=self_mask_commitment(seed),
+                challenge=[
+                    pb.SealedContribution(
+                        sender_node_id=node.node_id, recipient_node_id=peer, sealed=bytes(48)
+                    )
+                    for peer in others
+                ],
             )
         )
         yield pb.UploadChunk(data=pb.PayloadChunk(offset=0, data=data))
@@ -268,6 +276,7 @@ def reveal_seeds(nodes: list[Node], session_id: str, fed_hash: bytes, round_inde
             node_id=node.node_id,
             survivor_hash=request.survivor_hash,
             self_mask_seed=node_seed(node.node_id, round_index),
+            blinded_tags=list(BLINDED_TAGS),
         )
         node.stub.SubmitUnmask(iter([pb.UnmaskChunk(header=header)]), timeout=10)
 

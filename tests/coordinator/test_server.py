@@ -28,6 +28,7 @@ from proto.chunks import tensor_layouts
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from tests.coordinator.support import (
+    BLINDED_TAGS,
     CONFIG_HASH,
     LAYOUT,
     N_WORDS,
@@ -35,6 +36,7 @@ from tests.coordinator.support import (
     make_federation,
     masked,
     node_seed,
+    sealed_challenge,
     zero_sum,
 )
 from zerosum import pki
@@ -164,6 +166,12 @@ def upload_messages(
         "payload": payload,
         "roster_hash": roster_hash(CONFIG_HASH, h.session_id, h.session.store.members()),
         "self_mask_commitment": self_mask_commitment(node_seed(node, round_index)),
+        "challenge": [
+            pb.SealedContribution(
+                sender_node_id=c.sender, recipient_node_id=c.recipient, sealed=c.sealed
+            )
+            for c in sealed_challenge(h.session, node, round_index)
+        ],
     }
     fields.update(header_changes)
     if "statement_signature" not in fields:
@@ -237,6 +245,7 @@ def answer_messages(
         dropped_node_ids=list(request.dropped_node_ids),
         survivor_hash=request.survivor_hash,
         self_mask_seed=node_seed(node, request.round_index) if seed is None else seed,
+        blinded_tags=list(BLINDED_TAGS),
     )
     if correction is not None:
         header.payload.CopyFrom(
