@@ -172,6 +172,8 @@ def test_twenty_megabyte_payloads_sum_exactly(
                 payload_sha256=payload_digest(sent),
             ),
             self_mask_commitment=self_mask_commitment(seed),
+            # The coordinator relays these unread; this test checks no aggregate tags.
+            challenge=[(peer, bytes(48)) for peer in NODES if peer != node],
         )
 
     def unmask(round_index: int, layout: Layout) -> None:
@@ -197,6 +199,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
             clients[node].submit_unmask(
                 request=ask,
                 self_mask_seed=_seed(node, round_index),
+                blinded_tags=[bytes(16)] * 4,
                 payload=None,
                 layout=layout,
                 fixed_point_bits=bits,
