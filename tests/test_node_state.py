@@ -13,7 +13,7 @@ import argparse
 import json
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,9 +25,13 @@ from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
 from node.errors import NodeRefused, SessionFailed
+from node.gateway import CoordinatorGateway, JoinReceipt, UploadReceipt
 from node.runner import GatewayFactory, NodeOptions, NodeRunner, RunOutcome, grpc_gateway
+from node.session.setup import LocalSetup
 from node.state_folder import NodeState
 from noise.accounting import gaussian_epsilon, gaussian_mu
+from noise.keys import KeyBundle
+from noise.layout import payload_digest
 from proto.federation import config_hash, load_federation
 from tests.node.gateways import failing_before_upload
 from zerosum import cli
@@ -304,3 +308,50 @@ def test_the_state_folder_admits_one_running_node(tmp_path: Path) -> None:
         assert isinstance(outcome, SessionFailed), outcome
         assert f"the state folder {fed / 'nodes' / 'a' / 'state'} is in use" in str(outcome)
         assert coordinator.session.status().joined == ()
+
+
+class _Witness:
+    """The real gateway; before a join and an upload it reads what the state folder holds."""
+
+    def __init__(self, inner: CoordinatorGateway, state: NodeState) -> None:
+        self._inner = inner
+        self._state = state
+        self.seen: list[str] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def join(self, bundle: KeyBundle) -> JoinReceipt:
+        entry = self._state.entry(bundle.session_id)
+        assert entry is not None and entry.public_key == bundle.public_key.hex()
+        self.seen.append("session recorded before its key was sent")
+        return self._inner.join(bundle)
+
+    def upload(self, **kwargs: object) -> UploadReceipt:
+        digest = payload_digest(kwargs["payload"]).hex()  # type: ignore[arg-type]
+        ledger = json.loads(self._state.ledger_path.read_text())
+        assert digest in [e["details"].get("payload_sha256") for e in ledger["entries"]]
+        entry = self._state.entry(str(kwargs["session_id"]))
+        assert entry is not None and kwargs["round_index"] in entry.released
+        self.seen.append("release recorded before its bytes left")
+        return self._inner.upload(**kwargs)  # type: ignore[arg-type]
+
+
+def test_the_records_are_on_disk_before_the_key_and_the_bytes_leave(tmp_path: Path) -> None:
+    fed = _federation(tmp_path / "fed", budget=4.0)
+    witnesses: list[_Witness] = []
+
+    def witnessed(
+        setup: LocalSetup, options: NodeOptions, say: Callable[[str], None]
+    ) -> CoordinatorGateway:
+        witness = _Witness(grpc_gateway(setup, options, say), NodeState(setup.state, "a"))
+        witnesses.append(witness)
+        return witness  # type: ignore[return-value]
+
+    with _coordinator(fed, tmp_path / "s1.sqlite") as coordinator:
+        _completed(_run(fed, coordinator, tmp_path / "s1", gateways={"a": witnessed}))
+    (witness,) = witnesses
+    assert witness.seen == [
+        "session recorded before its key was sent",
+        "release recorded before its bytes left",
+    ]
