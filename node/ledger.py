@@ -419,6 +419,23 @@ class PrivacyLedger:
         ]
         return found[-1] if found else None
 
+    def recorded_release(
+        self, session_id: str, round_index: int, *, payload_sha256: str, manifest_sha256: str
+    ) -> LedgerEntry | None:
+        """The entry that already records this release, or None.
+
+        That is the entry of the same payload, or a version-1 entry (no
+        payload digest) of the same round whose manifest digest is this
+        bundle's: a bundle is never recomputed, so the same manifest is the
+        same release.
+        """
+        for entry in reversed(self.release_entries(session_id, round_index)):
+            if entry.payload_sha256 == payload_sha256 or (
+                not entry.payload_sha256 and entry.details.get("manifest_sha256") == manifest_sha256
+            ):
+                return entry
+        return None
+
     def revealed(self, session_id: str) -> dict[int, tuple[frozenset[str], frozenset[str]]]:
         """Per round of ``session_id``: what this node's unmask answers revealed.
 
@@ -471,12 +488,15 @@ class PrivacyLedger:
     ) -> LedgerEntry:
         """Record that a round's egress left the TRE, before its bytes leave.
 
-        The same payload of the same session and round is one release: its
-        entry is returned and nothing is added. A different payload for the
-        same session and round is a second release.
+        The same payload of the same session and round is one release (also
+        when a version-1 entry records it by its manifest): its entry is
+        returned and nothing is added. A different payload for the same
+        session and round is a second release.
         """
         digest = _check_digest(payload_sha256, "payload_sha256")
-        existing = self.release_entry(session_id, round_index, digest)
+        existing = self.recorded_release(
+            session_id, round_index, payload_sha256=digest, manifest_sha256=manifest_sha256
+        )
         if existing is not None:
             return existing
         entry = LedgerEntry(

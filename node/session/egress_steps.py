@@ -53,7 +53,10 @@ _WATCH_SECONDS = 2.0
 
 
 def _refusal(ctx: SessionContext, what: str, releases: list[dict[str, float]]) -> None:
-    """Raise NodeRefused when ``releases`` would take any checked class above the budget."""
+    """Raise NodeRefused when ``releases`` would take any checked class above the budget.
+
+    The sentence is also the withdrawal's reason, so it names no local path.
+    """
     privacy = ctx.config.privacy
     excess = budget.over_budget(
         ctx.ledger, releases, budget=privacy.epsilon_budget, residual_dp=privacy.residual_dp
@@ -65,8 +68,8 @@ def _refusal(ctx: SessionContext, what: str, releases: list[dict[str, float]]) -
     note = budget.unbounded_note(labels, privacy.residual_dp)
     raise NodeRefused(
         f"{what} would bring this node's total ε {reasons}, above the budget of "
-        f"{privacy.epsilon_budget:g} (privacy.epsilon_budget, over every session in "
-        f"{ctx.ledger.path}){'; ' + note if note else ''}; nothing was sent"
+        f"{privacy.epsilon_budget:g} (privacy.epsilon_budget, over every session in this "
+        f"node's ledger){'; ' + note if note else ''}; nothing was sent"
     )
 
 
@@ -327,7 +330,15 @@ def release_again(
     if not (audit_folder(ctx.out, index) / AUDIT).exists():
         # The crash came between the bundle and its audit record.
         _write_audit(ctx, index, name, bundle, clean)
-    released = ctx.ledger.has_release(ctx.session_id, index, bundle.payload_sha256)
+    released = (
+        ctx.ledger.recorded_release(
+            ctx.session_id,
+            index,
+            payload_sha256=bundle.payload_sha256,
+            manifest_sha256=EgressBundle.manifest_sha256(folder),
+        )
+        is not None
+    )
     if not released:
         check_budget(ctx, index, name, noise.mu())
     state = "approved and recorded" if released else "not yet released"

@@ -209,3 +209,18 @@ def test_merge_adds_only_what_is_missing(tmp_path: Path) -> None:
     assert ledger.total("outsider").releases == 2
     with pytest.raises(LedgerError, match="belongs to node 'b'"):
         ledger.merge(PrivacyLedger.open(tmp_path / "three.json", "b", DELTA))
+
+
+def test_a_version_1_release_is_the_same_release_when_its_bundle_is_resent(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    ledger = PrivacyLedger.open(path, "a", DELTA)
+    _payload_release(ledger, "aa" * 32)
+    document = json.loads(path.read_text())
+    document["version"] = 1
+    del document["entries"][0]["details"]["payload_sha256"]  # as version 1 wrote it
+    path.write_text(json.dumps(document))
+    old = PrivacyLedger.open(path, "a", DELTA)
+    # The same bundle (same manifest) resubmitted after an upgrade: still one release.
+    _payload_release(old, "aa" * 32)
+    assert old.total("outsider").releases == 1
+    assert old.recorded_release("s1", 0, payload_sha256="aa" * 32, manifest_sha256="00" * 32)
