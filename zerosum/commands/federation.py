@@ -106,7 +106,11 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     privacy.add_argument("--epsilon", type=float, default=1.0, help="ε per release (default 1.0)")
     privacy.add_argument("--delta", type=float, default=1e-6, help="δ per release (default 1e-6)")
     privacy.add_argument(
-        "--epsilon-budget", type=float, default=4.0, help="cap on total ε (default 4.0)"
+        "--epsilon-budget",
+        type=float,
+        default=4.0,
+        help="cap on each node's total ε across all its sessions, for every observer class the "
+        "policy bounds; refused below one session's cost (default 4.0)",
     )
     privacy.add_argument(
         "--residual-dp",
