@@ -62,16 +62,16 @@ def join(
             session_id=session_id, node_id=setup.node_id, config_hash=config_hash
         )
         ledger = state.open_ledger(setup.config.privacy.delta, setup.out, say)
+        # Before the saved key or CAPE material is touched: a replayed session
+        # must not cost this node the key of a session it may still resume.
+        state.check_not_replayed(
+            session_id,
+            saved_public_key=saved[0].public_key if saved is not None else None,
+            ledger=ledger,
+            out=setup.out,
+        )
     except SessionStateError as error:
         raise SessionFailed(str(error)) from None
-    # Before anything in OUT changes: a replayed session must not cost this
-    # node the key of a session it may still resume.
-    state.check_not_replayed(
-        session_id,
-        saved_public_key=saved[0].public_key if saved is not None else None,
-        ledger=ledger,
-        out=setup.out,
-    )
     if saved is None:
         # A key of an earlier session (or one orphaned by a crash before
         # its record was written) is of no use any more, nor is its CAPE material.
@@ -103,12 +103,15 @@ def join(
         ephemeral = saved[1]
     # Recorded before the key is sent (a resume keeps its record; one saved
     # in OUT before this node had a state folder is recorded now).
-    state.record_join(
-        session_id=session_id,
-        config_hash=config_hash,
-        public_key=ephemeral.public_bytes(),
-        out=setup.out,
-    )
+    try:
+        state.record_join(
+            session_id=session_id,
+            config_hash=config_hash,
+            public_key=ephemeral.public_bytes(),
+            out=setup.out,
+        )
+    except SessionStateError as error:
+        raise SessionFailed(str(error)) from None
     bundle = sign_key_bundle(
         setup.identity,
         config_hash=config_hash,
