@@ -6,6 +6,7 @@ import argparse
 import csv
 import hashlib
 import ipaddress
+import math
 import stat
 from collections.abc import Iterator
 from concurrent import futures
@@ -341,3 +342,29 @@ def test_init_says_when_a_dropout_cannot_be_survived(
         assert "note:" not in err
     else:
         assert "every round needs at least" in err and says in err
+
+
+def test_a_budget_below_one_session_is_refused_naming_the_class(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from noise.accounting import gaussian_epsilon, gaussian_mu
+
+    out = tmp_path / "fed"
+    # Two releases (means, sums) that each meet (1, 1e-6) against one colluding node.
+    one_session = gaussian_epsilon(gaussian_mu(1.0, 1e-6) * 2**0.5, 1e-6)
+    common = ["--nodes", "a,b,c,d", "--out", str(out), "--nan-policy", "mean"]
+    assert init(*common, "--epsilon-budget", "1.4") == 2
+    err = capsys.readouterr().err
+    assert (
+        "--epsilon-budget 1.4 is below the cost of one session against an outsider with 1 "
+        f"colluding node (colluders:1): ε = {one_session:.4g} over 2 releases at δ = 1e-06"
+    ) in err
+    assert f"pass --epsilon-budget {math.ceil(one_session * 100) / 100:g} or more" in err
+    assert not out.exists()
+    # With residual noise the coordinator's classes are held to the budget too.
+    assert init(*common, "--epsilon-budget", "1.5", "--residual-dp") == 2
+    assert "against the coordinator with 1 colluding node (coalition:1)" in capsys.readouterr().err
+    # Without it they are unbounded by design and not checked: one session's cost is enough.
+    assert init(*common, "--epsilon-budget", repr(one_session)) == 0
+    config = load_federation(out / "federation.toml")
+    assert config.privacy.epsilon_budget == one_session

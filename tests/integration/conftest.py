@@ -519,6 +519,10 @@ class SessionRun:
     def out(self, node_id: str) -> Path:
         return self.folder / f"out-{node_id}"
 
+    def state_folder(self, node_id: str) -> Path:
+        """The node's state folder: one per run, as the runs stand for separate deployments."""
+        return self.folder / f"state-{node_id}"
+
     def start_node(self, node_id: str, *, approve: str = "auto") -> Spawned:
         spawned = self.processes.zerosum(
             f"{self.label}-{node_id}",
@@ -529,6 +533,8 @@ class SessionRun:
             node_id,
             "--out",
             str(self.out(node_id)),
+            "--state",
+            str(self.state_folder(node_id)),
             "--approve",
             approve,
             "--coordinator",

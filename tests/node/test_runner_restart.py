@@ -236,7 +236,12 @@ def test_only_the_recorded_release_is_sent(tmp_path: Path) -> None:
     _at_gate(tmp_path)
     first = _node(tmp_path)
     first.ctx.ledger.record_release(
-        session_id=SESSION, round_index=1, round_name="scatter", mu={}, manifest_sha256="ab" * 32
+        session_id=SESSION,
+        round_index=1,
+        round_name="scatter",
+        mu={},
+        manifest_sha256="ab" * 32,
+        payload_sha256="cd" * 32,
     )
     with pytest.raises(SessionFailed, match="refusing to send anything but the recorded release"):
         bundle_before_restart(_node(tmp_path).ctx, 1, "scatter")
@@ -447,7 +452,7 @@ def test_a_completed_session_may_still_be_collected_with_the_saved_key(tmp_path:
     # Without a saved key there is nothing to collect.
     (tmp_path / "session.key").unlink()
     (tmp_path / "session.json").unlink()
-    with pytest.raises(SessionFailed, match="has already ended"):
+    with pytest.raises(SessionFailed, match="replaying"):
         _join(tmp_path, _coordinator(SessionState.COMPLETED))
 
 

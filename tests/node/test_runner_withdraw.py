@@ -142,6 +142,7 @@ def _spend_budget(out: Path, node: str, fed: Path) -> None:
         round_name="means",
         mu={"outsider": 10.0, "coordinator": 10.0},
         manifest_sha256="0" * 64,
+        payload_sha256="0" * 64,
     )
 
 

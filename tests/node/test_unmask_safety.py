@@ -132,7 +132,12 @@ def _released(node: Node, ids: list[str], rounds: Sequence[int]) -> ReleaseNoise
     noise = plan_release(node.ctx.config, ids, node.ctx.node_id, SENSITIVITIES)
     for index in rounds:
         node.ctx.ledger.record_release(
-            session_id=SESSION, round_index=index, round_name="x", mu=noise.mu(), manifest_sha256=""
+            session_id=SESSION,
+            round_index=index,
+            round_name="x",
+            mu=noise.mu(),
+            manifest_sha256="",
+            payload_sha256="ab" * 32,
         )
     return noise
 

@@ -106,7 +106,11 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     privacy.add_argument("--epsilon", type=float, default=1.0, help="ε per release (default 1.0)")
     privacy.add_argument("--delta", type=float, default=1e-6, help="δ per release (default 1e-6)")
     privacy.add_argument(
-        "--epsilon-budget", type=float, default=4.0, help="cap on total ε (default 4.0)"
+        "--epsilon-budget",
+        type=float,
+        default=4.0,
+        help="cap on each node's total ε across all its sessions, for every observer class the "
+        "policy bounds; refused below one session's cost (default 4.0)",
     )
     privacy.add_argument(
         "--residual-dp",
@@ -329,6 +333,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         base_dir=out,
     )
 
+    _check_budget(config)
     ca = pki.create_ca(config.federation_id)
     server = pki.issue_server_certificate(ca, [config.coordinator_host])
     files: dict[Path, tuple[bytes, bool]] = {
@@ -347,6 +352,43 @@ def _plan(args: argparse.Namespace) -> _Plan:
     text = dump_federation(config, comments=DeltabSettings.comments())
     files[out / CONFIG_NAME] = (text.encode("utf-8"), False)
     return _Plan(config, files, cohorts, seed)
+
+
+def _check_budget(config: FederationConfig) -> None:
+    """Refuse a budget that one session's releases would pass for any class it caps.
+
+    The cost is that of ``node.budget.one_session``: every node, every plan
+    round released once, the worst node; classes unbounded by design (the
+    coordinator without residual noise) are not held to the budget.
+    """
+    from node.budget import BUDGET_RTOL, checked, describe, one_session
+    from node.plans.deltab import public_sensitivities
+    from noise.errors import NoiseError
+
+    privacy = config.privacy
+    rounds = {name: public_sensitivities(config, name) for name in config.plan.round_names}
+    try:
+        totals = one_session(config, rounds)
+    except NoiseError:
+        return  # the design itself is infeasible: the nodes refuse it with the reason
+    over = [
+        t
+        for t in totals
+        if checked(t.label, privacy.residual_dp)
+        and t.epsilon > privacy.epsilon_budget * (1.0 + BUDGET_RTOL)
+    ]
+    if not over:
+        return
+    worst = max(over, key=lambda t: t.epsilon)
+    need = max(t.epsilon for t in totals if checked(t.label, privacy.residual_dp))
+    suggest = math.ceil(need * 100 - 1e-9) / 100
+    raise InitError(
+        f"--epsilon-budget {privacy.epsilon_budget:g} is below the cost of one session against "
+        f"{describe(worst.label)} ({worst.label}): ε = {worst.epsilon:.4g} over "
+        f"{worst.releases} release{'s' if worst.releases != 1 else ''} at δ = "
+        f"{privacy.delta:g}, so no node could take part in any session; pass "
+        f"--epsilon-budget {suggest:g} or more (one session), or a multiple for more sessions."
+    )
 
 
 def _write(plan: _Plan, *, force: bool) -> None:
