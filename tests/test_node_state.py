@@ -24,6 +24,7 @@ from coordinator.config import SessionConfig
 from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
+from node.egress import EgressBundle
 from node.errors import NodeRefused, SessionFailed
 from node.gateway import CoordinatorGateway, JoinReceipt, UploadReceipt
 from node.runner import GatewayFactory, NodeOptions, NodeRunner, RunOutcome, grpc_gateway
@@ -31,7 +32,6 @@ from node.session.setup import LocalSetup
 from node.state_folder import NodeState
 from noise.accounting import gaussian_epsilon, gaussian_mu
 from noise.keys import KeyBundle
-from noise.layout import payload_digest
 from proto.federation import config_hash, load_federation
 from tests.node.gateways import failing_before_upload
 from zerosum import cli
@@ -313,9 +313,10 @@ def test_the_state_folder_admits_one_running_node(tmp_path: Path) -> None:
 class _Witness:
     """The real gateway; before a join and an upload it reads what the state folder holds."""
 
-    def __init__(self, inner: CoordinatorGateway, state: NodeState) -> None:
+    def __init__(self, inner: CoordinatorGateway, state: NodeState, out: Path) -> None:
         self._inner = inner
         self._state = state
+        self._out = out
         self.seen: list[str] = []
 
     def __getattr__(self, name: str) -> object:
@@ -328,7 +329,10 @@ class _Witness:
         return self._inner.join(bundle)
 
     def upload(self, **kwargs: object) -> UploadReceipt:
-        digest = payload_digest(kwargs["payload"]).hex()  # type: ignore[arg-type]
+        # The ledger keys the release on its egress (the bundle's payload); what
+        # leaves is that egress under the round's self-mask.
+        bundle = EgressBundle.read(self._out / "egress" / f"round-{kwargs['round_index']}")
+        digest = bundle.payload_sha256
         ledger = json.loads(self._state.ledger_path.read_text())
         assert digest in [e["details"].get("payload_sha256") for e in ledger["entries"]]
         entry = self._state.entry(str(kwargs["session_id"]))
@@ -344,7 +348,9 @@ def test_the_records_are_on_disk_before_the_key_and_the_bytes_leave(tmp_path: Pa
     def witnessed(
         setup: LocalSetup, options: NodeOptions, say: Callable[[str], None]
     ) -> CoordinatorGateway:
-        witness = _Witness(grpc_gateway(setup, options, say), NodeState(setup.state, "a"))
+        witness = _Witness(
+            grpc_gateway(setup, options, say), NodeState(setup.state, "a"), setup.out
+        )
         witnesses.append(witness)
         return witness  # type: ignore[return-value]
 
