@@ -41,6 +41,7 @@ from pathlib import Path
 
 from node.client import GrpcGateway
 from node.errors import (
+    ApprovalError,
     ApprovalRejected,
     CoordinatorUnreachable,
     GatewayError,
@@ -163,7 +164,12 @@ class NodeRunner:
                         if not ctx.resuming:
                             prefetch_mask(ctx, masks, 0, ctx.roster.node_ids)
                         self._rounds(ctx, progress, masks)
-                    except (NodeRefused, InfeasibleDesignError, ApprovalRejected) as error:
+                    except (
+                        NodeRefused,
+                        InfeasibleDesignError,
+                        ApprovalRejected,
+                        ApprovalError,
+                    ) as error:
                         self._withdraw(ctx, progress, error)
                         raise
                 model, predictions = write_results(ctx.out, ctx.plan, ctx.cohort.ids)
@@ -249,6 +255,9 @@ class NodeRunner:
         if isinstance(error, ApprovalRejected):
             # Only the decision leaves the TRE: the reviewer's comment may speak of the data.
             reason = "the TRE's output checker rejected this node's egress"
+        elif isinstance(error, ApprovalError):
+            # The local message names folders and reviewers; only the fact leaves.
+            reason = "this node holds no valid output checker decision on its egress"
         else:
             reason = str(error)
         reason = reason[:1000]  # the coordinator's bound on WithdrawRequest.reason

@@ -96,6 +96,10 @@ class Federation:
     def identity(self, node_id: str) -> IdentityKey:
         return IdentityKey.read_pem(self.root / "nodes" / node_id / "identity.pem")
 
+    def checker(self, node_id: str) -> IdentityKey:
+        """The output checker key ``federation init`` made for ``node_id``."""
+        return IdentityKey.read_pem(self.root / "checkers" / node_id / "checker.pem")
+
     def data(self, node_id: str) -> Path:
         return self.root / "nodes" / node_id / "data.csv"
 
@@ -532,7 +536,7 @@ class SessionRun:
         """As the node's reviewer: wait for the bundle, then sign and write approval.json."""
         folder = self.at_gate(node_id, round_index)
         signed = sign_approval(
-            self.federation.identity(node_id),
+            self.federation.checker(node_id),
             EgressBundle.manifest_sha256(folder),
             "approve",
             reviewer="integration test",

@@ -15,8 +15,8 @@ sent), wait for approval, upload, and combine the exact aggregate. At the end it
 writes OUT/model.json, OUT/predictions.csv (id, age, brain_age, delta of this
 node's subjects) and the privacy ledger OUT/ledger.json.
 
---approve manual waits for OUT/egress/round-<r>/approval.json signed by an
-accepted reviewer key (this node's identity key) before anything is sent.
+--approve manual waits for OUT/egress/round-<r>/approval.json signed by one of
+this node's output checker keys (pinned in its [[nodes]] entry) before anything is sent.
 
 After a crash (kill, power loss, TRE VM restart) run the same command again: the
 node rejoins the same session with the key it saved in OUT/session.key (mode
