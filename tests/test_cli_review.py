@@ -17,54 +17,24 @@ from node.approval import (
     write_approval,
 )
 from node.egress import EgressBundle
-from node.masking import pairwise_masks
-from node.receipt import SDCEvidence
 from noise.keys import IdentityKey, key_fingerprint
-from noise.layout import Layout
-from proto.federation import FederationConfig, NodeEntry, config_hash, dump_federation
-from tests.node.test_runner_units import CODEC, SESSION, _config, _noise, _seeds, _tensors
+from proto.federation import FederationConfig, dump_federation
+from tests.node.test_runner_units import SESSION, _checkers, _identities
+from tests.test_review_checks import _federation, make_bundle
 from zerosum.cli import main
 
-NODE_KEY = IdentityKey.from_private_bytes(bytes([1]) * 32)  # node a (test_runner_units)
-CHECKER = IdentityKey.from_private_bytes(bytes([7]) * 32)
-OTHER_CHECKER = IdentityKey.from_private_bytes(bytes([8]) * 32)
-NODE_A = "a"
-
-
-def _federation(ids: list[str]) -> FederationConfig:
-    """The test federation, with CHECKER as a's output checker and OTHER_CHECKER as b's."""
-    config = _config(ids)
-    checkers = {"a": (CHECKER.public_bytes(),), "b": (OTHER_CHECKER.public_bytes(),)}
-    nodes = tuple(
-        NodeEntry(n.node_id, n.identity_public_key, checkers.get(n.node_id, ()))
-        for n in config.nodes
-    )
-    return dataclasses.replace(config, nodes=nodes)
+NODE_KEY = _identities(["a", "b", "c"])["a"]
+CHECKER = _checkers(["a", "b", "c"])["a"]
+OTHER_CHECKER = _checkers(["a", "b", "c"])["b"]
 
 
 @pytest.fixture
 def bundle_folder(tmp_path: Path) -> Path:
-    ids = ["a", "b", "c"]
-    config = _federation(ids)
-    (tmp_path / "federation.toml").write_text(dump_federation(config))
-    tensors = _tensors(0)
-    layout = Layout.of_tensors(tensors)
-    noise = _noise(_config(ids), ids, "a")
-    clean = layout.encode(tensors, CODEC)
-    bundle = EgressBundle(
-        session_id=SESSION,
-        round_index=1,
-        round_name="scatter",
-        node_id="a",
-        fixed_point_bits=32,
-        tensors=noise.entries({s.name: s.shape for s in layout}),
-        masking=noise.masking_facts(residual_dp=False),
-        dp=noise.receipt((), 0),
-        sdc=SDCEvidence(150),
-        payload=clean + pairwise_masks(noise, _seeds(ids)["a"], layout, round_index=1, codec=CODEC),
-        config_hash=config_hash(config).hex(),
-    )
-    return bundle.write(tmp_path / "out")
+    return make_bundle(tmp_path)
+
+
+def _other_federation() -> FederationConfig:
+    return dataclasses.replace(_federation(), federation_id="another")
 
 
 def _pem(tmp_path: Path, key: IdentityKey, name: str) -> Path:
@@ -86,7 +56,8 @@ def test_without_a_decision_it_only_shows_what_would_leave(
 ) -> None:
     assert main(["review", str(bundle_folder)]) == 0
     out = capsys.readouterr().out
-    assert f"session {SESSION}, round 1 ('scatter'), node a; checksums verified" in out
+    assert f"session {SESSION}, round 1 ('scatter'), node a" in out
+    assert "[ok  ] integrity: SHA-256 of every file matches" in out
     assert "sum_xx" in out and "outsider" in out and "no decision yet" in out
     assert read_approval(bundle_folder) is None
 
@@ -144,9 +115,9 @@ def test_a_refused_approval_can_be_replaced_by_a_listed_checker(
 ) -> None:
     digest = EgressBundle.manifest_sha256(bundle_folder)
     write_approval(bundle_folder, sign_approval(OTHER_CHECKER, digest, "approve", reviewer="B"))
-    assert main(["review", str(bundle_folder)]) == 0
+    assert main(["review", str(bundle_folder)]) == 1  # a human must look
     out = capsys.readouterr().out
-    assert "approval.json is refused" in out and "--replace" in out
+    assert "[LOOK] decision: approval.json is refused" in out and "--replace" in out
     # What the node's gate says too: it will not act on that file.
     with pytest.raises(ApprovalError, match="not an accepted reviewer key"):
         ApprovalGate("manual", identity=NODE_KEY, checker_keys=ACCEPTED).check(
@@ -169,7 +140,7 @@ def test_a_decision_needs_the_federation_config_of_the_bundle(
 ) -> None:
     config_file = bundle_folder.parents[2] / "federation.toml"
     argv = ["review", str(bundle_folder), "--approve", "--key", str(key[0]), "--reviewer", "A"]
-    other = dataclasses.replace(_federation(["a", "b", "c"]), federation_id="another")
+    other = _other_federation()
     config_file.write_text(dump_federation(other))
     assert main(argv) == 2
     assert "pass the node's federation config with --federation" in capsys.readouterr().err
