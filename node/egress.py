@@ -21,8 +21,9 @@ One folder per node and round, ``OUT/egress/round-<r>/`` (docs/design.md §8):
     As in ACRO, ``checksums/<file>.txt`` holds each file's hex SHA-256.
 ``manifest.json``
     Format ``zerosum-egress`` version 1: session, round, node, fixed-point bits,
-    the tensor layout with per-entry noise std σ in real units as an outsider
-    sees it (√(R_kk + σ_res²)), each tensor's sensitivity and how it was derived,
+    the tensor layout with per-entry noise std σ in the tensor's own units (the
+    scaled sums as sent) as an outsider sees it (√(R_kk + σ_res²)), each
+    tensor's sensitivity and how it was derived,
     the masking facts (construction, graph, K, collusion profile — never seeds),
     the DP receipt (mechanism, μ/ε/δ per observer class for this release and the
     cumulative ledger totals), SDC evidence (N, residual degrees of freedom) and
@@ -205,7 +206,7 @@ class EgressBundle:
 
     def _sigma_sentence(self) -> str:
         parts = [f"{t.name}: σ={t.sigma:.4g} (Δ={t.sensitivity:.4g})" for t in self.tensors]
-        return "Per-entry noise std in real units — " + "; ".join(parts) + "."
+        return "Per-entry noise std in each tensor's own units, as sent — " + "; ".join(parts) + "."
 
     def results_json(self, timestamp: str) -> dict[str, Any]:
         """The ACRO-schema ``results.json``: one "custom" output per released file."""
@@ -249,7 +250,12 @@ class EgressBundle:
             properties["epsilon_outsider"] = json_number(outsider.epsilon)
             properties["delta"] = outsider.delta
         outputs = {
-            "noised_values": (VALUES, "Noised values of every tensor, decoded to real units."),
+            "noised_values": (
+                VALUES,
+                "Noised values of every tensor as sent, decoded from fixed point to floats: sums "
+                "of values clipped to the public bounds and pre-scaled to [-1, 1], not real "
+                "units (zerosum review shows each in years and feature units).",
+            ),
             "noised_payload": (
                 PAYLOAD,
                 "The same noised values in the exact fixed-point form submitted "

@@ -13,6 +13,8 @@ from node.review.report import Review
 __all__ = ["review_html", "review_json", "review_text"]
 
 _MARK = {"pass": "ok  ", "note": "note", "look": "LOOK", "fail": "FAIL"}
+# Entries of each tensor printed on a terminal unless every value is asked for.
+_SHOWN = 3
 
 
 def _num(value: float) -> str:
@@ -43,7 +45,7 @@ def _header(review: Review) -> list[str]:
     return lines
 
 
-def _tensors(review: Review) -> list[str]:
+def _tensors(review: Review, *, all_values: bool = False) -> list[str]:
     bundle = review.bundle
     if bundle is None:
         return []
@@ -51,7 +53,30 @@ def _tensors(review: Review) -> list[str]:
     for t in bundle.tensors:
         shape = "×".join(str(n) for n in t.shape) or "scalar"
         lines.append(f"  {t.name:<12} {shape:<14} {t.sigma:>12.4g} {t.sensitivity:>12.4g}")
+    lines += ["", "  released values (as sent, and in real units):"]
+    for view in review.views:
+        lines.append(f"    {view.name}: {view.meaning}")
+        shown = view.rows if all_values else view.rows[:_SHOWN]
+        for row in shown:
+            real = "" if row.real is None else f"  = {row.real:.6g} {row.unit}"
+            lines.append(f"      {row.label:<28} sent {row.scaled:>14.6g}{real}")
+        if len(shown) < len(view.rows):
+            lines.append(
+                f"      … {len(view.rows) - len(shown)} more (--values, --json or --html list all)"
+            )
+    lines.append("  " + _clipped_line(review))
     return lines
+
+
+def _clipped_line(review: Review) -> str:
+    clipped = review.clipped
+    if clipped is None:
+        return (
+            "clipped to the public bounds: not in the bundle (the counts stay in the TRE's "
+            "audit record; pass --audit to see them)"
+        )
+    listed = ", ".join(f"{name} {count}" for name, count in clipped.items()) or "none recorded"
+    return f"clipped to the public bounds (audit record): {listed}"
 
 
 def _receipt(review: Review) -> list[str]:
@@ -73,13 +98,15 @@ def _receipt(review: Review) -> list[str]:
     figures = review.figures
     if figures is not None:
         cap = (
-            f" (configured cap ε = {review.config.privacy.epsilon:g} per release)"
+            f"configured guarantee ε ≤ {review.config.privacy.epsilon:g} per release against "
+            f"{figures.guarantee_label}"
             if review.config is not None
-            else ""
+            else f"configured guarantee unknown (no federation config) against "
+            f"{figures.guarantee_label}"
         )
         lines.append(
-            f"    guarantee: ε against {figures.guarantee_label} = "
-            f"{_num(figures.guarantee_epsilon)}{cap}"
+            f"    {cap}; this release: ε = {_num(figures.guarantee_epsilon)} against that "
+            f"observer, ε = {_num(figures.outsider_epsilon)} against an outsider"
         )
     for line in bundle.sdc.notes:
         lines.append(f"  note: {line}")
@@ -106,9 +133,14 @@ def _finding_line(finding: Finding) -> str:
     return f"  [{_MARK[finding.level]}] {finding.check}: {finding.message}"
 
 
-def review_text(review: Review) -> str:
+def review_text(review: Review, *, all_values: bool = False) -> str:
     """The review for a terminal: the bundle, its figures, every finding, the verdict."""
-    lines = _header(review) + _tensors(review) + _receipt(review) + _noise(review)
+    lines = (
+        _header(review)
+        + _tensors(review, all_values=all_values)
+        + _receipt(review)
+        + _noise(review)
+    )
     lines += ["", "  checks:"]
     lines += [_finding_line(f) for f in review.findings]
     lines += ["", f"  verdict: {review.verdict} (exit {review.exit_code})"]
@@ -148,6 +180,18 @@ def review_json(review: Review) -> dict[str, Any]:
                 }
                 for t in bundle.tensors
             ],
+            "values": [
+                {
+                    "tensor": view.name,
+                    "meaning": view.meaning,
+                    "entries": [
+                        {"label": r.label, "sent": r.scaled, "real": r.real, "unit": r.unit}
+                        for r in view.rows
+                    ],
+                }
+                for view in review.views
+            ],
+            "clipped": None if review.clipped is None else dict(review.clipped),
         }
     if review.figures is not None:
         figures = review.figures
@@ -191,7 +235,11 @@ def review_html(review: Review) -> str:
         f"<td>{escape(f.check)}</td><td>{escape(f.message)}</td></tr>"
         for f in review.findings
     )
-    body = escape("\n".join(_header(review) + _tensors(review) + _receipt(review) + _noise(review)))
+    body = escape(
+        "\n".join(
+            _header(review) + _tensors(review, all_values=True) + _receipt(review) + _noise(review)
+        )
+    )
     title = f"zerosum review: {review.folder}"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>

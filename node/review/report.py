@@ -37,6 +37,7 @@ from node.review.decision import (
 from node.review.findings import Finding, exit_code, fail, look, note, passed
 from node.review.noise_test import NoiseTest, audit_record, noise_findings, noise_tests
 from node.review.sdc import ACRO_DEFAULTS, SDCThresholds
+from node.review.units import TensorView, real_units
 from proto.federation import FederationConfig
 
 __all__ = ["Review", "review_bundle"]
@@ -57,6 +58,12 @@ class Review:
     noise: tuple[NoiseTest, ...] = ()
     decision: DecisionState = field(default_factory=lambda: DecisionState("none"))
     keys: Mapping[bytes, str] = field(default_factory=dict)
+    views: tuple[TensorView, ...] = ()
+
+    @property
+    def clipped(self) -> Mapping[str, int] | None:
+        """Values clipped to the public bounds, from the audit record (None without one)."""
+        return None if self.record is None else self.record.clipped
 
     @property
     def exit_code(self) -> int:
@@ -182,4 +189,5 @@ def review_bundle(
         noise=tests,
         decision=decision,
         keys=keys,
+        views=real_units(bundle, config),
     )

@@ -103,6 +103,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the review as JSON")
     parser.add_argument(
+        "--values", action="store_true", help="print every released value (default: 3 a tensor)"
+    )
+    parser.add_argument(
         "--html", type=Path, default=None, metavar="FILE", help="also write the review as HTML"
     )
     parser.add_argument(
@@ -170,7 +173,7 @@ def _show(args: argparse.Namespace, review: Review) -> None:
     if args.json:
         print(json.dumps(review_json(review), indent=2, ensure_ascii=False))
     else:
-        print(review_text(review), end="")
+        print(review_text(review, all_values=args.values), end="")
     if args.html is not None:
         args.html.write_text(review_html(review), encoding="utf-8")
         _say(args, f"  report written to {args.html}")
