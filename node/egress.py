@@ -16,8 +16,10 @@ One folder per node and round, ``OUT/egress/round-<r>/`` (docs/design.md §8):
     semi-automated statistical disclosure control", SACRO project): a top-level
     ``version`` and ``results`` keyed by output, each with ``uid``, ``status``
     ("review"), ``type`` ("custom"), ``properties``, ``files`` ([{name, sdc}]),
-    ``outcome``, ``command``, ``summary``, ``timestamp``, ``comments`` and
-    ``exception``; one output per file, so the SACRO viewer can open the folder.
+    ``outcome``, ``command``, ``summary``, ``timestamp``, ``comments``,
+    ``exception`` and ``fair``; one output per file, so the SACRO viewer can open
+    the folder and ACRO's own reader (``acro.record.load_records``, which
+    demands its exact version, :data:`ACRO_RESULTS_VERSION`) can load it.
     As in ACRO, ``checksums/<file>.txt`` holds each file's hex SHA-256.
 ``manifest.json``
     Format ``zerosum-egress`` version 1: session, round, node, fixed-point bits,
@@ -80,9 +82,10 @@ __all__ = [
 
 EGRESS_FORMAT = "zerosum-egress"
 EGRESS_VERSION = 1
-# The ACRO results.json schema version this bundle follows; the SACRO viewer
-# accepts 0.4 and later.
-ACRO_RESULTS_VERSION = "0.4.0"
+# The ACRO release whose results.json this bundle writes. ACRO's own reader
+# (acro.record.load_records) accepts only its exact version; the SACRO Viewer
+# accepts 0.4 and later (sacro/versioning.py compares major.minor).
+ACRO_RESULTS_VERSION = "1.0.2"
 
 MANIFEST = "manifest.json"
 PAYLOAD = "payload.npy"
@@ -284,6 +287,9 @@ class EgressBundle:
                 "timestamp": timestamp,
                 "comments": [what, where, self._sigma_sentence(), privacy, masking],
                 "exception": exception,
+                # ACRO 1.x records a FAIR description per output; its custom
+                # outputs carry an empty one, as these do.
+                "fair": {},
             }
         return {"version": ACRO_RESULTS_VERSION, "results": results}
 
