@@ -131,3 +131,16 @@ def test_results_json_says_the_values_are_scaled(tmp_path: Path) -> None:
     results = json.loads((folder / "results.json").read_text())["results"]
     what = results["noised_values"]["comments"][0]
     assert "pre-scaled to [-1, 1], not real units" in what
+
+
+def test_a_sensitivity_below_the_plans_derivation_fails() -> None:
+    from node.review.checks import check_config
+
+    rng = np.random.default_rng(4)
+    bundle = _deltab_bundle(rng.uniform(*AGE, size=150), rng.uniform(*FEATURE, size=(150, P)))
+    # Every tensor declares Δ = 1; with P = 4 the plan derives √P = 2 for sum_x.
+    messages = [f.message for f in check_config(bundle, _config(IDS)) if f.level == "fail"]
+    assert "sum_x declares sensitivity 1, below the 2 the plan derives from the public bounds" in (
+        messages
+    )
+    assert not any(m.startswith(("n ", "sum_y ")) for m in messages)

@@ -7,7 +7,9 @@
   SHA-256 of every file against the manifest and ``checksums/``, the payload's
   word digest, ``values.csv`` decoding to the payload bit for bit,
   ``results.json`` in ACRO's schema; then the round's layout, node and
-  fixed-point scale against the federation config;
+  fixed-point scale against the federation config, and (for the brain-age
+  plan) each declared sensitivity against the one derived from the public
+  bounds;
 * ``sdc``: N against ACRO's ``safe_threshold`` and the config's
   ``min_cohort_size``, the residual degrees of freedom against
   ``safe_dof_threshold`` (node/review/sdc.py);
@@ -30,6 +32,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from node.deltab.sums import sensitivity as plan_sensitivity
 from node.egress import (
     APPROVAL,
     CHECKSUMS,
@@ -39,10 +42,11 @@ from node.egress import (
     VALUES,
     EgressBundle,
 )
+from node.plans.deltab_settings import DeltabSettings
 from node.review.findings import Finding, fail, look, note, passed
 from node.review.sdc import SDCThresholds
 from noise.accounting import compose_mu, gaussian_epsilon
-from proto.federation import FederationConfig
+from proto.federation import ConfigError, FederationConfig
 
 __all__ = [
     "LISTED",
@@ -136,10 +140,39 @@ def check_config(bundle: EgressBundle, config: FederationConfig | None) -> list[
                 f"the config says {config.privacy.collusion_threshold}",
             )
         )
+    findings += _sensitivities(bundle, config)
     if not findings:
         findings.append(
             passed("schema", "round, layout, fixed-point scale and masking match the config")
         )
+    return findings
+
+
+def _sensitivities(bundle: EgressBundle, config: FederationConfig) -> list[Finding]:
+    """Declared Δ against the brain-age plan's derivation from the public bounds.
+
+    A Δ below the plan's would make the recomputed ε look smaller than it is,
+    so for the plan this review knows (node.deltab.sums.sensitivity) every
+    declared sensitivity must be at least the derived one.
+    """
+    if config.plan.name != "deltab" or bundle.round_name not in config.plan.round_names:
+        return []
+    try:
+        settings = DeltabSettings.from_tables(config.plan.settings)
+        derived = plan_sensitivity(bundle.round_name, settings.clipping.bounds())
+    except (ConfigError, ValueError, KeyError):
+        return [look("privacy", "the plan's sensitivities could not be derived from the config")]
+    findings = []
+    for t in bundle.tensors:
+        want = derived.get(t.name)
+        if want is not None and t.sensitivity < want * (1 - _RTOL):
+            findings.append(
+                fail(
+                    "privacy",
+                    f"{t.name} declares sensitivity {t.sensitivity:.6g}, below the "
+                    f"{want:.6g} the plan derives from the public bounds",
+                )
+            )
     return findings
 
 
