@@ -353,6 +353,34 @@ class EgressBundle:
             atomic_write_bytes(folder / CHECKSUMS / f"{name}.txt", digest.encode("ascii"))
         return folder
 
+    @staticmethod
+    def complete_after_crash(folder: Path) -> list[str]:
+        """Finish what a crash during :meth:`write` left undone; the files written.
+
+        :meth:`write` writes ``checksums/`` after the manifest, each file
+        through a temporary ``.<name>.<random>.tmp`` renamed into place, so a
+        node killed in between leaves a bundle that verifies but lacks ACRO's
+        records, or holds a temporary file that is no part of it. This writes
+        each missing record (the SHA-256 the manifest declares, only when the
+        file on disk has it; call after :meth:`verify`) and removes the
+        temporary files.
+        """
+        folder = Path(folder)
+        manifest_bytes = (folder / MANIFEST).read_bytes()
+        declared = dict(json.loads(manifest_bytes.decode("utf-8")).get("checksums", {}))
+        declared[MANIFEST] = hashlib.sha256(manifest_bytes).hexdigest()
+        for where in (folder, folder / CHECKSUMS):
+            for stray in where.glob(".*.tmp"):
+                stray.unlink(missing_ok=True)
+        written = []
+        for name, digest in declared.items():
+            record = folder / CHECKSUMS / f"{name}.txt"
+            if record.exists() or _sha256_file(folder / name) != digest:
+                continue
+            atomic_write_bytes(record, str(digest).encode("ascii"))
+            written.append(name)
+        return written
+
     @classmethod
     def read(cls, folder: Path) -> EgressBundle:
         """Parse a bundle folder (manifest + payload); ``verify`` checks the rest."""

@@ -132,12 +132,23 @@ def check_config(bundle: EgressBundle, config: FederationConfig | None) -> list[
                 f"{len(config.nodes)}",
             )
         )
-    if bundle.masking.collusion_threshold != config.privacy.collusion_threshold:
+    threshold = config.privacy.collusion_threshold
+    if bundle.masking.construction == "cape":
+        if bundle.masking.collusion_threshold != threshold:
+            findings.append(
+                note(
+                    "schema",
+                    "CAPE masking declares no collusion profile (its noise is drawn by each "
+                    "node, not from pairwise seeds), so its guarantee is stated against an "
+                    "outsider",
+                )
+            )
+    elif bundle.masking.collusion_threshold != threshold:
         findings.append(
             fail(
                 "schema",
                 f"the masking declares collusion threshold {bundle.masking.collusion_threshold}, "
-                f"the config says {config.privacy.collusion_threshold}",
+                f"the config says {threshold}",
             )
         )
     findings += _sensitivities(bundle, config)

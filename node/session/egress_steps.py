@@ -232,6 +232,8 @@ def bundle_before_restart(ctx: SessionContext, index: int, name: str) -> EgressB
             f"{str(recorded.details.get('manifest_sha256'))[:16]}…, but {folder} holds "
             f"manifest {digest[:16]}…; refusing to send anything but the recorded release"
         )
+    # A kill inside the bundle's write can leave ACRO's records unwritten.
+    EgressBundle.complete_after_crash(folder)
     return bundle
 
 
