@@ -50,8 +50,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from node.atomic import atomic_write_json
 from node.egress import APPROVAL, EgressBundle
-from node.errors import ApprovalError, ApprovalRejected
+from node.errors import ApprovalError, ApprovalRejected, SetupError
 from noise.keys import IdentityKey, key_fingerprint, length_prefixed
+from proto.federation import FederationConfig
 
 __all__ = [
     "APPROVAL_FORMAT",
@@ -62,6 +63,7 @@ __all__ = [
     "ApprovalRejected",
     "Decision",
     "approval_message",
+    "check_checker_keys",
     "read_approval",
     "sign_approval",
     "verify_approval",
@@ -93,6 +95,21 @@ def approval_message(manifest_sha256: str, decision: str) -> bytes:
             f"manifest_sha256 must be 64 hex digits (a SHA-256); got {manifest_sha256!r}"
         )
     return _LABEL + length_prefixed(decision, "decision") + digest
+
+
+def check_checker_keys(config: FederationConfig, node_id: str, mode: str) -> None:
+    """Refuse, before any contact, a manual gate no decision could ever open.
+
+    With ``--approve manual`` only a checker key pinned in the node's
+    ``[[nodes]]`` entry can release its egress; without one the node would
+    compute, write its first bundle and then withdraw.
+    """
+    if mode == "manual" and not config.node(node_id).checker_public_keys:
+        raise SetupError(
+            f"--approve manual needs an output checker key for node {node_id!r}, and the "
+            "federation config lists none (checker_public_keys in its [[nodes]] entry; "
+            "zerosum federation init writes one per node)"
+        )
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from node.approval import check_checker_keys
 from node.client import GrpcGateway
 from node.errors import (
     ApprovalError,
@@ -143,9 +144,11 @@ class NodeRunner:
     def prepare(self) -> LocalSetup:
         """Load and check everything local; raises SetupError before any network contact."""
         if self.setup is None:
-            self.setup = prepare(
+            setup = prepare(
                 self.federation, self.node_id, data=self.data, out=self.out, say=self.say
             )
+            check_checker_keys(setup.config, self.node_id, self.options.approve)
+            self.setup = setup
         return self.setup
 
     def _sleep(self) -> None:

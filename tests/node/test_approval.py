@@ -224,3 +224,38 @@ def test_message_format_is_fixed() -> None:
         approval_message("abc", "approve")
     with pytest.raises(ApprovalError, match="'approve' or 'reject'"):
         approval_message(digest, "maybe")
+
+
+def test_manual_mode_without_a_checker_key_is_refused_before_any_contact(tmp_path: Path) -> None:
+    import argparse
+    import dataclasses
+
+    from node.errors import SetupError
+    from node.runner import NodeOptions, NodeRunner
+    from proto.federation import dump_federation, load_federation
+    from zerosum.commands import federation as command
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    fed = tmp_path / "fed"
+    argv = ["init", "--nodes", "a,b", "--out", str(fed), "--synthetic", "--seed", "3"]
+    argv += ["--n-features", "4", "--n-components", "2", "--cohort-sizes", "120,130"]
+    assert command.run(parser.parse_args(argv)) == 0
+    config = load_federation(fed / "federation.toml")
+    bare = tuple(dataclasses.replace(n, checker_public_keys=()) for n in config.nodes)
+    (fed / "federation.toml").write_text(dump_federation(dataclasses.replace(config, nodes=bare)))
+
+    def unreachable(*_: object) -> None:
+        raise AssertionError("the node contacted the coordinator")
+
+    runner = NodeRunner(
+        fed,
+        "a",
+        options=NodeOptions(approve="manual"),
+        progress=lambda _line: None,
+        gateway=unreachable,  # type: ignore[arg-type]
+    )
+    with pytest.raises(SetupError, match="--approve manual needs an output checker key"):
+        runner.run()
+    # Automatic approval needs no checker key.
+    NodeRunner(fed, "a", options=NodeOptions(approve="auto"), progress=lambda _l: None).prepare()
