@@ -74,7 +74,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     decision.add_argument("--approve", action="store_true", help="sign an approval")
     decision.add_argument("--reject", action="store_true", help="sign a rejection")
     parser.add_argument(
-        "--key", type=Path, default=None, metavar="PEM", help="the reviewer's Ed25519 key (PEM)"
+        "--key",
+        type=Path,
+        default=None,
+        metavar="PEM",
+        help="the output checker's Ed25519 key (PEM, e.g. checkers/<id>/checker.pem)",
     )
     parser.add_argument(
         "--reviewer", default=None, help="who decides (a name; required with a decision)"
