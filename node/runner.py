@@ -48,8 +48,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from node.approval import check_checker_keys
 from node.client import GrpcGateway
 from node.errors import (
+    ApprovalError,
     ApprovalRejected,
     CoordinatorUnreachable,
     GatewayError,
@@ -155,7 +157,7 @@ class NodeRunner:
     def prepare(self) -> LocalSetup:
         """Load and check everything local; raises SetupError before any network contact."""
         if self.setup is None:
-            self.setup = prepare(
+            setup = prepare(
                 self.federation,
                 self.node_id,
                 data=self.data,
@@ -163,6 +165,8 @@ class NodeRunner:
                 state=self.state,
                 say=self.say,
             )
+            check_checker_keys(setup.config, self.node_id, self.options.approve)
+            self.setup = setup
         return self.setup
 
     def _sleep(self) -> None:
@@ -181,7 +185,12 @@ class NodeRunner:
                         if not ctx.resuming:
                             prefetch_mask(ctx, masks, 0, ctx.roster.node_ids)
                         self._rounds(ctx, progress, masks)
-                    except (NodeRefused, InfeasibleDesignError, ApprovalRejected) as error:
+                    except (
+                        NodeRefused,
+                        InfeasibleDesignError,
+                        ApprovalRejected,
+                        ApprovalError,
+                    ) as error:
                         self._withdraw(ctx, progress, error)
                         raise
                     model, predictions = write_results(ctx.out, ctx.plan, ctx.cohort.ids)
@@ -286,6 +295,9 @@ class NodeRunner:
         if isinstance(error, ApprovalRejected):
             # Only the decision leaves the TRE: the reviewer's comment may speak of the data.
             reason = "the TRE's output checker rejected this node's egress"
+        elif isinstance(error, ApprovalError):
+            # The local message names folders and reviewers; only the fact leaves.
+            reason = "this node holds no valid output checker decision on its egress"
         else:
             reason = str(error)
         reason = reason[:1000]  # the coordinator's bound on WithdrawRequest.reason

@@ -368,3 +368,70 @@ def test_a_budget_below_one_session_is_refused_naming_the_class(
     assert init(*common, "--epsilon-budget", repr(one_session)) == 0
     config = load_federation(out / "federation.toml")
     assert config.privacy.epsilon_budget == one_session
+
+
+# ----------------------------------------------------------------- output checker keys
+
+
+def test_each_node_gets_an_output_checker_key_apart_from_the_node(federation_dir: Path) -> None:
+    from zerosum.pki import read_ed25519_public_key
+
+    config = load_federation(federation_dir / "federation.toml")
+    for node_id in ("north", "east", "south"):
+        folder = federation_dir / "checkers" / node_id
+        checker = IdentityKey.read_pem(folder / "checker.pem")
+        assert mode(folder / "checker.pem") == 0o600
+        assert mode(folder) == 0o700
+        assert config.checker_keys[node_id] == (checker.public_bytes(),)
+        assert read_ed25519_public_key(folder / "checker.pub") == checker.public_bytes()
+        # The private key is nowhere in the node's folder or the config.
+        assert not (federation_dir / "nodes" / node_id / "checker.pem").exists()
+    text = (federation_dir / "federation.toml").read_text()
+    assert "PRIVATE" not in text
+
+
+def test_a_given_checker_public_key_is_pinned_and_none_is_generated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from zerosum.pki import ed25519_public_pem
+
+    mine = IdentityKey.from_private_bytes(bytes([5]) * 32)
+    second = IdentityKey.from_private_bytes(bytes([6]) * 32)
+    pem = tmp_path / "a.pub"
+    pem.write_bytes(ed25519_public_pem(mine.public_bytes()))
+    hexed = tmp_path / "a2.pub"
+    hexed.write_text(second.public_bytes().hex() + "\n")
+    out = tmp_path / "fed"
+    assert (
+        init(
+            "--nodes", "a,b", "--out", str(out),
+            "--checker-key", f"a={pem}", "--checker-key", f"a={hexed}",
+        )
+        == 0
+    )  # fmt: skip
+    config = load_federation(out / "federation.toml")
+    assert config.checker_keys["a"] == (mine.public_bytes(), second.public_bytes())
+    assert not (out / "checkers" / "a").exists()
+    assert len(config.checker_keys["b"]) == 1 and (out / "checkers" / "b" / "checker.pem").exists()
+    assert "the key given with --checker-key" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        ("a", "must be NODE=PUBFILE"),
+        ("z=FILE", "names node 'z', which is not in --nodes"),
+        ("a=MISSING", "cannot read"),
+        ("a=GARBAGE", "holds no Ed25519 public key"),
+    ],
+)
+def test_a_bad_checker_key_option_is_named_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, words: str
+) -> None:
+    garbage = tmp_path / "garbage.pub"
+    garbage.write_text("not a key")
+    option = option.replace("GARBAGE", str(garbage)).replace("MISSING", str(tmp_path / "none"))
+    out = tmp_path / "fed"
+    assert init("--nodes", "a,b", "--out", str(out), "--checker-key", option) == 2
+    assert words in capsys.readouterr().err
+    assert not out.exists()

@@ -24,11 +24,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from node import budget
-from node.approval import ApprovalGate, read_approval, verify_approval
+from node.approval import ApprovalGate, read_approval
 from node.audit import AUDIT, AuditRecord, audit_folder, write_audit
 from node.egress import MANIFEST, EgressBundle, egress_folder
 from node.errors import (
-    ApprovalRejected,
     EgressIntegrityError,
     NodeRefused,
     SessionFailed,
@@ -36,6 +35,7 @@ from node.errors import (
 from node.receipt import SDCEvidence
 from node.release import ReleaseNoise
 from node.session.context import SessionContext
+from noise.keys import key_fingerprint
 from noise.layout import Layout
 
 __all__ = [
@@ -210,25 +210,17 @@ def _approve_and_record(
     again); in manual mode the gate finds it on its first look.
     """
     options = ctx.options
+    checkers = ctx.config.node(ctx.node_id).checker_public_keys
     gate = ApprovalGate(
         options.approve,
         identity=ctx.identity,
+        checker_keys={key: f"output checker key {key_fingerprint(key)}" for key in checkers},
         timeout_seconds=options.approval_timeout,
         progress=ctx.say,
         interrupt=_session_watch(ctx, index),
     )
     found = read_approval(folder) if resumed and options.approve == "auto" else None
-    if found is not None:
-        verify_approval(
-            found,
-            manifest_sha256=EgressBundle.manifest_sha256(folder),
-            accepted_keys=gate.accepted_keys,
-        )
-        if found.decision == "reject":
-            raise ApprovalRejected(folder, found.reviewer, found.comment)
-        approval = found
-    else:
-        approval = gate.wait(folder)
+    approval = gate.check(folder, found) if found is not None else gate.wait(folder)
     checked = EgressBundle.verify(folder)
     if not np.array_equal(checked.payload, egress):
         raise SessionFailed(f"the payload in {folder} changed after it was written")
@@ -293,6 +285,8 @@ def bundle_before_restart(ctx: SessionContext, index: int, name: str) -> EgressB
             f"{shown}…, but {folder} holds manifest {digest[:16]}…; refusing to send anything "
             "but the recorded release"
         )
+    # A kill inside the bundle's write can leave ACRO's records unwritten.
+    EgressBundle.complete_after_crash(folder)
     return bundle
 
 

@@ -44,7 +44,6 @@ from numpy.typing import NDArray
 
 from coordinator.store import payload_dir_for
 from coordinator.store.rows import layout_from_json
-from node.approval import sign_approval, write_approval
 from node.cohort import LocalCohort, load_cohort
 from node.deltab.io import Table, read_table
 from node.deltab.model import BrainAgeModel
@@ -52,7 +51,6 @@ from node.deltab.persist import load_model
 from node.deltab.plan import NodeState, finish, receive, round_tensors
 from node.deltab.stats import combine
 from node.deltab.sums import MEANS, SUMS
-from node.egress import EgressBundle
 from node.plans.deltab import plan_settings
 from noise.fixed_point import wrapping_sum
 from noise.keys import IdentityKey
@@ -98,6 +96,10 @@ class Federation:
 
     def identity(self, node_id: str) -> IdentityKey:
         return IdentityKey.read_pem(self.root / "nodes" / node_id / "identity.pem")
+
+    def checker(self, node_id: str) -> IdentityKey:
+        """The output checker key ``federation init`` made for ``node_id``."""
+        return IdentityKey.read_pem(self.root / "checkers" / node_id / "checker.pem")
 
     def data(self, node_id: str) -> Path:
         return self.root / "nodes" / node_id / "data.csv"
@@ -557,16 +559,43 @@ class SessionRun:
         return folder
 
     def approve(self, node_id: str, round_index: int) -> None:
-        """As the node's reviewer: wait for the bundle, then sign and write approval.json."""
+        """As the node's output checker: wait for the bundle, review it, sign the approval.
+
+        ``zerosum review --audit … --approve`` re-checks the real bundle (and
+        its noise against the audit record) and signs with the checker key of
+        the node; it must pass every check to sign.
+        """
         folder = self.at_gate(node_id, round_index)
-        signed = sign_approval(
-            self.federation.identity(node_id),
-            EgressBundle.manifest_sha256(folder),
-            "approve",
-            reviewer="integration test",
-            comment="approved by the test driving this session",
+        audit = self.out(node_id) / "audit" / f"round-{round_index}"
+        # The manifest is written before the checksums, the audit record after the bundle.
+        wait_until(
+            lambda: (
+                (folder / "checksums" / "manifest.json.txt").exists()
+                and (audit / "audit.json").exists()
+            ),
+            what=f"node {node_id!r} to finish writing its round-{round_index} bundle",
+            alive=[self.nodes[node_id]],
         )
-        write_approval(folder, signed)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            code = zerosum_main(
+                [
+                    "review",
+                    str(folder),
+                    "--federation",
+                    str(self.federation.toml),
+                    "--audit",
+                    str(audit),
+                    "--approve",
+                    "--key",
+                    str(self.federation.root / "checkers" / node_id / "checker.pem"),
+                    "--reviewer",
+                    "integration test",
+                    "--comment",
+                    "approved by the test driving this session",
+                ]
+            )
+        assert code == 0, f"review of {folder} refused to approve:\n{printed.getvalue()}"
 
     def wait_all(self, timeout: float = SESSION_TIMEOUT) -> dict[str, int]:
         """Wait for the coordinator and every node; their exit statuses by name."""

@@ -29,8 +29,8 @@ session, unless this node resumes it with the key saved in OUT. OUT/ledger.json
 is a copy of the ledger for the session's record; a ledger kept in OUT by an
 older version is imported into STATE once.
 
---approve manual waits for OUT/egress/round-<r>/approval.json signed by an
-accepted reviewer key (this node's identity key) before anything is sent.
+--approve manual waits for OUT/egress/round-<r>/approval.json signed by one of
+this node's output checker keys (pinned in its [[nodes]] entry) before anything is sent.
 
 After a crash (kill, power loss, TRE VM restart) run the same command again: the
 node rejoins the same session with the key it saved in OUT/session.key (mode
