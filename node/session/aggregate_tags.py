@@ -47,6 +47,7 @@ from noise.layout import Layout
 __all__ = ["answer_tags", "check_aggregate", "sealed_challenge"]
 
 U64 = NDArray[np.uint64]
+F64 = NDArray[np.float64]
 
 
 def _own(ctx: SessionContext, index: int) -> bytes:
@@ -83,8 +84,12 @@ def sealed_challenge(
 
 def answer_tags(
     ctx: SessionContext, request: UnmaskRequest, index: int, contribution: U64, layout: Layout
-) -> tuple[bytes, list[bytes]] | str:
-    """(κ, this node's blinded tags), or a reason to refuse (a contribution missing or altered)."""
+) -> tuple[bytes, F64, list[bytes]] | str:
+    """(κ, ρ, this node's blinded tags), or a reason to refuse (a contribution missing or altered).
+
+    ρ is returned so that the check of the published aggregate need not
+    expand it again (it is a function of κ alone).
+    """
     survivors = set(request.survivors)
     sealed = dict(request.challenge)
     contributions = {ctx.node_id: _own(ctx, index)}
@@ -110,13 +115,22 @@ def answer_tags(
     rho = challenge_vectors(key, layout.size, round_index=index)
     own = tags(contribution, rho)
     blinded = blinded_tags(own, ctx.node_id, survivors, ctx.seeds, round_index=index)
-    return key, tags_to_bytes(blinded)
+    return key, rho, tags_to_bytes(blinded)
 
 
 def check_aggregate(
-    ctx: SessionContext, result: RoundResult, index: int, layout: Layout, key: bytes | None
+    ctx: SessionContext,
+    result: RoundResult,
+    index: int,
+    layout: Layout,
+    key: bytes | None,
+    *,
+    rho: F64 | None = None,
 ) -> None:
-    """Refuse (SessionFailed) an aggregate its survivors' blinded tags do not vouch for."""
+    """Refuse (SessionFailed) an aggregate its survivors' blinded tags do not vouch for.
+
+    ``rho``: the challenge vectors of ``key`` when already expanded.
+    """
     what = f"the aggregate of round {index} ({result.round_name!r})"
     if key is None:
         raise SessionFailed(
@@ -134,7 +148,8 @@ def check_aggregate(
         blinded = {node: tags_from_bytes(values) for node, values in given.items()}
     except ValueError as error:
         raise SessionFailed(f"{what}: {error}") from None
-    rho = challenge_vectors(key, layout.size, round_index=index)
+    if rho is None:
+        rho = challenge_vectors(key, layout.size, round_index=index)
     failed = check_tags(blinded, result.aggregate, rho)
     if failed:
         raise SessionFailed(

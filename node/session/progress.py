@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+from numpy.typing import NDArray
+
 from node.ledger import PrivacyLedger
 from node.session.cape_material import CapeState
 from node.survivor_sets import SurvivorSets
@@ -36,6 +39,9 @@ class RoundProgress:
     survivor_sets: SurvivorSets | None = None
     attested: set[bytes] = field(default_factory=set)
     answered: set[bytes] = field(default_factory=set)
+    # The challenge vectors ρ of the round last answered (index, ρ), kept in memory
+    # so that checking its aggregate need not expand them again.
+    challenge: tuple[int, NDArray[np.float64]] | None = None
     revealed: dict[int, RevealedTerms] = field(default_factory=dict)
     unsent: int | None = None
 

@@ -83,9 +83,16 @@ def await_result(
             except StatementError as error:
                 raise SessionFailed(str(error)) from None
             signed = unmask_answers.signed_set(ctx, progress, index)
+            expanded = progress.challenge
             check_aggregate(
-                ctx, result, index, layout, None if signed is None else signed.challenge_key
+                ctx,
+                result,
+                index,
+                layout,
+                None if signed is None else signed.challenge_key,
+                rho=expanded[1] if expanded is not None and expanded[0] == index else None,
             )
+            progress.challenge = None
             return Outcome(result.aggregate, result.survivors)
         if result.state == RoundState.FAILED:
             status = ctx.gateway.status(ctx.session_id)

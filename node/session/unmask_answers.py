@@ -199,8 +199,9 @@ def answer(
     tagged = answer_tags(ctx, request, index, summed, layout)
     if isinstance(tagged, str):
         _refuse(ctx, request, tagged)
-    key, blinded = tagged
+    key, rho, blinded = tagged
     _survivor_sets(ctx, progress).note_challenge(index, key)
+    progress.challenge = (index, rho)
     try:
         ctx.gateway.submit_unmask(
             request=request,
