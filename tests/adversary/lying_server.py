@@ -188,6 +188,10 @@ class Script:
         by_node = record.attestations.get(shown.survivor_hash, {})
         return [by_node[n] for n in sorted(by_node)]
 
+    def publish(self, server: LyingCoordinator, record: RoundRecord) -> bool:
+        """Whether to publish a round every survivor answered (honest: yes)."""
+        return True
+
 
 class LyingCoordinator:
     """The state of one federation's sessions, driven by the Coordinator RPCs below."""
@@ -300,7 +304,7 @@ class LyingCoordinator:
         answered = {
             n for n, a in record.answers.items() if a.header.survivor_hash == view.survivor_hash
         }
-        if not set(view.survivors) <= answered:
+        if not set(view.survivors) <= answered or not self.script.publish(self, record):
             return
         total = np.zeros(record.layout.size, dtype=np.uint64)
         for node in view.survivors:
@@ -448,7 +452,10 @@ class LyingCoordinator:
 
     def unmask_request(self, record: RoundRecord, caller: str) -> pb.UnmaskRequest:
         shown = self.shown_to(record, caller)
-        pending = caller not in record.answers and caller not in record.refusals
+        answered = record.answers.get(caller)
+        pending = caller not in record.refusals and (
+            answered is None or answered.header.survivor_hash != shown.survivor_hash
+        )
         return pb.UnmaskRequest(
             session_id=self.session_id,
             round_index=record.index,
