@@ -320,6 +320,17 @@ class LyingCoordinator:
         else:
             self._open(following, view.survivors)
 
+    def supersede(self, record: RoundRecord, reason: str) -> None:
+        """Mark ``record`` superseded and open its rerun under the next index.
+
+        As the real coordinator does after a stalled unmask: the round again
+        (under CAPE, for a model round, its CAPE sum first) among the same nodes.
+        """
+        record.status, record.reason = FAILED, reason
+        cape_model = self.plan.construction == "cape" and not record.name.startswith("cape-sum/")
+        rerun = self.plan.next_round_name(record.name, superseded=True) if cape_model else None
+        self._open(rerun or record.name, record.participants)
+
     # ------------------------------------------------------------ the RPCs' logic
 
     def join(self, caller: str, request: pb.JoinRequest) -> pb.JoinResponse:
@@ -404,7 +415,9 @@ class LyingCoordinator:
         record = self._record(header.session_id, header.round_index)
         if header.node_id != caller or caller not in record.participants:
             raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"node {caller!r} may not upload here.")
-        if record.status != OPEN or header.round_name != record.name:
+        held = record.uploads.get(caller)
+        resent = held is not None and held.header.payload.sha256 == header.payload.sha256
+        if (record.status != OPEN and not resent) or header.round_name != record.name:
             raise Refused(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"round {record.index} ({record.name!r}) takes no upload named {header.round_name!r}.",

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script
+from proto.zerosum.v1 import session_pb2 as pb
+from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
 from tests.adversary.reconstruct import floors, leftover, stripped
 from tests.adversary.scenario import Attack, ledger_gaps, make_federation
 from tests.integration.conftest import Processes
@@ -39,11 +40,33 @@ END = "the test coordinator ends the session after its false dropout"
 
 
 class FalseDropout(Script):
-    """In round ``index``: D = {victim} for the others, D = ∅ for the victim."""
+    """In round ``index``: D = {victim} for the others, D = ∅ for the victim.
 
-    def __init__(self, victim: str, index: int = 0) -> None:
+    With ``relabel`` the victim is also shown the others' attestations of
+    their set with the survivor hash rewritten to the victim's (a signature
+    the coordinator cannot make, passed off as one).
+    """
+
+    def __init__(self, victim: str, index: int = 0, *, relabel: bool = False) -> None:
         self.victim = victim
         self.index = index
+        self.relabel = relabel
+
+    def attestations(
+        self, server: LyingCoordinator, record: RoundRecord, caller: str, shown: Shown
+    ) -> list[pb.SurvivorAttestation]:
+        honest = super().attestations(server, record, caller, shown)
+        if not self.relabel or caller != self.victim:
+            return honest
+        relabelled = []
+        for theirs in record.attestations.values():
+            for node, attestation in sorted(theirs.items()):
+                if node != self.victim:
+                    copy = pb.SurvivorAttestation()
+                    copy.CopyFrom(attestation)
+                    copy.survivor_hash = shown.survivor_hash
+                    relabelled.append(copy)
+        return honest + relabelled
 
     def shown(
         self, server: LyingCoordinator, record: RoundRecord, caller: str
@@ -162,3 +185,37 @@ def test_false_dropout_in_a_cape_sum_round_keeps_the_victims_draw_hidden(
         assert left.rms > 1e6, (node, left)
     print(f"CAPE false dropout: victim's draw under noise of rms {hidden.rms:.3g} (units)")
     _assert_ended_cleanly(attack, codes)
+
+
+def test_relabelled_attestations_are_refused_by_the_victim(
+    tmp_path: Path, processes: Processes
+) -> None:
+    federation = make_federation(tmp_path / "fed", NODES)
+    attack = Attack(
+        federation, tmp_path / "run", processes, FalseDropout(VICTIM, relabel=True)
+    )
+    attack.start()
+    victim = attack.nodes[VICTIM]
+    assert victim.wait(60) == 1, attack.describe()
+    record = attack.coordinator.round(0)
+    assert record is not None
+    attack.wait_for("the others' unmask answers", lambda: set(OTHERS) <= set(record.answers))
+    clean = attack.audit(VICTIM, 0)
+    floor = floors(attack.manifest(VICTIM, 0))
+    codes = attack.end(END)
+
+    text = victim.stderr()
+    assert "Traceback" not in text, text
+    assert (
+        "refused to unmask round 0 ('sums'): the attestation of node 'b' does not verify "
+        "against its pinned identity key" in text
+    ), text
+    assert "does not verify" in record.refusals[VICTIM]
+    assert VICTIM not in record.answers
+    bits = federation.config.fixed_point_bits
+    padded = leftover(stripped(record, VICTIM), clean, record, floor, bits)
+    assert padded.rms > 1e6, padded
+    assert codes == {"a": 1, "b": 1, "c": 1}, attack.describe()
+    for node in OTHERS:
+        assert f"the session failed: {END}" in attack.nodes[node].stderr()
+    assert ledger_gaps(attack) == []
