@@ -37,11 +37,7 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from concurrent import futures
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import NoReturn, TypeVar
+from collections.abc import Iterator
 
 import grpc
 import numpy as np
@@ -52,7 +48,6 @@ from numpy.typing import NDArray
 from coordinator.config import SessionConfig
 from noise.errors import KeyFormatError, SignatureError
 from noise.keys import KeyBundle, verify_key_bundle
-from noise.layout import Layout
 from noise.self_mask import self_mask, self_mask_commitment
 from noise.transcript import (
     roster_hash,
@@ -60,27 +55,34 @@ from noise.transcript import (
     survivor_set_hash,
     upload_statement_message,
 )
-from proto.chunks import PayloadAssembler, PayloadError, payload_chunks, payload_header
+from proto.chunks import PayloadAssembler, PayloadError, payload_header
 from proto.federation import FederationConfig, config_hash
-from proto.tls import CertificateError, node_id_from_auth_context
 from proto.zerosum.v1 import session_pb2 as pb
-from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
+from tests.adversary.records import (
+    FAILED,
+    OPEN,
+    READY,
+    UNMASK,
+    Answer,
+    RoundRecord,
+    Script,
+    Shown,
+    Upload,
+)
 
 __all__ = [
+    "UNMASK",
     "Answer",
     "LyingCoordinator",
+    "Refused",
     "RoundRecord",
     "Script",
     "Shown",
     "Upload",
-    "serve",
 ]
 
 U64 = NDArray[np.uint64]
-T = TypeVar("T")
 
-RESULT_CHUNK_BYTES = 256 << 10
-OPEN, UNMASK, READY, FAILED = "open", "unmask", "ready", "failed"
 _ROUND_STATUS = {
     OPEN: pb.ROUND_STATUS_OPEN,
     UNMASK: pb.ROUND_STATUS_AWAITING_UNMASK,
@@ -107,90 +109,6 @@ class Refused(Exception):
         super().__init__(sentence)
         self.code = code
         self.sentence = sentence
-
-
-@dataclass(frozen=True)
-class Upload:
-    """One node's upload of one round, as received: y_k = z_k + b_k."""
-
-    node_id: str
-    header: pb.UploadHeader
-    words: U64
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One node's unmask answer: its self-mask seed and, if D ≠ ∅, its pair terms with D."""
-
-    node_id: str
-    header: pb.UnmaskHeader
-    corrections: U64 | None
-
-    @property
-    def dropped(self) -> tuple[str, ...]:
-        return tuple(self.header.dropped_node_ids)
-
-
-@dataclass(frozen=True)
-class Shown:
-    """The survivor set, dropped set and survivor-set hash shown to one node."""
-
-    survivors: tuple[str, ...]
-    dropped: tuple[str, ...]
-    survivor_hash: bytes
-
-
-@dataclass
-class RoundRecord:
-    """Everything the server holds about one round."""
-
-    index: int
-    name: str
-    participants: tuple[str, ...]
-    layout: Layout
-    opened_ms: int
-    status: str = OPEN
-    reason: str = ""
-    uploads: dict[str, Upload] = field(default_factory=dict)
-    # survivor hash -> node -> its attestation of that hash
-    attestations: dict[bytes, dict[str, pb.SurvivorAttestation]] = field(default_factory=dict)
-    answers: dict[str, Answer] = field(default_factory=dict)
-    refusals: dict[str, str] = field(default_factory=dict)
-    # Every (S, D) shown to each node, in order.
-    shown: dict[str, list[Shown]] = field(default_factory=dict)
-    # GetResult calls per node while the round awaited its unmask answers.
-    polls: Counter[str] = field(default_factory=Counter)
-    aggregate: U64 | None = None
-    result: Shown | None = None
-
-    def attested(self, node_id: str) -> set[bytes]:
-        """The survivor hashes ``node_id`` attested in this round."""
-        return {h for h, by in self.attestations.items() if node_id in by}
-
-
-class Script:
-    """The choices of an honest coordinator; a test's lie overrides one of them."""
-
-    def roster(self, server: LyingCoordinator, caller: str, roster: pb.Roster) -> pb.Roster:
-        """The roster shown to ``caller`` (honest: the one built from the joins)."""
-        return roster
-
-    def shown(
-        self, server: LyingCoordinator, record: RoundRecord, caller: str
-    ) -> tuple[Sequence[str], Sequence[str]]:
-        """(S, D) shown to ``caller`` in the round's unmask step (honest: all survived)."""
-        return record.participants, ()
-
-    def attestations(
-        self, server: LyingCoordinator, record: RoundRecord, caller: str, shown: Shown
-    ) -> list[pb.SurvivorAttestation]:
-        """The attestations relayed to ``caller`` (honest: every one of its survivor hash)."""
-        by_node = record.attestations.get(shown.survivor_hash, {})
-        return [by_node[n] for n in sorted(by_node)]
-
-    def publish(self, server: LyingCoordinator, record: RoundRecord) -> bool:
-        """Whether to publish a round every survivor answered (honest: yes)."""
-        return True
 
 
 class LyingCoordinator:
@@ -358,7 +276,9 @@ class LyingCoordinator:
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, str(error)) from None
         earlier = self.bundles.get(caller)
         if earlier is not None and earlier.public_key != b.public_key:
-            raise Refused(grpc.StatusCode.ALREADY_EXISTS, f"node {caller!r} joined with another key.")
+            raise Refused(
+                grpc.StatusCode.ALREADY_EXISTS, f"node {caller!r} joined with another key."
+            )
         self.bundles[caller] = pb.KeyBundle()
         self.bundles[caller].CopyFrom(b)
         if self.state == JOINING and len(self.bundles) == len(self.node_ids):
@@ -411,25 +331,30 @@ class LyingCoordinator:
             rounds=summaries,
         )
 
-    def upload(self, caller: str, header: pb.UploadHeader, chunks: Iterator[pb.UploadChunk]) -> pb.UploadReceipt:
+    def upload(
+        self, caller: str, header: pb.UploadHeader, chunks: Iterator[pb.UploadChunk]
+    ) -> pb.UploadReceipt:
         record = self._record(header.session_id, header.round_index)
         if header.node_id != caller or caller not in record.participants:
-            raise Refused(grpc.StatusCode.PERMISSION_DENIED, f"node {caller!r} may not upload here.")
+            raise Refused(
+                grpc.StatusCode.PERMISSION_DENIED, f"node {caller!r} may not upload here."
+            )
         held = record.uploads.get(caller)
         resent = held is not None and held.header.payload.sha256 == header.payload.sha256
         if (record.status != OPEN and not resent) or header.round_name != record.name:
             raise Refused(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"round {record.index} ({record.name!r}) takes no upload named {header.round_name!r}.",
+                f"round {record.index} ({record.name!r}) takes no upload "
+                f"named {header.round_name!r}.",
             )
         try:
             assembler = PayloadAssembler(header.payload, layout=record.layout)
-            for message in chunks:
-                assembler.add(message.data)
+            for chunk in chunks:
+                assembler.add(chunk.data)
             words = assembler.finish().copy()
         except PayloadError as error:
             raise Refused(grpc.StatusCode.INVALID_ARGUMENT, str(error)) from None
-        message = upload_statement_message(
+        statement = upload_statement_message(
             self.config_hash,
             self.session_id,
             record.index,
@@ -437,7 +362,7 @@ class LyingCoordinator:
             roster_hash=bytes(header.roster_hash),
             payload_sha256=bytes(header.payload.sha256),
         )
-        if not _verifies(self.identity_keys[caller], bytes(header.statement_signature), message):
+        if not _verifies(self.identity_keys[caller], bytes(header.statement_signature), statement):
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, "the upload statement does not verify.")
         with self.lock:
             earlier = record.uploads.get(caller)
@@ -487,7 +412,9 @@ class LyingCoordinator:
             min_survivors=self.federation.min_nodes,
         )
 
-    def result(self, caller: str, request: pb.GetResultRequest) -> tuple[pb.ResultHeader, U64 | None]:
+    def result(
+        self, caller: str, request: pb.GetResultRequest
+    ) -> tuple[pb.ResultHeader, U64 | None]:
         record = self._record(request.session_id, request.round_index)
         header = pb.ResultHeader(
             session_id=self.session_id,
@@ -594,142 +521,3 @@ def _verifies(public_key: bytes, signature: bytes, message: bytes) -> bool:
     except (InvalidSignature, ValueError):
         return False
     return True
-
-
-class _Servicer(pb_grpc.CoordinatorServicer):
-    """gRPC edge of :class:`LyingCoordinator`: caller from the certificate, errors as statuses."""
-
-    def __init__(self, server: LyingCoordinator) -> None:
-        self.server = server
-
-    def _run(self, context: grpc.ServicerContext, action: Callable[[str], T]) -> T:
-        try:
-            caller = node_id_from_auth_context(context.auth_context())
-        except CertificateError as error:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(error))
-            raise AssertionError("unreachable") from None
-        try:
-            with self.server.lock:
-                return action(caller)
-        except Refused as refused:
-            _abort(context, refused)
-
-    def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinResponse:
-        return self._run(context, lambda caller: self.server.join(caller, request))
-
-    def GetRoster(self, request: pb.GetRosterRequest, context: grpc.ServicerContext) -> pb.Roster:
-        return self._run(context, lambda caller: self.server.roster(caller, request))
-
-    def GetStatus(
-        self, request: pb.GetStatusRequest, context: grpc.ServicerContext
-    ) -> pb.SessionStatus:
-        return self._run(context, self.server.status)
-
-    def UploadEgress(
-        self, request_iterator: Iterator[pb.UploadChunk], context: grpc.ServicerContext
-    ) -> pb.UploadReceipt:
-        first = next(request_iterator, None)
-        if first is None or first.WhichOneof("part") != "header":
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an upload starts with its header.")
-        assert first is not None
-        header = first.header
-        # Payload chunks are read outside the state lock; the upload takes it to store.
-        try:
-            caller = node_id_from_auth_context(context.auth_context())
-            return self.server.upload(caller, header, request_iterator)
-        except Refused as refused:
-            _abort(context, refused)
-
-    def SubmitUnmask(
-        self, request_iterator: Iterator[pb.UnmaskChunk], context: grpc.ServicerContext
-    ) -> pb.UnmaskReceipt:
-        first = next(request_iterator, None)
-        kind = None if first is None else first.WhichOneof("part")
-        if first is None or kind not in ("header", "refusal"):
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "an unmask answer starts with a header.")
-        assert first is not None
-        if kind == "refusal":
-            return self._run(context, lambda caller: self.server.refuse(caller, first.refusal))
-        return self._run(
-            context, lambda caller: self.server.answer(caller, first.header, request_iterator)
-        )
-
-    def GetResult(
-        self, request: pb.GetResultRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.ResultChunk]:
-        header, aggregate = self._run(context, lambda caller: self.server.result(caller, request))
-        yield pb.ResultChunk(header=header)
-        if aggregate is not None:
-            for chunk in payload_chunks(aggregate, RESULT_CHUNK_BYTES):
-                yield pb.ResultChunk(data=chunk)
-
-    def GetUnmaskRequest(
-        self, request: pb.GetUnmaskRequestRequest, context: grpc.ServicerContext
-    ) -> pb.UnmaskRequest:
-        def fetch(caller: str) -> pb.UnmaskRequest:
-            record = self.server._record(request.session_id, request.round_index)
-            if record.status != UNMASK:
-                return pb.UnmaskRequest(session_id=request.session_id, pending=False)
-            return self.server.unmask_request(record, caller)
-
-        return self._run(context, fetch)
-
-    def AttestSurvivors(
-        self, request: pb.SurvivorAttestation, context: grpc.ServicerContext
-    ) -> pb.AttestationReceipt:
-        return self._run(context, lambda caller: self.server.attest(caller, request))
-
-    def Withdraw(
-        self, request: pb.WithdrawRequest, context: grpc.ServicerContext
-    ) -> pb.WithdrawReceipt:
-        def refuse(caller: str) -> pb.WithdrawReceipt:
-            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "this coordinator takes no withdrawals.")
-
-        return self._run(context, refuse)
-
-
-def _abort(context: grpc.ServicerContext, refused: Refused) -> NoReturn:
-    context.abort(refused.code, refused.sentence)
-    raise AssertionError("context.abort returned")
-
-
-@dataclass
-class Serving:
-    """A started lying coordinator: its state, its port, and how to stop it."""
-
-    coordinator: LyingCoordinator
-    server: grpc.Server
-    port: int
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self) -> None:
-        self.server.stop(grace=None).wait()
-
-
-def serve(
-    federation: FederationConfig, root: Path, script: Script | None = None
-) -> Serving:
-    """Serve a :class:`LyingCoordinator` on 127.0.0.1 (any free port) with the coordinator's TLS key.
-
-    ``root`` is the federation folder (``coordinator/server.pem`` and
-    ``coordinator/server.key`` as written by ``zerosum federation init``).
-    """
-    coordinator = LyingCoordinator(federation, script)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    pb_grpc.add_CoordinatorServicer_to_server(_Servicer(coordinator), server)
-    credentials = grpc.ssl_server_credentials(
-        [
-            (
-                (root / "coordinator" / "server.key").read_bytes(),
-                (root / "coordinator" / "server.pem").read_bytes(),
-            )
-        ],
-        root_certificates=federation.ca_certificate_path.read_bytes(),
-        require_client_auth=True,
-    )
-    port = server.add_secure_port("127.0.0.1:0", credentials)
-    server.start()
-    return Serving(coordinator, server, port)

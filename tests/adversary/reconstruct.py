@@ -95,10 +95,7 @@ def leftover(
     codec = FixedPointCodec(bits)
     noise = codec.decode((words - clean).astype(np.uint64))
     scaled = np.concatenate(
-        [
-            noise[slot.offset : slot.offset + slot.size] / floor[slot.name]
-            for slot in record.layout
-        ]
+        [noise[slot.offset : slot.offset + slot.size] / floor[slot.name] for slot in record.layout]
     )
     return Leftover(
         rms=float(np.sqrt(np.mean(np.square(scaled)))),

@@ -22,7 +22,8 @@ from numpy.typing import NDArray
 
 from noise.keys import EphemeralKey
 from noise.self_mask import self_mask_seed
-from tests.adversary.lying_server import LyingCoordinator, Script, Serving, serve
+from tests.adversary.lying_server import LyingCoordinator, Script
+from tests.adversary.serving import Serving, serve
 from tests.integration.conftest import (
     Federation,
     Processes,
@@ -191,9 +192,11 @@ def ledger_gaps(attack: Attack) -> list[str]:
             if node in record.uploads and not record.name.startswith("cape-sum/"):
                 folder = attack.out(node) / "egress" / f"round-{record.index}"
                 digest = _sha256_file(folder / "manifest.json")
-                if not [e for e in has("release", record.index) if e["details"].get(
-                    "manifest_sha256"
-                ) == digest]:
+                if not [
+                    e
+                    for e in has("release", record.index)
+                    if e["details"].get("manifest_sha256") == digest
+                ]:
                     gaps.append(f"{node}: no release entry for its round-{record.index} upload")
             answer = record.answers.get(node)
             if answer is not None and answer.corrections is not None:

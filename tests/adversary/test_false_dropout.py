@@ -80,9 +80,11 @@ def _lie_played_out(attack: Attack, index: int) -> RoundRecord:
     """Wait until the others answered and the victim polled VICTIM_POLLS times more."""
     record: RoundRecord = attack.wait_for(
         "the others' unmask answers",
-        lambda: (r := attack.coordinator.round(index)) is not None
-        and set(OTHERS) <= set(r.answers)
-        and r,
+        lambda: (
+            (r := attack.coordinator.round(index)) is not None
+            and set(OTHERS) <= set(r.answers)
+            and r
+        ),
     )
     seen = record.polls[VICTIM]
     attack.wait_for(
@@ -191,9 +193,7 @@ def test_relabelled_attestations_are_refused_by_the_victim(
     tmp_path: Path, processes: Processes
 ) -> None:
     federation = make_federation(tmp_path / "fed", NODES)
-    attack = Attack(
-        federation, tmp_path / "run", processes, FalseDropout(VICTIM, relabel=True)
-    )
+    attack = Attack(federation, tmp_path / "run", processes, FalseDropout(VICTIM, relabel=True))
     attack.start()
     victim = attack.nodes[VICTIM]
     assert victim.wait(60) == 1, attack.describe()

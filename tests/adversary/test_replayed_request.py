@@ -58,7 +58,9 @@ def test_a_second_survivor_set_for_an_answered_round_is_refused(
     attack.start()
     record: RoundRecord = attack.wait_for(
         "every node's answer to the first request",
-        lambda: (r := attack.coordinator.round(0)) is not None and set(NODES) <= set(r.answers) and r,
+        lambda: (
+            (r := attack.coordinator.round(0)) is not None and set(NODES) <= set(r.answers) and r
+        ),
     )
     first = record.shown[VICTIM][0]
     assert first.dropped == () and all(record.attested(n) == {first.survivor_hash} for n in NODES)
@@ -91,7 +93,10 @@ def test_a_second_survivor_set_for_an_answered_round_is_refused(
         assert "A survivor set is signed once per round" in why, why
         text = attack.nodes[node].stderr()
         assert "Traceback" not in text, text
-        assert f"zerosum node {node}: failed: refused to unmask round 0 ('sums'): I already signed survivors {{a, b, c}} (dropped {{}}) for round 0" in text, text
+        assert (
+            f"zerosum node {node}: failed: refused to unmask round 0 ('sums'): I already "
+            "signed survivors {a, b, c} (dropped {}) for round 0" in text
+        ), text
     assert codes == dict.fromkeys(NODES, 1), attack.describe()
     # Every seed reached the server, no pair term did: each upload keeps its mask.
     bits = federation.config.fixed_point_bits

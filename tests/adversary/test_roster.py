@@ -31,7 +31,9 @@ NODES = ("a", "b", "c")
 TARGET = "b"
 
 
-def _rehashed(server: LyingCoordinator, roster: pb.Roster, bundles: list[pb.KeyBundle]) -> pb.Roster:
+def _rehashed(
+    server: LyingCoordinator, roster: pb.Roster, bundles: list[pb.KeyBundle]
+) -> pb.Roster:
     """``roster`` with ``bundles``, and a roster hash that matches them."""
     altered = pb.Roster()
     altered.CopyFrom(roster)
@@ -55,35 +57,35 @@ class SubstituteKey(Script):
         self.key = EphemeralKey.generate()
 
     def roster(self, server: LyingCoordinator, caller: str, roster: pb.Roster) -> pb.Roster:
-        bundles = []
-        for bundle in roster.bundles:
-            if bundle.node_id == TARGET:
-                if self.how == "forged":
-                    forged = sign_key_bundle(
-                        self.identity,
-                        config_hash=server.config_hash,
-                        session_id=server.session_id,
-                        node_id=TARGET,
-                        public_key=self.key.public_bytes(),
-                    )
-                    bundle = pb.KeyBundle(
-                        config_hash=forged.config_hash,
-                        session_id=forged.session_id,
-                        node_id=TARGET,
-                        public_key=forged.public_key,
-                        signature=forged.signature,
-                    )
-                else:
-                    other = next(b for b in roster.bundles if b.node_id == "c")
-                    bundle = pb.KeyBundle(
-                        config_hash=other.config_hash,
-                        session_id=other.session_id,
-                        node_id=TARGET,
-                        public_key=other.public_key,
-                        signature=other.signature,
-                    )
-            bundles.append(bundle)
+        bundles = [
+            self._substitute(server, roster) if b.node_id == TARGET else b for b in roster.bundles
+        ]
         return _rehashed(server, roster, bundles)
+
+    def _substitute(self, server: LyingCoordinator, roster: pb.Roster) -> pb.KeyBundle:
+        if self.how == "forged":
+            forged = sign_key_bundle(
+                self.identity,
+                config_hash=server.config_hash,
+                session_id=server.session_id,
+                node_id=TARGET,
+                public_key=self.key.public_bytes(),
+            )
+            return pb.KeyBundle(
+                config_hash=forged.config_hash,
+                session_id=forged.session_id,
+                node_id=TARGET,
+                public_key=forged.public_key,
+                signature=forged.signature,
+            )
+        other = next(b for b in roster.bundles if b.node_id == "c")
+        return pb.KeyBundle(
+            config_hash=other.config_hash,
+            session_id=other.session_id,
+            node_id=TARGET,
+            public_key=other.public_key,
+            signature=other.signature,
+        )
 
 
 class AlteredHash(Script):

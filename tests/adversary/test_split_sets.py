@@ -23,7 +23,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
+from numpy.typing import NDArray
 
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
@@ -67,7 +69,12 @@ class SplitSets(Script):
         ]
 
 
-def _assert_all_padded(attack: Attack, record: RoundRecord, clean: dict, floor: dict) -> None:
+def _assert_all_padded(
+    attack: Attack,
+    record: RoundRecord,
+    clean: dict[str, NDArray[np.uint64]],
+    floor: dict[str, dict[str, float]],
+) -> None:
     assert record.answers == {}
     bits = attack.federation.config.fixed_point_bits
     for node in NODES:
@@ -84,9 +91,11 @@ def test_two_survivor_sets_for_one_round_reveal_nothing(
     attack.start()
     record: RoundRecord = attack.wait_for(
         "every node to attest the set it was shown",
-        lambda: (r := attack.coordinator.round(0)) is not None
-        and all(r.attested(n) for n in NODES)
-        and r,
+        lambda: (
+            (r := attack.coordinator.round(0)) is not None
+            and all(r.attested(n) for n in NODES)
+            and r
+        ),
     )
     if relay_all:
         codes = attack.exits()
@@ -114,7 +123,7 @@ def test_two_survivor_sets_for_one_round_reveal_nothing(
         text = attack.nodes[node].stderr()
         assert "Traceback" not in text, text
         if relay_all:
-            assert f"refused to unmask round 0 ('sums'): survivor set inconsistent: " in text, text
+            assert "refused to unmask round 0 ('sums'): survivor set inconsistent: " in text, text
             assert "survivor set inconsistent" in record.refusals[node]
         else:
             assert record.refusals == {}
