@@ -1,34 +1,38 @@
 """A coordinator that lies: the Coordinator service, honest but for one scripted lie.
 
 The threat model (docs/design.md §5) lets the coordinator be malicious. To test
-that, :class:`LyingCoordinator` implements the whole Coordinator service of
-proto/zerosum/v1/session.proto itself, with the federation's own coordinator
-TLS key and mutual TLS as the real server (the caller's node id is taken from
-its client certificate), and holds only what a coordinator holds: the
-federation config, its TLS key and whatever nodes send it. It runs a session
-the way coordinator/session.py does — joins until every node joined, rounds in
-the plan's order (under CAPE each preceded by its "cape-sum/<name>" round),
-an unmask step in every round, the aggregate Σ_S (y_k − b_k) − Σ_S corrections
-published with every counted upload statement (Bonawitz et al. 2017, ACM CCS,
-§4) — except where a :class:`Script` overrides one of its choices:
+that, :class:`LyingCoordinator` implements the Coordinator service of
+proto/zerosum/v1/session.proto itself (on the wire with mutual TLS and the
+federation's own coordinator key: tests/adversary/serving.py) and holds only
+what a coordinator holds: the federation config, its TLS key and whatever
+nodes send it. It runs a session the way coordinator/session.py does — joins
+until every node joined, rounds in the plan's order (under CAPE each preceded
+by its "cape-sum/<name>" round), an unmask step in every round, the aggregate
+Σ_S (y_k − b_k) − Σ_S corrections published with every counted upload
+statement (Bonawitz et al. 2017, ACM CCS, §4) — except where a
+:class:`~tests.adversary.records.Script` overrides one of its choices:
 
-* :meth:`Script.roster`: the roster shown to a caller (key substitution,
-  replayed bundles, an altered roster hash);
-* :meth:`Script.shown`: the survivor set S and dropped set D shown to a caller
-  in a round's unmask step (false dropouts, split survivor sets, a second
-  request for the same round index);
-* :meth:`Script.attestations`: which attestations it relays with that request.
+* ``roster``: the roster shown to a caller (key substitution, replayed
+  bundles, an altered roster hash);
+* ``shown``: the survivor set S and dropped set D shown to a caller in a
+  round's unmask step (false dropouts, split survivor sets, a second request
+  for the same round index);
+* ``attestations``: which attestations it relays with that request;
+* ``publish``: whether to publish a round every survivor answered (or, say,
+  :meth:`LyingCoordinator.supersede` it and rerun it).
 
 It reuses the coordinator's pure pieces only (``noise.transcript`` digests,
 ``noise.self_mask`` to subtract a revealed self-mask, ``proto.chunks`` for
 payload headers and chunks, ``coordinator.config`` for the round plan), never
-node code. Everything received is kept in memory (:attr:`LyingCoordinator.rounds`)
-so that a test can reconstruct what a coordinator could learn from it.
+node code. Everything received is kept in memory (:attr:`LyingCoordinator.rounds`,
+tests/adversary/records.py) so that a test can reconstruct what a coordinator
+could learn from it.
 
-A refusal does not end the session here (the real coordinator fails it): a
-lying coordinator goes on collecting whatever the other nodes still send, and
-the test ends the session with :meth:`LyingCoordinator.abort` once it has seen
-what it waits for.
+Deadlines are announced but never enforced, withdrawals are refused, and a
+refusal does not end the session (the real coordinator fails it): a lying
+coordinator goes on collecting whatever the other nodes still send, and the
+test ends the session with :meth:`LyingCoordinator.abort` once it has seen what
+it waits for.
 """
 
 from __future__ import annotations
@@ -124,6 +128,7 @@ class LyingCoordinator:
         self.lock = threading.RLock()
         # (session id, bundles by node) of every earlier session of this server.
         self.earlier: list[tuple[str, dict[str, pb.KeyBundle]]] = []
+        self.earlier_rounds: list[list[RoundRecord]] = []
         self._fresh_session()
 
     def _fresh_session(self) -> None:
@@ -137,11 +142,18 @@ class LyingCoordinator:
 
     # ------------------------------------------------------------ for tests
 
-    def new_session(self) -> None:
-        """Start another session (a new id), keeping the earlier one's bundles."""
+    def new_session(self, session_id: str | None = None) -> None:
+        """Start another session, keeping the earlier one's bundles and records.
+
+        ``session_id``: the new session's id (default: a fresh one); an
+        earlier id replays that session.
+        """
         with self.lock:
             self.earlier.append((self.session_id, dict(self.bundles)))
+            self.earlier_rounds.append(self.rounds)
             self._fresh_session()
+            if session_id is not None:
+                self.session_id = session_id
 
     def abort(self, reason: str) -> None:
         """End the session: every round not ready fails with ``reason``."""
@@ -214,15 +226,24 @@ class LyingCoordinator:
         return shown
 
     def _maybe_publish(self, record: RoundRecord) -> None:
-        """Publish the round once every participant was shown the same set and S answered."""
+        """Publish a set (S, D) once every member of S was shown it and answered it.
+
+        An honest coordinator shows every participant the same set; with a lie
+        the script decides whether a set some participants were not shown is
+        published (``Script.publish``, ``unanimous`` False).
+        """
         views = {self.view(record, n) for n in record.participants}
-        if len(views) != 1:
+        for view in sorted(views, key=lambda v: v.survivor_hash):
+            answered = {
+                n
+                for n, a in record.answers.items()
+                if a.header.survivor_hash == view.survivor_hash and self.view(record, n) == view
+            }
+            if set(view.survivors) <= answered:
+                break
+        else:
             return
-        (view,) = views
-        answered = {
-            n for n, a in record.answers.items() if a.header.survivor_hash == view.survivor_hash
-        }
-        if not set(view.survivors) <= answered or not self.script.publish(self, record):
+        if not self.script.publish(self, record, view, unanimous=len(views) == 1):
             return
         total = np.zeros(record.layout.size, dtype=np.uint64)
         for node in view.survivors:

@@ -118,6 +118,11 @@ class Script:
         by_node = record.attestations.get(shown.survivor_hash, {})
         return [by_node[n] for n in sorted(by_node)]
 
-    def publish(self, server: LyingCoordinator, record: RoundRecord) -> bool:
-        """Whether to publish a round every survivor answered (honest: yes)."""
-        return True
+    def publish(
+        self, server: LyingCoordinator, record: RoundRecord, view: Shown, *, unanimous: bool
+    ) -> bool:
+        """Whether to publish ``view``, whose every survivor answered it (honest: if unanimous).
+
+        ``unanimous``: every participant was shown ``view``.
+        """
+        return unanimous

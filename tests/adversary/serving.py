@@ -36,13 +36,17 @@ class _Servicer(pb_grpc.CoordinatorServicer):
     def __init__(self, server: LyingCoordinator) -> None:
         self.server = server
 
-    def _run(self, context: grpc.ServicerContext, action: Callable[[str], T]) -> T:
+    def _run(
+        self, context: grpc.ServicerContext, action: Callable[[str], T], *, locked: bool = True
+    ) -> T:
+        """``action(caller)``, under the state lock unless ``locked`` is False."""
         try:
             caller = node_id_from_auth_context(context.auth_context())
         except CertificateError as error:
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, str(error))
-            raise AssertionError("unreachable") from None
+            _abort(context, Refused(grpc.StatusCode.UNAUTHENTICATED, str(error)))
         try:
+            if not locked:
+                return action(caller)
             with self.server.lock:
                 return action(caller)
         except Refused as refused:
@@ -68,11 +72,11 @@ class _Servicer(pb_grpc.CoordinatorServicer):
         assert first is not None
         header = first.header
         # Payload chunks are read outside the state lock; the upload takes it to store.
-        try:
-            caller = node_id_from_auth_context(context.auth_context())
-            return self.server.upload(caller, header, request_iterator)
-        except Refused as refused:
-            _abort(context, refused)
+        return self._run(
+            context,
+            lambda caller: self.server.upload(caller, header, request_iterator),
+            locked=False,
+        )
 
     def SubmitUnmask(
         self, request_iterator: Iterator[pb.UnmaskChunk], context: grpc.ServicerContext

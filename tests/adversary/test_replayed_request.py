@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script
+from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
 from tests.adversary.reconstruct import floors, leftover, stripped
 from tests.adversary.scenario import Attack, ledger_gaps, make_federation
 from tests.integration.conftest import Processes
@@ -45,7 +45,9 @@ class SecondRequest(Script):
             return [n for n in record.participants if n != VICTIM], [VICTIM]
         return super().shown(server, record, caller)
 
-    def publish(self, server: LyingCoordinator, record: RoundRecord) -> bool:
+    def publish(
+        self, server: LyingCoordinator, record: RoundRecord, view: Shown, *, unanimous: bool
+    ) -> bool:
         return record.index != 0
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script
+from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
 from tests.adversary.reconstruct import floors, leftover, stripped
 from tests.adversary.scenario import Attack, ledger_gaps, make_federation
 from tests.integration.conftest import Processes
@@ -32,7 +32,9 @@ END = "the test coordinator ends the session after its reruns"
 class SupersedeAfterSeeds(Script):
     """Every round, once all its seeds are in: superseded, rerun among the same nodes."""
 
-    def publish(self, server: LyingCoordinator, record: RoundRecord) -> bool:
+    def publish(
+        self, server: LyingCoordinator, record: RoundRecord, view: Shown, *, unanimous: bool
+    ) -> bool:
         server.supersede(record, f"round {record.index} ({record.name!r}) is rerun")
         return False
 

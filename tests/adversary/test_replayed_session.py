@@ -1,0 +1,118 @@
+"""A coordinator replays a whole session id to collect what one run of it withheld.
+
+First run: the coordinator tells b and c that a dropped (they send their
+seeds and pair terms with a) and tells a that everyone survived (a attests,
+but never sees b's and c's signatures of that set, so it keeps its seed). It
+publishes the sum over {b, c}, so b and c complete the session. Second run,
+under the *same* session id: the nodes are started again and the coordinator
+shows everyone the set "all survived" for round 0 — if a now revealed the
+seed of an upload carrying the same egress, the pair terms from the first run
+would strip it. The survivor set a node signed for a round index is kept in
+OUT/survivor-sets.json per session id, ever (node/survivor_sets.py), so b and
+c refuse to sign another set for round 0 of that session, and a never sees
+the signatures it waits for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
+from tests.adversary.reconstruct import floors, leftover, stripped
+from tests.adversary.scenario import Attack, ledger_gaps, make_federation
+from tests.integration.conftest import Processes
+
+pytestmark = pytest.mark.integration
+
+NODES = ("a", "b", "c")
+VICTIM = "a"
+OTHERS = ("b", "c")
+END = "the test coordinator ends the replayed session"
+
+
+class DropThenPublish(Script):
+    """Round 0: D = {victim} for the others, D = ∅ for the victim; the others' set is published."""
+
+    def shown(
+        self, server: LyingCoordinator, record: RoundRecord, caller: str
+    ) -> tuple[Sequence[str], Sequence[str]]:
+        if caller == VICTIM:
+            return super().shown(server, record, caller)
+        return OTHERS, (VICTIM,)
+
+    def publish(
+        self, server: LyingCoordinator, record: RoundRecord, view: Shown, *, unanimous: bool
+    ) -> bool:
+        return view.dropped == (VICTIM,)
+
+
+def test_a_replayed_session_id_gets_no_second_survivor_set(
+    tmp_path: Path, processes: Processes
+) -> None:
+    federation = make_federation(tmp_path / "fed", NODES)
+    attack = Attack(federation, tmp_path / "run", processes, DropThenPublish())
+    attack.start()
+    first_codes = attack.exits()
+    server = attack.coordinator
+    session_id = server.session_id
+    first = server.rounds[0]
+    clean = attack.audit(VICTIM, 0)
+    floor = floors(attack.manifest(VICTIM, 0))
+    key = attack.session_key(VICTIM)
+    beta = attack.self_mask_seed(VICTIM, 0, key)
+    assert first_codes == {"a": 1, "b": 0, "c": 0}, attack.describe()
+    assert first.result is not None and first.result.survivors == OTHERS
+    assert VICTIM not in first.answers
+    # The victim learnt that its upload was left out of the published sum.
+    text = attack.nodes[VICTIM].stderr()
+    assert "Traceback" not in text
+    assert (
+        "failed: the aggregate of round 0 ('sums') carries no statement of my own upload; "
+        "it does not count what I sent" in text
+    ), text
+
+    attack.coordinator.new_session(session_id)
+    attack.coordinator.script = Script()
+    attack.start()
+    record: RoundRecord = attack.wait_for(
+        "the others' refusals in the replayed session",
+        lambda: (
+            (r := attack.coordinator.round(0)) is not None and set(OTHERS) <= set(r.refusals) and r
+        ),
+    )
+    seen = record.polls[VICTIM]
+    attack.wait_for(
+        "the victim to poll after the refusals", lambda: record.polls[VICTIM] >= seen + 10
+    )
+    codes = attack.end(END)
+
+    for node in OTHERS:
+        # b and c completed the first run, yet join the replay with fresh keys
+        # and resubmit their recorded bundles (the same bytes, so no new
+        # release); what stops them is what they recorded of round 0: the pair
+        # terms with a already revealed (and the survivor set already signed).
+        why = record.refusals[node]
+        assert (
+            "request for round 0 drops only {} after {a} was already revealed; an unmask may "
+            "only grow the dropped set" in why
+        ), why
+        text = attack.nodes[node].stderr()
+        assert (
+            "Traceback" not in text and f"failed: refused to unmask round 0 ('sums'): {why}" in text
+        )
+        assert "resubmitting the egress bundle" in text
+    assert codes == dict.fromkeys(NODES, 1), attack.describe()
+    assert VICTIM not in record.answers
+    seeds = [bytes(a.header.self_mask_seed) for r in (first, record) for a in r.answers.values()]
+    assert beta not in seeds
+    # Both runs' uploads of the victim, with everything both runs revealed, stay padded.
+    bits = federation.config.fixed_point_bits
+    padded = leftover(stripped(first, VICTIM), clean, first, floor, bits)
+    assert padded.rms > 1e6, padded
+    if VICTIM in record.uploads:
+        again = leftover(stripped(record, VICTIM), clean, record, floor, bits)
+        assert again.rms > 1e6, again
+    assert ledger_gaps(attack) == []
