@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Processes
+from tests.adversary.scenario import Processes
 
 
 @pytest.fixture
 def processes(tmp_path: Path) -> Iterator[Processes]:
-    """Processes of one test, killed at its teardown whatever happened."""
+    """Processes and servers of one test, ended at its teardown whatever happened."""
     spawned = Processes(tmp_path / "logs")
     try:
         yield spawned

@@ -24,20 +24,32 @@ from noise.keys import EphemeralKey
 from noise.self_mask import self_mask_seed
 from tests.adversary.lying_server import LyingCoordinator, Script
 from tests.adversary.serving import Serving, serve
-from tests.integration.conftest import (
-    Federation,
-    Processes,
-    Spawned,
-    init_federation,
-    wait_until,
-)
+from tests.integration import conftest as integration
+from tests.integration.conftest import Federation, Spawned, init_federation, wait_until
 
-__all__ = ["Attack", "ledger_gaps", "make_federation"]
+__all__ = ["Attack", "Processes", "ledger_gaps", "make_federation"]
 
 U64 = NDArray[np.uint64]
 # Bounds on waits; they matter only when something is broken.
 START_TIMEOUT = 60.0
 EXIT_TIMEOUT = 30.0
+
+
+class Processes(integration.Processes):
+    """The integration tests' processes, and the lying coordinators served beside them.
+
+    :meth:`close` (at each test's teardown) kills every process still running
+    and stops every server, whatever happened.
+    """
+
+    def __init__(self, logs: Path) -> None:
+        super().__init__(logs)
+        self.servers: list[Serving] = []
+
+    def close(self) -> None:
+        super().close()
+        for serving in self.servers:
+            serving.stop()
 
 
 def make_federation(
@@ -77,6 +89,7 @@ class Attack:
     def __post_init__(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.serving = serve(self.federation.config, self.federation.root, self.script)
+        self.processes.servers.append(self.serving)
 
     @property
     def coordinator(self) -> LyingCoordinator:

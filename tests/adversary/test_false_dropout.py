@@ -25,8 +25,7 @@ import pytest
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
 from tests.adversary.reconstruct import floors, leftover, stripped
-from tests.adversary.scenario import Attack, ledger_gaps, make_federation
-from tests.integration.conftest import Processes
+from tests.adversary.scenario import Attack, Processes, ledger_gaps, make_federation
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,7 @@ import pytest
 
 from noise.fixed_point import wrapping_sum
 from tests.adversary.lying_server import Script
-from tests.adversary.scenario import Attack, make_federation
-from tests.integration.conftest import Processes
+from tests.adversary.scenario import Attack, Processes, make_federation
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,7 @@ from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.transcript import roster_hash
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.adversary.lying_server import LyingCoordinator, Script
-from tests.adversary.scenario import Attack, ledger_gaps, make_federation
-from tests.integration.conftest import Processes
+from tests.adversary.scenario import Attack, Processes, ledger_gaps, make_federation
 
 pytestmark = pytest.mark.integration
 
