@@ -259,6 +259,23 @@ class LyingCoordinator:
         else:
             self._open(following, view.survivors)
 
+    def publish_forged(self, record: RoundRecord, aggregate: U64) -> None:
+        """Publish ``aggregate`` as the sum over every participant, whatever was answered."""
+        with self.lock:
+            view = Shown(
+                record.participants,
+                (),
+                survivor_set_hash(
+                    self.config_hash, self.session_id, record.index, record.participants, ()
+                ),
+            )
+            record.aggregate, record.result, record.status = aggregate.copy(), view, READY
+            following = self.plan.next_round_name(record.name)
+            if following is None:
+                self.state = COMPLETED
+            else:
+                self._open(following, record.participants)
+
     def supersede(self, record: RoundRecord, reason: str) -> None:
         """Mark ``record`` superseded and open its rerun under the next index.
 
