@@ -40,7 +40,6 @@ from __future__ import annotations
 import secrets
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 
 import grpc
@@ -137,7 +136,6 @@ class LyingCoordinator:
         self.reason = ""
         self.bundles: dict[str, pb.KeyBundle] = {}
         self.rounds: list[RoundRecord] = []
-        self.roster_requests: Counter[str] = Counter()
         self.join_started_ms = _now_ms()
 
     # ------------------------------------------------------------ for tests
@@ -252,7 +250,11 @@ class LyingCoordinator:
             total += upload.words - self_mask(seed, record.layout, round_index=record.index)
             if answer.corrections is not None:
                 total -= answer.corrections
-        record.aggregate, record.result, record.status = total, view, READY
+        self._ready(record, view, total)
+
+    def _ready(self, record: RoundRecord, view: Shown, aggregate: U64) -> None:
+        """Publish ``aggregate`` as the sum over ``view``'s survivors; open the next round."""
+        record.aggregate, record.result, record.status = aggregate.copy(), view, READY
         following = self.plan.next_round_name(record.name)
         if following is None:
             self.state = COMPLETED
@@ -269,12 +271,7 @@ class LyingCoordinator:
                     self.config_hash, self.session_id, record.index, record.participants, ()
                 ),
             )
-            record.aggregate, record.result, record.status = aggregate.copy(), view, READY
-            following = self.plan.next_round_name(record.name)
-            if following is None:
-                self.state = COMPLETED
-            else:
-                self._open(following, record.participants)
+            self._ready(record, view, aggregate)
 
     def supersede(self, record: RoundRecord, reason: str) -> None:
         """Mark ``record`` superseded and open its rerun under the next index.
@@ -333,7 +330,6 @@ class LyingCoordinator:
         )
 
     def roster(self, caller: str, request: pb.GetRosterRequest) -> pb.Roster:
-        self.roster_requests[caller] += 1
         honest = self.honest_roster()
         if not honest.final:
             return honest

@@ -34,7 +34,7 @@ VICTIM = "a"
 OTHERS = ("b", "c")
 # GetResult polls of the victim after the others answered: it had every
 # chance to see what it would ever see (nodes poll every 0.2 s).
-VICTIM_POLLS = 10
+VICTIM_POLLS = 6
 END = "the test coordinator ends the session after its false dropout"
 
 

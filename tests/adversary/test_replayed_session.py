@@ -84,7 +84,7 @@ def test_a_replayed_session_id_gets_no_second_survivor_set(
     )
     seen = record.polls[VICTIM]
     attack.wait_for(
-        "the victim to poll after the refusals", lambda: record.polls[VICTIM] >= seen + 10
+        "the victim to poll after the refusals", lambda: record.polls[VICTIM] >= seen + 6
     )
     codes = attack.end(END)
 

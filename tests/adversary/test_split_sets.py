@@ -41,7 +41,7 @@ SETS = {
     "c": (("b", "c", "d"), ("a",)),
     "d": (("b", "c", "d"), ("a",)),
 }
-POLLS = 10
+POLLS = 6
 END = "the test coordinator ends the session after showing two survivor sets"
 
 
