@@ -134,6 +134,9 @@ class LyingCoordinator:
         self.session_id = secrets.token_hex(16)
         self.state = JOINING
         self.reason = ""
+        # As the real coordinator, an ended session's roster is final (a node
+        # waiting for it then learns it has too few members).
+        self.roster_closed = False
         self.bundles: dict[str, pb.KeyBundle] = {}
         self.rounds: list[RoundRecord] = []
         self.join_started_ms = _now_ms()
@@ -154,11 +157,12 @@ class LyingCoordinator:
                 self.session_id = session_id
 
     def abort(self, reason: str) -> None:
-        """End the session: every round not ready fails with ``reason``."""
+        """End the session: every round not ready fails with ``reason``; the roster is final."""
         with self.lock:
             if self.state in (COMPLETED, ABORTED):
                 return
             self.state, self.reason = ABORTED, reason
+            self.roster_closed = True
             for record in self.rounds:
                 if record.status != READY:
                     record.status, record.reason = FAILED, reason
@@ -170,7 +174,7 @@ class LyingCoordinator:
     def honest_roster(self) -> pb.Roster:
         """The roster built from the joins, with its roster hash."""
         bundles = [self.bundles[n] for n in sorted(self.bundles)]
-        final = len(bundles) == len(self.node_ids)
+        final = self.roster_closed or len(bundles) == len(self.node_ids)
         return pb.Roster(
             session_id=self.session_id,
             config_hash=self.config_hash,
@@ -428,7 +432,7 @@ class LyingCoordinator:
         pending = caller not in record.refusals and (
             answered is None or answered.header.survivor_hash != shown.survivor_hash
         )
-        return pb.UnmaskRequest(
+        ask = pb.UnmaskRequest(
             session_id=self.session_id,
             round_index=record.index,
             round_name=record.name,
@@ -445,6 +449,8 @@ class LyingCoordinator:
             deadline_unix_ms=self._deadline(record),
             min_survivors=self.federation.min_nodes,
         )
+        _relay_contributions(ask, record, shown, caller)
+        return ask
 
     def result(
         self, caller: str, request: pb.GetResultRequest
@@ -483,6 +489,7 @@ class LyingCoordinator:
                         signature=h.statement_signature,
                     )
                 )
+            _relay_tags(header, record, record.result)
             return header, record.aggregate.copy()
         return header, None
 
@@ -547,6 +554,40 @@ class LyingCoordinator:
                 received_count=len(record.answers),
                 survivor_count=len(record.participants),
             )
+
+
+# Later revisions of the protocol add an aggregate check: each upload carries
+# challenge contributions sealed for the other participants, the coordinator
+# relays to each survivor those sealed for it, each unmask answer carries
+# blinded tags and a result every survivor's tags. The generated stubs here may
+# predate those fields; where they exist, the server relays them honestly.
+
+
+def _relay_contributions(
+    ask: pb.UnmaskRequest, record: RoundRecord, shown: Shown, caller: str
+) -> None:
+    target = getattr(ask, "challenge", None)
+    if target is None:
+        return
+    for node in shown.survivors:
+        upload = record.uploads.get(node)
+        if upload is None or node == caller:
+            continue
+        for sealed in getattr(upload.header, "challenge", ()):
+            if sealed.recipient_node_id == caller:
+                target.add().CopyFrom(sealed)
+
+
+def _relay_tags(header: pb.ResultHeader, record: RoundRecord, view: Shown) -> None:
+    target = getattr(header, "tags", None)
+    if target is None:
+        return
+    for node in view.survivors:
+        answer = record.answers.get(node)
+        tags = getattr(answer.header, "blinded_tags", ()) if answer is not None else ()
+        entry = target.add()
+        entry.node_id = node
+        entry.blinded_tags.extend(tags)
 
 
 def _verifies(public_key: bytes, signature: bytes, message: bytes) -> bool:

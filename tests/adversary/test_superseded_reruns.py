@@ -7,7 +7,10 @@ the rerun, where every node releases its values again with fresh masks and
 residual noise. Averaging k such releases shrinks the noise by √k, so nothing
 may stop that but the ledger: every release must be counted (μ-GDP
 composition, Dong, Roth & Su 2022) and a node must stop, before sending, once
-the next release would exceed its ε budget.
+the next release would exceed its ε budget. Which observers the budget bounds
+depends on the revision: the outsider alone (the coordinator's own ε, which
+the ledger also counts, then ends above the budget), or every observer class
+(the node then stops after fewer releases).
 """
 
 from __future__ import annotations
@@ -63,9 +66,10 @@ def test_reruns_after_the_seeds_are_counted_and_stop_at_the_budget(
         assert "Traceback" not in text, text
         assert (
             f"failed: releasing round {last.index} ('sums') would bring this node's total ε "
-            f"against an outsider to" in text
+            "against " in text
         ), text
-        assert f"above the budget of {BUDGET:g} (privacy.epsilon_budget); nothing was sent" in text
+        assert f"above the budget of {BUDGET:g} (privacy.epsilon_budget" in text, text
+        assert "nothing was sent" in text, text
         ledger = attack.ledger(node)
         releases = [e for e in ledger["entries"] if e["kind"] == "release"]
         assert sorted(e["round_index"] for e in releases) == [r.index for r in completed]
