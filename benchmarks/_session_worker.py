@@ -56,6 +56,18 @@ from node.gateway import RoundState
 from node.roster import derive_seeds, verify_roster
 from node.statements import check_statements, sign_upload_statement
 from node.unmask import attestation_signature
+from noise.aggregate_check import (
+    blinded_tags,
+    challenge_contribution,
+    challenge_key,
+    challenge_vectors,
+    check_tags,
+    open_contribution,
+    seal_contribution,
+    tags,
+    tags_from_bytes,
+    tags_to_bytes,
+)
 from noise.designs import Design, complete_design
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
@@ -247,9 +259,32 @@ class _Node:
                 node_id=self.node_id,
                 round_index=round_index,
             )
-            # The self-mask is part of the round's cost, as in a node.
-            payload = self._payload(round_index, TENSOR, mask)
-            payload += self_mask(seed, self.layout, round_index=round_index)
+            # The self-mask and the aggregate check are part of the round's cost, as in a node.
+            contribution = self._payload(round_index, TENSOR, mask)
+            payload = contribution + self_mask(seed, self.layout, round_index=round_index)
+            mine = challenge_contribution(
+                self.ephemeral,
+                config_hash=self.config_hash,
+                session_id=self.session_id,
+                node_id=self.node_id,
+                round_index=round_index,
+            )
+            challenge = [
+                (
+                    peer,
+                    seal_contribution(
+                        mine,
+                        self.seeds[peer],
+                        config_hash=self.config_hash,
+                        session_id=self.session_id,
+                        round_index=round_index,
+                        sender=self.node_id,
+                        recipient=peer,
+                    ),
+                )
+                for peer in self.participants
+                if peer != self.node_id
+            ]
             masked = time.monotonic()
             digest = hashlib.sha256(payload.astype("<u8", copy=False).tobytes()).digest()
             client.upload(
@@ -270,9 +305,11 @@ class _Node:
                     payload_sha256=digest,
                 ),
                 self_mask_commitment=self_mask_commitment(seed),
+                challenge=challenge,
             )
             uploaded = time.monotonic()
             attested = False
+            rho = None
             while True:
                 header = client.result(self.session_id, round_index)
                 ask = header.unmask_request
@@ -294,9 +331,31 @@ class _Node:
                         )
                         attested = True
                     elif len(ask.attestations) == len(ask.survivors):
+                        opened = {
+                            sender: open_contribution(
+                                sealed,
+                                self.seeds[sender],
+                                config_hash=self.config_hash,
+                                session_id=self.session_id,
+                                round_index=round_index,
+                                sender=sender,
+                                recipient=self.node_id,
+                            )
+                            for sender, sealed in ask.challenge
+                        }
+                        key = challenge_key({**opened, self.node_id: mine}, round_index=round_index)
+                        rho = challenge_vectors(key, self.layout.size, round_index=round_index)
+                        blinded = blinded_tags(
+                            tags(contribution, rho),
+                            self.node_id,
+                            ask.survivors,
+                            self.seeds,
+                            round_index=round_index,
+                        )
                         client.submit_unmask(
                             request=ask,
                             self_mask_seed=seed,
+                            blinded_tags=tags_to_bytes(blinded),
                             payload=None,
                             layout=self.layout,
                             fixed_point_bits=self.codec.frac_bits,
@@ -319,6 +378,9 @@ class _Node:
                         participants=self.participants,
                         round_name=round_name,
                     )
+                    given = {n: tags_from_bytes(t) for n, t in header.tags}
+                    if rho is None or check_tags(given, aggregate, rho):
+                        raise RuntimeError(f"round {round_index}: the aggregate check failed")
                     break
                 if header.state == RoundState.FAILED:
                     raise RuntimeError(f"round {round_index} failed: {header.reason}")

@@ -24,6 +24,7 @@ __all__ = [
     "RoundDeadline",
     "RoundStatus",
     "RoundSummary",
+    "SealedContribution",
     "SessionState",
     "StatusView",
     "UnmaskHeader",
@@ -65,6 +66,15 @@ class RoundStatus:
 
 
 @dataclass(frozen=True)
+class SealedContribution:
+    """A challenge contribution sealed by ``sender`` for ``recipient`` (opaque, 48 bytes)."""
+
+    sender: str
+    recipient: str
+    sealed: bytes
+
+
+@dataclass(frozen=True)
 class UploadHeader:
     """First message of an upload stream, with the node's signed upload statement.
 
@@ -81,6 +91,7 @@ class UploadHeader:
     roster_hash: bytes
     statement_signature: bytes
     self_mask_commitment: bytes
+    challenge: tuple[SealedContribution, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,7 @@ class UnmaskHeader:
     survivor_hash: bytes
     payload: PayloadSpec | None
     self_mask_seed: bytes
+    blinded_tags: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -217,6 +229,7 @@ class UnmaskRequestView:
     deadline_ms: int = 0
     min_survivors: int = 0
     attempt: int = 0
+    challenge: tuple[SealedContribution, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -242,6 +255,7 @@ class ResultView:
     path: Path | None
     unmask_request: UnmaskRequestView | None
     statements: tuple[UploadStatement, ...] = ()
+    tags: tuple[tuple[str, tuple[bytes, ...]], ...] = ()  # READY: (node, blinded tags)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from coordinator.messages import (
     ResultView,
     RosterView,
     RoundStatus,
+    SealedContribution,
     SessionState,
     StatusView,
     UnmaskHeader,
@@ -122,6 +123,10 @@ def upload_header_from_pb(h: pb.UploadHeader) -> UploadHeader:
         roster_hash=bytes(h.roster_hash),
         statement_signature=bytes(h.statement_signature),
         self_mask_commitment=bytes(h.self_mask_commitment),
+        challenge=tuple(
+            SealedContribution(c.sender_node_id, c.recipient_node_id, bytes(c.sealed))
+            for c in h.challenge
+        ),
     )
 
 
@@ -136,6 +141,7 @@ def unmask_header_from_pb(h: pb.UnmaskHeader) -> UnmaskHeader:
         survivor_hash=bytes(h.survivor_hash),
         payload=payload_spec_from_pb(h.payload) if h.HasField("payload") else None,
         self_mask_seed=bytes(h.self_mask_seed),
+        blinded_tags=tuple(bytes(t) for t in h.blinded_tags),
     )
 
 
@@ -272,6 +278,12 @@ def unmask_request_to_pb(view: UnmaskRequestView) -> pb.UnmaskRequest:
         fixed_point_bits=view.fixed_point_bits,
         deadline_unix_ms=view.deadline_ms,
         min_survivors=view.min_survivors,
+        challenge=[
+            pb.SealedContribution(
+                sender_node_id=c.sender, recipient_node_id=c.recipient, sealed=c.sealed
+            )
+            for c in view.challenge
+        ],
     )
 
 
@@ -304,6 +316,7 @@ def result_header_to_pb(view: ResultView) -> pb.ResultHeader:
             )
             for s in view.statements
         ],
+        tags=[pb.SurvivorTags(node_id=n, blinded_tags=list(t)) for n, t in view.tags],
     )
     if view.payload is not None:
         spec = view.payload

@@ -17,16 +17,22 @@ other way round, and binding the manifest digest (which itself holds the
 SHA-256 of the payload, values and results files) ties it to exactly the
 numbers that will be sent.
 
-Accepted reviewer keys. The federation configuration has no reviewer list
-today, so the gate accepts the node's own Ed25519 identity key — the key kept
-inside the TRE next to the node — and any further keys the operator passes
-in ``accepted_keys``; an approval signed by any other key is refused.
+Accepted reviewer keys. Each ``[[nodes]]`` entry of the federation config
+lists its output checkers' Ed25519 public keys (``checker_public_keys``,
+written by ``zerosum federation init``); in ``manual`` mode the gate accepts a
+decision signed by one of those keys only — never the node's own identity
+key, which lives next to the node and so proves nothing about a human review.
 
 Modes: ``auto`` signs an approval with the node's identity key at once
-(reviewer "automatic", for demos and simulations); ``manual`` polls until the
-file appears, then verifies it. A valid rejection stops the node
-(:class:`ApprovalRejected`); an approval that is malformed, signed by an
-unknown key, or made for another manifest is an :class:`ApprovalError`.
+(reviewer "automatic", for demos and simulations; only then is the identity
+key accepted); ``manual`` polls until the file appears, then verifies it. A
+valid rejection stops the node at once (:class:`ApprovalRejected`). A file
+that is malformed, signed by a key that is not a checker key of this node, or
+made for another manifest is refused and reported; a listed checker may
+replace it (``zerosum review … --replace``) and the gate takes the
+replacement, but when no valid decision appears within ``replace_seconds``
+of the refusal the gate gives up with an :class:`ApprovalError`, so the node
+withdraws from the round instead of holding the session to its deadline.
 """
 
 from __future__ import annotations
@@ -44,17 +50,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from node.atomic import atomic_write_json
 from node.egress import APPROVAL, EgressBundle
-from node.errors import ApprovalError, ApprovalRejected
+from node.errors import ApprovalError, ApprovalRejected, SetupError
 from noise.keys import IdentityKey, key_fingerprint, length_prefixed
+from proto.federation import FederationConfig
 
 __all__ = [
     "APPROVAL_FORMAT",
+    "REPLACE_SECONDS",
     "Approval",
     "ApprovalError",
     "ApprovalGate",
     "ApprovalRejected",
     "Decision",
     "approval_message",
+    "check_checker_keys",
     "read_approval",
     "sign_approval",
     "verify_approval",
@@ -65,6 +74,9 @@ APPROVAL_FORMAT = "zerosum-approval"
 APPROVAL_VERSION = 1
 _LABEL = b"zerosum/v1/egress-approval"
 _UNREADABLE_POLLS = 3
+# How long a refused approval.json may stay before the node gives up: time for
+# a checker to read the node's message and sign again with a listed key.
+REPLACE_SECONDS = 120.0
 
 Decision = Literal["approve", "reject"]
 ApprovalMode = Literal["auto", "manual"]
@@ -83,6 +95,21 @@ def approval_message(manifest_sha256: str, decision: str) -> bytes:
             f"manifest_sha256 must be 64 hex digits (a SHA-256); got {manifest_sha256!r}"
         )
     return _LABEL + length_prefixed(decision, "decision") + digest
+
+
+def check_checker_keys(config: FederationConfig, node_id: str, mode: str) -> None:
+    """Refuse, before any contact, a manual gate no decision could ever open.
+
+    With ``--approve manual`` only a checker key pinned in the node's
+    ``[[nodes]]`` entry can release its egress; without one the node would
+    compute, write its first bundle and then withdraw.
+    """
+    if mode == "manual" and not config.node(node_id).checker_public_keys:
+        raise SetupError(
+            f"--approve manual needs an output checker key for node {node_id!r}, and the "
+            "federation config lists none (checker_public_keys in its [[nodes]] entry; "
+            "zerosum federation init writes one per node)"
+        )
 
 
 @dataclass(frozen=True)
@@ -197,9 +224,10 @@ def verify_approval(
         )
     if approval.public_key not in accepted_keys:
         shown = key_fingerprint(approval.public_key) if len(approval.public_key) == 32 else "?"
+        listed = ", ".join(key_fingerprint(k) for k in accepted_keys) or "none"
         raise ApprovalError(
             f"the approval by {approval.reviewer!r} is signed with key {shown}, which is not an "
-            "accepted reviewer key for this node"
+            f"accepted reviewer key for this node (accepted: {listed})"
         )
     message = approval_message(approval.manifest_sha256, approval.decision)
     try:
@@ -212,16 +240,21 @@ def verify_approval(
 
 
 class ApprovalGate:
-    """Waits for, checks and records the approval of each egress bundle before upload."""
+    """Waits for, checks and records the approval of each egress bundle before upload.
+
+    ``checker_keys`` maps each public key of this node's output checkers (the
+    federation config's ``checker_public_keys``) to a label for messages.
+    """
 
     def __init__(
         self,
         mode: ApprovalMode,
         *,
         identity: IdentityKey,
-        accepted_keys: Mapping[bytes, str] | None = None,
+        checker_keys: Mapping[bytes, str] | None = None,
         poll_seconds: float = 1.0,
         timeout_seconds: float | None = None,
+        replace_seconds: float | None = None,
         progress: Callable[[str], None] | None = None,
         interrupt: Callable[[], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -231,17 +264,36 @@ class ApprovalGate:
             raise ValueError(f"approval mode must be 'auto' or 'manual'; got {mode!r}")
         self.mode = mode
         self.identity = identity
-        keys = {identity.public_bytes(): "this node's identity key"}
-        keys.update(accepted_keys or {})
+        keys = dict(checker_keys or {})
+        if identity.public_bytes() in keys:
+            raise ApprovalError(
+                "the node's identity key is listed as one of its checker keys; an output "
+                "checker needs a key of its own"
+            )
+        if mode == "auto":
+            # The node approves its own egress; no human review is claimed.
+            keys[identity.public_bytes()] = "this node (automatic approval)"
         self.accepted_keys = keys
         self.poll_seconds = poll_seconds
         self.timeout_seconds = timeout_seconds
+        self.replace_seconds = REPLACE_SECONDS if replace_seconds is None else replace_seconds
         self._progress = progress or (lambda _line: None)
         # Called once per poll while waiting; raises to abandon the wait (the
         # runner uses it to stop when the session ends or drops this node).
         self._interrupt = interrupt or (lambda: None)
         self._sleep = sleep
         self._clock = clock
+
+    def check(self, folder: Path, found: Approval) -> Approval:
+        """``found`` if it is a valid approval of the bundle in ``folder``; raise otherwise."""
+        verify_approval(
+            found,
+            manifest_sha256=EgressBundle.manifest_sha256(folder),
+            accepted_keys=self.accepted_keys,
+        )
+        if found.decision == "reject":
+            raise ApprovalRejected(folder, found.reviewer, found.comment)
+        return found
 
     def wait(self, folder: Path) -> Approval:
         """Return the valid approval of the bundle in ``folder``; raise if rejected or invalid."""
@@ -257,34 +309,68 @@ class ApprovalGate:
             )
             write_approval(folder, signed)
             return signed
+        if not self.accepted_keys:
+            raise ApprovalError(
+                "the federation config lists no output checker key for this node "
+                "(checker_public_keys in its [[nodes]] entry), so no decision on "
+                f"{folder} could ever be accepted; run with --approve auto or pin a checker key"
+            )
         started = self._clock()
         announced = False
         unreadable = 0
+        refused_at: float | None = None
+        refused_reason = ""
         while True:
             try:
                 found = read_approval(folder)
                 unreadable = 0
-            except ApprovalError:
+            except ApprovalError as error:
                 # A reviewer's editor may still be writing the file; give it a
                 # few polls before treating it as malformed.
                 unreadable += 1
                 if unreadable > _UNREADABLE_POLLS:
-                    raise
+                    refused_at, refused_reason = self._refuse(
+                        folder, str(error), refused_at, refused_reason
+                    )
                 found = None
             if found is not None:
-                verify_approval(found, manifest_sha256=digest, accepted_keys=self.accepted_keys)
-                if found.decision == "reject":
-                    raise ApprovalRejected(folder, found.reviewer, found.comment)
-                return found
+                try:
+                    return self.check(folder, found)
+                except ApprovalRejected:
+                    raise
+                except ApprovalError as error:
+                    refused_at, refused_reason = self._refuse(
+                        folder, str(error), refused_at, refused_reason
+                    )
+            elif unreadable == 0:
+                refused_at, refused_reason = None, ""
             if not announced:
                 self._progress(
                     f"waiting for a reviewer to approve {folder} "
                     f"(manifest sha256 {digest}); write {APPROVAL} there to continue"
                 )
                 announced = True
-            if self.timeout_seconds is not None and self._clock() - started >= self.timeout_seconds:
+            now = self._clock()
+            if refused_at is not None and now - refused_at >= self.replace_seconds:
+                raise ApprovalError(
+                    f"{folder / APPROVAL} was refused ({refused_reason}) and no valid decision "
+                    f"replaced it within {self.replace_seconds:g} s"
+                )
+            if self.timeout_seconds is not None and now - started >= self.timeout_seconds:
                 raise ApprovalError(
                     f"no approval appeared in {folder} within {self.timeout_seconds:g} s"
                 )
             self._interrupt()
             self._sleep(self.poll_seconds)
+
+    def _refuse(
+        self, folder: Path, reason: str, since: float | None, previous: str
+    ) -> tuple[float, str]:
+        """Report a refused approval file once per reason; when the refusal started."""
+        if reason != previous:
+            self._progress(
+                f"refusing {folder / APPROVAL}: {reason}. An output checker of this node may "
+                f"replace it: zerosum review {folder} --approve|--reject --replace --key "
+                f"CHECKER.pem --reviewer NAME (waiting {self.replace_seconds:g} s)"
+            )
+        return (self._clock() if since is None else since), reason

@@ -297,7 +297,9 @@ class CapeStore:
             )
         planned = _names(data.get("planned"), path, "planned")
         drawn_for = data.get("drawn_for")
-        if drawn_for is not None and (not isinstance(drawn_for, int) or isinstance(drawn_for, bool)):
+        if drawn_for is not None and (
+            not isinstance(drawn_for, int) or isinstance(drawn_for, bool)
+        ):
             raise CapeStateError(f"{path}: field 'drawn_for' must be an integer or null")
         draws = _read_vector(folder, data.get("draws"), size, path, "draws")
         residual = None

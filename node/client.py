@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
@@ -237,6 +237,7 @@ def _unmask_request(message: pb.UnmaskRequest) -> UnmaskRequest | None:
             for a in message.attestations
         ),
         min_survivors=message.min_survivors,
+        challenge=tuple((c.sender_node_id, bytes(c.sealed)) for c in message.challenge),
     )
 
 
@@ -410,6 +411,7 @@ class GrpcGateway:
         roster_hash: bytes,
         statement_signature: bytes,
         self_mask_commitment: bytes,
+        challenge: Sequence[tuple[str, bytes]],
     ) -> UploadReceipt:
         """Stream a payload with its signed upload statement (see node/statements.py)."""
         header = pb.UploadHeader(
@@ -421,6 +423,12 @@ class GrpcGateway:
             roster_hash=roster_hash,
             statement_signature=statement_signature,
             self_mask_commitment=self_mask_commitment,
+            challenge=[
+                pb.SealedContribution(
+                    sender_node_id=self._node_id, recipient_node_id=recipient, sealed=sealed
+                )
+                for recipient, sealed in challenge
+            ],
         )
 
         def messages() -> Iterator[pb.UploadChunk]:
@@ -497,6 +505,9 @@ class GrpcGateway:
                     if header.HasField("unmask_request")
                     else None
                 ),
+                tags=tuple(
+                    (t.node_id, tuple(bytes(b) for b in t.blinded_tags)) for t in header.tags
+                ),
             )
 
         return self._call("GetResult", attempt)
@@ -518,6 +529,7 @@ class GrpcGateway:
         *,
         request: UnmaskRequest,
         self_mask_seed: bytes,
+        blinded_tags: Sequence[bytes],
         payload: NDArray[np.uint64] | None,
         layout: Layout,
         fixed_point_bits: int,
@@ -531,6 +543,7 @@ class GrpcGateway:
             dropped_node_ids=list(request.dropped),
             survivor_hash=request.survivor_hash,
             self_mask_seed=self_mask_seed,
+            blinded_tags=list(blinded_tags),
         )
         if payload is not None:
             header.payload.CopyFrom(payload_header(payload, layout, fixed_point_bits))

@@ -16,13 +16,16 @@ One folder per node and round, ``OUT/egress/round-<r>/`` (docs/design.md §8):
     semi-automated statistical disclosure control", SACRO project): a top-level
     ``version`` and ``results`` keyed by output, each with ``uid``, ``status``
     ("review"), ``type`` ("custom"), ``properties``, ``files`` ([{name, sdc}]),
-    ``outcome``, ``command``, ``summary``, ``timestamp``, ``comments`` and
-    ``exception``; one output per file, so the SACRO viewer can open the folder.
+    ``outcome``, ``command``, ``summary``, ``timestamp``, ``comments``,
+    ``exception`` and ``fair``; one output per file, so the SACRO viewer can open
+    the folder and ACRO's own reader (``acro.record.load_records``, which
+    demands its exact version, :data:`ACRO_RESULTS_VERSION`) can load it.
     As in ACRO, ``checksums/<file>.txt`` holds each file's hex SHA-256.
 ``manifest.json``
     Format ``zerosum-egress`` version 1: session, round, node, fixed-point bits,
-    the tensor layout with per-entry noise std σ in real units as an outsider
-    sees it (√(R_kk + σ_res²)), each tensor's sensitivity and how it was derived,
+    the tensor layout with per-entry noise std σ in the tensor's own units (the
+    scaled sums as sent) as an outsider sees it (√(R_kk + σ_res²)), each
+    tensor's sensitivity and how it was derived,
     the masking facts (construction, graph, K, collusion profile — never seeds),
     the DP receipt (mechanism, μ/ε/δ per observer class for this release and the
     cumulative ledger totals), SDC evidence (N, residual degrees of freedom) and
@@ -79,9 +82,10 @@ __all__ = [
 
 EGRESS_FORMAT = "zerosum-egress"
 EGRESS_VERSION = 1
-# The ACRO results.json schema version this bundle follows; the SACRO viewer
-# accepts 0.4 and later.
-ACRO_RESULTS_VERSION = "0.4.0"
+# The ACRO release whose results.json this bundle writes. ACRO's own reader
+# (acro.record.load_records) accepts only its exact version; the SACRO Viewer
+# accepts 0.4 and later (sacro/versioning.py compares major.minor).
+ACRO_RESULTS_VERSION = "1.0.2"
 
 MANIFEST = "manifest.json"
 PAYLOAD = "payload.npy"
@@ -205,7 +209,7 @@ class EgressBundle:
 
     def _sigma_sentence(self) -> str:
         parts = [f"{t.name}: σ={t.sigma:.4g} (Δ={t.sensitivity:.4g})" for t in self.tensors]
-        return "Per-entry noise std in real units — " + "; ".join(parts) + "."
+        return "Per-entry noise std in each tensor's own units, as sent — " + "; ".join(parts) + "."
 
     def results_json(self, timestamp: str) -> dict[str, Any]:
         """The ACRO-schema ``results.json``: one "custom" output per released file."""
@@ -225,7 +229,10 @@ class EgressBundle:
         masking = (
             f"Masking: {self.masking.construction} construction on a {self.masking.graph} graph "
             f"of {self.masking.n_nodes} nodes; masks cancel exactly in the federated sum, "
-            f"collusion threshold T={self.masking.collusion_threshold}."
+            f"collusion threshold T={self.masking.collusion_threshold}. These values leave "
+            "under a uniform one-time self-mask as well; its 32-byte seed goes to the "
+            "coordinator in the round's unmask step, once every surviving node has signed the "
+            "same survivor set, and with it the coordinator holds exactly these values."
         )
         exception = (
             "Release requested: these are sums over subjects with calibrated Gaussian noise "
@@ -249,7 +256,12 @@ class EgressBundle:
             properties["epsilon_outsider"] = json_number(outsider.epsilon)
             properties["delta"] = outsider.delta
         outputs = {
-            "noised_values": (VALUES, "Noised values of every tensor, decoded to real units."),
+            "noised_values": (
+                VALUES,
+                "Noised values of every tensor as sent, decoded from fixed point to floats: sums "
+                "of values clipped to the public bounds and pre-scaled to [-1, 1], not real "
+                "units (zerosum review shows each in years and feature units).",
+            ),
             "noised_payload": (
                 PAYLOAD,
                 "The same noised values in the exact fixed-point form submitted "
@@ -278,6 +290,9 @@ class EgressBundle:
                 "timestamp": timestamp,
                 "comments": [what, where, self._sigma_sentence(), privacy, masking],
                 "exception": exception,
+                # ACRO 1.x records a FAIR description per output; its custom
+                # outputs carry an empty one, as these do.
+                "fair": {},
             }
         return {"version": ACRO_RESULTS_VERSION, "results": results}
 
@@ -340,6 +355,34 @@ class EgressBundle:
         for name, digest in checksums.items():
             atomic_write_bytes(folder / CHECKSUMS / f"{name}.txt", digest.encode("ascii"))
         return folder
+
+    @staticmethod
+    def complete_after_crash(folder: Path) -> list[str]:
+        """Finish what a crash during :meth:`write` left undone; the files written.
+
+        :meth:`write` writes ``checksums/`` after the manifest, each file
+        through a temporary ``.<name>.<random>.tmp`` renamed into place, so a
+        node killed in between leaves a bundle that verifies but lacks ACRO's
+        records, or holds a temporary file that is no part of it. This writes
+        each missing record (the SHA-256 the manifest declares, only when the
+        file on disk has it; call after :meth:`verify`) and removes the
+        temporary files.
+        """
+        folder = Path(folder)
+        manifest_bytes = (folder / MANIFEST).read_bytes()
+        declared = dict(json.loads(manifest_bytes.decode("utf-8")).get("checksums", {}))
+        declared[MANIFEST] = hashlib.sha256(manifest_bytes).hexdigest()
+        for where in (folder, folder / CHECKSUMS):
+            for stray in where.glob(".*.tmp"):
+                stray.unlink(missing_ok=True)
+        written = []
+        for name, digest in declared.items():
+            record = folder / CHECKSUMS / f"{name}.txt"
+            if record.exists() or _sha256_file(folder / name) != digest:
+                continue
+            atomic_write_bytes(record, str(digest).encode("ascii"))
+            written.append(name)
+        return written
 
     @classmethod
     def read(cls, folder: Path) -> EgressBundle:

@@ -159,7 +159,11 @@ class Attestation:
 
 @dataclass(frozen=True)
 class UnmaskRequest:
-    """What the coordinator asks of this node for a round after a dropout."""
+    """What the coordinator asks of this node in a round's unmask step.
+
+    ``challenge``: (sender, sealed) of the challenge contribution every other
+    survivor sealed for this node, for the round's aggregate check.
+    """
 
     session_id: str
     round_index: int
@@ -169,6 +173,7 @@ class UnmaskRequest:
     survivor_hash: bytes
     attestations: tuple[Attestation, ...]
     min_survivors: int
+    challenge: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -185,6 +190,7 @@ class RoundResult:
     aggregate: U64 | None = None
     layout: Layout | None = None  # the aggregate's layout as announced
     unmask_request: UnmaskRequest | None = None
+    tags: tuple[tuple[str, tuple[bytes, ...]], ...] = ()  # READY: each survivor's blinded tags
 
 
 @dataclass(frozen=True)
@@ -216,6 +222,7 @@ class CoordinatorGateway(Protocol):
         roster_hash: bytes,
         statement_signature: bytes,
         self_mask_commitment: bytes,
+        challenge: Sequence[tuple[str, bytes]],
     ) -> UploadReceipt: ...
 
     def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
@@ -233,6 +240,7 @@ class CoordinatorGateway(Protocol):
         *,
         request: UnmaskRequest,
         self_mask_seed: bytes,
+        blinded_tags: Sequence[bytes],
         payload: U64 | None,
         layout: Layout,
         fixed_point_bits: int,

@@ -1,12 +1,14 @@
 """The node's privacy ledger: every release and unmask correction, and what they add up to.
 
 A TRE must be able to say, at any time, how much the data it holds has
-disclosed in total. The ledger is a JSON file (``OUT/ledger.json``, kept across
-sessions for the same data) with one entry per event:
+disclosed in total. The ledger is one JSON file per node, kept in the node's
+state folder across every session it takes part in (``STATE/ledger.json``,
+``node.state_folder``), with one entry per event:
 
 * ``release`` — an egress left the TRE; it records μ per observer class
-  ("outsider", "coordinator", "coalition:m" for the coordinator plus m pooling
-  nodes) for that release;
+  ("outsider"; "colluders:m" for an outsider who also holds the secrets of m
+  colluding nodes; "coordinator"; "coalition:m" for the coordinator plus m
+  pooling nodes) for that release, and the SHA-256 of the payload it sent;
 * ``unmask`` — the node revealed its pair terms with dropped nodes for a round;
   the coordinator then holds more of the node's noise than before, so the
   entry records the release's new, larger μ per observer class. Its
@@ -17,6 +19,14 @@ sessions for the same data) with one entry per event:
 * ``refusal`` — the node declined an unmask request, with its reason (no
   privacy cost, kept for the record).
 
+A release is identified by what was released: (session id, round index,
+payload SHA-256). The same bytes sent again (a restart resubmits its bundle
+as it was) are one release; different bytes for the same session and round
+are a second release and cost again. An unmask entry names the payload of the
+release it corrects (the latest release of its round when it was written);
+an entry of a version-1 ledger, which names none, corrects every release of
+its round, so that no cost is ever dropped.
+
 Totals compose exactly in μ-GDP: a release's cost is its largest recorded μ
 (the release itself or a later correction), and r releases compose to
 μ = sqrt(Σ μ_r²) (Dong, Roth & Su 2022, JRSS-B, Corollary 3.3); (ε, δ) is read
@@ -25,7 +35,10 @@ unbounded μ (the coordinator learns an exact sum when residual DP is off)
 makes that class's total unbounded, written "inf".
 
 Every update rewrites the whole file atomically (temporary file, fsync,
-rename), so a crash leaves either the old or the new ledger, never a torn one.
+rename), so a crash leaves either the old or the new ledger, never a torn one;
+``copies`` (the session's ``OUT/ledger.json``) are rewritten after it, for the
+session's record. Version 2 is written; version 1 (release entries without a
+payload digest, keyed by their manifest digest instead) is read.
 """
 
 from __future__ import annotations
@@ -33,119 +46,43 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from node.atomic import atomic_write_json
 from node.errors import LedgerError
-from node.receipt import LayoutError, ObserverRelease, json_number, parse_json_number
+from node.ledger_entry import (
+    LedgerEntry,
+    ObserverTotal,
+    ReleaseKey,
+    check_digest,
+    check_mu,
+    label_order,
+    observer_from_label,
+)
+from node.receipt import json_number
 from noise.accounting import compose_mu, gaussian_epsilon
 
 __all__ = [
     "LEDGER_FORMAT",
+    "LEDGER_VERSION",
+    "READABLE_VERSIONS",
     "LedgerEntry",
     "LedgerError",
     "ObserverTotal",
     "PrivacyLedger",
+    "ReleaseKey",
     "observer_from_label",
 ]
 
 LEDGER_FORMAT = "zerosum-ledger"
-LEDGER_VERSION = 1
+LEDGER_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 COMPOSITION = (
     "μ-GDP composition: μ_total = sqrt(Σ μ_release²), each release at its largest recorded μ "
     "(Dong, Roth & Su 2022); ε from the exact Gaussian tradeoff at δ (Balle & Wang 2018)"
 )
-
-EntryKind = Literal["release", "unmask", "refusal"]
-
-
-def observer_from_label(label: str) -> tuple[str, int]:
-    """("outsider", 0), ("coordinator", 0) or ("coalition", m) from a ledger label."""
-    if label in {"outsider", "coordinator"}:
-        return label, 0
-    kind, _, size = label.partition(":")
-    if kind == "coalition" and size.isdigit() and int(size) >= 1:
-        return kind, int(size)
-    raise LedgerError(
-        f"observer class {label!r} is not 'outsider', 'coordinator' or 'coalition:<m>'"
-    )
-
-
-def _check_mu(mu: Mapping[str, float]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for label, value in mu.items():
-        observer_from_label(label)
-        number = float(value)
-        if math.isnan(number) or number < 0:
-            raise LedgerError(f"μ for observer class {label!r} must be >= 0; got {value!r}")
-        out[label] = number
-    return out
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One event in the ledger; ``release_key`` names the release it concerns."""
-
-    kind: EntryKind
-    session_id: str
-    round_index: int
-    round_name: str
-    timestamp: str
-    mu: Mapping[str, float] = field(default_factory=dict)
-    details: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def release_key(self) -> tuple[str, int]:
-        return (self.session_id, self.round_index)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "session_id": self.session_id,
-            "round_index": self.round_index,
-            "round_name": self.round_name,
-            "timestamp": self.timestamp,
-            "mu": {label: json_number(v) for label, v in self.mu.items()},
-            "details": dict(self.details),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LedgerEntry:
-        try:
-            kind = data["kind"]
-            if kind not in ("release", "unmask", "refusal"):
-                raise LedgerError(f"ledger entry kind {kind!r} is unknown")
-            return cls(
-                kind=kind,
-                session_id=str(data["session_id"]),
-                round_index=int(data["round_index"]),
-                round_name=str(data["round_name"]),
-                timestamp=str(data["timestamp"]),
-                mu={str(k): parse_json_number(v, f"mu[{k!r}]") for k, v in data["mu"].items()},
-                details=dict(data.get("details", {})),
-            )
-        except (KeyError, TypeError, ValueError, LayoutError) as exc:
-            if isinstance(exc, LedgerError):
-                raise
-            raise LedgerError(f"ledger entry {dict(data)!r} is malformed: {exc}") from exc
-
-
-@dataclass(frozen=True)
-class ObserverTotal:
-    """Composed privacy loss against one observer class over every release so far."""
-
-    label: str
-    mu: float
-    epsilon: float
-    delta: float
-    releases: int
-
-    def as_release(self) -> ObserverRelease:
-        observer, size = observer_from_label(self.label)
-        return ObserverRelease(observer, size, self.mu, self.epsilon, self.delta)
 
 
 def _now() -> str:
@@ -157,23 +94,29 @@ class PrivacyLedger:
 
     ``delta`` is the δ at which composed totals are converted to ε (the
     policy's per-release δ). Each ``record_*`` call appends one entry and
-    saves the file; a rejected entry leaves both memory and file unchanged.
+    saves the file, then its ``copies``; an entry the file did not take
+    leaves both memory and file unchanged.
     """
 
-    def __init__(self, path: Path, node_id: str, delta: float) -> None:
+    def __init__(
+        self, path: Path, node_id: str, delta: float, *, copies: Sequence[Path] = ()
+    ) -> None:
         if not 0.0 < delta < 1.0:
             raise LedgerError(f"ledger δ must be strictly between 0 and 1; got {delta!r}")
         self.path = Path(path)
         self.node_id = node_id
         self.delta = float(delta)
+        self.copies = tuple(Path(c) for c in copies if Path(c) != Path(path))
         self._entries: list[LedgerEntry] = []
 
     # -- persistence ----------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path, node_id: str, delta: float) -> PrivacyLedger:
+    def open(
+        cls, path: Path, node_id: str, delta: float, *, copies: Sequence[Path] = ()
+    ) -> PrivacyLedger:
         """Load the ledger at ``path`` (an empty one when the file does not exist yet)."""
-        ledger = cls(path, node_id, delta)
+        ledger = cls(path, node_id, delta, copies=copies)
         path = Path(path)
         if not path.exists():
             return ledger
@@ -181,19 +124,22 @@ class PrivacyLedger:
             document = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise LedgerError(f"privacy ledger {path} is not valid JSON: {exc}") from exc
-        if document.get("format") != LEDGER_FORMAT:
+        if not isinstance(document, dict) or document.get("format") != LEDGER_FORMAT:
             raise LedgerError(f"{path} is not a {LEDGER_FORMAT} file")
-        if document.get("version") != LEDGER_VERSION:
+        if document.get("version") not in READABLE_VERSIONS:
             raise LedgerError(
                 f"{path} has ledger version {document.get('version')!r}; "
-                f"this program reads version {LEDGER_VERSION}"
+                f"this program reads versions {', '.join(map(str, READABLE_VERSIONS))}"
             )
         if document.get("node_id") != node_id:
             raise LedgerError(
                 f"privacy ledger {path} belongs to node {document.get('node_id')!r}, "
                 f"not {node_id!r}"
             )
-        ledger._entries = [LedgerEntry.from_json(e) for e in document.get("entries", [])]
+        entries = document.get("entries", [])
+        if not isinstance(entries, list):
+            raise LedgerError(f"privacy ledger {path}: 'entries' must be a list")
+        ledger._entries = [LedgerEntry.from_json(e) for e in entries]
         return ledger
 
     def to_json(self) -> dict[str, Any]:
@@ -217,15 +163,47 @@ class PrivacyLedger:
         }
 
     def save(self) -> None:
-        atomic_write_json(self.path, self.to_json())
+        document = self.to_json()
+        atomic_write_json(self.path, document)
+        for copy in self.copies:
+            atomic_write_json(copy, document)
 
     def _append(self, entry: LedgerEntry) -> None:
         self._entries.append(entry)
         try:
-            self.save()
+            document = self.to_json()
+            atomic_write_json(self.path, document)
         except BaseException:
             self._entries.pop()
             raise
+        # The entry is on disk in the ledger itself; a copy that cannot be
+        # written is reported, but the entry stays (dropping it would let the
+        # next save erase it from the ledger).
+        for copy in self.copies:
+            atomic_write_json(copy, document)
+
+    def merge(self, other: PrivacyLedger) -> int:
+        """Add every entry of ``other`` this ledger lacks (an import); how many were added.
+
+        Entries are compared whole, so importing a copy of this ledger adds
+        nothing and importing the same file twice adds its entries once.
+        """
+        if other.node_id != self.node_id:
+            raise LedgerError(
+                f"privacy ledger {other.path} belongs to node {other.node_id!r}, "
+                f"not {self.node_id!r}"
+            )
+        have = {json.dumps(e.to_json(), sort_keys=True) for e in self._entries}
+        new = [e for e in other.entries if json.dumps(e.to_json(), sort_keys=True) not in have]
+        if new:
+            before = list(self._entries)
+            self._entries.extend(new)
+            try:
+                self.save()
+            except BaseException:
+                self._entries = before
+                raise
+        return len(new)
 
     # -- queries --------------------------------------------------------
 
@@ -233,25 +211,50 @@ class PrivacyLedger:
     def entries(self) -> tuple[LedgerEntry, ...]:
         return tuple(self._entries)
 
-    def release_mu(self) -> dict[tuple[str, int], dict[str, float]]:
-        """Per release (session, round): the largest μ recorded per observer class."""
-        out: dict[tuple[str, int], dict[str, float]] = {}
+    def session_ids(self) -> frozenset[str]:
+        """Every session this ledger holds an entry of."""
+        return frozenset(e.session_id for e in self._entries)
+
+    def release_mu(self) -> dict[ReleaseKey, dict[str, float]]:
+        """Per release (session, round, payload): the largest μ recorded per observer class.
+
+        An unmask entry raises the release whose payload it names; one that
+        names none (version 1) raises every release of its round, and one
+        whose release is missing counts as a release of its own: a cost is
+        never dropped.
+        """
+        out: dict[ReleaseKey, dict[str, float]] = {}
+        for entry in self._entries:
+            if entry.kind == "release":
+                _raise_to(out.setdefault(entry.release_key, {}), entry.mu)
         for entry in self._entries:
             # A refusal costs nothing, nor does revealing CAPE secure-sum pads
             # (an unmask entry without μ, for a round that released no egress).
-            if entry.kind == "refusal" or (entry.kind == "unmask" and not entry.mu):
+            if entry.kind != "unmask" or not entry.mu:
                 continue
-            current = out.setdefault(entry.release_key, {})
-            for label, mu in entry.mu.items():
-                current[label] = max(current.get(label, 0.0), mu)
+            digest = entry.payload_sha256
+            targets = [
+                key
+                for key in out
+                if key[:2] == entry.round_key and (not digest or key[2] == digest)
+            ]
+            if not targets:
+                targets = [(entry.session_id, entry.round_index, digest or "unmask")]
+            for key in targets:
+                _raise_to(out.setdefault(key, {}), entry.mu)
         return out
 
-    def totals(self, extra: Mapping[str, float] | None = None) -> tuple[ObserverTotal, ...]:
-        """Composed μ and ε per observer class; ``extra`` adds a prospective release."""
+    def totals(
+        self,
+        extra: Mapping[str, float] | None = None,
+        *,
+        extras: Sequence[Mapping[str, float]] = (),
+    ) -> tuple[ObserverTotal, ...]:
+        """Composed μ and ε per observer class; ``extra``/``extras`` add prospective releases."""
         per_release = list(self.release_mu().values())
-        if extra is not None:
-            per_release.append(_check_mu(extra))
-        labels = sorted({label for mus in per_release for label in mus}, key=_label_order)
+        prospective = ([extra] if extra is not None else []) + list(extras)
+        per_release.extend(check_mu(mu) for mu in prospective)
+        labels = sorted({label for mus in per_release for label in mus}, key=label_order)
         totals = []
         for label in labels:
             mus = [mus[label] for mus in per_release if label in mus]
@@ -280,13 +283,48 @@ class PrivacyLedger:
                 return t.epsilon
         return 0.0
 
-    def has_release(self, session_id: str, round_index: int) -> bool:
-        return self.release_entry(session_id, round_index) is not None
+    def has_release(
+        self, session_id: str, round_index: int, payload_sha256: str | None = None
+    ) -> bool:
+        """True when a release of (session, round) is recorded (of that payload, if given)."""
+        return any(
+            payload_sha256 is None or e.payload_sha256 == payload_sha256
+            for e in self.release_entries(session_id, round_index)
+        )
 
-    def release_entry(self, session_id: str, round_index: int) -> LedgerEntry | None:
-        """The release recorded for (session, round), or None (there is at most one)."""
-        for entry in self._entries:
-            if entry.kind == "release" and entry.release_key == (session_id, round_index):
+    def release_entries(self, session_id: str, round_index: int) -> tuple[LedgerEntry, ...]:
+        """Every release recorded for (session, round), oldest first."""
+        return tuple(
+            e
+            for e in self._entries
+            if e.kind == "release" and e.round_key == (session_id, round_index)
+        )
+
+    def release_entry(
+        self, session_id: str, round_index: int, payload_sha256: str | None = None
+    ) -> LedgerEntry | None:
+        """The latest release recorded for (session, round) (of that payload, if given)."""
+        found = [
+            e
+            for e in self.release_entries(session_id, round_index)
+            if payload_sha256 is None or e.payload_sha256 == payload_sha256
+        ]
+        return found[-1] if found else None
+
+    def recorded_release(
+        self, session_id: str, round_index: int, *, payload_sha256: str, manifest_sha256: str
+    ) -> LedgerEntry | None:
+        """The entry that already records this release, or None.
+
+        That is the entry of the same payload, or a version-1 entry (no
+        payload digest) of the same round whose manifest digest is this
+        bundle's: a bundle is never recomputed, so the same manifest is the
+        same release.
+        """
+        for entry in reversed(self.release_entries(session_id, round_index)):
+            if entry.payload_sha256 == payload_sha256 or (
+                not entry.payload_sha256 and entry.details.get("manifest_sha256") == manifest_sha256
+            ):
                 return entry
         return None
 
@@ -321,7 +359,7 @@ class PrivacyLedger:
         want = (sorted(dropped), sorted(survivors))
         return any(
             entry.kind == "unmask"
-            and entry.release_key == (session_id, round_index)
+            and entry.round_key == (session_id, round_index)
             and (list(entry.details.get("dropped", ())), list(entry.details.get("survivors", ())))
             == want
             for entry in self._entries
@@ -337,21 +375,34 @@ class PrivacyLedger:
         round_name: str,
         mu: Mapping[str, float],
         manifest_sha256: str,
+        payload_sha256: str,
         tensors: Sequence[str] = (),
     ) -> LedgerEntry:
-        """Record that a round's egress left the TRE (once per session and round)."""
-        if self.has_release(session_id, round_index):
-            raise LedgerError(
-                f"round {round_index} of session {session_id} is already in the ledger"
-            )
+        """Record that a round's egress left the TRE, before its bytes leave.
+
+        The same payload of the same session and round is one release (also
+        when a version-1 entry records it by its manifest): its entry is
+        returned and nothing is added. A different payload for the same
+        session and round is a second release.
+        """
+        digest = check_digest(payload_sha256, "payload_sha256")
+        existing = self.recorded_release(
+            session_id, round_index, payload_sha256=digest, manifest_sha256=manifest_sha256
+        )
+        if existing is not None:
+            return existing
         entry = LedgerEntry(
             kind="release",
             session_id=session_id,
             round_index=round_index,
             round_name=round_name,
             timestamp=_now(),
-            mu=_check_mu(mu),
-            details={"manifest_sha256": manifest_sha256, "tensors": list(tensors)},
+            mu=check_mu(mu),
+            details={
+                "payload_sha256": digest,
+                "manifest_sha256": manifest_sha256,
+                "tensors": list(tensors),
+            },
         )
         self._append(entry)
         return entry
@@ -366,20 +417,28 @@ class PrivacyLedger:
         survivors: Sequence[str],
         mu: Mapping[str, float],
     ) -> LedgerEntry:
-        """Record revealed pair terms with ``dropped``; ``mu`` is the release's μ afterwards."""
-        if not self.has_release(session_id, round_index):
+        """Record revealed pair terms with ``dropped``; ``mu`` is the release's μ afterwards.
+
+        The entry names the payload of the round's latest release (the one
+        this node sent in this process or resubmitted after a restart).
+        """
+        release = self.release_entry(session_id, round_index)
+        if release is None:
             raise LedgerError(
                 f"cannot record an unmask for round {round_index} of session {session_id}: "
                 "the ledger has no release for it"
             )
+        details: dict[str, Any] = {"dropped": sorted(dropped), "survivors": sorted(survivors)}
+        if release.payload_sha256:
+            details["payload_sha256"] = release.payload_sha256
         entry = LedgerEntry(
             kind="unmask",
             session_id=session_id,
             round_index=round_index,
             round_name=round_name,
             timestamp=_now(),
-            mu=_check_mu(mu),
-            details={"dropped": sorted(dropped), "survivors": sorted(survivors)},
+            mu=check_mu(mu),
+            details=details,
         )
         self._append(entry)
         return entry
@@ -443,6 +502,6 @@ class PrivacyLedger:
         return entry
 
 
-def _label_order(label: str) -> tuple[int, int]:
-    observer, size = observer_from_label(label)
-    return ({"outsider": 0, "coordinator": 1}.get(observer, 2), size)
+def _raise_to(current: dict[str, float], mu: Mapping[str, float]) -> None:
+    for label, value in mu.items():
+        current[label] = max(current.get(label, 0.0), value)

@@ -151,10 +151,12 @@ class MaskingFacts:
 class ObserverRelease:
     """μ-GDP and (ε, δ) of a release against one observer class.
 
-    ``observer`` is "outsider" (a single egress), "coordinator" (every egress of
-    the round) or "coalition" (the coordinator with ``coalition_size`` nodes
-    pooling their seeds). ``mu`` may be +inf (e.g. the coordinator learns the
-    exact aggregate when residual DP is off); it is written as "inf".
+    ``observer`` is "outsider" (a single egress), "colluders" (a single egress
+    and the secrets of ``coalition_size`` colluding nodes), "coordinator"
+    (every egress of the round) or "coalition" (the coordinator with
+    ``coalition_size`` nodes pooling their seeds). ``mu`` may be +inf (e.g.
+    the coordinator learns the exact aggregate when residual DP is off); it is
+    written as "inf".
     """
 
     observer: str
@@ -166,8 +168,8 @@ class ObserverRelease:
     @property
     def label(self) -> str:
         """The observer class as the ledger keys it ("coalition:2" for a coalition of 2)."""
-        if self.observer == "coalition":
-            return f"coalition:{self.coalition_size}"
+        if self.observer in ("coalition", "colluders"):
+            return f"{self.observer}:{self.coalition_size}"
         return self.observer
 
     def to_json(self) -> dict[str, Any]:

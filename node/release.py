@@ -17,9 +17,12 @@ threshold) is planned once at unit scale by :func:`noise.policy.plan_noise`
 over the session's final roster, and each tensor uses that design scaled by
 s_t² (variances) — so every node derives identical pair variances, and every
 privacy figure of the unit design scales by Δ_t/s_t. Observer classes:
-"outsider" (one egress), "coordinator" (every egress of the round) and
-"coalition:m" (the coordinator plus the worst m other nodes pooling their
-secrets), from :func:`noise.accounting.privacy_report`.
+"outsider" (one egress), "colluders:m" (one egress and the secrets of the
+worst m other nodes: the noise left is ``worst_remaining_variance``),
+"coordinator" (every egress of the round) and "coalition:m" (the coordinator
+plus the worst m other nodes pooling their secrets), from
+:func:`noise.accounting.privacy_report`; m runs over 1..T, the policy's
+collusion threshold (capped at K − 1), for either construction.
 """
 
 from __future__ import annotations
@@ -134,6 +137,8 @@ class ReleaseNoise:
     scales: Mapping[str, float]
     delta: float
     calibration: str
+    # The policy's T; None takes the design's (a CAPE design carries none of its own).
+    collusion_threshold: int | None = None
     _coalition_mu: dict[int, float] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )
@@ -195,12 +200,34 @@ class ReleaseNoise:
                 self._unit_report[label] = row.mu
                 if row.observer == "coalition":
                     self._coalition_mu[row.coalition_size] = row.mu
+                if row.observer == "outsider":
+                    for size in range(1, self.max_reported_coalition + 1):
+                        self._unit_report[f"colluders:{size}"] = self._colluders_unit_mu(size)
         return self._unit_report
+
+    def _colluders_unit_mu(self, size: int) -> float:
+        """μ at unit scale of one egress whose worst ``size`` other nodes share their secrets.
+
+        What is left is Gaussian of variance v = ``worst_remaining_variance``
+        (m largest pair terms known; for CAPE τ²(1 − 1/(K − m)) + σ_res²), so
+        μ = 1/√v, the outsider's formula with v for R_kk + σ_res².
+        """
+        left = worst_remaining_variance(
+            self.unit.design, self.node_id, size, self.unit.residual_variance
+        )
+        return math.inf if left <= 0.0 else 1.0 / math.sqrt(left)
+
+    @property
+    def threshold(self) -> int:
+        """The collusion threshold T the receipt reports coalitions up to."""
+        if self.collusion_threshold is not None:
+            return self.collusion_threshold
+        return self.unit.design.collusion_threshold
 
     @property
     def max_reported_coalition(self) -> int:
         k = len(self.unit.design.node_ids)
-        return min(self.unit.design.collusion_threshold, k - 1)
+        return max(min(self.threshold, k - 1), 0)
 
     def mu(self) -> dict[str, float]:
         """μ of this release per observer class label."""
@@ -236,7 +263,7 @@ class ReleaseNoise:
             construction=self.unit.design.construction,
             graph=self.unit.design.kind,
             n_nodes=len(self.unit.design.node_ids),
-            collusion_threshold=self.unit.design.collusion_threshold,
+            collusion_threshold=self.threshold,
             remaining_std_fraction=tuple(fractions),
             residual_dp=residual_dp,
         )
@@ -299,7 +326,9 @@ class ReleaseNoise:
 
         The coordinator then knows what the dropped nodes would have pooled,
         so it faces the conditional covariance given ``dropped``; a coalition
-        of m is bounded by the worst coalition of m + |dropped| (capped at K − 1).
+        of m is bounded by the worst coalition of m + |dropped| (capped at K − 1),
+        and so, should the coordinator pass the answers on, are m colluders
+        with an outsider.
         """
         before = self.mu()
         honest, sigma = conditional_covariance(
@@ -312,10 +341,16 @@ class ReleaseNoise:
         )
         k = len(self.unit.design.node_ids)
         for label in list(after):
-            if not label.startswith("coalition:"):
+            kind, _, count = label.partition(":")
+            if kind not in ("coalition", "colluders"):
                 continue
-            size = min(int(label.split(":")[1]) + len(set(dropped)), k - 1)
-            after[label] = max(after[label], self._worst_coalition_mu(size) * self._ratio)
+            size = min(int(count) + len(set(dropped)), k - 1)
+            worst = (
+                self._worst_coalition_mu(size)
+                if kind == "coalition"
+                else self._colluders_unit_mu(size)
+            )
+            after[label] = max(after[label], worst * self._ratio)
         return after
 
     def _worst_coalition_mu(self, size: int) -> float:
@@ -382,4 +417,5 @@ def plan_release(
         scales=scales,
         delta=privacy.delta,
         calibration=calibration,
+        collusion_threshold=privacy.collusion_threshold,
     )

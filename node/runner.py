@@ -13,7 +13,16 @@
    is awaited (``node.session.unmask_answers``). After a restart it first
    takes in what was aggregated meanwhile (``node.session.resume``).
 4. **Finish** (``node.session.outputs``): ``OUT/model.json``,
-   ``OUT/predictions.csv`` and the ledger ``OUT/ledger.json``.
+   ``OUT/predictions.csv``; the session is recorded completed in the state
+   folder, whose ledger ``STATE/ledger.json`` holds every release of every
+   session (``OUT/ledger.json`` is its copy, rewritten after each entry).
+
+**Budget.** Before this node's first release or CAPE share of the session
+(and again after a restart) the whole session's cost, every plan round not
+yet released among the round's participants composed with the ledger, is
+checked against ``privacy.epsilon_budget`` for every observer class the
+policy bounds (``node.budget``); a session that would pass it is refused with
+a withdrawal, nothing of its data sent.
 
 **Withdrawal.** A node that stops on purpose before uploading the current
 round tells the coordinator at once, so the other TREs need not wait for the
@@ -27,7 +36,7 @@ local fault the operator can repair never withdraws: the node may be run
 again and resume the round before its deadline. The reason sent is a sentence
 without data; a reviewer's comment stays in the TRE. Withdrawing is best
 effort: an error is printed, never raised. Only one process at a time runs a
-node on OUT (``OUT/node.lock``).
+node on OUT (``OUT/node.lock``) and on its state folder (``STATE/node.lock``).
 """
 
 from __future__ import annotations
@@ -39,8 +48,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from node.approval import check_checker_keys
 from node.client import GrpcGateway
 from node.errors import (
+    ApprovalError,
     ApprovalRejected,
     CoordinatorUnreachable,
     GatewayError,
@@ -53,6 +64,7 @@ from node.gateway import CoordinatorGateway, SessionState
 from node.masking import MaskPrefetch
 from node.session.cape_round import run_cape_sum_round
 from node.session.context import NodeOptions, SessionContext
+from node.session.egress_steps import check_session_budget
 from node.session.joining import join
 from node.session.model_round import prefetch_mask, run_model_round
 from node.session.outputs import write_results
@@ -61,6 +73,7 @@ from node.session.resume import catch_up, take_aggregated
 from node.session.setup import LocalSetup, prepare
 from node.session.unmask_answers import CAPE_SUM_PREFIX
 from node.session_state import SessionStore
+from node.state_folder import NodeState
 from noise.errors import InfeasibleDesignError
 
 __all__ = [
@@ -100,7 +113,7 @@ class RunOutcome:
     session_id: str
     model: Path
     predictions: Path
-    ledger: Path
+    ledger: Path  # the node's ledger across sessions, STATE/ledger.json (a copy in OUT)
     masks_drawn_ahead: int = 0  # pairwise masks drawn before their round opened
     masks_drawn_in_round: int = 0
 
@@ -123,6 +136,7 @@ class NodeRunner:
         *,
         data: Path | None = None,
         out: Path | None = None,
+        state: Path | None = None,
         options: NodeOptions | None = None,
         progress: Callable[[str], None] = _stderr,
         gateway: GatewayFactory = grpc_gateway,
@@ -131,6 +145,7 @@ class NodeRunner:
         self.node_id = node_id
         self.data = data
         self.out = out
+        self.state = state
         self.options = options or NodeOptions()
         self._progress = progress
         self._gateway = gateway
@@ -142,9 +157,16 @@ class NodeRunner:
     def prepare(self) -> LocalSetup:
         """Load and check everything local; raises SetupError before any network contact."""
         if self.setup is None:
-            self.setup = prepare(
-                self.federation, self.node_id, data=self.data, out=self.out, say=self.say
+            setup = prepare(
+                self.federation,
+                self.node_id,
+                data=self.data,
+                out=self.out,
+                state=self.state,
+                say=self.say,
             )
+            check_checker_keys(setup.config, self.node_id, self.options.approve)
+            self.setup = setup
         return self.setup
 
     def _sleep(self) -> None:
@@ -155,18 +177,24 @@ class NodeRunner:
         setup = self.prepare()
         gateway = self._gateway(setup, self.options, self.say)
         try:
-            with self._hold_output(setup.out):
+            with self._hold(setup.state, setup.out):
                 ctx = join(setup, gateway, self.options, self.say, self._sleep)
                 progress = RoundProgress.from_ledger(ctx.ledger, ctx.session_id)
-                with MaskPrefetch(ctx.seeds, ctx.codec) as masks:
+                with self._recording(ctx), MaskPrefetch(ctx.seeds, ctx.codec) as masks:
                     try:
                         if not ctx.resuming:
                             prefetch_mask(ctx, masks, 0, ctx.roster.node_ids)
                         self._rounds(ctx, progress, masks)
-                    except (NodeRefused, InfeasibleDesignError, ApprovalRejected) as error:
+                    except (
+                        NodeRefused,
+                        InfeasibleDesignError,
+                        ApprovalRejected,
+                        ApprovalError,
+                    ) as error:
                         self._withdraw(ctx, progress, error)
                         raise
-                model, predictions = write_results(ctx.out, ctx.plan, ctx.cohort.ids)
+                    model, predictions = write_results(ctx.out, ctx.plan, ctx.cohort.ids)
+                ctx.state.record_end(ctx.session_id, "completed")
                 self.say(f"model written to {model}; predictions to {predictions}")
                 return RunOutcome(
                     ctx.session_id,
@@ -184,24 +212,38 @@ class NodeRunner:
             gateway.close()
 
     @contextmanager
-    def _hold_output(self, out: Path) -> Iterator[None]:
-        """This process's exclusive hold on OUT for the session (``SessionStore.exclusive``).
+    def _hold(self, state: Path, out: Path) -> Iterator[None]:
+        """This process's exclusive hold on STATE, then OUT, for the session.
 
-        Taken before the saved key is read: a second process on the same
-        folder would replace the key, release the round again with other
-        residual noise and lose ledger entries.
+        Taken before the ledger and the saved key are read: a second process
+        on the same state folder would rewrite the ledger from its own memory
+        and lose entries; one on the same OUT would replace the key and
+        release the round again with other residual noise.
         """
         try:
-            with SessionStore(out).exclusive():
+            with NodeState(state, self.node_id).exclusive(), SessionStore(out).exclusive():
                 yield
         except SessionStateError as error:
             raise SessionFailed(str(error)) from None
+
+    @contextmanager
+    def _recording(self, ctx: SessionContext) -> Iterator[None]:
+        """Record in the state folder why the session stopped at this node, if it did."""
+        try:
+            yield
+        except (NodeError, InfeasibleDesignError) as error:
+            try:
+                ctx.state.record_end(ctx.session_id, "failed", str(error))
+            except (NodeError, OSError) as failure:
+                self.say(f"could not record the failure in {ctx.state.sessions_path}: {failure}")
+            raise
 
     def _rounds(self, ctx: SessionContext, progress: RoundProgress, masks: MaskPrefetch) -> None:
         """Take part in every round the coordinator opens, until the plan has its model."""
         plan = ctx.plan
         if ctx.resuming:
             catch_up(ctx, progress)
+        budget_checked = False
         while not plan.complete:
             status = ctx.gateway.status(ctx.session_id)
             if status.state == SessionState.ABORTED:
@@ -226,6 +268,10 @@ class NodeRunner:
                 raise SessionFailed(
                     f"the coordinator dropped this node before round {index} ({name!r})"
                 )
+            if not budget_checked:
+                progress.unsent = index  # what a refusal withdraws from
+                check_session_budget(ctx, participants)
+                budget_checked = True
             if name.startswith(CAPE_SUM_PREFIX):
                 run_cape_sum_round(ctx, progress, index=index, name=name, participants=participants)
             elif name in plan.round_names:
@@ -249,6 +295,9 @@ class NodeRunner:
         if isinstance(error, ApprovalRejected):
             # Only the decision leaves the TRE: the reviewer's comment may speak of the data.
             reason = "the TRE's output checker rejected this node's egress"
+        elif isinstance(error, ApprovalError):
+            # The local message names folders and reviewers; only the fact leaves.
+            reason = "this node holds no valid output checker decision on its egress"
         else:
             reason = str(error)
         reason = reason[:1000]  # the coordinator's bound on WithdrawRequest.reason

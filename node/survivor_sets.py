@@ -31,11 +31,19 @@ _FORMAT = "zerosum-survivor-sets"
 
 @dataclass(frozen=True)
 class SignedSet:
-    """The survivor set signed for one round index."""
+    """The survivor set signed for one round index (and, once answered, its challenge key)."""
 
     survivor_hash: bytes
     survivors: tuple[str, ...]
     dropped: tuple[str, ...]
+    challenge_key: bytes | None = None
+
+    def same_set(self, other: SignedSet) -> bool:
+        return (self.survivor_hash, self.survivors, self.dropped) == (
+            other.survivor_hash,
+            other.survivors,
+            other.dropped,
+        )
 
 
 class SurvivorSets:
@@ -64,6 +72,9 @@ class SurvivorSets:
                     bytes.fromhex(entry["survivor_hash"]),
                     tuple(str(n) for n in entry["survivors"]),
                     tuple(str(n) for n in entry["dropped"]),
+                    None
+                    if entry.get("challenge_key") is None
+                    else bytes.fromhex(entry["challenge_key"]),
                 )
                 for index, entry in document["rounds"].items()
             }
@@ -83,11 +94,24 @@ class SurvivorSets:
         Raises ValueError if another set was signed for that index already.
         """
         earlier = self._signed.get(round_index)
-        if earlier is not None and earlier != signed:
+        if earlier is not None and not earlier.same_set(signed):
             raise ValueError(f"round {round_index} has a signed survivor set already")
-        if earlier == signed:
+        if earlier is not None:
             return
-        rounds = {**self._signed, round_index: signed}
+        self._write({**self._signed, round_index: signed})
+
+    def note_challenge(self, round_index: int, key: bytes) -> None:
+        """Keep the round's challenge key κ (before the answer that depends on it leaves).
+
+        The aggregate is checked against it once published, also after a restart.
+        """
+        earlier = self._signed[round_index]
+        if earlier.challenge_key == key:
+            return
+        updated = SignedSet(earlier.survivor_hash, earlier.survivors, earlier.dropped, key)
+        self._write({**self._signed, round_index: updated})
+
+    def _write(self, rounds: dict[int, SignedSet]) -> None:
         atomic_write_json(
             self.path,
             {
@@ -98,6 +122,9 @@ class SurvivorSets:
                         "survivor_hash": entry.survivor_hash.hex(),
                         "survivors": list(entry.survivors),
                         "dropped": list(entry.dropped),
+                        "challenge_key": None
+                        if entry.challenge_key is None
+                        else entry.challenge_key.hex(),
                     }
                     for index, entry in sorted(rounds.items())
                 },

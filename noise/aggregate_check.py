@@ -28,9 +28,15 @@ product computes it exactly; longer vectors are processed in blocks and the
 block sums added as Python integers.
 
 The secret ρ of a round comes from a challenge key κ = SHA-256 over the
-contributions of every participant of the round (:func:`challenge_key`), which
-each sends encrypted to the others under their pairwise keys; the coordinator
-relays them but cannot read them.
+contributions of every survivor of the round (:func:`challenge_key`). Each
+node's contribution c_k is derived from its session key
+(:func:`challenge_contribution`, so a restart gives the same c_k) under a
+label of its own, independent of the self-mask seed it reveals later, and
+travels in its upload header sealed for each other participant with AES-GCM
+under a key expanded from their pairwise seed (:func:`seal_contribution`,
+bound to config, session, round, sender and recipient). The coordinator
+relays the sealed contributions but cannot read or alter them, so it never
+learns ρ; a node colluding with it could (a stated limit).
 """
 
 from __future__ import annotations
@@ -40,28 +46,158 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from numpy.typing import NDArray
 
-from noise.keys import length_prefixed, require_bytes
+from noise.keys import CONFIG_HASH_BYTES, EphemeralKey, length_prefixed, require_bytes
 from noise.seeds import SEED_BYTES, stream_key
 from noise.stream import uniform_uint64
 
 __all__ = [
     "CHALLENGE_BITS",
     "CHALLENGE_VECTORS",
+    "SEALED_BYTES",
+    "TAG_BYTES",
     "TAG_MODULUS",
     "blinded_tags",
+    "challenge_contribution",
     "challenge_key",
     "challenge_vectors",
     "check_tags",
+    "open_contribution",
+    "seal_contribution",
     "tags",
+    "tags_from_bytes",
+    "tags_to_bytes",
 ]
 
 CHALLENGE_BITS = 16
 CHALLENGE_VECTORS = 4
 TAG_MODULUS = 1 << 128
+TAG_BYTES = 16
+SEALED_BYTES = SEED_BYTES + 16  # the contribution and AES-GCM's tag
 _BLOCK = 1 << 20
 _LABEL = b"zerosum/v1/aggregate-challenge"
+_CONTRIBUTION_LABEL = b"zerosum/v1/aggregate-challenge-contribution"
+_SEAL_LABEL = b"zerosum/v1/aggregate-challenge-seal"
+# Every sealing key is used for one message only, so a constant nonce is safe.
+_NONCE = bytes(12)
+
+
+def _round(round_index: int) -> bytes:
+    if isinstance(round_index, bool) or not 0 <= int(round_index) < 2**64:
+        raise ValueError(f"round_index must be a whole number in [0, 2^64); got {round_index!r}")
+    return struct.pack(">Q", int(round_index))
+
+
+def challenge_contribution(
+    key: EphemeralKey, *, config_hash: bytes, session_id: str, node_id: str, round_index: int
+) -> bytes:
+    """c_k of one round: 32 bytes from the session key, under a label of their own."""
+    require_bytes(config_hash, CONFIG_HASH_BYTES, "config hash")
+    info = _CONTRIBUTION_LABEL + config_hash + length_prefixed(node_id, "node id")
+    return HKDF(
+        algorithm=hashes.SHA256(),
+        length=SEED_BYTES,
+        salt=session_id.encode("utf-8"),
+        info=info + _round(round_index),
+    ).derive(key.private_bytes())
+
+
+def _seal_context(
+    pair_seed: bytes,
+    *,
+    config_hash: bytes,
+    session_id: str,
+    round_index: int,
+    sender: str,
+    recipient: str,
+) -> tuple[AESGCM, bytes]:
+    require_bytes(pair_seed, SEED_BYTES, "pairwise seed")
+    require_bytes(config_hash, CONFIG_HASH_BYTES, "config hash")
+    context = b"".join(
+        (
+            _SEAL_LABEL,
+            config_hash,
+            length_prefixed(session_id, "session id"),
+            _round(round_index),
+            length_prefixed(sender, "sender"),
+            length_prefixed(recipient, "recipient"),
+        )
+    )
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=context).derive(pair_seed)
+    return AESGCM(key), context
+
+
+def seal_contribution(
+    contribution: bytes,
+    pair_seed: bytes,
+    *,
+    config_hash: bytes,
+    session_id: str,
+    round_index: int,
+    sender: str,
+    recipient: str,
+) -> bytes:
+    """``contribution`` sealed for ``recipient`` (AES-256-GCM; 48 bytes)."""
+    require_bytes(contribution, SEED_BYTES, "challenge contribution")
+    cipher, context = _seal_context(
+        pair_seed,
+        config_hash=config_hash,
+        session_id=session_id,
+        round_index=round_index,
+        sender=sender,
+        recipient=recipient,
+    )
+    return cipher.encrypt(_NONCE, contribution, context)
+
+
+def open_contribution(
+    sealed: bytes,
+    pair_seed: bytes,
+    *,
+    config_hash: bytes,
+    session_id: str,
+    round_index: int,
+    sender: str,
+    recipient: str,
+) -> bytes:
+    """The contribution ``sender`` sealed for ``recipient``; ValueError if it was altered."""
+    if len(sealed) != SEALED_BYTES:
+        raise ValueError(f"a sealed contribution has {SEALED_BYTES} bytes; got {len(sealed)}")
+    cipher, context = _seal_context(
+        pair_seed,
+        config_hash=config_hash,
+        session_id=session_id,
+        round_index=round_index,
+        sender=sender,
+        recipient=recipient,
+    )
+    try:
+        return cipher.decrypt(_NONCE, sealed, context)
+    except InvalidTag:
+        raise ValueError(
+            f"the contribution of {sender!r} for {recipient!r} in round {round_index} does not "
+            "open under their pairwise key: it was altered or made for another round"
+        ) from None
+
+
+def tags_to_bytes(values: Sequence[int]) -> list[bytes]:
+    """Tags mod 2^128 as 16-byte big-endian strings (as they travel)."""
+    return [(int(v) % TAG_MODULUS).to_bytes(TAG_BYTES, "big") for v in values]
+
+
+def tags_from_bytes(values: Sequence[bytes]) -> tuple[int, ...]:
+    """The inverse of :func:`tags_to_bytes`; ValueError unless L tags of 16 bytes."""
+    if len(values) != CHALLENGE_VECTORS or any(len(v) != TAG_BYTES for v in values):
+        raise ValueError(
+            f"an aggregate check has {CHALLENGE_VECTORS} tags of {TAG_BYTES} bytes; got "
+            f"{[len(v) for v in values]}"
+        )
+    return tuple(int.from_bytes(v, "big") for v in values)
 
 
 def challenge_key(contributions: Mapping[str, bytes], *, round_index: int) -> bytes:

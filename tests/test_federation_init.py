@@ -6,6 +6,7 @@ import argparse
 import csv
 import hashlib
 import ipaddress
+import math
 import stat
 from collections.abc import Iterator
 from concurrent import futures
@@ -341,3 +342,96 @@ def test_init_says_when_a_dropout_cannot_be_survived(
         assert "note:" not in err
     else:
         assert "every round needs at least" in err and says in err
+
+
+def test_a_budget_below_one_session_is_refused_naming_the_class(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from noise.accounting import gaussian_epsilon, gaussian_mu
+
+    out = tmp_path / "fed"
+    # Two releases (means, sums) that each meet (1, 1e-6) against one colluding node.
+    one_session = gaussian_epsilon(gaussian_mu(1.0, 1e-6) * 2**0.5, 1e-6)
+    common = ["--nodes", "a,b,c,d", "--out", str(out), "--nan-policy", "mean"]
+    assert init(*common, "--epsilon-budget", "1.4") == 2
+    err = capsys.readouterr().err
+    assert (
+        "--epsilon-budget 1.4 is below the cost of one session against an outsider with 1 "
+        f"colluding node (colluders:1): ε = {one_session:.4g} over 2 releases at δ = 1e-06"
+    ) in err
+    assert f"pass --epsilon-budget {math.ceil(one_session * 100) / 100:g} or more" in err
+    assert not out.exists()
+    # With residual noise the coordinator's classes are held to the budget too.
+    assert init(*common, "--epsilon-budget", "1.5", "--residual-dp") == 2
+    assert "against the coordinator with 1 colluding node (coalition:1)" in capsys.readouterr().err
+    # Without it they are unbounded by design and not checked: one session's cost is enough.
+    assert init(*common, "--epsilon-budget", repr(one_session)) == 0
+    config = load_federation(out / "federation.toml")
+    assert config.privacy.epsilon_budget == one_session
+
+
+# ----------------------------------------------------------------- output checker keys
+
+
+def test_each_node_gets_an_output_checker_key_apart_from_the_node(federation_dir: Path) -> None:
+    from zerosum.pki import read_ed25519_public_key
+
+    config = load_federation(federation_dir / "federation.toml")
+    for node_id in ("north", "east", "south"):
+        folder = federation_dir / "checkers" / node_id
+        checker = IdentityKey.read_pem(folder / "checker.pem")
+        assert mode(folder / "checker.pem") == 0o600
+        assert mode(folder) == 0o700
+        assert config.checker_keys[node_id] == (checker.public_bytes(),)
+        assert read_ed25519_public_key(folder / "checker.pub") == checker.public_bytes()
+        # The private key is nowhere in the node's folder or the config.
+        assert not (federation_dir / "nodes" / node_id / "checker.pem").exists()
+    text = (federation_dir / "federation.toml").read_text()
+    assert "PRIVATE" not in text
+
+
+def test_a_given_checker_public_key_is_pinned_and_none_is_generated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from zerosum.pki import ed25519_public_pem
+
+    mine = IdentityKey.from_private_bytes(bytes([5]) * 32)
+    second = IdentityKey.from_private_bytes(bytes([6]) * 32)
+    pem = tmp_path / "a.pub"
+    pem.write_bytes(ed25519_public_pem(mine.public_bytes()))
+    hexed = tmp_path / "a2.pub"
+    hexed.write_text(second.public_bytes().hex() + "\n")
+    out = tmp_path / "fed"
+    assert (
+        init(
+            "--nodes", "a,b", "--out", str(out),
+            "--checker-key", f"a={pem}", "--checker-key", f"a={hexed}",
+        )
+        == 0
+    )  # fmt: skip
+    config = load_federation(out / "federation.toml")
+    assert config.checker_keys["a"] == (mine.public_bytes(), second.public_bytes())
+    assert not (out / "checkers" / "a").exists()
+    assert len(config.checker_keys["b"]) == 1 and (out / "checkers" / "b" / "checker.pem").exists()
+    assert "the key given with --checker-key" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        ("a", "must be NODE=PUBFILE"),
+        ("z=FILE", "names node 'z', which is not in --nodes"),
+        ("a=MISSING", "cannot read"),
+        ("a=GARBAGE", "holds no Ed25519 public key"),
+    ],
+)
+def test_a_bad_checker_key_option_is_named_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, words: str
+) -> None:
+    garbage = tmp_path / "garbage.pub"
+    garbage.write_text("not a key")
+    option = option.replace("GARBAGE", str(garbage)).replace("MISSING", str(tmp_path / "none"))
+    out = tmp_path / "fed"
+    assert init("--nodes", "a,b", "--out", str(out), "--checker-key", option) == 2
+    assert words in capsys.readouterr().err
+    assert not out.exists()

@@ -10,6 +10,7 @@ coordinator reaches the node as the same status and sentence as over gRPC.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ from node.cohort import load_cohort
 from node.deltab import plan as deltab_plan
 from node.deltab.persist import load_model
 from node.errors import CoordinatorRefused, SessionFailed
-from node.gateway import CoordinatorGateway
+from node.gateway import CoordinatorGateway, RoundResult
 from node.plans.deltab import plan_settings
 from node.runner import NodeOptions, NodeRunner
 from node.session.setup import LocalSetup
@@ -181,3 +182,40 @@ def test_a_refusal_reaches_the_node_with_its_status_and_sentence(
     assert caught.value.code == "UNAUTHENTICATED"
     assert "does not verify against the pinned identity key" in caught.value.details
     assert gateway.status(session.session_id).joined == ()
+
+
+class Forging:
+    """What a lying coordinator shows: the genuine statements with a forged aggregate.
+
+    The first round's published sum has its count raised by 1000 and its age sum
+    times 1.5, everything else (survivors, statements, tags) left as published.
+    """
+
+    def __init__(self, inner: CoordinatorGateway) -> None:
+        self._inner = inner
+        self.node_id = inner.node_id
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def result(self, session_id: str, round_index: int) -> RoundResult:
+        result = self._inner.result(session_id, round_index)
+        if result.aggregate is None or result.layout is None or round_index != 0:
+            return result
+        forged = result.aggregate.copy()
+        first = next(iter(result.layout))
+        forged[first.offset] += np.uint64(1000 << 32)
+        return dataclasses.replace(result, aggregate=forged)
+
+
+def test_a_forged_aggregate_with_the_genuine_statements_is_refused_by_every_node(
+    coordinator: tuple[Path, Session], tmp_path: Path
+) -> None:
+    fed, session = coordinator
+    outcomes = _run(fed, session, tmp_path, "abcd", Forging)  # type: ignore[arg-type]
+    for node in "abcd":
+        outcome = outcomes[node]
+        assert isinstance(outcome, SessionFailed), outcome
+        assert "fails 4 of 4 secret checks" in str(outcome)
+        assert "forged or corrupted by the coordinator" in str(outcome)
+        assert not (tmp_path / f"out-{node}" / "model.json").exists()

@@ -35,6 +35,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "set up a federation: shared config, CA and TLS certificates, node identity keys"
         " (and synthetic cohorts)",
     ),
+    "ledger": (
+        "zerosum.commands.ledger",
+        "print a node's privacy ledger: releases, unmask answers, composed ε, budget left",
+    ),
     "node": (
         "zerosum.commands.node",
         "run one TRE's node of a session: signed join, masked egress bundles, review gate,"
@@ -46,7 +50,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     ),
     "review": (
         "zerosum.commands.review",
-        "inspect one egress bundle and sign the output checker's approval or rejection",
+        "re-check one egress bundle (exit 0 pass, 1 look, 2 fail) and sign the output"
+        " checker's approval or rejection",
     ),
     "privacy": (
         "zerosum.commands.privacy",

@@ -16,7 +16,7 @@ package may do.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -28,6 +28,7 @@ from coordinator.messages import (
     Attestation as CoordinatorAttestation,
 )
 from coordinator.messages import (
+    SealedContribution,
     UnmaskHeader,
     UnmaskReceipt,
     UnmaskRefusal,
@@ -191,6 +192,7 @@ class InProcessGateway:
         roster_hash: bytes,
         statement_signature: bytes,
         self_mask_commitment: bytes,
+        challenge: Sequence[tuple[str, bytes]],
     ) -> UploadReceipt:
         digest = payload_digest(payload)
         header = UploadHeader(
@@ -208,6 +210,10 @@ class InProcessGateway:
             roster_hash=roster_hash,
             statement_signature=statement_signature,
             self_mask_commitment=self_mask_commitment,
+            challenge=tuple(
+                SealedContribution(self._node_id, recipient, sealed)
+                for recipient, sealed in challenge
+            ),
         )
 
         def send() -> CoordinatorUploadReceipt | UnmaskReceipt:
@@ -256,6 +262,7 @@ class InProcessGateway:
                     Attestation(a.node_id, a.survivor_hash, a.signature) for a in r.attestations
                 ),
                 min_survivors=r.min_survivors,
+                challenge=tuple((c.sender, c.sealed) for c in r.challenge),
             )
         return RoundResult(
             round_index=view.round_index,
@@ -273,6 +280,7 @@ class InProcessGateway:
             aggregate=aggregate,
             layout=layout,
             unmask_request=request,
+            tags=view.tags,
         )
 
     def attest(
@@ -294,6 +302,7 @@ class InProcessGateway:
         *,
         request: UnmaskRequest,
         self_mask_seed: bytes,
+        blinded_tags: Sequence[bytes],
         payload: U64 | None,
         layout: Layout,
         fixed_point_bits: int,
@@ -315,6 +324,7 @@ class InProcessGateway:
                 tensors=layout.slots,
             ),
             self_mask_seed=self_mask_seed,
+            blinded_tags=tuple(blinded_tags),
         )
 
         def send() -> CoordinatorUploadReceipt | UnmaskReceipt:

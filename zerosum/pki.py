@@ -35,8 +35,10 @@ from pathlib import Path
 from typing import Final
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from proto.federation.checks import validate_identifier
@@ -47,9 +49,11 @@ __all__ = [
     "LEAF_VALID_DAYS",
     "IssuedCertificate",
     "create_ca",
+    "ed25519_public_pem",
     "issue_client_certificate",
     "issue_server_certificate",
     "load_issued",
+    "read_ed25519_public_key",
     "write_private_file",
     "write_public_file",
 ]
@@ -260,3 +264,34 @@ def write_public_file(path: str | Path, data: bytes, *, overwrite: bool = False)
     with target.open("wb" if overwrite else "xb") as handle:
         handle.write(data)
     return target
+
+
+def ed25519_public_pem(public_key: bytes) -> bytes:
+    """A raw 32-byte Ed25519 public key as SubjectPublicKeyInfo PEM (RFC 8410)."""
+    key = Ed25519PublicKey.from_public_bytes(public_key)
+    return key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def read_ed25519_public_key(path: str | Path) -> bytes:
+    """The raw 32-byte Ed25519 public key in ``path``.
+
+    The file holds either a SubjectPublicKeyInfo PEM (RFC 8410, as
+    :func:`ed25519_public_pem` and ``openssl pkey -pubout`` write it) or the
+    key as 64 hex digits. ValueError names the file when it is neither.
+    """
+    target = Path(path)
+    data = target.read_bytes()
+    text = data.decode("ascii", errors="replace").strip()
+    if len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text):
+        return bytes.fromhex(text)
+    try:
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        key = None
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError(
+            f"{target} holds no Ed25519 public key (expected a PEM public key or 64 hex digits)"
+        )
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)

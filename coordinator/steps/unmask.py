@@ -1,21 +1,27 @@
-"""Unmask steps of a session: exact sums over the survivors after a dropout.
+"""Unmask steps of a session: every round's self-mask seeds, and pair terms after a dropout.
 
-When participants miss a round's deadline, the survivors' uploads still carry
-the pair terms they share with the dropped nodes. The coordinator issues an
-unmask request (survivors S, dropped D, and the survivor-set hash binding them
-to the session and round); every survivor signs the hash with its identity
-key, and once all have, each sees all the signatures, checks them, and sends
-its pair terms with D (its *correction*) or refuses. The result is
-Σ_S uploads − Σ_S corrections, the exact sum over S: the consistency check
-and unmasking of Bonawitz et al. 2017 (ACM CCS, "Practical Secure Aggregation
-for Privacy-Preserving Machine Learning", §4), so the coordinator cannot show
-different survivor sets to different nodes.
+Every upload carries a uniform self-mask (noise/self_mask.py) on top of its
+zero-sum noise, so once a round's uploads are in (or its deadline passed) the
+round always has an unmask step. The coordinator issues one unmask request
+per round index (survivors S, dropped D — possibly empty — and the
+survivor-set hash binding them to the session and round); every survivor
+signs the hash with its identity key, and once all have, each sees all the
+signatures, checks them, and answers with its self-mask seed (checked here
+against the commitment sent with its upload) and, if D is not empty, its pair
+terms with D (its *correction*), or refuses. The result is
+Σ_S uploads − Σ_S self-masks − Σ_S corrections, the exact sum over S: the
+consistency check and double masking of Bonawitz et al. 2017 (ACM CCS,
+"Practical Secure Aggregation for Privacy-Preserving Machine Learning", §4),
+with each node revealing its own seed, so the coordinator can neither show
+different survivor sets to different nodes nor hold both an uploaded node's
+seed and its partners' pair terms with it (docs/design.md §4.6).
 
-A survivor silent at the unmask deadline moves from S to D, its upload leaves
-the running sum, and a new attempt is issued (its earlier corrections no
-longer count); that decision is the clock's (coordinator/steps/deadlines.py).
-A refusal cannot be worked around without exposing the refusing node's noise,
-so it ends the session with the node's reason.
+A survivor silent at the unmask deadline ends the round index: it is
+superseded and rerun among the survivors that spoke (coordinator/steps/
+deadlines.py), since a second, smaller set for the same index could show a
+node both survived and dropped. A refusal cannot be worked around without
+exposing the refusing node's noise, so it ends the session with the node's
+reason.
 
 The unmask request itself is issued by the status change that closes the
 round (coordinator/transitions.py); what a node is asked is shown by
@@ -64,6 +70,7 @@ from coordinator.store import (
     UnmaskRow,
 )
 from coordinator.transitions import StatusChanges
+from noise.aggregate_check import CHALLENGE_VECTORS, TAG_BYTES
 from noise.keys import key_fingerprint
 from noise.seeds import SEED_BYTES
 from noise.self_mask import self_mask, self_mask_commitment
@@ -178,7 +185,9 @@ class Unmasking:
             round_row = check_round(self.ctx, header.round_index, row)
             check_round_name(round_row, header.round_name)
             sha256 = header.payload.sha256 if header.payload is not None else b""
-            if round_row.status == RoundStatus.UNMASK:
+            # An answer already stored is acknowledged again also after the round
+            # moved on (the receipt of the last answer may have been lost).
+            if round_row.unmask_attempt > 0:
                 request = self.ctx.unmask_row(round_row)
                 stored = next(
                     (
@@ -207,6 +216,7 @@ class Unmasking:
                     f"({node_list(missing)} missing); answer once all have."
                 )
             self._check_seed(header, what)
+            tags = self._check_tags(header, what)
             spec = header.payload
             if not request.dropped:
                 if spec is not None:
@@ -215,7 +225,12 @@ class Unmasking:
                         "it carries a correction payload."
                     )
                 return self._record_answer(
-                    round_row, request, header.node_id, header.self_mask_seed, None
+                    round_row,
+                    request=request,
+                    node_id=header.node_id,
+                    seed=header.self_mask_seed,
+                    tags=tags,
+                    corrections=None,
                 )
             if spec is None:
                 raise InvalidArgument(
@@ -243,8 +258,20 @@ class Unmasking:
                     commit=self._commit_correction,
                     attempt=request.attempt,
                     self_mask_seed=header.self_mask_seed,
+                    blinded_tags=tags,
                 )
             )
+
+    @staticmethod
+    def _check_tags(header: UnmaskHeader, what: str) -> bytes:
+        """The answer's four blinded tags of 16 bytes, concatenated."""
+        tags = header.blinded_tags
+        if len(tags) != CHALLENGE_VECTORS or any(len(t) != TAG_BYTES for t in tags):
+            raise InvalidArgument(
+                f"{what}: blinded_tags must be {CHALLENGE_VECTORS} tags of {TAG_BYTES} bytes; "
+                f"got {[len(t) for t in tags]}."
+            )
+        return b"".join(tags)
 
     def _check_seed(self, header: UnmaskHeader, what: str) -> None:
         """The revealed seed must be the one the node's upload committed to."""
@@ -306,10 +333,11 @@ class Unmasking:
         ticket.writer.place(name)
         receipt = self._record_answer(
             round_row,
-            request,
-            ticket.node_id,
-            ticket.self_mask_seed,
-            (name, ticket.spec.sha256, ticket.spec.total_bytes),
+            request=request,
+            node_id=ticket.node_id,
+            seed=ticket.self_mask_seed,
+            tags=ticket.blinded_tags,
+            corrections=(name, ticket.spec.sha256, ticket.spec.total_bytes),
         )
         ticket.committed = True
         self.streams.abandon(ticket)
@@ -318,9 +346,11 @@ class Unmasking:
     def _record_answer(
         self,
         round_row: RoundRow,
+        *,
         request: UnmaskRow,
         node_id: str,
         seed: bytes,
+        tags: bytes,
         corrections: tuple[str, bytes, int] | None,
     ) -> UnmaskReceipt:
         """Record one survivor's answer; the last one completes the round (under the lock).
@@ -339,6 +369,7 @@ class Unmasking:
             path=name,
             received_ms=now,
             self_mask_seed=seed,
+            blinded_tags=tags,
         )
         stored = self.ctx.store.corrections(round_row.round_index, request.attempt)
         answered = {c.node_id for c in stored} | {node_id}

@@ -54,6 +54,7 @@ from coordinator.steps.checks import (
 from coordinator.steps.streams import Streams, Ticket
 from coordinator.store import RoundRow, SessionRow, UploadRow
 from coordinator.transitions import StatusChanges
+from noise.aggregate_check import SEALED_BYTES
 from noise.errors import KeyFormatError
 from noise.transcript import upload_statement_message
 
@@ -85,7 +86,16 @@ class Uploads:
                     f"{len(header.self_mask_commitment)} bytes."
                 )
             stored = ctx.store.upload(header.round_index, header.node_id)
+            if stored is None:
+                self._check_challenge(header, round_row)
             if stored is not None:
+                if stored.self_mask_commitment != header.self_mask_commitment:
+                    raise FailedPrecondition(
+                        f"conflicting upload: node {header.node_id!r} already submitted round "
+                        f"{header.round_index} ({round_row.name!r}) with self-mask commitment "
+                        f"{short_digest(stored.self_mask_commitment)}; this upload commits to "
+                        f"{short_digest(header.self_mask_commitment)}."
+                    )
                 return self._duplicate_upload(stored, header.payload.sha256, round_row, row)
             check_live(ctx, header.node_id, row)
             if header.node_id not in round_row.participants:
@@ -129,9 +139,29 @@ class Uploads:
                     contribution=running.begin(what, writer.path),
                     statement_signature=header.statement_signature,
                     self_mask_commitment=header.self_mask_commitment,
+                    challenge=tuple((c.recipient, c.sealed) for c in header.challenge),
                     layout=layout,
                 )
             )
+
+    @staticmethod
+    def _check_challenge(header: UploadHeader, round_row: RoundRow) -> None:
+        """One sealed challenge contribution from the node for each other participant."""
+        what = f"upload of node {header.node_id!r} for round {header.round_index}"
+        others = sorted(set(round_row.participants) - {header.node_id})
+        recipients = [c.recipient for c in header.challenge]
+        if sorted(recipients) != others:
+            raise InvalidArgument(
+                f"{what}: the challenge contributions are sealed for {sorted(recipients)}; "
+                f"expected one for each other participant of the round, {others}."
+            )
+        for c in header.challenge:
+            if c.sender != header.node_id or len(c.sealed) != SEALED_BYTES:
+                raise InvalidArgument(
+                    f"{what}: the contribution for {c.recipient!r} names sender {c.sender!r} "
+                    f"and has {len(c.sealed)} bytes; expected sender {header.node_id!r} and "
+                    f"{SEALED_BYTES} bytes."
+                )
 
     def _check_statement(self, header: UploadHeader, row: SessionRow) -> None:
         """Refuse an upload statement that is not the node's or names another roster.
@@ -235,6 +265,7 @@ class Uploads:
             received_ms=now,
             statement_signature=ticket.statement_signature,
             self_mask_commitment=ticket.self_mask_commitment,
+            challenge=ticket.challenge,
         )
         uploaded = {u.node_id for u in ctx.store.uploads(ticket.round_index)} | {ticket.node_id}
         complete = set(round_row.participants) <= uploaded

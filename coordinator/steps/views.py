@@ -23,6 +23,7 @@ from coordinator.messages import (
     RoundDeadline,
     RoundStatus,
     RoundSummary,
+    SealedContribution,
     SessionState,
     StatusView,
     UnmaskRequestView,
@@ -30,6 +31,7 @@ from coordinator.messages import (
 )
 from coordinator.steps.checks import check_caller, check_round, check_session_id
 from coordinator.store import RoundRow, SessionRow
+from noise.aggregate_check import TAG_BYTES
 from noise.keys import KeyBundle
 from noise.transcript import roster_hash, survivor_set_hash
 
@@ -108,6 +110,7 @@ class Views:
             payload: PayloadSpec | None = None
             path: Path | None = None
             statements: tuple[UploadStatement, ...] = ()
+            tags: tuple[tuple[str, tuple[bytes, ...]], ...] = ()
             deadline = round_row.deadline_ms
             status = round_row.status
             if status == RoundStatus.READY:
@@ -126,6 +129,7 @@ class Views:
                 )
                 path = ctx.store.payload_path(stored.path)
                 statements = self._statements(row, round_row, survivors)
+                tags = self._tags(round_row)
             elif status == RoundStatus.UNMASK:
                 request = ctx.unmask_row(round_row)
                 survivors, dropped, digest = (
@@ -159,7 +163,16 @@ class Views:
                 path=path,
                 unmask_request=request_view if request_view.pending else None,
                 statements=statements,
+                tags=tags,
             )
+
+    def _tags(self, round_row: RoundRow) -> tuple[tuple[str, tuple[bytes, ...]], ...]:
+        """Every survivor's blinded aggregate-check tags, as its answer carried them."""
+        answers = self.ctx.store.corrections(round_row.round_index, round_row.unmask_attempt)
+        return tuple(
+            (a.node_id, tuple(a.blinded_tags[i : i + TAG_BYTES] for i in range(0, 64, TAG_BYTES)))
+            for a in answers
+        )
 
     def _statements(
         self, row: SessionRow, round_row: RoundRow, survivors: tuple[str, ...]
@@ -234,6 +247,13 @@ class Views:
             deadline_ms=request.deadline_ms,
             min_survivors=ctx.config.min_nodes,
             attempt=request.attempt,
+            challenge=tuple(
+                SealedContribution(upload.node_id, caller, sealed)
+                for upload in ctx.store.uploads(round_row.round_index)
+                if upload.node_id in request.survivors
+                for recipient, sealed in upload.challenge
+                if recipient == caller
+            ),
         )
 
     def record_delivery(self, round_index: int, node_id: str) -> None:

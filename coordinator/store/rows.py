@@ -102,6 +102,8 @@ class UploadRow:
     received_ms: int
     statement_signature: bytes
     self_mask_commitment: bytes
+    # (recipient, sealed) of every challenge contribution this node sealed.
+    challenge: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ class CorrectionRow:
     path: str | None
     received_ms: int
     self_mask_seed: bytes
+    blinded_tags: bytes = b""  # four 16-byte tags, concatenated
 
 
 @dataclass(frozen=True)

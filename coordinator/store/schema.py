@@ -30,7 +30,8 @@ SCHEMA_VERSION = 3
 # What each version added, for the sentence refusing an older state file.
 _SCHEMA_CHANGES = {
     2: "uploads carry the node's signed upload statement",
-    3: "uploads carry a self-mask commitment, unmask answers the self-mask seed",
+    3: "uploads carry a self-mask commitment and sealed challenge contributions, unmask "
+    "answers the self-mask seed and blinded aggregate-check tags",
 }
 
 _SCHEMA = """
@@ -81,6 +82,7 @@ CREATE TABLE uploads (
     received_ms INTEGER NOT NULL,
     statement_signature BLOB NOT NULL,
     self_mask_commitment BLOB NOT NULL,
+    challenge TEXT NOT NULL DEFAULT '[]',
     PRIMARY KEY (round_index, node_id)
 );
 CREATE TABLE results (
@@ -120,6 +122,7 @@ CREATE TABLE unmask_corrections (
     path TEXT UNIQUE,
     received_ms INTEGER NOT NULL,
     self_mask_seed BLOB NOT NULL,
+    blinded_tags BLOB NOT NULL DEFAULT x'',
     PRIMARY KEY (round_index, attempt, node_id),
     FOREIGN KEY (round_index, attempt) REFERENCES unmask_requests (round_index, attempt)
 );

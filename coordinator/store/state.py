@@ -21,6 +21,7 @@ exist.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import threading
@@ -333,10 +334,11 @@ class Store:
                 r[7],
                 bytes(r[8]),
                 bytes(r[9]),
+                tuple((str(n), bytes.fromhex(h)) for n, h in json.loads(r[10])),
             )
             for r in self._read(
                 "SELECT round_index, node_id, sha256, size, path, layout, fixed_point_bits, "
-                "received_ms, statement_signature, self_mask_commitment FROM uploads "
+                "received_ms, statement_signature, self_mask_commitment, challenge FROM uploads "
                 "WHERE round_index = ? ORDER BY node_id",
                 (round_index,),
             )
@@ -353,8 +355,8 @@ class Store:
         """Record a stored upload (its file must already be placed)."""
         self._write(
             "INSERT INTO uploads (round_index, node_id, sha256, size, path, layout, "
-            "fixed_point_bits, received_ms, statement_signature, self_mask_commitment) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "fixed_point_bits, received_ms, statement_signature, self_mask_commitment, "
+            "challenge) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.round_index,
                 row.node_id,
@@ -366,6 +368,7 @@ class Store:
                 row.received_ms,
                 row.statement_signature,
                 row.self_mask_commitment,
+                json.dumps([[n, sealed.hex()] for n, sealed in row.challenge]),
             ),
         )
 
@@ -479,11 +482,11 @@ class Store:
     def corrections(self, round_index: int, attempt: int) -> list[CorrectionRow]:
         """Stored corrections of an attempt, sorted by node id."""
         return [
-            CorrectionRow(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6], bytes(r[7]))
+            CorrectionRow(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6], bytes(r[7]), bytes(r[8]))
             for r in self._read(
                 "SELECT round_index, attempt, node_id, sha256, size, path, received_ms, "
-                "self_mask_seed FROM unmask_corrections WHERE round_index = ? AND attempt = ? "
-                "ORDER BY node_id",
+                "self_mask_seed, blinded_tags FROM unmask_corrections "
+                "WHERE round_index = ? AND attempt = ? ORDER BY node_id",
                 (round_index, attempt),
             )
         ]
@@ -492,7 +495,7 @@ class Store:
         """Record a stored correction (its file must already be placed)."""
         self._write(
             "INSERT INTO unmask_corrections (round_index, attempt, node_id, sha256, size, path, "
-            "received_ms, self_mask_seed) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "received_ms, self_mask_seed, blinded_tags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.round_index,
                 row.attempt,
@@ -502,6 +505,7 @@ class Store:
                 row.path,
                 row.received_ms,
                 row.self_mask_seed,
+                row.blinded_tags,
             ),
         )
 

@@ -45,6 +45,7 @@ __all__ = [
     "deltab_plan_spec",
     "deltab_rounds",
     "plan_settings",
+    "public_sensitivities",
 ]
 
 PLAN_NAME: Final = "deltab"
@@ -101,11 +102,42 @@ def plan_settings(config: FederationConfig) -> PlanSettings:
     )
 
 
+def public_sensitivities(config: FederationConfig, round_name: str) -> list[TensorSensitivity]:
+    """Each tensor's L2 sensitivity in ``round_name`` (add or remove one subject).
+
+    From the public clipping bounds and the round's public layout alone, so
+    any party can compute it before the round, without data (``node.budget``
+    adds up a session's cost with it; ``zerosum federation init`` checks the
+    budget with it).
+    """
+    bounds = plan_settings(config).bounds
+    assert bounds is not None
+    layouts = {r.name: r.layout for r in config.plan.rounds}
+    if round_name not in layouts:
+        raise KeyError(f"the plan has no round {round_name!r}; its rounds are {list(layouts)}")
+    figures = sensitivity(round_name, bounds)
+    notes = DERIVATIONS.get(round_name, {})
+    out = []
+    for name in layouts[round_name].names:
+        value = figures[name]
+        how = notes.get(name, "the largest L2 norm of one subject's term")
+        out.append(
+            TensorSensitivity(
+                name,
+                value,
+                f"one subject changes {name} by at most {how} = {value:.6g} after clipping "
+                "to the public bounds and pre-scaling to [-1, 1]",
+            )
+        )
+    return out
+
+
 class DeltabPlan:
     """One node's side of the federated brain-age fit (see the module docstring)."""
 
     def __init__(self, config: FederationConfig, cohort: LocalCohort) -> None:
         check_rounds(config)
+        self.config = config
         self.settings = plan_settings(config)
         self.cohort = cohort
         used = self.n_used()
@@ -137,24 +169,12 @@ class DeltabPlan:
         return self._tensors[round_name]
 
     def sensitivities(self, round_name: str) -> list[TensorSensitivity]:
-        """Each tensor's L2 sensitivity (add or remove one subject), in tensor order."""
-        bounds = self.settings.bounds
-        assert bounds is not None
-        figures = sensitivity(round_name, bounds)
-        notes = DERIVATIONS.get(round_name, {})
-        out = []
-        for name in self.tensors(round_name):
-            value = figures[name]
-            how = notes.get(name, "the largest L2 norm of one subject's term")
-            out.append(
-                TensorSensitivity(
-                    name,
-                    value,
-                    f"one subject changes {name} by at most {how} = {value:.6g} after clipping "
-                    "to the public bounds and pre-scaling to [-1, 1]",
-                )
-            )
-        return out
+        """Each tensor's L2 sensitivity (add or remove one subject), in tensor order.
+
+        The round's public layout fixes the tensor order (the config's rounds
+        are checked to be exactly this plan's), so no data are needed.
+        """
+        return public_sensitivities(self.config, round_name)
 
     def receive(self, round_name: str, aggregate: dict[str, NDArray[np.float64]]) -> None:
         deltab_plan.receive(round_name, aggregate, self.state)

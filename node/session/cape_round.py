@@ -182,7 +182,7 @@ def run_cape_sum_round(
         _note(
             ctx, index=index, name=name, participants=participants, digest=digest, sent_digest=sent
         )
-    upload(ctx, index=index, name=name, payload=payload, layout=layout)
+    upload(ctx, index=index, name=name, payload=payload, layout=layout, participants=participants)
     progress.unsent = None
     ctx.say(f"round {index} ({name!r}) CAPE sum share uploaded")
     outcome = await_result(
@@ -193,6 +193,7 @@ def run_cape_sum_round(
         layout=layout,
         participants=participants,
         noise=state.noise,
+        contribution=state.draws,
     )
     if outcome is None:
         return

@@ -4,7 +4,8 @@
 retries); :class:`SessionContext` is made by ``node.session.joining.join`` and
 never changes afterwards: the local setup, the session id, this node's session
 key and verified roster, the pairwise seeds, the gateway to the coordinator,
-the ledger, and whether this run resumes a session it joined before a restart.
+the ledger (kept in the node's state folder, ``state``), and whether this run
+resumes a session it joined before a restart.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from node.ledger import PrivacyLedger
 from node.plans.deltab import DeltabPlan
 from node.roster import VerifiedRoster
 from node.session.setup import LocalSetup
+from node.state_folder import NodeState
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey
 from proto.federation import FederationConfig
@@ -56,6 +58,7 @@ class SessionContext:
     ledger: PrivacyLedger
     resuming: bool
     say: Callable[[str], None]
+    state: NodeState
 
     @property
     def node_id(self) -> str:

@@ -4,7 +4,8 @@ A model round's egress is written to ``OUT/egress/round-<r>/`` before it may
 leave (``node.egress.EgressBundle``), with the un-noised values in
 ``OUT/audit/round-<r>/``; the budget is checked first; the output checker's
 approval is awaited (automatic in demo mode); the ledger records the release
-once, before the bytes leave. A bundle written before a restart is never
+(keyed by session, round and payload digest) and the state folder's session
+record notes it, both before the bytes leave. A bundle written before a restart is never
 recomputed — its residual noise came from the OS CSPRNG, so a recomputation
 would be a second, different release of the same data — but verified
 (:func:`bundle_before_restart`), checked against the noise the node plans
@@ -22,11 +23,11 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from node.approval import ApprovalGate, read_approval, verify_approval
+from node import budget
+from node.approval import ApprovalGate, read_approval
 from node.audit import AUDIT, AuditRecord, audit_folder, write_audit
 from node.egress import MANIFEST, EgressBundle, egress_folder
 from node.errors import (
-    ApprovalRejected,
     EgressIntegrityError,
     NodeRefused,
     SessionFailed,
@@ -34,12 +35,14 @@ from node.errors import (
 from node.receipt import SDCEvidence
 from node.release import ReleaseNoise
 from node.session.context import SessionContext
+from noise.keys import key_fingerprint
 from noise.layout import Layout
 
 __all__ = [
     "bundle_before_restart",
     "check_budget",
     "check_bundle_noise",
+    "check_session_budget",
     "release",
     "release_again",
 ]
@@ -49,16 +52,62 @@ U64 = NDArray[np.uint64]
 _WATCH_SECONDS = 2.0
 
 
-def check_budget(ctx: SessionContext, index: int, name: str, mu: dict[str, float]) -> None:
-    """Refuse (NodeRefused) a release that would take the outsider ε above the budget."""
+def _refusal(ctx: SessionContext, what: str, releases: list[dict[str, float]]) -> None:
+    """Raise NodeRefused when ``releases`` would take any checked class above the budget.
+
+    The sentence is also the withdrawal's reason, so it names no local path.
+    """
     privacy = ctx.config.privacy
-    projected = ctx.ledger.projected_epsilon("outsider", mu)
-    if projected > privacy.epsilon_budget * (1.0 + 1e-12):
-        raise NodeRefused(
-            f"releasing round {index} ({name!r}) would bring this node's total ε against an "
-            f"outsider to {projected:.4g}, above the budget of {privacy.epsilon_budget:g} "
-            "(privacy.epsilon_budget); nothing was sent"
-        )
+    excess = budget.over_budget(
+        ctx.ledger, releases, budget=privacy.epsilon_budget, residual_dp=privacy.residual_dp
+    )
+    if not excess:
+        return
+    reasons = "; ".join(budget.excess_sentence(e) for e in excess)
+    labels = [t.label for t in ctx.ledger.totals(extras=releases)]
+    note = budget.unbounded_note(labels, privacy.residual_dp)
+    raise NodeRefused(
+        f"{what} would bring this node's total ε {reasons}, above the budget of "
+        f"{privacy.epsilon_budget:g} (privacy.epsilon_budget, over every session in this "
+        f"node's ledger){'; ' + note if note else ''}; nothing was sent"
+    )
+
+
+def check_budget(ctx: SessionContext, index: int, name: str, mu: dict[str, float]) -> None:
+    """Refuse (NodeRefused) a release that would take any checked class above the budget.
+
+    The classes are those of ``node.budget``: outsider and outsider with up
+    to T colluding nodes always, the coordinator and its coalitions when
+    residual noise bounds them.
+    """
+    _refusal(ctx, f"releasing round {index} ({name!r})", [mu])
+
+
+def check_session_budget(ctx: SessionContext, participants: tuple[str, ...]) -> None:
+    """Refuse (NodeRefused) a session whose remaining releases would pass the budget.
+
+    Every plan round this session has not released yet (by the ledger) is
+    planned among ``participants`` and composed with everything the ledger
+    holds; checked before this node's first release or share of the session
+    (and again after a restart).
+    """
+    plan = ctx.plan
+    released = {
+        e.round_name
+        for e in ctx.ledger.entries
+        if e.kind == "release" and e.session_id == ctx.session_id
+    }
+    rounds = {name: plan.sensitivities(name) for name in plan.round_names if name not in released}
+    if not rounds:
+        return
+    costs = budget.session_cost(ctx.config, participants, ctx.node_id, rounds)
+    count = len(costs)
+    _refusal(
+        ctx,
+        f"session {ctx.session_id} ({count} release{'s' if count != 1 else ''} among "
+        f"{len(participants)} nodes: {', '.join(costs)})",
+        list(costs.values()),
+    )
 
 
 def _write_audit(
@@ -161,39 +210,34 @@ def _approve_and_record(
     again); in manual mode the gate finds it on its first look.
     """
     options = ctx.options
+    checkers = ctx.config.node(ctx.node_id).checker_public_keys
     gate = ApprovalGate(
         options.approve,
         identity=ctx.identity,
+        checker_keys={key: f"output checker key {key_fingerprint(key)}" for key in checkers},
         timeout_seconds=options.approval_timeout,
         progress=ctx.say,
         interrupt=_session_watch(ctx, index),
     )
     found = read_approval(folder) if resumed and options.approve == "auto" else None
-    if found is not None:
-        verify_approval(
-            found,
-            manifest_sha256=EgressBundle.manifest_sha256(folder),
-            accepted_keys=gate.accepted_keys,
-        )
-        if found.decision == "reject":
-            raise ApprovalRejected(folder, found.reviewer, found.comment)
-        approval = found
-    else:
-        approval = gate.wait(folder)
+    approval = gate.check(folder, found) if found is not None else gate.wait(folder)
     checked = EgressBundle.verify(folder)
     if not np.array_equal(checked.payload, egress):
         raise SessionFailed(f"the payload in {folder} changed after it was written")
     ctx.say(f"round {index} ({name!r}) approved by {approval.reviewer}")
-    if ctx.ledger.has_release(ctx.session_id, index):
-        return folder  # recorded before a restart (bundle_before_restart checked it)
+    # Both records are written before the bytes leave (the caller uploads
+    # after this returns). The same payload recorded before a restart is
+    # the same release: the ledger keeps its one entry.
     ctx.ledger.record_release(
         session_id=ctx.session_id,
         round_index=index,
         round_name=name,
         mu=noise.mu(),
         manifest_sha256=EgressBundle.manifest_sha256(folder),
+        payload_sha256=checked.payload_sha256,
         tensors=list(layout.names),
     )
+    ctx.state.record_release(ctx.session_id, index)
     return folder
 
 
@@ -232,14 +276,17 @@ def bundle_before_restart(ctx: SessionContext, index: int, name: str) -> EgressB
             f"node's round {index} ({name!r}) of session {ctx.session_id}; move it away "
             "to go on"
         )
-    recorded = ctx.ledger.release_entry(ctx.session_id, index)
+    recorded = ctx.ledger.release_entries(ctx.session_id, index)
     digest = EgressBundle.manifest_sha256(folder)
-    if recorded is not None and recorded.details.get("manifest_sha256") != digest:
+    if recorded and not any(e.details.get("manifest_sha256") == digest for e in recorded):
+        shown = str(recorded[-1].details.get("manifest_sha256"))[:16]
         raise SessionFailed(
             f"the ledger records the release of round {index} with manifest sha256 "
-            f"{str(recorded.details.get('manifest_sha256'))[:16]}…, but {folder} holds "
-            f"manifest {digest[:16]}…; refusing to send anything but the recorded release"
+            f"{shown}…, but {folder} holds manifest {digest[:16]}…; refusing to send anything "
+            "but the recorded release"
         )
+    # A kill inside the bundle's write can leave ACRO's records unwritten.
+    EgressBundle.complete_after_crash(folder)
     return bundle
 
 
@@ -277,7 +324,15 @@ def release_again(
     if not (audit_folder(ctx.out, index) / AUDIT).exists():
         # The crash came between the bundle and its audit record.
         _write_audit(ctx, index, name, bundle, clean)
-    released = ctx.ledger.has_release(ctx.session_id, index)
+    released = (
+        ctx.ledger.recorded_release(
+            ctx.session_id,
+            index,
+            payload_sha256=bundle.payload_sha256,
+            manifest_sha256=EgressBundle.manifest_sha256(folder),
+        )
+        is not None
+    )
     if not released:
         check_budget(ctx, index, name, noise.mu())
     state = "approved and recorded" if released else "not yet released"

@@ -3,9 +3,13 @@
 1. Ask the coordinator which session it runs; refuse a coordinator that runs
    another federation configuration (its config hash differs).
 2. Look for a session key this node saved for that session before a restart
-   (``node.session_state.SessionStore``); otherwise make a fresh X25519 key and
-   save it (0600) *before* it is sent: once the coordinator holds a key it
-   accepts no other key from this node for the session.
+   (``node.session_state.SessionStore``). Refuse a session id the node's state
+   folder already records (or its ledger holds entries of) unless that saved
+   key is the one recorded: a coordinator reusing a session id is replaying
+   it (``node.state_folder``). Otherwise make a fresh X25519 key and save it
+   (0600), then record the session in ``STATE/sessions.json``, both *before*
+   the key is sent: once the coordinator holds a key it accepts no other key
+   from this node for the session.
 3. Sign the key with the identity key over (config hash, session id, node id,
    key) and post it. The same key signed again gives the same bundle (X25519
    and Ed25519 are deterministic), so a restarted node is answered "rejoined".
@@ -20,12 +24,12 @@ from collections.abc import Callable
 from node.cape_state import CapeStore
 from node.errors import AlreadyJoined, RosterError, SessionFailed, SessionStateError
 from node.gateway import CoordinatorGateway, SessionState
-from node.ledger import PrivacyLedger
 from node.roster import derive_seeds, verify_roster
 from node.session.context import NodeOptions, SessionContext
 from node.session.outputs import archive_previous
 from node.session.setup import LocalSetup
 from node.session_state import SessionStore
+from node.state_folder import NodeState
 from noise.keys import EphemeralKey, sign_key_bundle
 
 __all__ = ["join"]
@@ -52,9 +56,19 @@ def join(
         )
     session_id = status.session_id
     sessions = SessionStore(setup.out)
+    state = NodeState(setup.state, setup.node_id)
     try:
         saved = sessions.resume(
             session_id=session_id, node_id=setup.node_id, config_hash=config_hash
+        )
+        ledger = state.open_ledger(setup.config.privacy.delta, setup.out, say)
+        # Before the saved key or CAPE material is touched: a replayed session
+        # must not cost this node the key of a session it may still resume.
+        state.check_not_replayed(
+            session_id,
+            saved_public_key=saved[0].public_key if saved is not None else None,
+            ledger=ledger,
+            out=setup.out,
         )
     except SessionStateError as error:
         raise SessionFailed(str(error)) from None
@@ -75,9 +89,6 @@ def join(
         raise SessionFailed(f"session {status.session_id} has already ended ({why})")
     resuming = saved is not None
     archive_previous(setup.out, session_id, say)
-    ledger = PrivacyLedger.open(
-        setup.out / "ledger.json", setup.node_id, setup.config.privacy.delta
-    )
     if saved is None:
         ephemeral = EphemeralKey.generate()
         # Saved before the key is sent: once the coordinator holds it, it
@@ -90,6 +101,17 @@ def join(
         )
     else:
         ephemeral = saved[1]
+    # Recorded before the key is sent (a resume keeps its record; one saved
+    # in OUT before this node had a state folder is recorded now).
+    try:
+        state.record_join(
+            session_id=session_id,
+            config_hash=config_hash,
+            public_key=ephemeral.public_bytes(),
+            out=setup.out,
+        )
+    except SessionStateError as error:
+        raise SessionFailed(str(error)) from None
     bundle = sign_key_bundle(
         setup.identity,
         config_hash=config_hash,
@@ -146,4 +168,5 @@ def join(
         ledger=ledger,
         resuming=resuming,
         say=say,
+        state=state,
     )

@@ -28,6 +28,7 @@ from node.errors import NodeRefused, SessionFailed
 from node.masking import MaskPrefetch, add_residual_noise, cape_masks
 from node.release import ReleaseNoise, plan_release
 from node.session import egress_steps
+from node.session.aggregate_tags import sealed_challenge
 from node.session.cape_material import cape_state, save_cape_state
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
@@ -48,7 +49,13 @@ def _names(nodes: tuple[str, ...]) -> str:
 
 
 def upload(
-    ctx: SessionContext, *, index: int, name: str, payload: U64, layout: Layout
+    ctx: SessionContext,
+    *,
+    index: int,
+    name: str,
+    payload: U64,
+    layout: Layout,
+    participants: tuple[str, ...],
 ) -> tuple[int, int, bool]:
     """Upload ``payload`` under its self-mask, with the signed statement of what was sent.
 
@@ -74,6 +81,7 @@ def upload(
             payload_sha256=payload_digest(sent),
         ),
         self_mask_commitment=self_mask_commitment(seed),
+        challenge=sealed_challenge(ctx, index, participants),
     )
     return receipt.submitted_count, receipt.expected_count, receipt.duplicate
 
@@ -203,7 +211,7 @@ def run_model_round(
             ctx, index=index, name=name, layout=layout, noise=noise, clean=clean, egress=egress
         )
     submitted, expected, duplicate = upload(
-        ctx, index=index, name=name, payload=egress, layout=layout
+        ctx, index=index, name=name, payload=egress, layout=layout, participants=participants
     )
     progress.unsent = None
     held = "; the coordinator already held these bytes" if duplicate else ""
@@ -219,6 +227,7 @@ def run_model_round(
         layout=layout,
         participants=participants,
         noise=noise,
+        contribution=egress,
     )
     if outcome is None:
         ctx.say(f"round {index} ({name!r}) is superseded; waiting for the rerun")

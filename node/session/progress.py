@@ -5,7 +5,8 @@
   model rounds of which a CAPE-sum share was sent before a restart;
 * ``survivor_sets`` — the one survivor set this node signed per round index
   (``node.survivor_sets``, kept in OUT across restarts; opened on first use);
-* ``answered`` — survivor-set hashes this node sent unmask answers for;
+* ``attested`` / ``answered`` — survivor-set hashes this process has signed
+  (or said it signed before a restart), and those it sent unmask answers for;
 * ``revealed`` — per round index, every node whose pair terms (or pads) this
   node's answers revealed and every survivor it answered for
   (``node.unmask.RevealedTerms``), restored from the ledger after a restart;
@@ -33,6 +34,7 @@ class RoundProgress:
     cape: dict[str, CapeState] = field(default_factory=dict)
     cape_sent: set[str] = field(default_factory=set)
     survivor_sets: SurvivorSets | None = None
+    attested: set[bytes] = field(default_factory=set)
     answered: set[bytes] = field(default_factory=set)
     revealed: dict[int, RevealedTerms] = field(default_factory=dict)
     unsent: int | None = None

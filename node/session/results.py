@@ -20,6 +20,7 @@ from node.errors import SessionFailed, StatementError
 from node.gateway import RoundState
 from node.release import ReleaseNoise
 from node.session import unmask_answers
+from node.session.aggregate_tags import check_aggregate
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
 from node.statements import check_statements
@@ -47,10 +48,15 @@ def await_result(
     layout: Layout,
     participants: tuple[str, ...],
     noise: ReleaseNoise,
+    contribution: U64 | None,
     own_sha256: bytes | None = None,
 ) -> Outcome | None:
     """The round's aggregate, or None when the coordinator superseded the round.
 
+    ``contribution``: what this node adds to the aggregate before any pair
+    terms are revealed (its egress; in a CAPE-sum round its draw), for the
+    aggregate check (``node.session.aggregate_tags``); None when it is not at
+    hand (a round aggregated while this node was down, which needs no answer).
     ``own_sha256``: the digest of this node's upload when this process did
     not make it (a round sent before a restart, from its bundle).
     """
@@ -76,6 +82,10 @@ def await_result(
                 )
             except StatementError as error:
                 raise SessionFailed(str(error)) from None
+            signed = unmask_answers.signed_set(ctx, progress, index)
+            check_aggregate(
+                ctx, result, index, layout, None if signed is None else signed.challenge_key
+            )
             return Outcome(result.aggregate, result.survivors)
         if result.state == RoundState.FAILED:
             status = ctx.gateway.status(ctx.session_id)
@@ -92,5 +102,6 @@ def await_result(
                 layout=layout,
                 participants=participants,
                 noise=noise,
+                contribution=contribution,
             )
         ctx.sleep()

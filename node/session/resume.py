@@ -179,6 +179,7 @@ def _take_published_cape_sum(
         layout=layout,
         participants=participants,
         noise=noise,
+        contribution=None if state is None else state.draws,
         own_sha256=own,
     )
     if outcome is None:
@@ -230,6 +231,7 @@ def _take_published(
         layout=layout,
         participants=participants,
         noise=noise,
+        contribution=None if bundle is None else bundle.payload,
         own_sha256=own,
     )
     if outcome is None:

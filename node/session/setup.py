@@ -3,7 +3,8 @@
 :func:`prepare` loads the federation config, checks that this installation
 draws the federation's Gaussian streams (``node.preflight``), reads the node's
 Ed25519 identity key and checks it is the one pinned for the node, finds the
-TLS files, and loads and checks the local cohort against the plan. Every
+TLS files, loads and checks the local cohort against the plan, and settles
+the output folder OUT and the state folder STATE (``node.state_folder``). Every
 problem is a :class:`~node.errors.SetupError` with one sentence (the command
 exits 2), found before a connection is opened.
 """
@@ -44,6 +45,7 @@ class LocalSetup:
     cohort: LocalCohort
     plan: DeltabPlan
     out: Path
+    state: Path  # the node's state folder (node.state_folder): its ledger and sessions
 
 
 def _check_private(path: Path) -> None:
@@ -70,6 +72,7 @@ def prepare(
     data: Path | None,
     out: Path | None,
     say: Callable[[str], None],
+    state: Path | None = None,
 ) -> LocalSetup:
     """Load and check everything local (raises :class:`SetupError` naming the fault)."""
     config_path = _config_path(Path(federation))
@@ -115,6 +118,13 @@ def prepare(
     except ConfigError as error:
         raise SetupError(str(error)) from None
     say(f"{cohort.n_subjects} subjects with {len(cohort.feature_names)} features from {data_path}")
+    out_path = Path(out) if out is not None else node_dir / "out"
+    state_path = Path(state) if state is not None else node_dir / "state"
+    if out_path.resolve() == state_path.resolve():
+        raise SetupError(
+            f"the state folder and the output folder are both {out_path}; the state folder "
+            "(--state) holds the node's ledger across sessions and must be a folder of its own"
+        )
     return LocalSetup(
         node_id=node_id,
         config_path=config_path,
@@ -125,5 +135,6 @@ def prepare(
         tls=tls,
         cohort=cohort,
         plan=plan,
-        out=Path(out) if out is not None else node_dir / "out",
+        out=out_path,
+        state=state_path,
     )

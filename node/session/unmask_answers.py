@@ -24,6 +24,7 @@ from node.errors import GatewayError, NodeRefused, SessionFailed, SessionStateEr
 from node.gateway import UnmaskRequest
 from node.masking import unmask_corrections
 from node.release import ReleaseNoise, with_cape_participants
+from node.session.aggregate_tags import answer_tags
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
 from node.session.self_masking import round_self_mask_seed
@@ -76,6 +77,11 @@ def _survivor_sets(ctx: SessionContext, progress: RoundProgress) -> SurvivorSets
     return progress.survivor_sets
 
 
+def signed_set(ctx: SessionContext, progress: RoundProgress, index: int) -> SignedSet | None:
+    """The survivor set this node signed for round ``index`` (with its challenge key), if any."""
+    return _survivor_sets(ctx, progress).signed(index)
+
+
 def _sign_once(
     ctx: SessionContext, progress: RoundProgress, request: UnmaskRequest, index: int
 ) -> str | None:
@@ -89,7 +95,7 @@ def _sign_once(
     sets = _survivor_sets(ctx, progress)
     earlier = sets.signed(index)
     wanted = SignedSet(request.survivor_hash, tuple(request.survivors), tuple(request.dropped))
-    if earlier is not None and earlier != wanted:
+    if earlier is not None and not earlier.same_set(wanted):
         return (
             f"I already signed survivors {_names(earlier.survivors)} (dropped "
             f"{_names(earlier.dropped)}) for round {index}; the request now shows survivors "
@@ -112,6 +118,7 @@ def answer(
     layout: Layout,
     participants: tuple[str, ...],
     noise: ReleaseNoise,
+    contribution: U64 | None,
 ) -> None:
     """One step of answering ``request`` for round ``index``, the round awaited.
 
@@ -157,6 +164,7 @@ def answer(
         ctx.say(
             f"round {index} ({name!r}): attested survivors {_names(request.survivors)}{dropped}"
         )
+        progress.attested.add(request.survivor_hash)
         return
     complete, reason = check_attestations(
         request, config_hash=ctx.config_hash, identity_keys=ctx.config.identity_keys
@@ -164,14 +172,40 @@ def answer(
     if reason is not None:
         _refuse(ctx, request, reason)
     if not complete:
+        if request.survivor_hash not in progress.attested:
+            # Signed by this node before a restart: say once that it goes on waiting.
+            progress.attested.add(request.survivor_hash)
+            dropped = f" (dropped {_names(request.dropped)})" if request.dropped else ""
+            ctx.say(
+                f"round {index} ({name!r}): attested survivors {_names(request.survivors)}"
+                f"{dropped} before; waiting for every survivor's signature"
+            )
         return
+    if contribution is None:
+        _refuse(
+            ctx,
+            request,
+            "this node no longer holds what it contributed to the round, so it cannot give "
+            "the tags that let every node check the aggregate",
+        )
     corrections = _corrections(
         ctx, progress, request, index=index, name=name, layout=layout, noise=noise
     )
+    # A CAPE-sum share's pads cancel mod 2^64 only: the check covers the draw alone.
+    # A model round's contribution to the sum is its egress less the terms revealed.
+    summed = contribution
+    if corrections is not None and not name.startswith(CAPE_SUM_PREFIX):
+        summed = contribution - corrections
+    tagged = answer_tags(ctx, request, index, summed, layout)
+    if isinstance(tagged, str):
+        _refuse(ctx, request, tagged)
+    key, blinded = tagged
+    _survivor_sets(ctx, progress).note_challenge(index, key)
     try:
         ctx.gateway.submit_unmask(
             request=request,
             self_mask_seed=round_self_mask_seed(ctx, index),
+            blinded_tags=blinded,
             payload=corrections,
             layout=layout,
             fixed_point_bits=ctx.config.fixed_point_bits,

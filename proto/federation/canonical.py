@@ -6,7 +6,9 @@ round-trip ``repr`` and ints as ints, node entries sorted by node id, and a
 ``"format": "zerosum/v1/federation"`` member naming the encoding. The plan's
 tables enter as they were parsed, each round as its name and tensor layout.
 Changing any setting changes the hash; comments, key order, whitespace and
-the order of ``[[nodes]]`` entries do not. Settings of the federation's own
+the order of ``[[nodes]]`` entries do not. A node's output checker keys
+enter as ``checker_public_keys`` (hex, sorted) when it has any;
+a node without them is encoded as before they existed. Settings of the federation's own
 sections are normalised first (``epsilon = 1`` and ``epsilon = 1.0`` hash
 alike); a plan's tables are hashed as written, so within them ``1`` and
 ``1.0`` differ — every party holds the same file, so they always agree.
@@ -21,9 +23,20 @@ from __future__ import annotations
 import hashlib
 import json
 
-from proto.federation.schema import CONFIG_FORMAT, FederationConfig
+from proto.federation.schema import CONFIG_FORMAT, FederationConfig, NodeEntry
 
 __all__ = ["canonical_encoding", "config_hash"]
+
+
+def _node(entry: NodeEntry) -> dict[str, object]:
+    node: dict[str, object] = {
+        "node_id": entry.node_id,
+        "identity_public_key": entry.identity_public_key.hex(),
+    }
+    # Absent when empty, so a federation without checker keys keeps its hash.
+    if entry.checker_public_keys:
+        node["checker_public_keys"] = sorted(key.hex() for key in entry.checker_public_keys)
+    return node
 
 
 def _document(config: FederationConfig) -> dict[str, object]:
@@ -59,10 +72,7 @@ def _document(config: FederationConfig) -> dict[str, object]:
             "settings": dict(plan.settings),
             "rounds": [{"name": r.name, "tensors": r.layout.to_json()} for r in plan.rounds],
         },
-        "nodes": [
-            {"node_id": n.node_id, "identity_public_key": n.identity_public_key.hex()}
-            for n in config.nodes
-        ],
+        "nodes": [_node(n) for n in config.nodes],
     }
     if config.stream_check is not None:
         document["stream_check"] = config.stream_check

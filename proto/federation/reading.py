@@ -128,14 +128,29 @@ def _parse_nodes(value: object) -> tuple[NodeEntry, ...]:
         raise ConfigError("nodes", value, "must be an array of [[nodes]] tables")
     entries = []
     for index, item in enumerate(value):
-        table = _Table(item, f"nodes[{index}]", ("node_id", "identity_public_key"))
+        table = _Table(
+            item, f"nodes[{index}]", ("node_id", "identity_public_key", "checker_public_keys")
+        )
         node_id = table.required("node_id", "every node needs an id")
         key = _decode_key(
             table.path("identity_public_key"),
             table.required("identity_public_key", "every node needs its identity public key"),
         )
+        checkers = table.take("checker_public_keys")
+        if checkers is MISSING:
+            checkers = []
+        if not isinstance(checkers, list):
+            raise ConfigError(
+                table.path("checker_public_keys"),
+                checkers,
+                "must be an array of Ed25519 public keys (64 hex digits or base64 each)",
+            )
+        checker_keys = tuple(
+            _decode_key(f"{table.path('checker_public_keys')}[{i}]", value)
+            for i, value in enumerate(checkers)
+        )
         try:
-            entries.append(NodeEntry(cast(str, node_id), key))
+            entries.append(NodeEntry(cast(str, node_id), key, checker_keys))
         except ConfigError as error:
             leaf = error.field.rpartition(".")[2]
             raise ConfigError(table.path(leaf), error.value, error.reason) from None

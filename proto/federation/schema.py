@@ -85,10 +85,17 @@ def _set(obj: object, name: str, value: object) -> None:
 
 @dataclass(frozen=True)
 class NodeEntry:
-    """One TRE of the federation and its pinned long-term identity key."""
+    """One TRE of the federation: its pinned identity key and its output checkers' keys.
+
+    ``checker_public_keys`` are the Ed25519 public keys whose signed decision
+    on this node's egress the node accepts (node/approval.py); the matching
+    private keys are held by the TRE's output checkers, never by the node.
+    Empty means the node can only run with automatic approval.
+    """
 
     node_id: str
     identity_public_key: bytes  # 32 raw bytes of an Ed25519 public key
+    checker_public_keys: tuple[bytes, ...] = ()
 
     def __post_init__(self) -> None:
         validate_identifier("nodes.node_id", self.node_id)
@@ -97,6 +104,26 @@ class NodeEntry:
             raise ConfigError(
                 "nodes.identity_public_key", key, "must be a 32-byte Ed25519 public key"
             )
+        checkers = self.checker_public_keys
+        if not isinstance(checkers, list | tuple):
+            raise ConfigError(
+                "nodes.checker_public_keys", checkers, "must be a list of Ed25519 public keys"
+            )
+        for checker in checkers:
+            if not isinstance(checker, bytes) or len(checker) != 32:
+                raise ConfigError(
+                    "nodes.checker_public_keys", checker, "must be a 32-byte Ed25519 public key"
+                )
+            if checker == key:
+                raise ConfigError(
+                    "nodes.checker_public_keys",
+                    checker.hex(),
+                    "is the node's own identity key; an output checker needs a key of its own",
+                )
+        if len(set(checkers)) != len(checkers):
+            repeated = next(c for c in checkers if checkers.count(c) > 1)
+            raise ConfigError("nodes.checker_public_keys", repeated.hex(), "is listed twice")
+        _set(self, "checker_public_keys", tuple(checkers))
 
 
 @dataclass(frozen=True)
@@ -369,6 +396,15 @@ class FederationConfig:
                     entry.identity_public_key.hex(),
                     f"is also the identity key of node {other!r}; every node needs its own",
                 )
+        for entry in nodes:
+            for checker in entry.checker_public_keys:
+                if checker in owners:
+                    raise ConfigError(
+                        f"nodes.{entry.node_id}.checker_public_keys",
+                        checker.hex(),
+                        f"is the identity key of node {owners[checker]!r}; an output checker "
+                        "needs a key no node holds",
+                    )
         _set(self, "nodes", tuple(sorted(nodes, key=lambda n: n.node_id)))
 
     def _check_privacy(self, count: int) -> None:
@@ -413,6 +449,11 @@ class FederationConfig:
     def identity_keys(self) -> dict[str, bytes]:
         """Pinned Ed25519 identity public key of each node."""
         return {n.node_id: n.identity_public_key for n in self.nodes}
+
+    @property
+    def checker_keys(self) -> dict[str, tuple[bytes, ...]]:
+        """The output checkers' Ed25519 public keys of each node (empty when none)."""
+        return {n.node_id: n.checker_public_keys for n in self.nodes}
 
     def node(self, node_id: str) -> NodeEntry:
         """The entry of ``node_id``; KeyError naming the federation when absent."""

@@ -176,4 +176,11 @@ def dump_federation(config: FederationConfig, *, comments: Mapping[str, str] | N
             f"node_id = {_toml_string(entry.node_id)}",
             f"identity_public_key = {_toml_string(entry.identity_public_key.hex())}",
         ]
+        if entry.checker_public_keys:
+            lines += [
+                "# the output checkers' Ed25519 keys: only their signed decision releases",
+                "# this node's egress (zerosum review)",
+                "checker_public_keys = "
+                + toml_value([checker.hex() for checker in entry.checker_public_keys]),
+            ]
     return "\n".join(lines) + "\n"

@@ -16,7 +16,13 @@ from numpy.typing import NDArray
 
 from coordinator.config import SessionConfig
 from coordinator.layout import PayloadSpec, TensorSlot
-from coordinator.messages import Attestation, UnmaskHeader, UploadHeader, UploadReceipt
+from coordinator.messages import (
+    Attestation,
+    SealedContribution,
+    UnmaskHeader,
+    UploadHeader,
+    UploadReceipt,
+)
 from coordinator.session import Session, Ticket
 from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
 from noise.layout import Layout
@@ -237,7 +243,29 @@ def signed_header(
         message = None
     signature = signer.sign(message) if signer is not None and message is not None else bytes(64)
     commitment = self_mask_commitment(node_seed(node, round_index))
-    return UploadHeader(sid, round_index, round_name, node, spec, digest, signature, commitment)
+    return UploadHeader(
+        sid,
+        round_index,
+        round_name,
+        node,
+        spec,
+        digest,
+        signature,
+        commitment,
+        challenge=sealed_challenge(session, node, round_index),
+    )
+
+
+def sealed_challenge(
+    session: Session, node: str, round_index: int
+) -> tuple[SealedContribution, ...]:
+    """Stand-ins for ``node``'s sealed challenge contributions (opaque to the coordinator)."""
+    opened = session.store.round(round_index)
+    others = sorted(set(opened.participants) - {node}) if opened is not None else []
+    return tuple(SealedContribution(node, peer, bytes([len(peer)]) * 48) for peer in others)
+
+
+BLINDED_TAGS = tuple(bytes([i]) * 16 for i in range(4))
 
 
 def upload(
@@ -292,6 +320,7 @@ def submit_correction(
         survivor_hash=request.survivor_hash,
         payload=None if payload is None else spec_for(payload),
         self_mask_seed=node_seed(node, round_index) if seed is None else seed,
+        blinded_tags=BLINDED_TAGS,
     )
     ticket = session.begin_unmask(header, caller=node)
     if not isinstance(ticket, Ticket):

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,12 +21,13 @@ import pytest
 
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.layout import Layout
-from noise.transcript import upload_statement_message
+from noise.self_mask import self_mask, self_mask_commitment
+from noise.transcript import survivor_attestation_message, upload_statement_message
 from proto.chunks import tensor_layouts
 from proto.federation import config_hash, load_federation
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
-from tests.coordinator.support import zero_sum
+from tests.coordinator.support import BLINDED_TAGS, node_seed, zero_sum
 from zerosum.commands import federation as federation_command
 
 pytestmark = pytest.mark.integration
@@ -191,13 +193,19 @@ def upload(
     round_index: int,
     name: str,
     *,
-    data: bytes,
+    payload: np.ndarray,
     layout: Layout,
 ) -> None:
+    """Upload ``payload`` under the node's test self-mask, committing to its seed."""
+    seed = node_seed(node.node_id, round_index)
+    padded: np.ndarray = payload + self_mask(seed, layout, round_index=round_index)
+    data = padded.astype("<u8").tobytes()
     words = len(data) // 8
-    roster = node.stub.GetRoster(
+    reply = node.stub.GetRoster(
         pb.GetRosterRequest(session_id=session_id, node_id=node.node_id), timeout=10
-    ).roster_hash
+    )
+    roster = reply.roster_hash
+    others = [b.node_id for b in reply.bundles if b.node_id != node.node_id]
     sha256 = hashlib.sha256(data).digest()
     statement = upload_statement_message(
         fed_hash, session_id, round_index, name, roster_hash=roster, payload_sha256=sha256
@@ -219,11 +227,58 @@ def upload(
                 ),
                 roster_hash=roster,
                 statement_signature=node.identity.sign(statement),
+                self_mask_commitment=self_mask_commitment(seed),
+                challenge=[
+                    pb.SealedContribution(
+                        sender_node_id=node.node_id, recipient_node_id=peer, sealed=bytes(48)
+                    )
+                    for peer in others
+                ],
             )
         )
         yield pb.UploadChunk(data=pb.PayloadChunk(offset=0, data=data))
 
     node.stub.UploadEgress(messages(), timeout=10)
+
+
+def reveal_seeds(nodes: list[Node], session_id: str, fed_hash: bytes, round_index: int) -> None:
+    """The round's unmask step with nobody dropped: all attest, then each reveals its seed."""
+    requests = {}
+    for node in nodes:
+        ask = pb.GetUnmaskRequestRequest(
+            session_id=session_id, round_index=round_index, node_id=node.node_id
+        )
+        give_up = time.monotonic() + 10
+        while not (request := node.stub.GetUnmaskRequest(ask, timeout=10)).pending:
+            assert time.monotonic() < give_up, "no unmask request within 10 s"
+            time.sleep(0.05)
+        assert not request.dropped_node_ids
+        requests[node.node_id] = request
+    for node in nodes:
+        digest = requests[node.node_id].survivor_hash
+        message = survivor_attestation_message(fed_hash, session_id, round_index, digest)
+        node.stub.AttestSurvivors(
+            pb.SurvivorAttestation(
+                session_id=session_id,
+                round_index=round_index,
+                node_id=node.node_id,
+                survivor_hash=digest,
+                signature=node.identity.sign(message),
+            ),
+            timeout=10,
+        )
+    for node in nodes:
+        request = requests[node.node_id]
+        header = pb.UnmaskHeader(
+            session_id=session_id,
+            round_index=round_index,
+            round_name=request.round_name,
+            node_id=node.node_id,
+            survivor_hash=request.survivor_hash,
+            self_mask_seed=node_seed(node.node_id, round_index),
+            blinded_tags=list(BLINDED_TAGS),
+        )
+        node.stub.SubmitUnmask(iter([pb.UnmaskChunk(header=header)]), timeout=10)
 
 
 def result(node: Node, session_id: str, round_index: int) -> bytes:
@@ -251,8 +306,9 @@ def test_a_completed_session_exits_0_after_every_node_has_the_result(
         layout = config.plan.round(name).layout
         data = zero_sum(("a", "b", "c"), layout.size, seed=round_index)
         for node in nodes.values():
-            payload = data.payloads[node.node_id].tobytes()
-            upload(node, session_id, fed_hash, round_index, name, data=payload, layout=layout)
+            payload = data.payloads[node.node_id]
+            upload(node, session_id, fed_hash, round_index, name, payload=payload, layout=layout)
+        reveal_seeds(list(nodes.values()), session_id, fed_hash, round_index)
         for node in nodes.values():
             total = np.frombuffer(result(node, session_id, round_index), dtype="<u8")
             np.testing.assert_array_equal(total, data.total(["a", "b", "c"]))

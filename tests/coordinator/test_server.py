@@ -22,16 +22,21 @@ from coordinator.session import Session
 from coordinator.store import Store
 from noise.keys import IdentityKey, sign_key_bundle
 from noise.layout import Layout
+from noise.self_mask import self_mask_commitment
 from noise.transcript import roster_hash, upload_statement_message
 from proto.chunks import tensor_layouts
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from tests.coordinator.support import (
+    BLINDED_TAGS,
     CONFIG_HASH,
     LAYOUT,
     N_WORDS,
     Federation,
     make_federation,
+    masked,
+    node_seed,
+    sealed_challenge,
     zero_sum,
 )
 from zerosum import pki
@@ -160,6 +165,13 @@ def upload_messages(
         "node_id": node,
         "payload": payload,
         "roster_hash": roster_hash(CONFIG_HASH, h.session_id, h.session.store.members()),
+        "self_mask_commitment": self_mask_commitment(node_seed(node, round_index)),
+        "challenge": [
+            pb.SealedContribution(
+                sender_node_id=c.sender, recipient_node_id=c.recipient, sealed=c.sealed
+            )
+            for c in sealed_challenge(h.session, node, round_index)
+        ],
     }
     fields.update(header_changes)
     if "statement_signature" not in fields:
@@ -184,6 +196,75 @@ def upload_messages(
 def send(h: Harness, node: str, messages: Iterator[pb.UploadChunk]) -> pb.UploadReceipt:
     receipt: pb.UploadReceipt = h.stub(node).UploadEgress(messages, timeout=30)
     return receipt
+
+
+def sent(h: Harness, node: str, round_index: int, payload: np.ndarray) -> bytes:
+    """``payload`` under the node's test self-mask, as its upload carries it."""
+    return masked(h.session, node, round_index, payload)
+
+
+def unmask_request(h: Harness, node: str, round_index: int) -> pb.UnmaskRequest:
+    """The node's unmask request, once the server has issued it (within 10 s)."""
+    ask = pb.GetUnmaskRequestRequest(session_id=h.session_id, round_index=round_index, node_id=node)
+    give_up = time.monotonic() + 10
+    while not (request := h.stub(node).GetUnmaskRequest(ask, timeout=10)).pending:
+        assert time.monotonic() < give_up, "no unmask request within 10 s"
+        time.sleep(0.05)
+    return request
+
+
+def attest(h: Harness, node: str, request: pb.UnmaskRequest) -> pb.AttestationReceipt:
+    signed = h.fed.attestation(node, h.session_id, request.round_index, request.survivor_hash)
+    receipt: pb.AttestationReceipt = h.stub(node).AttestSurvivors(
+        pb.SurvivorAttestation(
+            session_id=h.session_id,
+            round_index=request.round_index,
+            node_id=node,
+            survivor_hash=signed.survivor_hash,
+            signature=signed.signature,
+        ),
+        timeout=10,
+    )
+    return receipt
+
+
+def answer_messages(
+    h: Harness,
+    node: str,
+    request: pb.UnmaskRequest,
+    correction: bytes | None,
+    *,
+    seed: bytes | None = None,
+) -> Iterator[pb.UnmaskChunk]:
+    """The node's unmask answer: its seed, and its pair terms when nodes dropped."""
+    header = pb.UnmaskHeader(
+        session_id=h.session_id,
+        round_index=request.round_index,
+        round_name=request.round_name,
+        node_id=node,
+        dropped_node_ids=list(request.dropped_node_ids),
+        survivor_hash=request.survivor_hash,
+        self_mask_seed=node_seed(node, request.round_index) if seed is None else seed,
+        blinded_tags=list(BLINDED_TAGS),
+    )
+    if correction is not None:
+        header.payload.CopyFrom(
+            pb.PayloadHeader(
+                total_bytes=len(correction),
+                total_elements=len(correction) // 8,
+                sha256=hashlib.sha256(correction).digest(),
+                fixed_point_bits=32,
+                tensors=list(request.tensors),
+            )
+        )
+    yield pb.UnmaskChunk(header=header)
+    if correction is not None:
+        yield pb.UnmaskChunk(data=pb.PayloadChunk(offset=0, data=correction))
+
+
+def answer(h: Harness, node: str, request: pb.UnmaskRequest, correction: bytes | None) -> None:
+    receipt = h.stub(node).SubmitUnmask(answer_messages(h, node, request, correction), timeout=30)
+    assert receipt.accepted and not receipt.duplicate
 
 
 def fetch_result(h: Harness, node: str, round_index: int) -> tuple[pb.ResultHeader, bytes]:
@@ -235,13 +316,18 @@ def test_a_round_over_the_network_sums_payloads_larger_than_one_message(
 def _round_of_large_payloads(harness: Harness, n_words: int, big: list[pb.TensorLayout]) -> None:
     joined(harness)
     data = zero_sum(("a", "b", "c"), n_words, seed=50)
+    uploads = {n: sent(harness, n, 0, data.payloads[n]) for n in ("a", "b", "c")}
     receipts = [
-        send(
-            harness, n, upload_messages(harness, n, 0, as_bytes(data.payloads[n]), layout=list(big))
-        )
+        send(harness, n, upload_messages(harness, n, 0, uploads[n], layout=list(big)))
         for n in ("a", "b", "c")
     ]
     assert [r.submitted_count for r in receipts] == [1, 2, 3]
+    # Nobody dropped: every survivor attests, then reveals its seed alone.
+    requests = {n: unmask_request(harness, n, 0) for n in ("a", "b", "c")}
+    assert all(list(r.dropped_node_ids) == [] for r in requests.values())
+    assert [attest(harness, n, requests[n]).attested_count for n in ("a", "b", "c")] == [1, 2, 3]
+    for node in ("a", "b", "c"):
+        answer(harness, node, requests[node], None)
     header, payload = fetch_result(harness, "b", 0)
     assert header.status == pb.ROUND_STATUS_READY
     assert list(header.survivor_node_ids) == ["a", "b", "c"]
@@ -249,10 +335,7 @@ def _round_of_large_payloads(harness: Harness, n_words: int, big: list[pb.Tensor
     final = roster_hash(CONFIG_HASH, harness.session_id, harness.session.store.members())
     assert [
         (s.node_id, s.round_name, s.roster_hash, s.payload_sha256) for s in header.statements
-    ] == [
-        (n, "moments", final, hashlib.sha256(as_bytes(data.payloads[n])).digest())
-        for n in ("a", "b", "c")
-    ]
+    ] == [(n, "moments", final, hashlib.sha256(uploads[n]).digest()) for n in ("a", "b", "c")]
     assert all(len(s.signature) == 64 for s in header.statements)
     np.testing.assert_array_equal(np.frombuffer(payload, dtype="<u8"), data.total(["a", "b", "c"]))
     status = harness.stub("c").GetStatus(pb.GetStatusRequest(session_id=harness.session_id))
@@ -296,53 +379,14 @@ def test_dropout_is_unmasked_over_the_network(tmp_path: Path, certificates: Cert
         joined(h)
         data = zero_sum(("a", "b", "c"), N_WORDS, seed=52)
         for node in ("a", "b"):
-            send(h, node, upload_messages(h, node, 0, as_bytes(data.payloads[node])))
-        deadline = time.monotonic() + 10
-        request = pb.UnmaskRequest()
-        while not request.pending and time.monotonic() < deadline:
-            time.sleep(0.05)
-            request = h.stub("a").GetUnmaskRequest(
-                pb.GetUnmaskRequestRequest(session_id=h.session_id, round_index=0, node_id="a")
-            )
-        assert request.pending and list(request.dropped_node_ids) == ["c"]
+            send(h, node, upload_messages(h, node, 0, sent(h, node, 0, data.payloads[node])))
+        request = unmask_request(h, "a", 0)
+        assert list(request.dropped_node_ids) == ["c"]
+        assert list(request.survivor_node_ids) == ["a", "b"]
         for node in ("a", "b"):
-            message = h.fed.attestation(node, h.session_id, 0, request.survivor_hash)
-            h.stub(node).AttestSurvivors(
-                pb.SurvivorAttestation(
-                    session_id=h.session_id,
-                    round_index=0,
-                    node_id=node,
-                    survivor_hash=message.survivor_hash,
-                    signature=message.signature,
-                )
-            )
+            attest(h, node, request)
         for node in ("a", "b"):
-            correction = as_bytes(data.correction(node, ["c"]))
-
-            def answer(
-                node: str = node, correction: bytes = correction
-            ) -> Iterator[pb.UnmaskChunk]:
-                yield pb.UnmaskChunk(
-                    header=pb.UnmaskHeader(
-                        session_id=h.session_id,
-                        round_index=0,
-                        round_name="moments",
-                        node_id=node,
-                        dropped_node_ids=["c"],
-                        survivor_hash=request.survivor_hash,
-                        payload=pb.PayloadHeader(
-                            total_bytes=len(correction),
-                            total_elements=len(correction) // 8,
-                            sha256=hashlib.sha256(correction).digest(),
-                            fixed_point_bits=32,
-                            tensors=layout_messages(),
-                        ),
-                    )
-                )
-                yield pb.UnmaskChunk(data=pb.PayloadChunk(offset=0, data=correction))
-
-            receipt = h.stub(node).SubmitUnmask(answer())
-            assert receipt.accepted
+            answer(h, node, request, as_bytes(data.correction(node, ["c"])))
         header, payload = fetch_result(h, "a", 0)
         assert header.status == pb.ROUND_STATUS_READY
         assert list(header.dropped_node_ids) == ["c"]
@@ -544,6 +588,57 @@ def test_upload_statement_over_another_roster_is_failed_precondition(harness: Ha
         f"{other.hex()[:16]}…",
     )
     assert "the node was shown a different roster" in details
+
+
+def test_self_mask_commitment_of_the_wrong_length_is_invalid_argument(harness: Harness) -> None:
+    joined(harness)
+    data = as_bytes(zero_sum(("a", "b", "c"), N_WORDS, seed=62).payloads["a"])
+    rejected(
+        harness,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: send(
+            harness,
+            "a",
+            upload_messages(harness, "a", 0, data, self_mask_commitment=b"\x05" * 31),
+        ),
+        words="self_mask_commitment must be 32 raw bytes; got 31 bytes",
+    )
+
+
+def test_a_seed_that_does_not_match_the_commitment_is_invalid_argument(harness: Harness) -> None:
+    joined(harness)
+    data = zero_sum(("a", "b", "c"), N_WORDS, seed=63)
+    for node in ("a", "b", "c"):
+        send(
+            harness,
+            node,
+            upload_messages(harness, node, 0, sent(harness, node, 0, data.payloads[node])),
+        )
+    request = unmask_request(harness, "a", 0)
+    for node in ("a", "b", "c"):
+        attest(harness, node, request)
+    rejected(
+        harness,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: harness.stub("a").SubmitUnmask(
+            answer_messages(harness, "a", request, None, seed=node_seed("b", 0)), timeout=10
+        ),
+        words="the self-mask seed does not match the commitment",
+    )
+    rejected(
+        harness,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        lambda: harness.stub("a").SubmitUnmask(
+            answer_messages(harness, "a", request, as_bytes(data.correction("a", []))),
+            timeout=10,
+        ),
+        words="nobody dropped, so the answer is the self-mask seed alone",
+    )
+    for node in ("a", "b", "c"):
+        answer(harness, node, request, None)
+    header, payload = fetch_result(harness, "c", 0)
+    assert header.status == pb.ROUND_STATUS_READY
+    np.testing.assert_array_equal(np.frombuffer(payload, dtype="<u8"), data.total(["a", "b", "c"]))
 
 
 def test_wrong_size_is_invalid_argument(harness: Harness) -> None:

@@ -29,6 +29,7 @@ from coordinator.errors import (
 from coordinator.layout import PayloadSpec, TensorSlot
 from coordinator.messages import (
     RoundStatus,
+    SealedContribution,
     SessionState,
     UnmaskHeader,
     UnmaskReceipt,
@@ -41,6 +42,7 @@ from coordinator.store import Store
 from noise.keys import IdentityKey, sign_key_bundle
 from noise.transcript import survivor_set_hash
 from tests.coordinator.support import (
+    BLINDED_TAGS,
     CONFIG_HASH,
     LAYOUT,
     N_WORDS,
@@ -56,6 +58,7 @@ from tests.coordinator.support import (
     read_result,
     reveal_all,
     run_round,
+    sealed_challenge,
     sent_sha256,
     signed_header,
     spec_for,
@@ -327,6 +330,37 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
             replace(header(), self_mask_commitment=b"\x02" * 33),
         ),
         "no commitment": (InvalidArgument, replace(header(), self_mask_commitment=b"")),
+        "no challenge": (InvalidArgument, replace(header(), challenge=())),
+        "challenge missing a peer": (
+            InvalidArgument,
+            replace(header(), challenge=header().challenge[:-1]),
+        ),
+        "challenge for itself": (
+            InvalidArgument,
+            replace(
+                header(),
+                challenge=(*header().challenge[:-1], SealedContribution("a", "a", bytes(48))),
+            ),
+        ),
+        "challenge in another's name": (
+            InvalidArgument,
+            replace(
+                header(),
+                challenge=tuple(
+                    SealedContribution("b", c.recipient, c.sealed) for c in header().challenge
+                ),
+            ),
+        ),
+        "short challenge": (
+            InvalidArgument,
+            replace(
+                header(),
+                challenge=tuple(
+                    SealedContribution(c.sender, c.recipient, c.sealed[:47])
+                    for c in header().challenge
+                ),
+            ),
+        ),
     }
 
 
@@ -351,6 +385,11 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
         "short commitment",
         "long commitment",
         "no commitment",
+        "no challenge",
+        "challenge missing a peer",
+        "challenge for itself",
+        "challenge in another's name",
+        "short challenge",
     ],
 )
 def test_bad_upload_headers_are_refused_and_change_nothing(
@@ -613,7 +652,7 @@ def test_survivor_silent_at_the_unmask_deadline_supersedes_the_round_and_reruns_
     # Its request is never asked again, nor answered.
     assert not session.unmask_request(session.session_id, 0, caller="a").pending
     message = refused(session, FailedPrecondition, lambda: submit_correction(session, "a", 0, None))
-    assert "is not awaiting unmask corrections (it is superseded)" in message
+    assert "conflicting unmask answer: node 'a' already answered round 0" in message
     # The rerun is a new round index among the speakers; c stays dropped.
     assert session.store.round(1).participants == ("a", "b")  # type: ignore[union-attr]
     late = zero_sum(fed.node_ids, N_WORDS, seed=12).payloads["c"]
@@ -1214,3 +1253,91 @@ def test_a_second_coordinator_on_the_same_state_file_is_refused(
 ) -> None:
     with pytest.raises(StateFileError, match="in use by another coordinator process"):
         Store(state_path)
+
+
+def test_the_last_answer_sent_again_after_the_round_is_ready_is_a_duplicate(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(("a", "b", "c"), N_WORDS, seed=77)
+    for node in ("a", "b", "c"):
+        upload(session, node, 0, data.payloads[node])
+    reveal_all(fed, session, 0, data)
+    assert session.store.round(0).status == RoundStatus.READY  # type: ignore[union-attr]
+    before = session.store.dump()
+    receipt = submit_correction(session, "c", 0, None)
+    assert isinstance(receipt, UnmaskReceipt) and receipt.duplicate
+    assert session.store.dump() == before
+
+
+def test_the_same_upload_with_another_commitment_is_a_conflict(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(("a", "b", "c"), N_WORDS, seed=78)
+    upload(session, "a", 0, data.payloads["a"])
+    stored = session.store.upload(0, "a")
+    assert stored is not None
+    sent = np.frombuffer(session.store.payload_path(stored.path).read_bytes(), dtype="<u8")
+    header = signed_header(session, "a", 0, "moments", spec_for(sent.astype(np.uint64)))
+    header = replace(header, self_mask_commitment=bytes(32))
+    before = session.store.dump()
+    message = refused(session, FailedPrecondition, lambda: session.begin_upload(header, caller="a"))
+    assert "self-mask commitment" in message
+    assert session.store.dump() == before
+
+
+@pytest.mark.parametrize(
+    "tags",
+    [(), (bytes(16),) * 3, (bytes(16),) * 5, (bytes(15),) + (bytes(16),) * 3],
+    ids=["none", "three", "five", "short"],
+)
+def test_an_answer_without_four_sixteen_byte_tags_is_refused(
+    fed: Federation, session: Session, tags: tuple[bytes, ...]
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=81)
+    for node in fed.node_ids:
+        upload(session, node, 0, data.payloads[node])
+    attest_all(fed, session, 0)
+    request = session.store.unmask_request(0, 1)
+    assert request is not None
+    header = UnmaskHeader(
+        session_id=session.session_id,
+        round_index=0,
+        round_name="moments",
+        node_id="a",
+        dropped=(),
+        survivor_hash=request.survivor_hash,
+        payload=None,
+        self_mask_seed=node_seed("a", 0),
+        blinded_tags=tags,
+    )
+    before = session.store.dump()
+    message = refused(session, InvalidArgument, lambda: session.begin_unmask(header, caller="a"))
+    assert "blinded_tags must be 4 tags of 16 bytes" in message
+    assert session.store.dump() == before
+
+
+def test_each_survivor_is_relayed_the_others_sealed_contributions_and_the_tags_come_back(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=82)
+    for node in fed.node_ids:
+        upload(session, node, 0, data.payloads[node])
+    for node in fed.node_ids:
+        ask = session.unmask_request(session.session_id, 0, caller=node)
+        expected = {
+            (c.sender, c.recipient, c.sealed)
+            for other in fed.node_ids
+            if other != node
+            for c in sealed_challenge(session, other, 0)
+            if c.recipient == node
+        }
+        assert {(c.sender, c.recipient, c.sealed) for c in ask.challenge} == expected
+        assert len(ask.challenge) == len(fed.node_ids) - 1
+    reveal_all(fed, session, 0, data)
+    view = session.result(session.session_id, 0, caller="a")
+    assert [n for n, _ in view.tags] == sorted(fed.node_ids)
+    assert all(t == BLINDED_TAGS for _, t in view.tags)

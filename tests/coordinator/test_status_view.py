@@ -17,8 +17,10 @@ from coordinator.store import Store
 from tests.coordinator.support import (
     N_WORDS,
     FakeClock,
+    attest_all,
     join_all,
     make_federation,
+    submit_correction,
     upload,
     zero_sum,
 )
@@ -62,6 +64,50 @@ def test_the_status_names_who_joined_withdrew_submitted_and_is_awaited(tmp_path:
     assert "1 of 2 submitted; awaiting b until" in text
     assert f"dropped in round 0: withdrew from round 0 ('moments'): {REJECTED}" in text
     json.dumps(status)  # JSON-ready as it is
+    store.close()
+
+
+def test_the_status_shows_the_unmask_step_and_a_round_superseded_by_its_rerun(
+    tmp_path: Path,
+) -> None:
+    fed = make_federation(("a", "b", "c"), min_nodes=2)
+    state = tmp_path / "state.sqlite"
+    clock = FakeClock()
+    store = Store(state)
+    session = Session(store, fed.config, clock=clock)
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=4)
+    for node in fed.node_ids:
+        upload(session, node, 0, data.payloads[node])
+    [round0] = read_status(state, fed.node_ids)["rounds"]
+    assert (round0["status"], round0["submitted"], round0["awaited"]) == (
+        "unmask",
+        ["a", "b", "c"],
+        [],
+    )
+    assert round0["reason"] == "waiting for the unmask answers of a, b, c"
+    assert "result_sha256" not in round0
+    attest_all(fed, session, 0)
+    submit_correction(session, "a", 0, None)
+    submit_correction(session, "b", 0, None)
+    session.tick(clock.advance(60_000))  # c never reveals its seed
+    status = read_status(state, fed.node_ids)
+    superseded, rerun = status["rounds"]
+    assert (superseded["name"], superseded["status"]) == ("moments", "superseded")
+    assert "result_sha256" not in superseded
+    assert (rerun["name"], rerun["status"], rerun["participants"]) == (
+        "moments",
+        "open",
+        ["a", "b"],
+    )
+    by_node = {n["node_id"]: n for n in status["nodes"]}
+    assert by_node["c"]["status"] == "dropped" and by_node["c"]["dropped_round"] == 0
+    text = render_status(status)
+    assert (
+        "c did not answer the unmask request of round 0 ('moments'); the round is rerun as "
+        "'moments' among a, b from round 1, with fresh keys" in text
+    )
+    assert "0 of 2 submitted; awaiting a, b until" in text
     store.close()
 
 

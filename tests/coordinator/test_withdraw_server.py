@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 
 from proto.zerosum.v1 import session_pb2 as pb
@@ -20,10 +21,14 @@ from tests.coordinator.support import N_WORDS, zero_sum
 from tests.coordinator.test_server import (
     Certificates,
     Harness,
+    answer,
     as_bytes,
+    attest,
+    fetch_result,
     joined,
     rejected,
     send,
+    sent,
     start,
     upload_messages,
 )
@@ -85,7 +90,7 @@ def test_a_withdrawn_node_is_dropped_and_the_survivors_are_asked_to_unmask_at_on
     assert status.rounds[0].reason == f"node 'c' withdrew from round 0 ('moments'): {REASON}"
     data = zero_sum(h.fed.node_ids, N_WORDS, seed=61)
     for node in ("a", "b"):
-        send(h, node, upload_messages(h, node, 0, as_bytes(data.payloads[node])))
+        send(h, node, upload_messages(h, node, 0, sent(h, node, 0, data.payloads[node])))
     # The round deadline is a minute away; the ticker moves on without waiting for it.
     request = pb.GetUnmaskRequestRequest(session_id=h.session_id, round_index=0, node_id="a")
     deadline = time.monotonic() + 10
@@ -94,6 +99,13 @@ def test_a_withdrawn_node_is_dropped_and_the_survivors_are_asked_to_unmask_at_on
         time.sleep(0.05)
     assert list(asked.dropped_node_ids) == ["c"]
     assert list(asked.survivor_node_ids) == ["a", "b"]
+    for node in ("a", "b"):
+        attest(h, node, asked)
+    for node in ("a", "b"):
+        answer(h, node, asked, as_bytes(data.correction(node, ["c"])))
+    header, payload = fetch_result(h, "b", 0)
+    assert header.status == pb.ROUND_STATUS_READY and list(header.dropped_node_ids) == ["c"]
+    np.testing.assert_array_equal(np.frombuffer(payload, dtype="<u8"), data.total(["a", "b"]))
 
 
 def test_withdraw_for_another_node_is_permission_denied(harness: Harness) -> None:

@@ -43,7 +43,7 @@ import pytest
 from numpy.typing import NDArray
 
 from coordinator.store import payload_dir_for
-from node.approval import sign_approval, write_approval
+from coordinator.store.rows import layout_from_json
 from node.cohort import LocalCohort, load_cohort
 from node.deltab.io import Table, read_table
 from node.deltab.model import BrainAgeModel
@@ -51,10 +51,11 @@ from node.deltab.persist import load_model
 from node.deltab.plan import NodeState, finish, receive, round_tensors
 from node.deltab.stats import combine
 from node.deltab.sums import MEANS, SUMS
-from node.egress import EgressBundle
 from node.plans.deltab import plan_settings
 from noise.fixed_point import wrapping_sum
 from noise.keys import IdentityKey
+from noise.layout import payload_digest
+from noise.self_mask import self_mask
 from proto.federation import FederationConfig, load_federation
 from zerosum.cli import main as zerosum_main
 
@@ -95,6 +96,10 @@ class Federation:
 
     def identity(self, node_id: str) -> IdentityKey:
         return IdentityKey.read_pem(self.root / "nodes" / node_id / "identity.pem")
+
+    def checker(self, node_id: str) -> IdentityKey:
+        """The output checker key ``federation init`` made for ``node_id``."""
+        return IdentityKey.read_pem(self.root / "checkers" / node_id / "checker.pem")
 
     def data(self, node_id: str) -> Path:
         return self.root / "nodes" / node_id / "data.csv"
@@ -426,6 +431,25 @@ class CoordinatorState:
         data = (payload_dir_for(self.path) / name).read_bytes()
         return tuple(json.loads(survivors)), np.frombuffer(data, dtype="<u8").astype(np.uint64)
 
+    def unmasked_sha256(self, round_index: int, node_id: str) -> str:
+        """SHA-256 of ``node_id``'s stored upload less the self-mask whose seed it revealed.
+
+        That is the payload of its egress bundle (or its CAPE-sum share).
+        """
+        rows = self.query(
+            "SELECT path, layout FROM uploads WHERE round_index = ? AND node_id = ?",
+            (round_index, node_id),
+        )
+        seeds = self.query(
+            "SELECT self_mask_seed FROM unmask_corrections WHERE round_index = ? AND node_id = ?",
+            (round_index, node_id),
+        )
+        assert len(rows) == 1 and len(seeds) == 1, (rows, seeds)
+        (name, layout_text), ((seed,),) = rows[0], seeds
+        sent = np.frombuffer((payload_dir_for(self.path) / name).read_bytes(), dtype="<u8")
+        pad = self_mask(bytes(seed), layout_from_json(layout_text), round_index=round_index)
+        return payload_digest(sent.astype(np.uint64) - pad).hex()
+
     def unmask_attempts(self, round_index: int) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """(survivors, dropped) of each unmask attempt of a round, in order."""
         rows = self.query(
@@ -497,6 +521,10 @@ class SessionRun:
     def out(self, node_id: str) -> Path:
         return self.folder / f"out-{node_id}"
 
+    def state_folder(self, node_id: str) -> Path:
+        """The node's state folder: one per run, as the runs stand for separate deployments."""
+        return self.folder / f"state-{node_id}"
+
     def start_node(self, node_id: str, *, approve: str = "auto") -> Spawned:
         spawned = self.processes.zerosum(
             f"{self.label}-{node_id}",
@@ -507,6 +535,8 @@ class SessionRun:
             node_id,
             "--out",
             str(self.out(node_id)),
+            "--state",
+            str(self.state_folder(node_id)),
             "--approve",
             approve,
             "--coordinator",
@@ -529,16 +559,43 @@ class SessionRun:
         return folder
 
     def approve(self, node_id: str, round_index: int) -> None:
-        """As the node's reviewer: wait for the bundle, then sign and write approval.json."""
+        """As the node's output checker: wait for the bundle, review it, sign the approval.
+
+        ``zerosum review --audit … --approve`` re-checks the real bundle (and
+        its noise against the audit record) and signs with the checker key of
+        the node; it must pass every check to sign.
+        """
         folder = self.at_gate(node_id, round_index)
-        signed = sign_approval(
-            self.federation.identity(node_id),
-            EgressBundle.manifest_sha256(folder),
-            "approve",
-            reviewer="integration test",
-            comment="approved by the test driving this session",
+        audit = self.out(node_id) / "audit" / f"round-{round_index}"
+        # The manifest is written before the checksums, the audit record after the bundle.
+        wait_until(
+            lambda: (
+                (folder / "checksums" / "manifest.json.txt").exists()
+                and (audit / "audit.json").exists()
+            ),
+            what=f"node {node_id!r} to finish writing its round-{round_index} bundle",
+            alive=[self.nodes[node_id]],
         )
-        write_approval(folder, signed)
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            code = zerosum_main(
+                [
+                    "review",
+                    str(folder),
+                    "--federation",
+                    str(self.federation.toml),
+                    "--audit",
+                    str(audit),
+                    "--approve",
+                    "--key",
+                    str(self.federation.root / "checkers" / node_id / "checker.pem"),
+                    "--reviewer",
+                    "integration test",
+                    "--comment",
+                    "approved by the test driving this session",
+                ]
+            )
+        assert code == 0, f"review of {folder} refused to approve:\n{printed.getvalue()}"
 
     def wait_all(self, timeout: float = SESSION_TIMEOUT) -> dict[str, int]:
         """Wait for the coordinator and every node; their exit statuses by name."""

@@ -9,11 +9,12 @@ or the test signs its approval first (gone after upload). Stages:
 (b) after the roster, before upload: killed at its round-0 gate; the
     survivors unmask it (attest the survivor set, send pair terms);
 (c) after upload: round 0 includes it, killed at its round-1 gate;
-(d) during unmask: as (c), and a second victim uploads round 1 and is
-    frozen (SIGSTOP) before it answers the unmask request for the first; the
-    coordinator must drop it at the unmask deadline, take its upload out of
-    the sum and ask the two left again (collusion threshold 2, so they keep
-    their noise floor with two partners revealed);
+(d) during unmask: five nodes; one is killed at its round-1 gate and a
+    second victim uploads round 1 and is frozen (SIGSTOP) before it can sign
+    the survivor set; the coordinator must drop it at the unmask deadline and,
+    since a signed survivor set is never changed, rerun round 1 among the three
+    left under the next round index (fresh keys and noise, a counted release),
+    without any pair terms ever revealed;
 (e) below the threshold: min_nodes = 3 of 3, one killed at its gate;
 (f) a survivor refuses to unmask because revealing its pair terms with the
     dropped node would leave its own egress below its noise floor
@@ -53,6 +54,7 @@ from tests.integration.conftest import (
 
 pytestmark = pytest.mark.integration
 
+FIVE = ("a", "b", "c", "d", "e")
 FOUR = ("a", "b", "c", "d")
 THREE = ("a", "b", "c")
 # Joins close as soon as everyone joined, so the join deadline costs time only
@@ -98,7 +100,7 @@ def _federation(root: Path, name: str, nodes: tuple[str, ...], *extra: str) -> F
     return init_federation(
         root / name,
         nodes,
-        cohort_sizes=(150, 120, 130, 140)[: len(nodes)],
+        cohort_sizes=(150, 120, 130, 140, 125)[: len(nodes)],
         join_deadline=JOIN_DEADLINE,
         round_deadline=ROUND_DEADLINE,
         extra=extra,
@@ -163,7 +165,8 @@ def _after_upload(scenario: Scenario) -> Finished:
 
 
 def _during_unmask(scenario: Scenario) -> Finished:
-    run = _start(scenario, {"a": "manual", "b": "manual", "c": "auto", "d": "auto"}, joined=4)
+    approve = {"a": "manual", "b": "manual", "c": "auto", "d": "auto", "e": "auto"}
+    run = _start(scenario, approve, joined=5)
     run.approve("a", 0)
     run.approve("b", 0)
     run.approve("b", 1)
@@ -195,13 +198,13 @@ def scenarios(
     root = tmp_path_factory.mktemp("dropout")
     # Collusion threshold 1 (the default): pair weights survive one lost partner.
     four = _federation(root, "four", FOUR)
-    # Threshold 2: every survivor keeps its floor with two partners revealed.
-    four_t2 = _federation(root, "four-t2", FOUR, "--collusion-threshold", "2")
+    # Five nodes: after two are lost the rerun among three keeps T + 2 = 3.
+    five = _federation(root, "five", FIVE)
     strict = _federation(root, "strict", THREE, "--min-nodes", "3")
     no_slack = _federation(root, "no-slack", THREE, "--collusion-threshold", "0")
     turns = Turns(ORDER)
     where = {
-        "during-unmask": (_during_unmask, four_t2),
+        "during-unmask": (_during_unmask, five),
         "before-roster": (_before_roster, four),
         "after-upload": (_after_upload, four),
         "after-roster": (_after_roster, four),
@@ -230,7 +233,7 @@ def _assert_exact(
         assert np.array_equal(published[1], run.audit_sum(survivors, round_index))
     fed = run.federation
     reference = reference_model(fed, *reference_rounds)
-    for node in rounds[1]:
+    for node in rounds[max(rounds)]:
         assert relative_difference(run.model(node), reference, fed.holdout()) <= 1e-9
 
 
@@ -257,7 +260,8 @@ def test_node_missing_before_the_roster_is_excluded(
     cohorts = [fed.cohort(n) for n in survivors]
     pooled = run_in_process([(c.features, c.age) for c in cohorts], plan_settings(fed.config))
     assert relative_difference(run.model("b"), pooled, fed.holdout()) <= 1e-9
-    assert all(run.state.unmask_attempts(r) == [] for r in (0, 1))
+    # Every round has its unmask step; nobody dropped in either.
+    assert all(run.state.unmask_attempts(r) == [(survivors, ())] for r in (0, 1))
 
 
 def test_node_lost_after_the_roster_is_unmasked(
@@ -268,7 +272,7 @@ def test_node_lost_after_the_roster_is_unmasked(
     assert done.codes == {"coordinator": 0, "b": 0, "c": 0, "d": 0, "a": -9}, run.describe()
     survivors = ("b", "c", "d")
     assert run.state.unmask_attempts(0) == [(survivors, ("a",))]
-    assert run.state.unmask_attempts(1) == []
+    assert run.state.unmask_attempts(1) == [(survivors, ())]
     _assert_exact(done, {0: survivors, 1: survivors}, (survivors, survivors))
     for node in survivors:
         assert _unmask_entries(run, node) == [(0, ["a"])]
@@ -281,26 +285,38 @@ def test_node_lost_after_its_upload_counts_in_the_rounds_it_finished(
     run = done.run
     assert done.codes == {"coordinator": 0, "b": 0, "c": 0, "d": 0, "a": -9}, run.describe()
     survivors = ("b", "c", "d")
-    assert run.state.unmask_attempts(0) == []
+    assert run.state.unmask_attempts(0) == [(FOUR, ())]
     assert run.state.unmask_attempts(1) == [(survivors, ("a",))]
     _assert_exact(done, {0: FOUR, 1: survivors}, (FOUR, survivors))
     for node in survivors:
         assert _unmask_entries(run, node) == [(1, ["a"])]
 
 
-def test_survivor_silent_during_unmask_is_dropped_and_the_unmask_rerun(
+def test_survivor_silent_during_unmask_makes_the_round_rerun_among_the_others(
     scenarios: dict[str, Finished | BaseException],
 ) -> None:
     done = outcome(scenarios, "during-unmask")
     run = done.run
-    assert done.codes == {"coordinator": 0, "c": 0, "d": 0, "a": -9, "b": -9}, run.describe()
-    assert run.state.unmask_attempts(1) == [(("b", "c", "d"), ("a",)), (("c", "d"), ("a", "b"))]
-    assert run.state.members() == {"a": "dropped", "b": "dropped", "c": "live", "d": "live"}
-    # b's round-1 upload was stored, yet the result is the sum over c and d only.
+    left = ("c", "d", "e")
+    assert done.codes == {"coordinator": 0, **dict.fromkeys(left, 0), "a": -9, "b": -9}, (
+        run.describe()
+    )
+    # One survivor set for round 1, never changed: b never signed it, so nobody answered.
+    assert run.state.unmask_attempts(1) == [(("b", "c", "d", "e"), ("a",))]
+    assert run.state.round_status(1) == "superseded" and run.state.result(1) is None
+    assert run.state.unmask_attempts(2) == [(left, ())]
+    assert run.state.members() == {"a": "dropped", "b": "dropped", **dict.fromkeys(left, "live")}
+    # b's round-1 upload was stored, and stays under its self-mask: no seed, no pair terms.
     assert "b" in run.state.uploads(1)
-    _assert_exact(done, {0: FOUR, 1: ("c", "d")}, (FOUR, ("c", "d")))
-    for node in ("c", "d"):
-        assert _unmask_entries(run, node) == [(1, ["a", "b"])]
+    assert run.state.query("SELECT COUNT(*) FROM unmask_corrections WHERE round_index = 1") == [
+        (0,)
+    ]
+    _assert_exact(done, {0: FIVE, 2: left}, (FIVE, left))
+    for node in left:
+        assert _unmask_entries(run, node) == []
+        # The rerun is a release of its own: rounds 0, 1 and 2 are counted.
+        releases = [e["round_index"] for e in run.ledger(node)["entries"] if e["kind"] == "release"]
+        assert releases == [0, 1, 2]
 
 
 def test_too_few_survivors_end_the_session_with_the_reason(

@@ -16,6 +16,7 @@ duplicate, and the session must complete.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -29,9 +30,11 @@ from node.client import CHUNK_BYTES, GrpcGateway, RetryPolicy
 from node.gateway import RoundState, UploadReceipt
 from node.roster import VerifiedRoster, verify_roster
 from node.statements import check_statements, sign_upload_statement
+from node.unmask import attestation_signature
 from noise.fixed_point import wrapping_sum
 from noise.keys import EphemeralKey, sign_key_bundle
 from noise.layout import Layout, TensorSlot, payload_digest
+from noise.self_mask import self_mask, self_mask_commitment
 from proto.federation import RoundSpec, config_hash, dump_federation, load_federation
 from tests.integration.conftest import Federation, Processes, SessionRun, init_federation
 
@@ -118,6 +121,10 @@ def _roster(
     )
 
 
+def _seed(node: str, round_index: int) -> bytes:
+    return hashlib.sha256(f"self-mask of {node} in round {round_index}".encode()).digest()
+
+
 def test_twenty_megabyte_payloads_sum_exactly(
     session: SessionRun, clients: dict[str, GrpcGateway]
 ) -> None:
@@ -144,11 +151,14 @@ def test_twenty_megabyte_payloads_sum_exactly(
         layout: Layout,
     ) -> UploadReceipt:
         roster = rosters[node].roster_hash
+        # As a node does: the payload leaves under its self-mask.
+        seed = _seed(node, round_index)
+        sent = payload + self_mask(seed, layout, round_index=round_index)
         return clients[node].upload(
             session_id=session_id,
             round_index=round_index,
             round_name=round_name,
-            payload=payload,
+            payload=sent,
             layout=layout,
             fixed_point_bits=bits,
             roster_hash=roster,
@@ -159,9 +169,41 @@ def test_twenty_megabyte_payloads_sum_exactly(
                 round_index=round_index,
                 round_name=round_name,
                 roster_hash=roster,
-                payload_sha256=payload_digest(payload),
+                payload_sha256=payload_digest(sent),
             ),
+            self_mask_commitment=self_mask_commitment(seed),
+            # The coordinator relays these unread; this test checks no aggregate tags.
+            challenge=[(peer, bytes(48)) for peer in NODES if peer != node],
         )
+
+    def unmask(round_index: int, layout: Layout) -> None:
+        """The round's unmask step: every node signs the survivor set, then reveals its seed."""
+        for node in NODES:
+            ask = clients[node].result(session_id, round_index).unmask_request
+            assert ask is not None and ask.dropped == ()
+            clients[node].attest(
+                session_id=session_id,
+                round_index=round_index,
+                survivor_hash=ask.survivor_hash,
+                signature=attestation_signature(
+                    federation.identity(node),
+                    config_hash=fed_hash,
+                    session_id=session_id,
+                    round_index=round_index,
+                    survivor_hash=ask.survivor_hash,
+                ),
+            )
+        for node in NODES:
+            ask = clients[node].result(session_id, round_index).unmask_request
+            assert ask is not None and len(ask.attestations) == len(NODES)
+            clients[node].submit_unmask(
+                request=ask,
+                self_mask_seed=_seed(node, round_index),
+                blinded_tags=[bytes(16)] * 4,
+                payload=None,
+                layout=layout,
+                fixed_point_bits=bits,
+            )
 
     def upload(node: str) -> UploadReceipt:
         return send(node, 0, "means", payloads[node], LAYOUT)
@@ -175,6 +217,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
         assert not receipt.duplicate
     # Every upload is on disk and in the state file before it is acknowledged.
     assert session.state.uploads(0) == set(NODES)
+    unmask(0, LAYOUT)
 
     expected = wrapping_sum(list(payloads.values()))
     for node in NODES:
@@ -211,6 +254,7 @@ def test_twenty_megabyte_payloads_sum_exactly(
     small = SMALL
     for node in NODES:
         send(node, 1, "sums", np.full(8, ord(node), dtype=np.uint64), small)
+    unmask(1, small)
     for node in NODES:
         header = clients[node].result(session_id, 1)
         last = header.aggregate

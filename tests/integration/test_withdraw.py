@@ -46,7 +46,7 @@ def _reject(run: SessionRun, node_id: str, round_index: int) -> None:
     """As the node's output checker: sign and write a rejection of its bundle."""
     folder = run.at_gate(node_id, round_index)
     signed = sign_approval(
-        run.federation.identity(node_id),
+        run.federation.checker(node_id),
         EgressBundle.manifest_sha256(folder),
         "reject",
         reviewer="output checker",

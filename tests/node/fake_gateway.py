@@ -179,6 +179,7 @@ class FakeCoordinator:
         roster_hash: bytes,
         statement_signature: bytes,
         self_mask_commitment: bytes,
+        challenge: Sequence[tuple[str, bytes]],
     ) -> UploadReceipt:
         self.calls.append("upload")
         digest = payload_digest(payload)
@@ -217,6 +218,7 @@ class FakeCoordinator:
         *,
         request: UnmaskRequest,
         self_mask_seed: bytes,
+        blinded_tags: Sequence[bytes],
         payload: U64 | None,
         layout: Layout,
         fixed_point_bits: int,

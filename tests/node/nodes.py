@@ -29,6 +29,7 @@ from node.runner import NodeRunner
 from node.session.context import NodeOptions, SessionContext
 from node.session.progress import RoundProgress
 from node.session.setup import LocalSetup
+from node.state_folder import NodeState
 from noise.keys import EphemeralKey, KeyBundle, sign_key_bundle
 from noise.layout import Layout
 from proto.federation import FederationConfig
@@ -149,7 +150,15 @@ def local_setup(
         ),
         plan=used,  # type: ignore[arg-type]  # stands in for a ModelPlan
         out=out,
+        state=out / "state",
     )
+
+
+def _state(out: Path, me: str, public_key: bytes) -> NodeState:
+    """The node's state folder in ``out/state``, recording this session's join once."""
+    state = NodeState(out / "state", me)
+    state.record_join(session_id=SESSION, config_hash=CONFIG_HASH, public_key=public_key, out=out)
+    return state
 
 
 def _context(
@@ -188,6 +197,7 @@ def _context(
         resuming=resuming,
         # The lines as the node prints them ("zerosum node a: ...").
         say=NodeRunner(out, me, progress=lines.append).say,
+        state=_state(out, me, keys[me].public_bytes()),
     )
     return ctx, coordinator, lines
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -71,6 +72,15 @@ def test_auto_mode_signs_with_the_node_key(folder: Path) -> None:
     )
 
 
+CHECKER = {OTHER_KEY.public_bytes(): "output checker"}
+
+
+def _gate(time: FakeClock, **options: Any) -> ApprovalGate:
+    """A manual gate accepting OTHER_KEY (this node's checker) on fake time."""
+    options.setdefault("checker_keys", CHECKER)
+    return ApprovalGate("manual", identity=NODE_KEY, sleep=time.sleep, clock=time.clock, **options)
+
+
 def test_manual_mode_waits_for_the_file(folder: Path) -> None:
     time = FakeClock()
     lines: list[str] = []
@@ -79,11 +89,12 @@ def test_manual_mode_waits_for_the_file(folder: Path) -> None:
     def sleep(seconds: float) -> None:
         time.sleep(seconds)
         if len(time.sleeps) == 3:
-            write_approval(folder, sign_approval(NODE_KEY, digest, "approve", reviewer="checker"))
+            write_approval(folder, sign_approval(OTHER_KEY, digest, "approve", reviewer="checker"))
 
     gate = ApprovalGate(
         "manual",
         identity=NODE_KEY,
+        checker_keys=CHECKER,
         poll_seconds=2.0,
         progress=lines.append,
         sleep=sleep,
@@ -96,71 +107,112 @@ def test_manual_mode_waits_for_the_file(folder: Path) -> None:
 
 
 def test_manual_mode_times_out(folder: Path) -> None:
-    time = FakeClock()
-    gate = ApprovalGate(
-        "manual",
-        identity=NODE_KEY,
-        poll_seconds=1.0,
-        timeout_seconds=3.0,
-        sleep=time.sleep,
-        clock=time.clock,
-    )
+    gate = _gate(FakeClock(), poll_seconds=1.0, timeout_seconds=3.0)
     with pytest.raises(ApprovalError, match=r"no approval appeared .* within 3 s"):
         gate.wait(folder)
 
 
-def test_rejection_stops_with_reviewer_and_reason(folder: Path) -> None:
+def test_manual_mode_without_checker_keys_gives_up_at_once(folder: Path) -> None:
+    time = FakeClock()
+    with pytest.raises(ApprovalError, match="lists no output checker key for this node"):
+        _gate(time, checker_keys={}).wait(folder)
+    assert time.sleeps == []
+
+
+def test_the_identity_key_cannot_be_a_checker_key() -> None:
+    with pytest.raises(ApprovalError, match="identity key is listed as one of its checker keys"):
+        ApprovalGate("manual", identity=NODE_KEY, checker_keys={NODE_KEY.public_bytes(): "x"})
+
+
+def test_rejection_stops_at_once_with_reviewer_and_reason(folder: Path) -> None:
     digest = EgressBundle.manifest_sha256(folder)
     write_approval(
         folder,
-        sign_approval(NODE_KEY, digest, "reject", reviewer="Dr Checker", comment="N too small"),
+        sign_approval(OTHER_KEY, digest, "reject", reviewer="Dr Checker", comment="N too small"),
     )
+    time = FakeClock()
     with pytest.raises(ApprovalRejected, match="rejected by reviewer 'Dr Checker': N too small"):
-        ApprovalGate("manual", identity=NODE_KEY).wait(folder)
+        _gate(time).wait(folder)
+    assert time.sleeps == []
 
 
-def test_extra_reviewer_keys_are_accepted(folder: Path) -> None:
+def test_an_approval_by_the_node_identity_key_is_refused_in_manual_mode(folder: Path) -> None:
     digest = EgressBundle.manifest_sha256(folder)
-    write_approval(folder, sign_approval(OTHER_KEY, digest, "approve", reviewer="office"))
+    write_approval(folder, sign_approval(NODE_KEY, digest, "approve", reviewer="node"))
+    time = FakeClock()
+    lines: list[str] = []
+    gate = _gate(time, replace_seconds=5.0, progress=lines.append)
+    with pytest.raises(ApprovalError, match=r"was refused .*not an accepted reviewer key.* 5 s"):
+        gate.wait(folder)
+    # Given up after the replacement window, long before any round deadline.
+    assert sum(time.sleeps) == 5.0
+    refusals = [line for line in lines if line.startswith("refusing")]
+    assert len(refusals) == 1 and "--replace" in refusals[0]
+
+
+def test_an_approval_by_an_unlisted_key_is_refused(folder: Path) -> None:
+    digest = EgressBundle.manifest_sha256(folder)
+    stranger = IdentityKey.from_private_bytes(bytes([9]) * 32)
+    write_approval(folder, sign_approval(stranger, digest, "approve", reviewer="stranger"))
     with pytest.raises(ApprovalError, match="not an accepted reviewer key"):
-        ApprovalGate("manual", identity=NODE_KEY).wait(folder)
+        _gate(FakeClock(), replace_seconds=2.0).wait(folder)
+
+
+def test_a_refused_approval_replaced_by_a_valid_one_goes_through(folder: Path) -> None:
+    digest = EgressBundle.manifest_sha256(folder)
+    write_approval(folder, sign_approval(NODE_KEY, digest, "approve", reviewer="wrong key"))
+    time = FakeClock()
+
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds)
+        if len(time.sleeps) == 4:
+            write_approval(folder, sign_approval(OTHER_KEY, digest, "approve", reviewer="right"))
+
     gate = ApprovalGate(
-        "manual", identity=NODE_KEY, accepted_keys={OTHER_KEY.public_bytes(): "output office"}
+        "manual",
+        identity=NODE_KEY,
+        checker_keys=CHECKER,
+        replace_seconds=60.0,
+        sleep=sleep,
+        clock=time.clock,
     )
-    assert gate.wait(folder).reviewer == "office"
+    assert gate.wait(folder).reviewer == "right"
+    assert len(time.sleeps) == 4
 
 
 def test_approval_for_another_manifest_is_refused(folder: Path) -> None:
-    write_approval(folder, sign_approval(NODE_KEY, "11" * 32, "approve", reviewer="checker"))
+    write_approval(folder, sign_approval(OTHER_KEY, "11" * 32, "approve", reviewer="checker"))
     with pytest.raises(ApprovalError, match="bundle changed after review"):
-        ApprovalGate("manual", identity=NODE_KEY).wait(folder)
+        _gate(FakeClock(), replace_seconds=1.0).wait(folder)
 
 
 def test_approval_invalidated_by_editing_the_bundle(folder: Path) -> None:
-    ApprovalGate("auto", identity=NODE_KEY).wait(folder)
+    digest = EgressBundle.manifest_sha256(folder)
+    write_approval(folder, sign_approval(OTHER_KEY, digest, "approve", reviewer="checker"))
+    assert _gate(FakeClock()).wait(folder).reviewer == "checker"
     manifest = folder / "manifest.json"
     manifest.write_text(manifest.read_text().replace('"n_subjects": 120', '"n_subjects": 121'))
     with pytest.raises(ApprovalError, match="bundle changed after review"):
-        ApprovalGate("manual", identity=NODE_KEY).wait(folder)
+        _gate(FakeClock(), replace_seconds=1.0).wait(folder)
 
 
 def test_decision_is_bound_into_the_signature(folder: Path) -> None:
     digest = EgressBundle.manifest_sha256(folder)
-    rejection = sign_approval(NODE_KEY, digest, "reject", reviewer="checker")
+    rejection = sign_approval(OTHER_KEY, digest, "reject", reviewer="checker")
     data = rejection.to_json()
     data["decision"] = "approve"
     (folder / "approval.json").write_text(json.dumps(data))
     with pytest.raises(ApprovalError, match="does not verify"):
-        ApprovalGate("manual", identity=NODE_KEY).wait(folder)
+        _gate(FakeClock(), replace_seconds=1.0).wait(folder)
 
 
 def test_unreadable_file_is_retried_then_refused(folder: Path) -> None:
     (folder / "approval.json").write_text('{"format": "zerosum-appr')
     time = FakeClock()
-    gate = ApprovalGate("manual", identity=NODE_KEY, sleep=time.sleep, clock=time.clock)
     with pytest.raises(ApprovalError, match="not valid JSON"):
-        gate.wait(folder)
-    assert len(time.sleeps) == 3
+        _gate(time, replace_seconds=2.0).wait(folder)
+    # Three polls' grace for an editor still writing, then the replacement window.
+    assert len(time.sleeps) == 3 + 2
 
 
 def test_message_format_is_fixed() -> None:
@@ -172,3 +224,38 @@ def test_message_format_is_fixed() -> None:
         approval_message("abc", "approve")
     with pytest.raises(ApprovalError, match="'approve' or 'reject'"):
         approval_message(digest, "maybe")
+
+
+def test_manual_mode_without_a_checker_key_is_refused_before_any_contact(tmp_path: Path) -> None:
+    import argparse
+    import dataclasses
+
+    from node.errors import SetupError
+    from node.runner import NodeOptions, NodeRunner
+    from proto.federation import dump_federation, load_federation
+    from zerosum.commands import federation as command
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    fed = tmp_path / "fed"
+    argv = ["init", "--nodes", "a,b", "--out", str(fed), "--synthetic", "--seed", "3"]
+    argv += ["--n-features", "4", "--n-components", "2", "--cohort-sizes", "120,130"]
+    assert command.run(parser.parse_args(argv)) == 0
+    config = load_federation(fed / "federation.toml")
+    bare = tuple(dataclasses.replace(n, checker_public_keys=()) for n in config.nodes)
+    (fed / "federation.toml").write_text(dump_federation(dataclasses.replace(config, nodes=bare)))
+
+    def unreachable(*_: object) -> None:
+        raise AssertionError("the node contacted the coordinator")
+
+    runner = NodeRunner(
+        fed,
+        "a",
+        options=NodeOptions(approve="manual"),
+        progress=lambda _line: None,
+        gateway=unreachable,  # type: ignore[arg-type]
+    )
+    with pytest.raises(SetupError, match="--approve manual needs an output checker key"):
+        runner.run()
+    # Automatic approval needs no checker key.
+    NodeRunner(fed, "a", options=NodeOptions(approve="auto"), progress=lambda _l: None).prepare()

@@ -168,6 +168,7 @@ def test_results_json_follows_acro_schema(tmp_path: Path) -> None:
             "command",
             "summary",
             "timestamp",
+            "fair",
             "comments",
             "exception",
         }

@@ -211,6 +211,7 @@ def _attack(
                 payload_sha256=payload_digest(payload),
             ),
             self_mask_commitment=bytes(32),
+            challenge=[(peer, bytes(48)) for peer in verified.node_ids if peer != "d"],
         )
     except CoordinatorRefused as error:
         return error

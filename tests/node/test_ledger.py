@@ -21,6 +21,7 @@ def _release(ledger: PrivacyLedger, round_index: int, mu: dict[str, float]) -> N
         round_name=f"r{round_index}",
         mu=mu,
         manifest_sha256="00" * 32,
+        payload_sha256=f"{round_index:02d}" * 32,
         tensors=["n"],
     )
 
@@ -108,8 +109,17 @@ def test_rejected_entries_leave_ledger_unchanged(tmp_path: Path) -> None:
     ledger = PrivacyLedger.open(path, "a", DELTA)
     _release(ledger, 0, {"outsider": 0.3})
     saved = path.read_bytes()
-    with pytest.raises(LedgerError, match="already in the ledger"):
-        _release(ledger, 0, {"outsider": 0.3})
+    # The same payload of the same round again is the same release: nothing is added.
+    _release(ledger, 0, {"outsider": 0.3})
+    with pytest.raises(LedgerError, match="payload_sha256 must be 64 lowercase hex digits"):
+        ledger.record_release(
+            session_id="s1",
+            round_index=1,
+            round_name="r1",
+            mu={"outsider": 0.3},
+            manifest_sha256="00" * 32,
+            payload_sha256="not-a-digest",
+        )
     with pytest.raises(LedgerError, match="no release for it"):
         ledger.record_unmask(
             session_id="s1",
@@ -142,3 +152,75 @@ def test_observer_labels() -> None:
     assert observer_from_label("coalition:3") == ("coalition", 3)
     with pytest.raises(LedgerError):
         observer_from_label("coalition:0")
+
+
+def _payload_release(ledger: PrivacyLedger, payload: str, mu: float = 0.3) -> None:
+    ledger.record_release(
+        session_id="s1",
+        round_index=0,
+        round_name="sums",
+        mu={"outsider": mu},
+        manifest_sha256="00" * 32,
+        payload_sha256=payload,
+    )
+
+
+def test_a_different_payload_for_the_same_round_is_a_second_release(tmp_path: Path) -> None:
+    ledger = PrivacyLedger.open(tmp_path / "ledger.json", "a", DELTA)
+    _payload_release(ledger, "aa" * 32)
+    _payload_release(ledger, "aa" * 32)  # the same bytes again (a restart): one release
+    assert ledger.total("outsider").releases == 1
+    _payload_release(ledger, "bb" * 32, mu=0.4)
+    total = ledger.total("outsider")
+    assert total.releases == 2
+    assert total.mu == pytest.approx(0.5, rel=1e-15)
+    assert [e.payload_sha256 for e in ledger.release_entries("s1", 0)] == ["aa" * 32, "bb" * 32]
+    reloaded = PrivacyLedger.open(tmp_path / "ledger.json", "a", DELTA)
+    assert reloaded.total("outsider").releases == 2
+
+
+def test_an_unmask_raises_only_the_release_it_names(tmp_path: Path) -> None:
+    ledger = PrivacyLedger.open(tmp_path / "ledger.json", "a", DELTA)
+    _payload_release(ledger, "aa" * 32)
+    _payload_release(ledger, "bb" * 32)
+    ledger.record_unmask(
+        session_id="s1",
+        round_index=0,
+        round_name="sums",
+        dropped=["c"],
+        survivors=["a", "b"],
+        mu={"outsider": 0.3, "coordinator": 0.9},
+    )
+    assert ledger.entries[-1].payload_sha256 == "bb" * 32  # the round's latest release
+    costs = ledger.release_mu()
+    assert costs[("s1", 0, "aa" * 32)] == {"outsider": 0.3}
+    assert costs[("s1", 0, "bb" * 32)] == {"outsider": 0.3, "coordinator": 0.9}
+    assert ledger.total("coordinator").releases == 1
+
+
+def test_merge_adds_only_what_is_missing(tmp_path: Path) -> None:
+    ledger = PrivacyLedger.open(tmp_path / "one.json", "a", DELTA)
+    _payload_release(ledger, "aa" * 32)
+    other = PrivacyLedger.open(tmp_path / "two.json", "a", DELTA)
+    other.merge(ledger)
+    _payload_release(other, "bb" * 32)
+    assert ledger.merge(other) == 1
+    assert ledger.merge(other) == 0
+    assert ledger.total("outsider").releases == 2
+    with pytest.raises(LedgerError, match="belongs to node 'b'"):
+        ledger.merge(PrivacyLedger.open(tmp_path / "three.json", "b", DELTA))
+
+
+def test_a_version_1_release_is_the_same_release_when_its_bundle_is_resent(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.json"
+    ledger = PrivacyLedger.open(path, "a", DELTA)
+    _payload_release(ledger, "aa" * 32)
+    document = json.loads(path.read_text())
+    document["version"] = 1
+    del document["entries"][0]["details"]["payload_sha256"]  # as version 1 wrote it
+    path.write_text(json.dumps(document))
+    old = PrivacyLedger.open(path, "a", DELTA)
+    # The same bundle (same manifest) resubmitted after an upgrade: still one release.
+    _payload_release(old, "aa" * 32)
+    assert old.total("outsider").releases == 1
+    assert old.recorded_release("s1", 0, payload_sha256="aa" * 32, manifest_sha256="00" * 32)

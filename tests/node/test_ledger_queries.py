@@ -18,6 +18,7 @@ def _ledger(tmp_path: Path) -> PrivacyLedger:
             round_name=f"r{index}",
             mu={"outsider": 0.3},
             manifest_sha256=f"{session}-{index}",
+            payload_sha256=f"{index:02d}" * 32,
         )
     return ledger
 

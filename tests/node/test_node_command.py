@@ -130,3 +130,28 @@ def test_a_node_drawing_other_streams_than_the_federation_exits_2(
     assert code == 2
     assert "stream_check" in err and "would not cancel" in err and "numpy " in err
     assert seconds < 10
+
+
+def test_help_teaches_the_state_folder(capsys: pytest.CaptureFixture[str]) -> None:
+    from zerosum import cli
+
+    with pytest.raises(SystemExit) as done:
+        cli.main(["node", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--state DIR" in text
+    assert "default: the federation folder's nodes/<id>/state" in text
+    assert "STATE/ledger.json is the node's one privacy ledger across all its sessions" in text
+    assert "a coordinator that reuses one is replaying that session" in text
+    assert "OUT/ledger.json is a copy of the ledger" in text
+
+
+def test_the_state_folder_must_not_be_the_output_folder(
+    fed: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    same = fed / "same"
+    parser = argparse.ArgumentParser()
+    node_command.add_arguments(parser)
+    args = ["--federation", str(fed), "--node-id", "a", "--out", str(same), "--state", str(same)]
+    assert node_command.run(parser.parse_args(args)) == 2
+    assert "the state folder and the output folder are both" in capsys.readouterr().err

@@ -23,6 +23,7 @@ what it stops:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import subprocess
@@ -50,6 +51,8 @@ from node.session.resume import catch_up, take_aggregated
 from node.session.self_masking import sent_payload
 from node.session_state import KEY_FILE, SessionStateError, SessionStore
 from node.statements import sign_upload_statement
+from node.survivor_sets import SignedSet, SurvivorSets
+from noise.aggregate_check import challenge_vectors, tags, tags_to_bytes
 from noise.keys import EphemeralKey
 from noise.layout import Layout, payload_digest
 from proto.federation import load_federation
@@ -103,6 +106,21 @@ def _ready(
     )
 
 
+def _vouched(node: Node, result: RoundResult) -> RoundResult:
+    """``result`` with blinded tags that add up to its aggregate's tag (as honest ones do).
+
+    Only their sum is checked, so one survivor carries the whole tag.
+    """
+    signed = SurvivorSets(node.ctx.out, SESSION).signed(result.round_index)
+    assert signed is not None and signed.challenge_key is not None
+    assert result.aggregate is not None
+    rho = challenge_vectors(signed.challenge_key, LAYOUT.size, round_index=result.round_index)
+    whole = tags_to_bytes(tags(result.aggregate, rho))
+    nothing = tags_to_bytes([0] * len(whole))
+    given = tuple((n, tuple(whole if i == 0 else nothing)) for i, n in enumerate(result.survivors))
+    return dataclasses.replace(result, tags=given)
+
+
 def _awaiting(out: Path, *, plan: FakePlan | None = None) -> tuple[Node, ReleaseNoise]:
     """Node a after releasing round 1, past its roster (whose hash is ROSTER_HASH)."""
     node = _node(out, plan=plan)
@@ -125,6 +143,7 @@ def _await(node: Node, noise: ReleaseNoise) -> Outcome | None:
         layout=LAYOUT,
         participants=tuple(IDS),
         noise=noise,
+        contribution=None,
     )
 
 
@@ -151,10 +170,24 @@ def test_an_aggregate_leaving_out_a_node_never_unmasked_is_refused(tmp_path: Pat
 def test_the_survivors_of_the_answered_unmask_are_accepted(tmp_path: Path) -> None:
     node, noise = _awaiting(tmp_path)
     _answer(node, _request(IDS, 1, ["a", "b", "c"], ["d"]), IDS, noise, awaiting=1)
-    _serve(node, _ready(1, ["a", "b", "c"]), _digest("a"))
+    _serve(node, _vouched(node, _ready(1, ["a", "b", "c"])), _digest("a"))
     result = _await(node, noise)
     assert result is not None and np.array_equal(result.aggregate, AGGREGATE)
     assert result.survivors == ("a", "b", "c")
+
+
+def test_the_same_aggregate_without_tags_that_add_up_is_refused(tmp_path: Path) -> None:
+    node, noise = _awaiting(tmp_path)
+    _answer(node, _request(IDS, 1, ["a", "b", "c"], ["d"]), IDS, noise, awaiting=1)
+    honest = _vouched(node, _ready(1, ["a", "b", "c"]))
+    forged = dataclasses.replace(honest, aggregate=AGGREGATE + np.uint64(1))
+    _serve(node, forged, _digest("a"))
+    with pytest.raises(SessionFailed, match="fails 4 of 4 secret checks"):
+        _await(node, noise)
+    untagged = dataclasses.replace(honest, tags=honest.tags[:-1])
+    _serve(node, untagged, _digest("a"))
+    with pytest.raises(SessionFailed, match="comes with the tags of"):
+        _await(node, noise)
 
 
 def test_a_restarted_node_still_knows_what_it_revealed(tmp_path: Path) -> None:
@@ -194,8 +227,19 @@ def test_a_round_aggregated_while_down_with_my_bundle_is_taken(tmp_path: Path) -
     node = _node(tmp_path, plan=plan, status=_aggregated_while_down())
     # What left is the bundle's egress under a's self-mask of round 1.
     sent = sent_payload(node.ctx, 1, egress, Layout.of_tensors(plan.tensors("scatter")))
-    _serve(node, _ready(1, IDS, {"a": payload_digest(sent)}), None)
-    take_aggregated(node.ctx, node.progress, node.coordinator.status_reply)
+    ready = _ready(1, IDS, {"a": payload_digest(sent)})
+    # Never answered (no challenge key kept): the round cannot hold a's seed, so refuse.
+    _serve(node, ready, None)
+    with pytest.raises(SessionFailed, match="holds no challenge key"):
+        take_aggregated(node.ctx, node.progress, node.coordinator.status_reply)
+    assert plan.received == []
+    # Answered before going down: the record kept the survivor set and its challenge key.
+    sets = SurvivorSets(node.ctx.out, SESSION)
+    sets.sign(1, SignedSet(b"\x01" * 32, tuple(IDS), ()))
+    sets.note_challenge(1, b"\x02" * 32)
+    again = _node(tmp_path, plan=plan, status=_aggregated_while_down())
+    _serve(again, _vouched(again, ready), None)
+    take_aggregated(again.ctx, again.progress, again.coordinator.status_reply)
     assert plan.received == ["scatter"]
 
 

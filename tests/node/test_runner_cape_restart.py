@@ -34,7 +34,6 @@ from coordinator.store import Store
 from node.audit import read_audit
 from node.cape_state import CapeMaterial, CapeStore
 from node.egress import EgressBundle
-from node.ledger import PrivacyLedger
 from node.masking import cape_masks
 from node.runner import (
     GatewayFactory,
@@ -236,21 +235,20 @@ def _held_until(event: threading.Event, round_name: str) -> GatewayFactory:
     return failing_before_upload(hold)
 
 
-def _spend_budget(session: CapeSession, node: str) -> None:
-    """An earlier session's release in ``node``'s ledger that used up its ε budget.
+def _refusing_its_model_round() -> GatewayFactory:
+    """A node that refuses its first model round, as a deliberate stop does, and withdraws.
 
-    The node takes part in the first CAPE sum (a share is no release), then
-    refuses its first model round at the budget check and withdraws from it.
+    It takes part in the first CAPE sum (a share is no release), then stops
+    before uploading ``means`` with :class:`NodeRefused`, which withdraws it.
+    (Its ε budget is checked for the whole session before its first share,
+    so an exhausted budget would keep it out of the CAPE sum as well.)
     """
-    config = load_federation(session.fed / "federation.toml")
-    ledger = PrivacyLedger.open(session.out(node) / "ledger.json", node, config.privacy.delta)
-    ledger.record_release(
-        session_id="an-earlier-session",
-        round_index=0,
-        round_name="means",
-        mu={"outsider": 1000.0, "coordinator": 1000.0},
-        manifest_sha256="0" * 64,
-    )
+
+    def refuse(round_name: str) -> None:
+        if round_name == "means":
+            raise NodeRefused("this node stops before its model round (a deliberate refusal)")
+
+    return failing_before_upload(refuse)
 
 
 def _completed(session: CapeSession, nodes: Sequence[str] = NODES) -> None:
@@ -332,13 +330,16 @@ def test_a_rerun_draws_fresh_cape_noise_and_a_restart_keeps_it(session: CapeSess
     # rerun among a, b and d from round 2; a crashes once its rerun share is sent.
     # The rerun draws afresh (an old draw could be stripped from S − S'), and
     # the restarted node goes on with the rerun's draws.
-    _spend_budget(session, "c")
     victim = session.runner(
         "a",
         dies_after="round 2 ('cape-sum/means') CAPE sum share uploaded",
         keeps_material=("round 1 ('means') uploaded", "means"),
     )
-    others = (session.runner("b"), session.runner("c"), session.runner("d"))
+    others = (
+        session.runner("b"),
+        session.runner("c", gateway=_refusing_its_model_round()),
+        session.runner("d"),
+    )
     for runner in (victim, *others):
         session.start(runner)
     session.crashed("a")
@@ -353,7 +354,7 @@ def test_a_rerun_draws_fresh_cape_noise_and_a_restart_keeps_it(session: CapeSess
     session.start(restarted)
     session.finish()
     assert isinstance(session.outcomes["c"], NodeRefused), session.outcomes["c"]
-    assert "above the budget" in str(session.outcomes["c"])
+    assert "a deliberate refusal" in str(session.outcomes["c"])
     _completed(session, "abd")
     after = session.kept["a"]
     assert np.array_equal(after.draws, before.draws)

@@ -11,6 +11,7 @@ real-process counterpart is tests/integration/test_node_restart.py.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -211,6 +212,22 @@ def test_a_missing_audit_record_is_written_again(tmp_path: Path) -> None:
     assert record["egress_payload_sha256"] == found.payload_sha256
 
 
+def test_checksum_records_a_kill_left_unwritten_are_restored(tmp_path: Path) -> None:
+    _at_gate(tmp_path)
+    records = egress_folder(tmp_path, 1) / "checksums"
+    kept = {path.name: path.read_text() for path in records.iterdir()}
+    assert set(kept) == {
+        f"{n}.txt" for n in ("manifest.json", "payload.npy", "values.csv", "results.json")
+    }
+    # Killed after the manifest, while writing checksums/: ACRO's records are
+    # missing, and the temporary file of an interrupted atomic write is left.
+    shutil.rmtree(records)
+    records.mkdir()
+    (records / ".values.csv.txt.k3j2h1.tmp").write_text("0123")
+    assert bundle_before_restart(_node(tmp_path).ctx, 1, "scatter") is not None
+    assert {path.name: path.read_text() for path in records.iterdir()} == kept
+
+
 def test_a_folder_without_a_manifest_holds_no_bundle(tmp_path: Path) -> None:
     _at_gate(tmp_path)
     (egress_folder(tmp_path, 1) / "manifest.json").unlink()
@@ -236,7 +253,12 @@ def test_only_the_recorded_release_is_sent(tmp_path: Path) -> None:
     _at_gate(tmp_path)
     first = _node(tmp_path)
     first.ctx.ledger.record_release(
-        session_id=SESSION, round_index=1, round_name="scatter", mu={}, manifest_sha256="ab" * 32
+        session_id=SESSION,
+        round_index=1,
+        round_name="scatter",
+        mu={},
+        manifest_sha256="ab" * 32,
+        payload_sha256="cd" * 32,
     )
     with pytest.raises(SessionFailed, match="refusing to send anything but the recorded release"):
         bundle_before_restart(_node(tmp_path).ctx, 1, "scatter")
@@ -447,7 +469,7 @@ def test_a_completed_session_may_still_be_collected_with_the_saved_key(tmp_path:
     # Without a saved key there is nothing to collect.
     (tmp_path / "session.key").unlink()
     (tmp_path / "session.json").unlink()
-    with pytest.raises(SessionFailed, match="has already ended"):
+    with pytest.raises(SessionFailed, match="replaying"):
         _join(tmp_path, _coordinator(SessionState.COMPLETED))
 
 

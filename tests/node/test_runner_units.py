@@ -57,6 +57,11 @@ def _identities(ids: list[str]) -> dict[str, IdentityKey]:
     return {n: IdentityKey.from_private_bytes(bytes([i + 1]) * 32) for i, n in enumerate(ids)}
 
 
+def _checkers(ids: list[str]) -> dict[str, IdentityKey]:
+    """Each node's output checker key (apart from every identity key)."""
+    return {n: IdentityKey.from_private_bytes(bytes([60 + i]) * 32) for i, n in enumerate(ids)}
+
+
 def _config(
     ids: list[str],
     *,
@@ -66,11 +71,14 @@ def _config(
     min_nodes: int = 2,
 ) -> FederationConfig:
     keys = _identities(ids)
+    checkers = _checkers(ids)
     return FederationConfig(
         federation_id="test-fed",
         coordinator_address="127.0.0.1:50051",
         ca_certificate="ca/ca.pem",
-        nodes=tuple(NodeEntry(n, keys[n].public_bytes()) for n in ids),
+        nodes=tuple(
+            NodeEntry(n, keys[n].public_bytes(), (checkers[n].public_bytes(),)) for n in ids
+        ),
         plan=deltab_plan_spec(
             DeltabSettings.from_tables(
                 {

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -23,10 +24,13 @@ from coordinator.messages import SessionState
 from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
+from node.approval import sign_approval, write_approval
 from node.client import RetryPolicy
-from node.egress import EgressBundle
+from node.egress import EgressBundle, egress_folder
+from node.errors import ApprovalError, ApprovalRejected
 from node.ledger import PrivacyLedger
 from node.runner import GatewayFactory, NodeOptions, NodeRefused, NodeRunner, grpc_gateway
+from noise.keys import IdentityKey
 from proto.federation import config_hash, load_federation
 from tests.node.gateways import failing_before_upload
 from zerosum.commands import federation as federation_command
@@ -102,12 +106,14 @@ def _runner(
     *,
     lines: list[str],
     gateway: GatewayFactory = grpc_gateway,
+    approve: Literal["auto", "manual"] = "auto",
 ) -> NodeRunner:
     return NodeRunner(
         fed,
         node,
         out=tmp / f"out-{node}",
         options=NodeOptions(
+            approve=approve,
             poll_seconds=0.05,
             address=f"127.0.0.1:{port}",
             retry=RetryPolicy(total_seconds=10.0),
@@ -142,6 +148,7 @@ def _spend_budget(out: Path, node: str, fed: Path) -> None:
         round_name="means",
         mu={"outsider": 10.0, "coordinator": 10.0},
         manifest_sha256="0" * 64,
+        payload_sha256="0" * 64,
     )
 
 
@@ -210,3 +217,83 @@ def test_an_interrupted_node_does_not_withdraw_and_is_dropped_at_the_deadline(
         assert not isinstance(outcomes[n], BaseException), outcomes[n]
     (dropped,) = server.session.status().dropped_nodes
     assert (dropped.node_id, dropped.reason) == ("c", "missed the deadline of round 0 ('means')")
+
+
+def _decide_when_written(out: Path, signer: Path, decision: str) -> threading.Thread:
+    """As c's output checker: once round 0's bundle is written, sign ``decision``."""
+    folder = egress_folder(out, 0)
+
+    def decide() -> None:
+        deadline = time.monotonic() + 60
+        while not (folder / "manifest.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # the manifest is written atomically; its checksums follow at once
+        signed = sign_approval(
+            IdentityKey.read_pem(signer),
+            EgressBundle.manifest_sha256(folder),
+            decision,  # type: ignore[arg-type]
+            reviewer="output checker",
+            comment="cell counts too small",
+        )
+        write_approval(folder, signed)
+
+    thread = threading.Thread(target=decide, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (
+            "checkers/c/checker.pem",
+            "reject",
+            ApprovalRejected,
+            "the TRE's output checker rejected this node's egress",
+        ),
+        (
+            # Signed with the node's own key: the node refuses it, and when no
+            # checker replaces it, withdraws instead of waiting for the deadline.
+            "nodes/c/identity.pem",
+            "approve",
+            ApprovalError,
+            "this node holds no valid output checker decision on its egress",
+        ),
+    ],
+)
+def test_a_node_without_a_valid_approval_withdraws_promptly(
+    tmp_path: Path,
+    servers: list[RunningServer],
+    monkeypatch: pytest.MonkeyPatch,
+    case: tuple[str, str, type[Exception], str],
+) -> None:
+    signer, decision, raised, reason = case
+    monkeypatch.setattr("node.approval.REPLACE_SECONDS", 1.0)
+    fed = _federation(tmp_path / "fed", round_deadline=120.0)
+    server = _serve(fed, tmp_path / "state", servers)
+    lines: dict[str, list[str]] = {n: [] for n in NODES}
+    runners = [
+        _runner(
+            fed,
+            n,
+            server.port,
+            tmp_path,
+            lines=lines[n],
+            approve="manual" if n == "c" else "auto",
+        )
+        for n in NODES
+    ]
+    checker = _decide_when_written(tmp_path / "out-c", fed / signer, decision)
+    started = time.monotonic()
+    outcomes, threads = _start(runners)
+    for thread in threads.values():
+        thread.join(timeout=60)
+    checker.join(timeout=1)
+    elapsed = time.monotonic() - started
+    assert isinstance(outcomes["c"], raised), outcomes["c"]
+    assert all(not isinstance(outcomes[n], BaseException) for n in "abd"), outcomes
+    assert elapsed < 30.0, f"the session took {elapsed:.1f} s (the deadline was 120 s away)"
+    (dropped,) = server.session.status().dropped_nodes
+    assert (dropped.node_id, dropped.round_index) == ("c", 0)
+    assert dropped.reason == f"withdrew from round 0 ('means'): {reason}"
+    assert "cell counts" not in dropped.reason

@@ -16,6 +16,7 @@ lie), and a fake coordinator that records what the node sent
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from node.session.cape_material import CapeState
 from node.session.model_round import run_model_round
 from node.session.unmask_answers import answer
 from node.unmask import attestation_signature
+from noise.aggregate_check import challenge_contribution, seal_contribution
+from noise.keys import EphemeralKey
 from noise.layout import Layout
 from noise.transcript import survivor_set_hash
 from proto.federation import FederationConfig
@@ -40,6 +43,7 @@ from tests.node.test_runner_units import (
     SESSION,
     _config,
     _identities,
+    _seeds,
     _tensors,
 )
 
@@ -59,8 +63,13 @@ def _request(
     *,
     attested: Sequence[str] | None = None,
     round_name: str = "scatter",
+    me: str = "a",
 ) -> UnmaskRequest:
-    """A well-formed request, signed by ``attested`` (default: every survivor)."""
+    """A well-formed request, signed by ``attested`` (default: every survivor).
+
+    It relays, as the coordinator does, the challenge contribution every other
+    survivor sealed for ``me``.
+    """
     keys = _identities(ids)
     digest = survivor_set_hash(CONFIG_HASH, SESSION, round_index, survivors, dropped)
     attestations = tuple(
@@ -86,6 +95,36 @@ def _request(
         survivor_hash=digest,
         attestations=attestations,
         min_survivors=2,
+        challenge=_sealed_for(me, ids, survivors, round_index),
+    )
+
+
+def _sealed_for(
+    me: str, ids: list[str], survivors: Sequence[str], round_index: int
+) -> tuple[tuple[str, bytes], ...]:
+    keys = {n: EphemeralKey.from_private_bytes(bytes([40 + i]) * 32) for i, n in enumerate(ids)}
+    seeds = _seeds(ids)
+    return tuple(
+        (
+            peer,
+            seal_contribution(
+                challenge_contribution(
+                    keys[peer],
+                    config_hash=CONFIG_HASH,
+                    session_id=SESSION,
+                    node_id=peer,
+                    round_index=round_index,
+                ),
+                seeds[peer][me],
+                config_hash=CONFIG_HASH,
+                session_id=SESSION,
+                round_index=round_index,
+                sender=peer,
+                recipient=me,
+            ),
+        )
+        for peer in sorted(survivors)
+        if peer != me
     )
 
 
@@ -93,7 +132,12 @@ def _released(node: Node, ids: list[str], rounds: Sequence[int]) -> ReleaseNoise
     noise = plan_release(node.ctx.config, ids, node.ctx.node_id, SENSITIVITIES)
     for index in rounds:
         node.ctx.ledger.record_release(
-            session_id=SESSION, round_index=index, round_name="x", mu=noise.mu(), manifest_sha256=""
+            session_id=SESSION,
+            round_index=index,
+            round_name="x",
+            mu=noise.mu(),
+            manifest_sha256="",
+            payload_sha256="ab" * 32,
         )
     return noise
 
@@ -119,6 +163,7 @@ def _answer(
             layout=layout,
             participants=tuple(ids),
             noise=noise,
+            contribution=np.zeros(layout.size, dtype=np.uint64),
         )
 
 
@@ -320,3 +365,31 @@ def test_a_cape_sum_unmask_is_floor_checked_and_recorded(tmp_path: Path) -> None
         _answer(node, request, ids, noise, awaiting=0, name=name)
     assert node.coordinator.sent_answers() == []
     assert [e.kind for e in node.ctx.ledger.entries] == ["refusal"]
+
+
+FOUR = ["a", "b", "c", "d"]
+
+
+def test_an_answer_needs_every_other_survivors_sealed_contribution(tmp_path: Path) -> None:
+    node = _node(tmp_path, _config(FOUR))
+    noise = _released(node, FOUR, [1])
+    request = _request(FOUR, 1, ["a", "b", "c"], ["d"])
+    withheld = dataclasses.replace(request, challenge=request.challenge[:-1])
+    with pytest.raises(
+        NodeRefused, match="does not relay the challenge contribution of survivor 'c'"
+    ):
+        _answer(node, withheld, FOUR, noise, awaiting=1)
+    assert node.coordinator.sent_answers() == []
+
+
+def test_an_altered_sealed_contribution_is_refused(tmp_path: Path) -> None:
+    node = _node(tmp_path, _config(FOUR))
+    noise = _released(node, FOUR, [1])
+    request = _request(FOUR, 1, ["a", "b", "c"], ["d"])
+    (sender, sealed), *rest = request.challenge
+    altered = dataclasses.replace(
+        request, challenge=((sender, bytes([sealed[0] ^ 1]) + sealed[1:]), *rest)
+    )
+    with pytest.raises(NodeRefused, match="does not open under their pairwise key"):
+        _answer(node, altered, FOUR, noise, awaiting=1)
+    assert node.coordinator.sent_answers() == []

@@ -9,12 +9,20 @@ from hypothesis import strategies as st
 
 from noise.aggregate_check import (
     CHALLENGE_VECTORS,
+    SEALED_BYTES,
+    TAG_MODULUS,
     blinded_tags,
+    challenge_contribution,
     challenge_key,
     challenge_vectors,
     check_tags,
+    open_contribution,
+    seal_contribution,
     tags,
+    tags_from_bytes,
+    tags_to_bytes,
 )
+from noise.keys import EphemeralKey
 
 NODES = ("a", "b", "c", "d")
 SEEDS = {
@@ -123,3 +131,60 @@ def test_the_challenge_key_depends_on_every_contribution_and_the_round() -> None
         challenge_key({"a": b"short"}, round_index=0)
     with pytest.raises(ValueError, match="one challenge row"):
         tags(np.zeros(3, dtype=np.uint64), np.zeros((4, 2)))
+
+
+CONFIG = bytes(range(32))
+
+
+def _sealing(**changes: object) -> dict[str, object]:
+    args: dict[str, object] = {
+        "config_hash": CONFIG,
+        "session_id": "s" * 32,
+        "round_index": 3,
+        "sender": "a",
+        "recipient": "b",
+    }
+    args.update(changes)
+    return args
+
+
+def test_a_sealed_contribution_opens_only_in_its_own_context() -> None:
+    contribution = bytes(range(100, 132))
+    seed = SEEDS[("a", "b")]
+    sealed = seal_contribution(contribution, seed, **_sealing())  # type: ignore[arg-type]
+    assert len(sealed) == SEALED_BYTES and contribution not in sealed
+    assert open_contribution(sealed, seed, **_sealing()) == contribution  # type: ignore[arg-type]
+    for change in (
+        {"round_index": 4},
+        {"sender": "b", "recipient": "a"},
+        {"session_id": "t" * 32},
+        {"config_hash": bytes(32)},
+    ):
+        with pytest.raises(ValueError, match="does not open"):
+            open_contribution(sealed, seed, **_sealing(**change))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="does not open"):
+        open_contribution(sealed, SEEDS[("a", "c")], **_sealing())  # type: ignore[arg-type]
+    tampered = bytes([sealed[0] ^ 1]) + sealed[1:]
+    with pytest.raises(ValueError, match="does not open"):
+        open_contribution(tampered, seed, **_sealing())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="48 bytes"):
+        open_contribution(sealed[:-1], seed, **_sealing())  # type: ignore[arg-type]
+
+
+def test_contributions_are_per_round_and_node_and_survive_a_restart() -> None:
+    key = EphemeralKey.from_private_bytes(bytes(range(1, 33)))
+    args = {"config_hash": CONFIG, "session_id": "s" * 32, "node_id": "a", "round_index": 0}
+    first = challenge_contribution(key, **args)  # type: ignore[arg-type]
+    assert len(first) == 32
+    assert challenge_contribution(key, **args) == first  # type: ignore[arg-type]
+    assert challenge_contribution(key, **{**args, "round_index": 1}) != first  # type: ignore[arg-type]
+    assert challenge_contribution(key, **{**args, "node_id": "b"}) != first  # type: ignore[arg-type]
+
+
+def test_tags_travel_as_sixteen_bytes_each() -> None:
+    values = (0, 1, TAG_MODULUS - 1, -1)
+    encoded = tags_to_bytes(values)
+    assert [len(v) for v in encoded] == [16] * CHALLENGE_VECTORS
+    assert tags_from_bytes(encoded) == (0, 1, TAG_MODULUS - 1, TAG_MODULUS - 1)
+    with pytest.raises(ValueError, match="4 tags of 16 bytes"):
+        tags_from_bytes(encoded[:3])

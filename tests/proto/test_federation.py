@@ -94,6 +94,12 @@ VARIANTS: dict[str, Callable[[], FederationConfig]] = {
         min_nodes=3,
     ),
     "stream check": lambda: make_config(stream_check="0123456789abcdef" * 4),
+    "checker keys": lambda: make_config(
+        nodes=(
+            NodeEntry("alpha", KEYS["alpha"], (b"\x21" * 32, b"\x22" * 32)),
+            *(NodeEntry(n, k) for n, k in KEYS.items() if n != "alpha"),
+        )
+    ),
     "many features": lambda: make_config(
         plan=make_plan(
             settings={"clipping": {"feature_low": [float(-i) for i in range(1, 21)]}},
@@ -213,6 +219,9 @@ MUTATIONS: dict[str, Callable[[FederationConfig], FederationConfig]] = {
         c, nodes=(NodeEntry("alpha2", c.nodes[0].identity_public_key), *c.nodes[1:])
     ),
     "node removed": lambda c: dataclasses.replace(c, nodes=c.nodes[:3]),
+    "node checker key": lambda c: dataclasses.replace(
+        c, nodes=(NodeEntry("alpha", KEYS["alpha"], (b"\x21" * 32,)), *c.nodes[1:])
+    ),
     "privacy.epsilon": lambda c: dataclasses.replace(
         c, privacy=dataclasses.replace(c.privacy, epsilon=0.9)
     ),
@@ -583,3 +592,63 @@ def test_an_unset_stream_check_is_absent_from_the_hashed_document() -> None:
 def test_a_bad_stream_check_names_the_field(value: object) -> None:
     with pytest.raises(ConfigError, match=r"stream_check = .*64 lowercase hexadecimal digits"):
         make_config(stream_check=value)
+
+
+# ----------------------------------------------------------------- output checker keys
+
+CHECKER = b"\x21" * 32
+
+
+def _with_checkers(alpha: tuple[bytes, ...]) -> FederationConfig:
+    nodes = tuple(NodeEntry(n, k, alpha if n == "alpha" else ()) for n, k in KEYS.items())
+    return make_config(nodes=nodes)
+
+
+def test_checker_keys_are_read_listed_and_hashed_per_node() -> None:
+    config = _with_checkers((CHECKER, b"\x22" * 32))
+    text = dump_federation(config)
+    assert f'checker_public_keys = ["{CHECKER.hex()}", "{"22" * 32}"]' in text
+    again = parse_federation(text)
+    assert again.checker_keys["alpha"] == (CHECKER, b"\x22" * 32)
+    assert again.checker_keys["beta"] == ()
+    document = json.loads(canonical_encoding(config))
+    assert document["nodes"][0]["checker_public_keys"] == [CHECKER.hex(), "22" * 32]
+    # A node without checker keys is encoded as before they existed.
+    assert "checker_public_keys" not in document["nodes"][1]
+    assert config_hash(make_config()) == config_hash(_with_checkers(()))
+    # The order in which a node's checker keys are listed does not matter.
+    swapped = _with_checkers((b"\x22" * 32, CHECKER))
+    assert config_hash(swapped) == config_hash(config)
+    base64_key = base64.b64encode(CHECKER).decode()
+    written = text.replace(f'"{CHECKER.hex()}"', f'"{base64_key}"')
+    assert parse_federation(written).checker_keys["alpha"][0] == CHECKER
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "reason"),
+    [
+        ('checker_public_keys = "ab"', "nodes[0].checker_public_keys", "must be an array"),
+        ('checker_public_keys = ["ab"]', "nodes[0].checker_public_keys[0]", "32-byte Ed25519"),
+        (
+            f'checker_public_keys = ["{KEYS["alpha"].hex()}"]',
+            "nodes[0].checker_public_keys",
+            "the node's own identity key",
+        ),
+        (
+            f'checker_public_keys = ["{CHECKER.hex()}", "{CHECKER.hex()}"]',
+            "nodes[0].checker_public_keys",
+            "listed twice",
+        ),
+        (
+            f'checker_public_keys = ["{KEYS["beta"].hex()}"]',
+            "nodes.alpha.checker_public_keys",
+            "identity key of node 'beta'",
+        ),
+    ],
+)
+def test_a_bad_checker_key_names_its_field(line: str, field: str, reason: str) -> None:
+    alpha = f'identity_public_key = "{KEYS["alpha"].hex()}"'
+    with pytest.raises(ConfigError) as caught:
+        parse_federation(edited(alpha, f"{alpha}\n{line}"))
+    assert caught.value.field == field, str(caught.value)
+    assert reason in str(caught.value)

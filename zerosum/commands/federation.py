@@ -8,9 +8,14 @@ Writes, under the output folder::
     nodes/<id>/identity.pem         the node's Ed25519 identity key (0600)
     nodes/<id>/client.pem, .key     the node's TLS client certificate and key
     nodes/<id>/data.csv             with --synthetic: a cohort per node
+    checkers/<id>/checker.pem       the Ed25519 key of node <id>'s output checker
+                                    (0600; hand it to that TRE's checker, not the node)
+    checkers/<id>/checker.pub       its public half (pinned in federation.toml)
     holdout.csv                     with --synthetic: held-out subjects
 
-Everything is generated and validated in memory first; nothing is written if
+``--checker-key NODE=PUBFILE`` (repeatable) pins a checker's existing public
+key instead; a node given one gets no generated checker key. Everything is
+generated and validated in memory first; nothing is written if
 any input is wrong or any target file exists (unless --force).
 """
 
@@ -48,8 +53,11 @@ if TYPE_CHECKING:
 DESCRIPTION = """\
 Set up a federation: `zerosum federation init` writes the shared config
 (federation.toml, with every node's identity key pinned), a throwaway CA, the
-coordinator's TLS certificate, and per node an Ed25519 identity key and a TLS
-client certificate; with --synthetic also a synthetic cohort per node.
+coordinator's TLS certificate, per node an Ed25519 identity key and a TLS
+client certificate, and per node an Ed25519 key for its output checker
+(checkers/<id>/checker.pem, pinned in the config; only a decision signed with
+it releases that node's egress) unless --checker-key names the checker's own
+public key; with --synthetic also a synthetic cohort per node.
 """
 
 EPILOG = """\
@@ -57,6 +65,7 @@ examples:
   zerosum federation init --nodes site-a,site-b,site-c --out fed --synthetic --seed 7
   zerosum federation init --nodes a,b,c,d --out fed --construction cape --residual-dp
   zerosum federation init --nodes a,b --out fed --feature-range=-4,4 --age-range 45,80
+  zerosum federation init --nodes a,b --out fed --checker-key a=a-checker.pub
 """
 
 CONFIG_NAME = "federation.toml"
@@ -90,6 +99,16 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="HOST:PORT",
         help="address nodes dial; also put in the server certificate (default localhost:50051)",
     )
+    parser.add_argument(
+        "--checker-key",
+        action="append",
+        default=[],
+        metavar="NODE=PUBFILE",
+        help=(
+            "pin an output checker's Ed25519 public key (PEM or 64 hex digits) for NODE; "
+            "repeatable; nodes without one get a generated key in checkers/<id>/"
+        ),
+    )
     data = parser.add_argument_group("synthetic data")
     data.add_argument("--synthetic", action="store_true", help="write a synthetic cohort per node")
     data.add_argument(
@@ -106,7 +125,11 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     privacy.add_argument("--epsilon", type=float, default=1.0, help="ε per release (default 1.0)")
     privacy.add_argument("--delta", type=float, default=1e-6, help="δ per release (default 1e-6)")
     privacy.add_argument(
-        "--epsilon-budget", type=float, default=4.0, help="cap on total ε (default 4.0)"
+        "--epsilon-budget",
+        type=float,
+        default=4.0,
+        help="cap on each node's total ε across all its sessions, for every observer class the "
+        "policy bounds; refused below one session's cost (default 4.0)",
     )
     privacy.add_argument(
         "--residual-dp",
@@ -184,6 +207,25 @@ def _node_ids(text: str) -> list[str]:
     return ids
 
 
+def _checker_keys(options: Sequence[str], node_ids: Sequence[str]) -> dict[str, list[bytes]]:
+    """``NODE=PUBFILE`` options as the public keys given per node."""
+    given: dict[str, list[bytes]] = {}
+    for option in options:
+        node_id, sep, file = option.partition("=")
+        if not sep or not node_id or not file:
+            raise InitError(f"--checker-key {option!r} must be NODE=PUBFILE.")
+        if node_id not in node_ids:
+            raise InitError(
+                f"--checker-key {option!r} names node {node_id!r}, which is not in --nodes."
+            )
+        try:
+            key = pki.read_ed25519_public_key(file)
+        except OSError as error:
+            raise InitError(f"--checker-key {option!r}: cannot read {file}: {error}.") from None
+        given.setdefault(node_id, []).append(key)
+    return given
+
+
 def _pair(option: str, text: str) -> tuple[float, float]:
     try:
         low, high = (float(part) for part in text.split(","))
@@ -212,6 +254,7 @@ class _Plan:
     files: dict[Path, tuple[bytes, bool]]  # path -> (content, secret)
     cohorts: dict[Path, Cohort]  # synthetic data: path -> cohort
     seed: int | None
+    generated_checkers: frozenset[str] = frozenset()
 
 
 def _synthetic(
@@ -306,11 +349,18 @@ def _plan(args: argparse.Namespace) -> _Plan:
     )
 
     identities = {node_id: IdentityKey.generate() for node_id in node_ids}
+    given = _checker_keys(args.checker_key, node_ids)
+    checkers = {n: IdentityKey.generate() for n in node_ids if n not in given}
+    checker_public = dict(given)
+    for node_id, checker in checkers.items():
+        checker_public[node_id] = [checker.public_bytes()]
     config = FederationConfig(
         federation_id=args.federation_id,
         coordinator_address=args.coordinator,
         ca_certificate="ca/ca.pem",
-        nodes=tuple(NodeEntry(n, identities[n].public_bytes()) for n in node_ids),
+        nodes=tuple(
+            NodeEntry(n, identities[n].public_bytes(), tuple(checker_public[n])) for n in node_ids
+        ),
         plan=deltab_plan_spec(settings),
         privacy=PrivacyPolicy(
             epsilon=args.epsilon,
@@ -329,6 +379,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         base_dir=out,
     )
 
+    _check_budget(config)
     ca = pki.create_ca(config.federation_id)
     server = pki.issue_server_certificate(ca, [config.coordinator_host])
     files: dict[Path, tuple[bytes, bool]] = {
@@ -343,10 +394,51 @@ def _plan(args: argparse.Namespace) -> _Plan:
         files[folder / "identity.pem"] = (identities[node_id].to_pem(), True)
         files[folder / "client.pem"] = (client.certificate_pem(), False)
         files[folder / "client.key"] = (client.private_key_pem(), True)
+    for node_id, checker in checkers.items():
+        folder = out / "checkers" / node_id
+        files[folder / "checker.pem"] = (checker.to_pem(), True)
+        files[folder / "checker.pub"] = (pki.ed25519_public_pem(checker.public_bytes()), False)
     # Written last, so a federation.toml on disk means the folder is complete.
     text = dump_federation(config, comments=DeltabSettings.comments())
     files[out / CONFIG_NAME] = (text.encode("utf-8"), False)
-    return _Plan(config, files, cohorts, seed)
+    return _Plan(config, files, cohorts, seed, frozenset(checkers))
+
+
+def _check_budget(config: FederationConfig) -> None:
+    """Refuse a budget that one session's releases would pass for any class it caps.
+
+    The cost is that of ``node.budget.one_session``: every node, every plan
+    round released once, the worst node; classes unbounded by design (the
+    coordinator without residual noise) are not held to the budget.
+    """
+    from node.budget import BUDGET_RTOL, checked, describe, one_session
+    from node.plans.deltab import public_sensitivities
+    from noise.errors import NoiseError
+
+    privacy = config.privacy
+    rounds = {name: public_sensitivities(config, name) for name in config.plan.round_names}
+    try:
+        totals = one_session(config, rounds)
+    except NoiseError:
+        return  # the design itself is infeasible: the nodes refuse it with the reason
+    over = [
+        t
+        for t in totals
+        if checked(t.label, privacy.residual_dp)
+        and t.epsilon > privacy.epsilon_budget * (1.0 + BUDGET_RTOL)
+    ]
+    if not over:
+        return
+    worst = max(over, key=lambda t: t.epsilon)
+    need = max(t.epsilon for t in totals if checked(t.label, privacy.residual_dp))
+    suggest = math.ceil(need * 100 - 1e-9) / 100
+    raise InitError(
+        f"--epsilon-budget {privacy.epsilon_budget:g} is below the cost of one session against "
+        f"{describe(worst.label)} ({worst.label}): ε = {worst.epsilon:.4g} over "
+        f"{worst.releases} release{'s' if worst.releases != 1 else ''} at δ = "
+        f"{privacy.delta:g}, so no node could take part in any session; pass "
+        f"--epsilon-budget {suggest:g} or more (one session), or a multiple for more sessions."
+    )
 
 
 def _write(plan: _Plan, *, force: bool) -> None:
@@ -381,6 +473,15 @@ def _summary(plan: _Plan, out: Path) -> str:
         lines.append(
             f"  {folder + '*':<34} node {node_id!r} only (identity.pem and client.key SECRET)"
         )
+    for node_id in config.node_ids:
+        if node_id in plan.generated_checkers:
+            folder = f"checkers/{node_id}/".ljust(width + 10)
+            lines.append(
+                f"  {folder + '*':<34} the output checker of {node_id!r} only "
+                "(checker.pem SECRET; never on the node)"
+            )
+        else:
+            lines.append(f"  output checker of {node_id!r}: the key given with --checker-key")
     if plan.cohorts:
         counts = ", ".join(
             f"{path.parent.name}={cohort.n_subjects}"

@@ -12,18 +12,33 @@ session key, verify every other node's key against the federation config, then
 for each round compute the local sums, add the zero-sum noise, write the egress
 bundle (OUT/egress/round-<r>/) and its un-noised audit record (OUT/audit/, never
 sent), wait for approval, upload, and combine the exact aggregate. At the end it
-writes OUT/model.json, OUT/predictions.csv (id, age, brain_age, delta of this
-node's subjects) and the privacy ledger OUT/ledger.json.
+writes OUT/model.json and OUT/predictions.csv (id, age, brain_age, delta of this
+node's subjects).
 
---approve manual waits for OUT/egress/round-<r>/approval.json signed by an
-accepted reviewer key (this node's identity key) before anything is sent.
+The state folder STATE (--state; keep the same one for every session of this
+node) outlives OUT: STATE/ledger.json is the node's one privacy ledger across all
+its sessions, and privacy.epsilon_budget caps its total against every observer
+class the policy bounds (an outsider; an outsider with up to T colluding nodes;
+with residual noise also the coordinator and the coordinator with up to T
+nodes). Before its first release in a session the node adds up the whole
+session's cost and refuses to start (exit 1, nothing sent) if any class would
+pass the budget. STATE/sessions.json records every session the node has taken
+part in (id, config hash, session key, OUT, when, how far it got); a session id
+recorded there is refused, since a coordinator that reuses one is replaying that
+session, unless this node resumes it with the key saved in OUT. OUT/ledger.json
+is a copy of the ledger for the session's record; a ledger kept in OUT by an
+older version is imported into STATE once.
+
+--approve manual waits for OUT/egress/round-<r>/approval.json signed by one of
+this node's output checker keys (pinned in its [[nodes]] entry) before anything is sent.
 
 After a crash (kill, power loss, TRE VM restart) run the same command again: the
 node rejoins the same session with the key it saved in OUT/session.key (mode
 0600, deleted once the session is over), takes in the rounds aggregated
 meanwhile, and resubmits the egress bundle already written for the current round
 exactly as it is (after approval if it had none), never a recomputed one; the
-ledger records each release once. Under the CAPE construction the node also
+ledger records each release once (the same payload of the same round is one
+release; different bytes would be a second). Under the CAPE construction the node also
 saved its private CAPE draws, the secure sums and its residual noise in
 OUT/audit/cape-<round>/ (mode 0600, deleted with the session key), and sends
 its CAPE-sum share again from them, checked against the digest noted in
@@ -39,6 +54,7 @@ EPILOG = """\
 examples:
   zerosum node --federation fed/federation.toml --node-id site-a
   zerosum node --federation fed --node-id site-b --data site-b.csv --out out-b --approve manual
+  zerosum node --federation fed --node-id site-b --out runs/2026-03 --state /tre/zerosum-state
 """
 
 
@@ -64,7 +80,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         metavar="DIR",
-        help="output folder; default: the federation folder's nodes/<id>/out",
+        help="output folder of this session; default: the federation folder's nodes/<id>/out",
+    )
+    parser.add_argument(
+        "--state",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the node's state folder, kept across sessions (its privacy ledger and the "
+        "record of its sessions); default: the federation folder's nodes/<id>/state",
     )
     parser.add_argument(
         "--approve",
@@ -92,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         args.node_id,
         data=args.data,
         out=args.out,
+        state=args.state,
         options=NodeOptions(approve=args.approve, address=args.coordinator),
     )
     try:

@@ -1,49 +1,70 @@
-"""`zerosum review`: an output checker inspects one egress bundle and signs a decision.
+"""`zerosum review`: an output checker re-checks one egress bundle and signs a decision.
 
 A node run with ``--approve manual`` sends nothing until
 ``OUT/egress/round-<r>/approval.json`` holds a signed decision on that exact
-bundle (node/approval.py). This command is the checker's side of the gate:
-without a decision it verifies the bundle's checksums and prints what would
-leave (per tensor: shape, noise σ, sensitivity; the DP receipt per observer;
-the SDC evidence); with ``--approve`` or ``--reject`` it verifies the bundle
-again and writes the signed decision. A decision is final: a folder that
-already holds one is left alone. The node's ``values.csv`` and ACRO's
-``results.json`` (for the SACRO viewer) lie in the same folder.
+bundle (node/approval.py), signed with one of the output checker keys that
+the federation config pins for that node. This command is the checker's side
+of the gate. Without a decision it is read-only: it runs every check of
+``node.review`` (files and checksums, schema against the config, SDC
+thresholds, ε recomputed from σ and sensitivity against the receipt and the
+caps, and with ``--audit`` a χ² test that the declared noise is there), prints
+them with the bundle's figures (or ``--json``, and ``--html FILE``), and
+exits 0 (pass), 1 (needs a human look) or 2 (fail). With ``--approve`` or
+``--reject`` it also refuses a key that is not a checker key of the bundle's
+node before signing anything, never approves a bundle that fails, and writes
+the signed decision. A valid decision is final; an ``approval.json`` the node
+refuses (another key, a bad signature, another bundle) may be replaced with
+``--replace``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from node.egress import EgressBundle
+    from node.review.decision import DecisionState
+    from node.review.report import Review
 
 DESCRIPTION = """\
-Inspect one egress bundle (OUT/egress/round-<r>/ of a node run with
---approve manual) and, with --approve or --reject, sign the decision into its
-approval.json with a reviewer key the node accepts (today: the node's identity
-key, nodes/<id>/identity.pem). Without a decision it only verifies and prints
-what would leave: each tensor's shape, noise σ and sensitivity, the DP receipt
-per observer and the SDC evidence. A folder that already holds a decision is
-never overwritten.
+Re-check one egress bundle (OUT/egress/round-<r>/ of a node run with
+--approve manual): every listed file and its SHA-256 (and no unlisted file),
+the manifest and results.json schema against federation.toml, N and the
+residual degrees of freedom against ACRO's SDC thresholds (or --sdc), every ε
+recomputed from σ and sensitivity against the DP receipt and the config's
+caps, and with --audit a χ² test per tensor that the egress carries noise of
+the declared scale. Read-only unless --approve or --reject: then it signs the
+decision into approval.json with an output checker key of the bundle's node
+(pinned in federation.toml; `zerosum federation init` writes
+checkers/<id>/checker.pem). A valid decision is never overwritten; an
+approval.json the node refuses can be replaced with --replace.
 """
 
 EPILOG = """\
-exit status: 0 printed or signed; 2 the bundle, key or arguments are bad, or
-the folder already holds a decision.
+exit status: 0 every check passes (or the decision was signed); 1 something
+needs a human look (the reason is named); 2 a check fails, or the bundle, key
+or arguments are bad, the key is not a checker key of the bundle's node, or
+the folder already holds a valid decision.
 
 examples:
   zerosum review fed/nodes/site-a/out/egress/round-0
+  zerosum review fed/nodes/site-a/out/egress/round-0 --audit fed/nodes/site-a/out/audit/round-0
+  zerosum review fed/nodes/site-a/out/egress/round-0 --json --html review.html
   zerosum review fed/nodes/site-a/out/egress/round-0 --approve \\
-      --key fed/nodes/site-a/identity.pem --reviewer "J. Smith" --comment "checked"
+      --key fed/checkers/site-a/checker.pem --reviewer "J. Smith" --comment "checked"
   zerosum review fed/nodes/site-a/out/egress/round-1 --reject \\
-      --key fed/nodes/site-a/identity.pem --reviewer "J. Smith" --comment "N too small"
+      --key fed/checkers/site-a/checker.pem --reviewer "J. Smith" --comment "N too small"
+  zerosum review fed/nodes/site-a/out/egress/round-0 --approve --replace \\
+      --key fed/checkers/site-a/checker.pem --reviewer "J. Smith"
 """
 
 _PREFIX = "zerosum review"
+CONFIG_NAME = "federation.toml"
+_INTEGRITY = ("files", "integrity")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,12 +74,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     decision.add_argument("--approve", action="store_true", help="sign an approval")
     decision.add_argument("--reject", action="store_true", help="sign a rejection")
     parser.add_argument(
-        "--key", type=Path, default=None, metavar="PEM", help="the reviewer's Ed25519 key (PEM)"
+        "--key",
+        type=Path,
+        default=None,
+        metavar="PEM",
+        help="the output checker's Ed25519 key (PEM, e.g. checkers/<id>/checker.pem)",
     )
     parser.add_argument(
         "--reviewer", default=None, help="who decides (a name; required with a decision)"
     )
     parser.add_argument("--comment", default="", help="why (stays inside the TRE)")
+    parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace an approval.json the node refuses (wrong key, bad signature, other bundle)",
+    )
+    parser.add_argument(
+        "--audit",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the node's audit record (OUT/audit/round-<r>/, or OUT): test that the declared "
+        "noise is really there",
+    )
+    parser.add_argument(
+        "--sdc",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="SDC thresholds in ACRO's format (safe_threshold, safe_dof_threshold; "
+        "default ACRO's own)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the review as JSON")
+    parser.add_argument(
+        "--values", action="store_true", help="print every released value (default: 3 a tensor)"
+    )
+    parser.add_argument(
+        "--html", type=Path, default=None, metavar="FILE", help="also write the review as HTML"
+    )
+    parser.add_argument(
+        "--federation",
+        type=Path,
+        default=None,
+        metavar="TOML",
+        help=f"the federation config (default: the first {CONFIG_NAME} above the folder)",
+    )
 
 
 def _fail(message: str) -> int:
@@ -66,78 +126,37 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _summary(folder: Path, bundle: EgressBundle) -> str:
-    lines = [
-        f"{folder}: session {bundle.session_id}, round {bundle.round_index} "
-        f"({bundle.round_name!r}), node {bundle.node_id}; checksums verified",
-        f"  {bundle.payload.size} values in fixed point with {bundle.fixed_point_bits} "
-        f"fraction bits; masking: {bundle.masking.construction} ({bundle.masking.graph}), "
-        f"{bundle.masking.n_nodes} nodes, collusion threshold "
-        f"{bundle.masking.collusion_threshold}, residual noise "
-        f"{'on' if bundle.masking.residual_dp else 'off'}",
-        f"  SDC: {bundle.sdc.n_subjects} subjects"
-        + (
-            f", residual degrees of freedom {bundle.sdc.residual_degrees_of_freedom}"
-            if bundle.sdc.residual_degrees_of_freedom is not None
-            else ""
-        ),
-        "",
-        f"  {'tensor':<12} {'shape':<14} {'noise σ':>12} {'sensitivity':>12}",
-    ]
-    for t in bundle.tensors:
-        shape = "×".join(str(n) for n in t.shape) or "scalar"
-        lines.append(f"  {t.name:<12} {shape:<14} {t.sigma:>12.4g} {t.sensitivity:>12.4g}")
-    lines += ["", f"  DP receipt ({bundle.dp.mechanism}, δ = {bundle.dp.delta:g}):"]
-    totals = {(t.observer, t.coalition_size): t for t in bundle.dp.cumulative}
-    for release in bundle.dp.release:
-        who = release.observer + (f" + {release.coalition_size}" if release.coalition_size else "")
-        line = f"    {who:<24} this release ε = {release.epsilon:.4g}"
-        total = totals.get((release.observer, release.coalition_size))
-        if total is not None:
-            line += (
-                f"; with the ledger's {bundle.dp.releases_in_ledger} release(s) "
-                f"ε = {total.epsilon:.4g}"
-            )
-        lines.append(line)
-    for note in bundle.sdc.notes:
-        lines.append(f"  note: {note}")
-    return "\n".join(lines) + "\n"
-
-
-def run(args: argparse.Namespace) -> int:
-    from node.approval import read_approval, sign_approval, write_approval
-    from node.egress import EgressBundle, EgressError, EgressIntegrityError
+def _decide(
+    args: argparse.Namespace,
+    folder: Path,
+    bundle: EgressBundle,
+    keys: dict[bytes, str],
+    state: DecisionState,
+) -> int:
+    """Sign and write the decision; every refusal happens before anything is signed."""
+    from node.approval import sign_approval, write_approval
+    from node.egress import EgressBundle
     from noise.errors import NoiseError
-    from noise.keys import IdentityKey
+    from noise.keys import IdentityKey, key_fingerprint
 
-    folder: Path = args.folder
-    if not (folder / "manifest.json").is_file():
-        return _fail(f"{folder} holds no manifest.json; it is not an egress folder")
-    try:
-        summary = _summary(folder, EgressBundle.verify(folder))
-    except (EgressError, EgressIntegrityError, ValueError, OSError) as error:
-        return _fail(f"{folder} does not verify, so nothing may be signed for it: {error}")
-    print(summary, end="")
-    try:
-        existing = read_approval(folder)
-    except ValueError as error:
-        return _fail(f"{folder}/approval.json cannot be read: {error}")
-    if existing is not None:
-        print(
-            f"  decided already: {existing.decision} by {existing.reviewer} at {existing.timestamp}"
-        )
-        if args.approve or args.reject:
-            return _fail(f"{folder} already holds a decision; it is final and is left alone")
-        return 0
-    if not (args.approve or args.reject):
-        print("  no decision yet: add --approve or --reject with --key and --reviewer")
-        return 0
     if args.key is None or not args.reviewer:
-        return _fail("a decision needs --key (the reviewer's Ed25519 PEM) and --reviewer (a name)")
+        return _fail("a decision needs --key (the checker's Ed25519 PEM) and --reviewer (a name)")
     try:
         identity = IdentityKey.read_pem(args.key)
     except (NoiseError, ValueError, OSError) as error:
         return _fail(f"cannot read the key {args.key}: {error}")
+    if identity.public_bytes() not in keys:
+        listed = ", ".join(key_fingerprint(k) for k in keys) or "none"
+        return _fail(
+            f"the key {args.key} (fingerprint {key_fingerprint(identity.public_bytes())}) is not "
+            f"an output checker key of node {bundle.node_id!r} (its checker keys: {listed}); "
+            "nothing was signed"
+        )
+    if state.state == "refused" and not args.replace:
+        return _fail(
+            f"{folder}/approval.json is not a valid decision ({state.reason}); add --replace "
+            "to replace it with your signed decision"
+        )
     decision: Literal["approve", "reject"] = "approve" if args.approve else "reject"
     approval = sign_approval(
         identity,
@@ -147,5 +166,67 @@ def run(args: argparse.Namespace) -> int:
         comment=args.comment,
     )
     path = write_approval(folder, approval)
-    print(f"  {decision} signed by {args.reviewer} → {path}")
+    replaced = " (replacing the refused file)" if state.state == "refused" else ""
+    _say(args, f"  {decision} signed by {args.reviewer}{replaced} → {path}")
     return 0
+
+
+def _show(args: argparse.Namespace, review: Review) -> None:
+    from node.review.render import review_html, review_json, review_text
+
+    if args.json:
+        print(json.dumps(review_json(review), indent=2, ensure_ascii=False))
+    else:
+        print(review_text(review, all_values=args.values), end="")
+    if args.html is not None:
+        args.html.write_text(review_html(review), encoding="utf-8")
+        _say(args, f"  report written to {args.html}")
+
+
+def _say(args: argparse.Namespace, line: str) -> None:
+    """Decision messages: on stdout, or on stderr when stdout carries JSON."""
+    print(line, file=sys.stderr if args.json else sys.stdout)
+
+
+def run(args: argparse.Namespace) -> int:
+    from node.review.report import review_bundle
+    from node.review.sdc import ACRO_DEFAULTS, SDCFileError, read_sdc_file
+
+    folder: Path = args.folder
+    deciding = bool(args.approve or args.reject)
+    if not (folder / "manifest.json").is_file():
+        return _fail(f"{folder} holds no manifest.json; it is not an egress folder")
+    try:
+        thresholds = ACRO_DEFAULTS if args.sdc is None else read_sdc_file(args.sdc)
+    except SDCFileError as error:
+        return _fail(str(error))
+    review = review_bundle(
+        folder, federation=args.federation, thresholds=thresholds, audit=args.audit
+    )
+    _show(args, review)
+    if not deciding:
+        return review.exit_code
+    broken = [f for f in review.findings if f.level == "fail" and f.check in _INTEGRITY]
+    if review.bundle is None or broken:
+        reason = broken[0].message if broken else "it cannot be read"
+        return _fail(f"{folder} does not verify, so nothing may be signed for it: {reason}")
+    if review.config is None:
+        config_fault = [
+            f.message for f in review.findings if f.check == "config" and f.level == "fail"
+        ]
+        if config_fault:
+            return _fail(config_fault[0])
+        return _fail(
+            f"no {CONFIG_NAME} found above {folder}; pass the federation config with "
+            "--federation so the node's checker keys are known"
+        )
+    if args.approve and review.exit_code == 2:
+        failed = next(f for f in review.findings if f.level == "fail")
+        return _fail(
+            f"{folder} fails the review ({failed.check}: {failed.message}); an approval is not "
+            "signed (a rejection may be)"
+        )
+    state = review.decision
+    if state.state == "valid":
+        return _fail(f"{folder} already holds a valid decision; it is final and is left alone")
+    return _decide(args, folder, review.bundle, dict(review.keys), state)

@@ -456,6 +456,7 @@ class UploadHeader(_message.Message):
     ROSTER_HASH_FIELD_NUMBER: _builtins.int
     STATEMENT_SIGNATURE_FIELD_NUMBER: _builtins.int
     SELF_MASK_COMMITMENT_FIELD_NUMBER: _builtins.int
+    CHALLENGE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     """0, 1, 2, ... in the order the node runs them"""
@@ -480,6 +481,13 @@ class UploadHeader(_message.Message):
     """
     @_builtins.property
     def payload(self) -> Global___PayloadHeader: ...
+    @_builtins.property
+    def challenge(self) -> _containers.RepeatedCompositeFieldContainer[Global___SealedContribution]:
+        """This node's challenge contribution for the round's aggregate check,
+        sealed for every other participant (noise.aggregate_check
+        .seal_contribution): one per other participant, 48 bytes each.
+        """
+
     def __init__(
         self,
         *,
@@ -491,14 +499,73 @@ class UploadHeader(_message.Message):
         roster_hash: _builtins.bytes = ...,
         statement_signature: _builtins.bytes = ...,
         self_mask_commitment: _builtins.bytes = ...,
+        challenge: _abc.Iterable[Global___SealedContribution] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "payload", b"payload", "roster_hash", b"roster_hash", "round_index", b"round_index", "round_name", b"round_name", "self_mask_commitment", b"self_mask_commitment", "session_id", b"session_id", "statement_signature", b"statement_signature"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["challenge", b"challenge", "node_id", b"node_id", "payload", b"payload", "roster_hash", b"roster_hash", "round_index", b"round_index", "round_name", b"round_name", "self_mask_commitment", b"self_mask_commitment", "session_id", b"session_id", "statement_signature", b"statement_signature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UploadHeader: _TypeAlias = UploadHeader  # noqa: Y015
+
+@_typing.final
+class SealedContribution(_message.Message):
+    """A 32-byte challenge contribution sealed by its sender for one recipient with
+    AES-256-GCM under a key from their pairwise seed; the coordinator relays it
+    and cannot read it.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SENDER_NODE_ID_FIELD_NUMBER: _builtins.int
+    RECIPIENT_NODE_ID_FIELD_NUMBER: _builtins.int
+    SEALED_FIELD_NUMBER: _builtins.int
+    sender_node_id: _builtins.str
+    recipient_node_id: _builtins.str
+    sealed: _builtins.bytes
+    """48 bytes"""
+    def __init__(
+        self,
+        *,
+        sender_node_id: _builtins.str = ...,
+        recipient_node_id: _builtins.str = ...,
+        sealed: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["recipient_node_id", b"recipient_node_id", "sealed", b"sealed", "sender_node_id", b"sender_node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SealedContribution: _TypeAlias = SealedContribution  # noqa: Y015
+
+@_typing.final
+class SurvivorTags(_message.Message):
+    """One survivor's four blinded aggregate-check tags (16 bytes each, big-endian,
+    modulo 2^128), as sent in its unmask answer.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    BLINDED_TAGS_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    @_builtins.property
+    def blinded_tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        blinded_tags: _abc.Iterable[_builtins.bytes] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blinded_tags", b"blinded_tags", "node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SurvivorTags: _TypeAlias = SurvivorTags  # noqa: Y015
 
 @_typing.final
 class UploadStatement(_message.Message):
@@ -660,6 +727,7 @@ class ResultHeader(_message.Message):
     PAYLOAD_FIELD_NUMBER: _builtins.int
     UNMASK_REQUEST_FIELD_NUMBER: _builtins.int
     STATEMENTS_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     round_name: _builtins.str
@@ -682,13 +750,19 @@ class ResultHeader(_message.Message):
     @_builtins.property
     def unmask_request(self) -> Global___UnmaskRequest:
         """Set when status is AWAITING_UNMASK and the caller is a survivor whose
-        corrections are still needed (the same message GetUnmaskRequest returns).
+        unmask answer is still needed (the same message GetUnmaskRequest returns).
         """
 
     @_builtins.property
     def statements(self) -> _containers.RepeatedCompositeFieldContainer[Global___UploadStatement]:
         """Set when status is READY: the statement of every upload counted in the
         aggregate (one per survivor), sorted by node_id.
+        """
+
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedCompositeFieldContainer[Global___SurvivorTags]:
+        """Set when status is READY: every survivor's blinded tags, sorted by node_id;
+        each node checks that they add up to the aggregate's tag.
         """
 
     def __init__(
@@ -706,10 +780,11 @@ class ResultHeader(_message.Message):
         payload: Global___PayloadHeader | None = ...,
         unmask_request: Global___UnmaskRequest | None = ...,
         statements: _abc.Iterable[Global___UploadStatement] | None = ...,
+        tags: _abc.Iterable[Global___SurvivorTags] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload", "unmask_request", b"unmask_request"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_unix_ms", b"deadline_unix_ms", "dropped_node_ids", b"dropped_node_ids", "payload", b"payload", "reason", b"reason", "round_index", b"round_index", "round_name", b"round_name", "session_id", b"session_id", "statements", b"statements", "status", b"status", "survivor_hash", b"survivor_hash", "survivor_node_ids", b"survivor_node_ids", "unmask_request", b"unmask_request"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_unix_ms", b"deadline_unix_ms", "dropped_node_ids", b"dropped_node_ids", "payload", b"payload", "reason", b"reason", "round_index", b"round_index", "round_name", b"round_name", "session_id", b"session_id", "statements", b"statements", "status", b"status", "survivor_hash", b"survivor_hash", "survivor_node_ids", b"survivor_node_ids", "tags", b"tags", "unmask_request", b"unmask_request"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -835,8 +910,10 @@ Global___AttestationReceipt: _TypeAlias = AttestationReceipt  # noqa: Y015
 
 @_typing.final
 class UnmaskRequest(_message.Message):
-    """The coordinator's request for unmask corrections: the caller's pair terms
-    with every dropped node, laid out exactly like the round's upload.
+    """The coordinator's one unmask request of a round index: every survivor's
+    self-mask seed and, when nodes dropped, the caller's pair terms with every
+    dropped node, laid out exactly like the round's upload. A node signs one
+    survivor set per round index and refuses any other.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -853,6 +930,7 @@ class UnmaskRequest(_message.Message):
     FIXED_POINT_BITS_FIELD_NUMBER: _builtins.int
     DEADLINE_UNIX_MS_FIELD_NUMBER: _builtins.int
     MIN_SURVIVORS_FIELD_NUMBER: _builtins.int
+    CHALLENGE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     round_name: _builtins.str
@@ -881,6 +959,10 @@ class UnmaskRequest(_message.Message):
     def tensors(self) -> _containers.RepeatedCompositeFieldContainer[Global___TensorLayout]:
         """Layout the corrections must follow (the round's upload layout)."""
 
+    @_builtins.property
+    def challenge(self) -> _containers.RepeatedCompositeFieldContainer[Global___SealedContribution]:
+        """The challenge contributions every other survivor sealed for the caller."""
+
     def __init__(
         self,
         *,
@@ -896,10 +978,11 @@ class UnmaskRequest(_message.Message):
         fixed_point_bits: _builtins.int = ...,
         deadline_unix_ms: _builtins.int = ...,
         min_survivors: _builtins.int = ...,
+        challenge: _abc.Iterable[Global___SealedContribution] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attestations", b"attestations", "deadline_unix_ms", b"deadline_unix_ms", "dropped_node_ids", b"dropped_node_ids", "fixed_point_bits", b"fixed_point_bits", "min_survivors", b"min_survivors", "pending", b"pending", "round_index", b"round_index", "round_name", b"round_name", "session_id", b"session_id", "survivor_hash", b"survivor_hash", "survivor_node_ids", b"survivor_node_ids", "tensors", b"tensors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attestations", b"attestations", "challenge", b"challenge", "deadline_unix_ms", b"deadline_unix_ms", "dropped_node_ids", b"dropped_node_ids", "fixed_point_bits", b"fixed_point_bits", "min_survivors", b"min_survivors", "pending", b"pending", "round_index", b"round_index", "round_name", b"round_name", "session_id", b"session_id", "survivor_hash", b"survivor_hash", "survivor_node_ids", b"survivor_node_ids", "tensors", b"tensors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -917,6 +1000,7 @@ class UnmaskHeader(_message.Message):
     SURVIVOR_HASH_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
     SELF_MASK_SEED_FIELD_NUMBER: _builtins.int
+    BLINDED_TAGS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     round_name: _builtins.str
@@ -936,6 +1020,12 @@ class UnmaskHeader(_message.Message):
         (and no data chunks) when nobody dropped.
         """
 
+    @_builtins.property
+    def blinded_tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
+        """Four 16-byte tags: ⟨ρ, this node's contribution⟩ under the round's secret
+        challenge, blinded by pairwise pads that cancel over the survivors.
+        """
+
     def __init__(
         self,
         *,
@@ -947,10 +1037,11 @@ class UnmaskHeader(_message.Message):
         survivor_hash: _builtins.bytes = ...,
         payload: Global___PayloadHeader | None = ...,
         self_mask_seed: _builtins.bytes = ...,
+        blinded_tags: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped_node_ids", b"dropped_node_ids", "node_id", b"node_id", "payload", b"payload", "round_index", b"round_index", "round_name", b"round_name", "self_mask_seed", b"self_mask_seed", "session_id", b"session_id", "survivor_hash", b"survivor_hash"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blinded_tags", b"blinded_tags", "dropped_node_ids", b"dropped_node_ids", "node_id", b"node_id", "payload", b"payload", "round_index", b"round_index", "round_name", b"round_name", "self_mask_seed", b"self_mask_seed", "session_id", b"session_id", "survivor_hash", b"survivor_hash"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

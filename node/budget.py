@@ -1,0 +1,180 @@
+"""The ε budget against every observer class the policy names, for a release and a session.
+
+``privacy.epsilon_budget`` caps the composed ε this node's data may reach,
+across every session recorded in its ledger (``node.ledger``), against each
+observer class the policy bounds:
+
+* ``outsider`` — whoever sees one egress (a reviewer, an eavesdropper);
+* ``colluders:m`` for m = 1..T — an outsider holding one egress together
+  with the secrets of m colluding nodes (T = ``privacy.collusion_threshold``);
+* with residual noise on (``privacy.residual_dp``), ``coordinator`` — every
+  egress of a round — and ``coalition:m`` — the coordinator with m colluding
+  nodes.
+
+Without residual noise the coordinator adds up the egresses and learns the
+exact sums, by design (docs/design.md §5): μ = ∞ for ``coordinator`` and
+``coalition:m``. Those classes are not held to the cap; a refusal lists them.
+
+Each release's μ per class comes from ``node.release.ReleaseNoise.mu``;
+releases compose as μ = sqrt(Σ μ_r²) and ε is read off the Gaussian tradeoff
+at the ledger's δ (Dong, Roth & Su 2022, Corollary 3.3; Balle & Wang 2018).
+:func:`session_cost` gives the μ of each of a session's plan rounds among its
+participants; :func:`over_budget` composes prospective releases with the
+ledger and returns every checked class above the cap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from node.ledger import ObserverTotal, PrivacyLedger, observer_from_label
+from node.release import TensorSensitivity, plan_release
+from noise.accounting import compose_mu, gaussian_epsilon
+from proto.federation import FederationConfig
+
+__all__ = [
+    "BUDGET_RTOL",
+    "ClassExcess",
+    "checked",
+    "describe",
+    "excess_sentence",
+    "one_session",
+    "over_budget",
+    "session_cost",
+    "standalone_totals",
+    "unbounded_note",
+]
+
+# Relative slack of the budget comparison: a cost that meets the cap exactly
+# in exact arithmetic must not be refused for a rounding error.
+BUDGET_RTOL = 1e-12
+
+
+def checked(label: str, residual_dp: bool) -> bool:
+    """Whether observer class ``label`` is held to the cap (see the module docstring)."""
+    observer, _ = observer_from_label(label)
+    return residual_dp or observer in ("outsider", "colluders")
+
+
+def describe(label: str) -> str:
+    """The observer class in words: "an outsider with 1 colluding node", …."""
+    observer, size = observer_from_label(label)
+    nodes = f"{size} colluding node{'s' if size != 1 else ''}"
+    return {
+        "outsider": "an outsider",
+        "colluders": f"an outsider with {nodes}",
+        "coordinator": "the coordinator",
+        "coalition": f"the coordinator with {nodes}",
+    }[observer]
+
+
+def session_cost(
+    config: FederationConfig,
+    participants: Collection[str],
+    node_id: str,
+    rounds: Mapping[str, Sequence[TensorSensitivity]],
+) -> dict[str, dict[str, float]]:
+    """μ per observer class of each plan round (by name) of one session among ``participants``.
+
+    Each round is planned as ``node.release.plan_release`` plans it when it
+    opens with these participants; under CAPE that is the model round (its
+    secure-sum round releases no data).
+    """
+    return {
+        name: plan_release(config, participants, node_id, sensitivities).mu()
+        for name, sensitivities in rounds.items()
+    }
+
+
+def one_session(
+    config: FederationConfig, rounds: Mapping[str, Sequence[TensorSensitivity]]
+) -> tuple[ObserverTotal, ...]:
+    """One full session's composed cost per observer class, the worst over the nodes.
+
+    Every node of the federation takes part and every plan round in
+    ``rounds`` is released once: what the first session costs a node whose
+    ledger is empty.
+    """
+    worst: dict[str, ObserverTotal] = {}
+    for node_id in config.node_ids:
+        costs = session_cost(config, config.node_ids, node_id, rounds)
+        for total in standalone_totals(list(costs.values()), config.privacy.delta):
+            if total.label not in worst or total.mu > worst[total.label].mu:
+                worst[total.label] = total
+    return tuple(worst.values())
+
+
+@dataclass(frozen=True)
+class ClassExcess:
+    """A checked observer class whose composed ε would pass the cap."""
+
+    label: str
+    epsilon: float
+    releases: int
+    before_epsilon: float  # what the ledger holds against the class already
+    before_releases: int
+
+
+def standalone_totals(
+    releases: Sequence[Mapping[str, float]], delta: float
+) -> tuple[ObserverTotal, ...]:
+    """Composed totals of ``releases`` alone (no ledger), per observer class."""
+    labels: list[str] = []
+    for mu in releases:
+        labels.extend(label for label in mu if label not in labels)
+    out = []
+    for label in labels:
+        mus = [mu[label] for mu in releases if label in mu]
+        total = math.inf if any(math.isinf(m) for m in mus) else compose_mu(mus)
+        out.append(ObserverTotal(label, total, gaussian_epsilon(total, delta), delta, len(mus)))
+    return tuple(out)
+
+
+def over_budget(
+    ledger: PrivacyLedger,
+    releases: Sequence[Mapping[str, float]],
+    *,
+    budget: float,
+    residual_dp: bool,
+) -> list[ClassExcess]:
+    """Every checked class whose total with ``releases`` added would exceed ``budget``."""
+    before = {t.label: t for t in ledger.totals()}
+    out = []
+    for total in ledger.totals(extras=releases):
+        if not checked(total.label, residual_dp):
+            continue
+        if total.epsilon > budget * (1.0 + BUDGET_RTOL):
+            prior = before.get(total.label)
+            out.append(
+                ClassExcess(
+                    label=total.label,
+                    epsilon=total.epsilon,
+                    releases=total.releases,
+                    before_epsilon=prior.epsilon if prior else 0.0,
+                    before_releases=prior.releases if prior else 0,
+                )
+            )
+    return out
+
+
+def excess_sentence(excess: ClassExcess) -> str:
+    """One class's excess in words, with its numbers."""
+    added = excess.releases - excess.before_releases
+    return (
+        f"against {describe(excess.label)} ({excess.label}) to ε = {excess.epsilon:.4g} over "
+        f"{excess.releases} release{'s' if excess.releases != 1 else ''} ({added} new; the "
+        f"ledger holds ε = {excess.before_epsilon:.4g} over {excess.before_releases})"
+    )
+
+
+def unbounded_note(labels: Collection[str], residual_dp: bool) -> str:
+    """The classes not held to the cap because they are unbounded by design, or ''."""
+    free = [label for label in labels if not checked(label, residual_dp)]
+    if not free:
+        return ""
+    return (
+        f"not held to the budget: {', '.join(free)} (without residual noise the coordinator "
+        "learns the exact sums, ε = ∞ by design; privacy.residual_dp bounds it)"
+    )

@@ -1,0 +1,258 @@
+"""`zerosum review` as a re-check: each fault in a bundle gives exit 2 with a message naming it.
+
+Bundles are made the way a node makes them (real pairwise masks from real
+seeds, the receipt from the release's noise plan, the audit record of the
+un-noised values), under a federation config with a round of 1641 values, and
+then damaged one way at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from node.audit import AuditRecord, write_audit
+from node.egress import EgressBundle
+from node.masking import pairwise_masks
+from node.receipt import SDCEvidence
+from node.release import TensorSensitivity, plan_release
+from noise.layout import Layout
+from proto.federation import (
+    FederationConfig,
+    PlanSpec,
+    RoundSpec,
+    config_hash,
+    dump_federation,
+)
+from tests.node.test_runner_units import CODEC, SESSION, _config, _seeds
+from zerosum.cli import main
+
+IDS = ["a", "b", "c"]
+P = 40
+SENSITIVITIES = (
+    TensorSensitivity("n", 1.0, "one subject changes n by 1"),
+    TensorSensitivity("sum_x", float(np.sqrt(P)), "‖x‖ ≤ √P after pre-scaling to [-1, 1]"),
+    TensorSensitivity("sum_xx", float(P), "‖x xᵀ‖_F ≤ P after pre-scaling to [-1, 1]"),
+)
+
+
+def _tensors(seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1, 1, size=(150, P))
+    return {"n": np.array(150.0), "sum_x": x.sum(axis=0), "sum_xx": x.T @ x}
+
+
+LAYOUT = Layout.of_tensors(_tensors())
+
+
+def _federation(epsilon: float = 1.0) -> FederationConfig:
+    config = _config(IDS)
+    return dataclasses.replace(
+        config,
+        plan=PlanSpec("test-plan", "1", (RoundSpec("scatter", LAYOUT),)),
+        privacy=dataclasses.replace(config.privacy, epsilon=epsilon),
+    )
+
+
+def make_bundle(
+    root: Path,
+    *,
+    noise_epsilon: float = 1.0,
+    noise_scale: float = 1.0,
+    n_subjects: int = 150,
+) -> Path:
+    """A node's egress of round 1 under the config in ``root``; ``noise_*`` skew the node."""
+    config = _federation()
+    (root / "federation.toml").write_text(dump_federation(config))
+    noise = plan_release(_federation(noise_epsilon), IDS, "a", SENSITIVITIES)
+    clean = LAYOUT.encode(_tensors(), CODEC)
+    mask = pairwise_masks(noise, _seeds(IDS)["a"], LAYOUT, round_index=1, codec=CODEC)
+    if noise_scale != 1.0:
+        mask = CODEC.encode(noise_scale * CODEC.decode(mask))
+    bundle = EgressBundle(
+        session_id=SESSION,
+        round_index=1,
+        round_name="scatter",
+        node_id="a",
+        fixed_point_bits=32,
+        tensors=noise.entries(LAYOUT.shapes),
+        masking=noise.masking_facts(residual_dp=False),
+        dp=noise.receipt(noise.receipt_rows(), 1),
+        sdc=SDCEvidence(n_subjects, n_subjects - P - 1),
+        payload=clean + mask,
+        config_hash=config_hash(config).hex(),
+    )
+    out = root / "out"
+    folder = bundle.write(out)
+    write_audit(
+        out,
+        AuditRecord(
+            session_id=SESSION,
+            round_index=1,
+            round_name="scatter",
+            node_id="a",
+            fixed_point_bits=32,
+            tensors=bundle.tensors,
+            payload=clean,
+            clipped={"total": 0},
+            egress_payload_sha256=bundle.payload_sha256,
+        ),
+    )
+    return folder
+
+
+def review(folder: Path, *extra: str) -> list[str]:
+    return ["review", str(folder), "--audit", str(folder.parents[1] / "audit" / "round-1"), *extra]
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    return make_bundle(tmp_path)
+
+
+def test_a_clean_bundle_passes_every_check(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(review(folder)) == 0
+    out = capsys.readouterr().out
+    assert "verdict: pass (exit 0)" in out
+    assert "[FAIL]" not in out and "[LOOK]" not in out
+    for check in ("files", "integrity", "schema", "sdc", "privacy", "noise"):
+        assert f"[ok  ] {check}:" in out, check
+    assert "ACRO's defaults, acro/default.yaml" in out
+
+
+def test_without_the_config_the_caps_need_a_human_look(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (folder.parents[2] / "federation.toml").unlink()
+    assert main(review(folder)) == 1
+    out = capsys.readouterr().out
+    assert "[LOOK] config: no federation config" in out
+
+
+def test_json_and_html_reports(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "review.html"
+    assert main(review(folder, "--json", "--html", str(page))) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["verdict"] == "pass" and document["exit_code"] == 0
+    assert {f["check"] for f in document["findings"]} >= {"files", "privacy", "noise"}
+    assert document["epsilon"]["cap"] == 1.0
+    assert document["epsilon"]["guarantee"] == pytest.approx(1.0, rel=1e-6)
+    assert all(t["passed"] for t in document["noise_tests"]["tests"])
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>") and "Verdict: pass" in text
+
+
+def _flip_payload_byte(folder: Path) -> None:
+    path = folder / "payload.npy"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x10
+    path.write_bytes(bytes(data))
+
+
+def _write_unlisted(folder: Path) -> None:
+    (folder / "notes.txt").write_text("a table I forgot to remove")
+
+
+@pytest.mark.parametrize(
+    ("damage", "words"),
+    [
+        (_flip_payload_byte, "payload.npy has SHA-256"),
+        (lambda f: (f / "values.csv").unlink(), "values.csv is missing"),
+        (lambda f: (f / "checksums" / "results.json.txt").unlink(), "checksums/results.json.txt"),
+        (_write_unlisted, "notes.txt is not part of the bundle"),
+    ],
+    ids=["flipped payload byte", "missing file", "missing checksum", "unlisted file"],
+)
+def test_a_damaged_bundle_fails_naming_the_fault(
+    folder: Path, capsys: pytest.CaptureFixture[str], damage: object, words: str
+) -> None:
+    damage(folder)  # type: ignore[operator]
+    assert main(review(folder)) == 2
+    out = capsys.readouterr().out
+    assert "verdict: fail (exit 2)" in out
+    assert words in out
+
+
+def test_noise_for_a_larger_epsilon_than_the_cap_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The node noised for ε = 2 per release; the federation caps it at 1.
+    folder = make_bundle(tmp_path, noise_epsilon=2.0)
+    assert main(review(folder)) == 2
+    out = capsys.readouterr().out
+    assert "above the cap privacy.epsilon = 1 per release" in out
+
+
+def test_a_receipt_that_understates_epsilon_fails(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = EgressBundle.read(folder)
+    rows = tuple(
+        dataclasses.replace(r, epsilon=r.epsilon / 2) if r.observer == "outsider" else r
+        for r in bundle.dp.release
+    )
+    forged = dataclasses.replace(bundle, dp=dataclasses.replace(bundle.dp, release=rows))
+    forged.write(folder.parents[1], overwrite=True)
+    assert main(review(folder)) == 2
+    assert "the receipt states outsider ε" in capsys.readouterr().out
+
+
+def test_a_payload_equal_to_the_audit_record_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = make_bundle(tmp_path, noise_scale=0.0)
+    assert main(review(folder)) == 2
+    out = capsys.readouterr().out
+    assert "sum_xx: the egress equals the audit record — released without noise" in out
+
+
+def test_half_the_declared_noise_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = make_bundle(tmp_path, noise_scale=0.5)
+    assert main(review(folder)) == 2
+    out = capsys.readouterr().out
+    assert "all tensors: less noise than declared" in out
+    assert "sum_xx: less noise than declared" in out
+    assert "ratio 0.5" in out
+
+
+def test_the_audit_record_of_another_egress_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = make_bundle(tmp_path)
+    (tmp_path / "other").mkdir()
+    other = make_bundle(tmp_path / "other", noise_scale=0.5)
+    assert main(["review", str(folder), "--audit", str(other.parents[1])]) == 2
+    assert "the audit record was written for another egress payload" in capsys.readouterr().out
+
+
+def test_n_below_the_minimum_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = make_bundle(tmp_path, n_subjects=8)
+    assert main(review(folder)) == 2
+    out = capsys.readouterr().out
+    assert "N = 8 subjects is below safe_threshold 10" in out
+    assert "N = 8 subjects is below the federation's min_cohort_size 100" in out
+    assert "residual degrees of freedom -33 are below safe_dof_threshold 10" in out
+
+
+def test_sdc_thresholds_from_an_acro_settings_file(
+    folder: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = tmp_path / "sdc.yaml"
+    settings.write_text(
+        "# stricter than ACRO's defaults\nsafe_threshold: 200\nsafe_dof_threshold: 10\n"
+        "safe_nk_n: 2\nblocked_extensions:\n  - .svg\n"
+    )
+    assert main(review(folder, "--sdc", str(settings))) == 2
+    out = capsys.readouterr().out
+    assert f"N = 150 subjects is below safe_threshold 200 (thresholds: {settings})" in out
+    settings.write_text("safe_threshold: ten\n")
+    assert main(review(folder, "--sdc", str(settings))) == 2
+    assert "safe_threshold = ' ten' must be a whole number" in capsys.readouterr().err

@@ -1,0 +1,197 @@
+"""`zerosum ledger`: what a node's data has disclosed so far, and what its budget leaves.
+
+Reads a node's privacy ledger (node/ledger.py, through ``PrivacyLedger``'s
+public API only) without changing it, and prints every release (μ and ε per
+observer class), every unmask answer (what was revealed to whom, and the
+release's μ afterwards), every refusal, then per observer class the composed
+μ-GDP total (μ = √Σ μ_r², Dong, Roth & Su 2022, Corollary 3.3) and its ε at
+the federation's δ (Balle & Wang 2018), beside the caps of the federation
+config: ``privacy.epsilon`` per release and ``privacy.epsilon_budget`` for
+the total against an outsider (the budget a node checks before each
+release), and what is left of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from node.ledger import PrivacyLedger
+    from proto.federation import FederationConfig
+
+DESCRIPTION = """\
+Print a node's privacy ledger: its releases, unmask answers and refusals, and
+per observer class the composed ε, with the federation's caps (ε per release,
+the ε budget against an outsider) and what is left of the budget. Read-only.
+"""
+
+EPILOG = """\
+exit status: 0 printed; 2 the config or the ledger cannot be read.
+
+examples:
+  zerosum ledger --federation fed/federation.toml --node-id site-a
+  zerosum ledger --federation fed/federation.toml --node-id site-a --ledger out-a/ledger.json --json
+"""
+
+_PREFIX = "zerosum ledger"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EPILOG
+    parser.add_argument("--federation", type=Path, required=True, help="federation.toml")
+    parser.add_argument("--node-id", required=True, help="the node whose ledger this is")
+    parser.add_argument(
+        "--ledger",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the ledger file (default: nodes/<id>/state/ledger.json beside the config)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _num(value: float) -> str:
+    return "∞" if math.isinf(value) else f"{value:.4g}"
+
+
+def _json_num(value: float) -> float | str:
+    return "inf" if math.isinf(value) else value
+
+
+def _mu_text(mu: dict[str, float], delta: float) -> str:
+    from noise.accounting import gaussian_epsilon
+
+    return ", ".join(
+        f"{label} μ {_num(m)} (ε {_num(gaussian_epsilon(m, delta))})" for label, m in mu.items()
+    )
+
+
+def summary(ledger: PrivacyLedger, config: FederationConfig) -> dict[str, Any]:
+    """The ledger's events and totals with the config's caps, as JSON-ready data."""
+    privacy = config.privacy
+    events = [
+        {
+            "kind": e.kind,
+            "session_id": e.session_id,
+            "round_index": e.round_index,
+            "round_name": e.round_name,
+            "timestamp": e.timestamp,
+            "mu": {label: _json_num(m) for label, m in e.mu.items()},
+            "details": dict(e.details),
+        }
+        for e in ledger.entries
+    ]
+    totals = []
+    for total in ledger.totals():
+        row: dict[str, Any] = {
+            "observer": total.label,
+            "releases": total.releases,
+            "mu": _json_num(total.mu),
+            "epsilon": _json_num(total.epsilon),
+            "delta": total.delta,
+        }
+        if total.label == "outsider":
+            row["budget"] = privacy.epsilon_budget
+            row["left"] = max(0.0, privacy.epsilon_budget - total.epsilon)
+        totals.append(row)
+    return {
+        "node_id": ledger.node_id,
+        "ledger": str(ledger.path),
+        "delta": ledger.delta,
+        "epsilon_per_release_cap": privacy.epsilon,
+        "epsilon_budget": privacy.epsilon_budget,
+        "events": events,
+        "totals": totals,
+    }
+
+
+def _event_line(entry: Any, delta: float) -> str:
+    where = f"session {entry.session_id} round {entry.round_index} ({entry.round_name!r})"
+    details = entry.details
+    if entry.kind == "release":
+        return f"    release  {where} at {entry.timestamp}: {_mu_text(dict(entry.mu), delta)}"
+    revealed = (
+        f"dropped {', '.join(details.get('dropped', [])) or '-'}; survivors "
+        f"{', '.join(details.get('survivors', [])) or '-'}"
+    )
+    if entry.kind == "unmask":
+        if details.get("secure_sum"):
+            return (
+                f"    unmask   {where}: secure-sum pads revealed ({revealed}); no cost of its own"
+            )
+        return f"    unmask   {where}: pair terms revealed ({revealed}); the release is now " + (
+            _mu_text(dict(entry.mu), delta)
+        )
+    return f"    refusal  {where} ({revealed}): {details.get('reason', '')}"
+
+
+def _text(ledger: PrivacyLedger, config: FederationConfig) -> str:
+    privacy = config.privacy
+    entries = ledger.entries
+    lines = [
+        f"privacy ledger of node {ledger.node_id!r}: {ledger.path} ({len(entries)} entries; "
+        f"totals at δ = {ledger.delta:g})",
+        f"  caps: ε ≤ {privacy.epsilon:g} per release; ε budget against an outsider "
+        f"{privacy.epsilon_budget:g} (privacy.epsilon_budget)",
+        "",
+        "  events:",
+    ]
+    lines += [_event_line(e, ledger.delta) for e in entries] or ["    none yet"]
+    lines += ["", f"  composed per observer class (μ-GDP, δ = {ledger.delta:g}):"]
+    totals = ledger.totals()
+    for total in totals:
+        line = (
+            f"    {total.label:<14} {total.releases} release(s)  μ {_num(total.mu):>8}  "
+            f"ε {_num(total.epsilon):>8}"
+        )
+        if total.label == "outsider":
+            left = max(0.0, privacy.epsilon_budget - total.epsilon)
+            line += f"  of the budget {privacy.epsilon_budget:g}: {left:.4g} left"
+        elif math.isinf(total.mu):
+            line += "  (unbounded: this observer learns an exact sum; no budget applies)"
+        lines.append(line)
+    if not totals:
+        lines.append(
+            f"    nothing released yet: the whole budget {privacy.epsilon_budget:g} is left"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def run(args: argparse.Namespace) -> int:
+    from node.errors import LedgerError
+    from node.ledger import PrivacyLedger
+    from proto.federation import ConfigError, load_federation
+
+    try:
+        config = load_federation(args.federation)
+    except (ConfigError, OSError) as error:
+        print(f"{_PREFIX}: cannot read {args.federation}: {error}", file=sys.stderr)
+        return 2
+    if args.node_id not in config.node_ids:
+        print(
+            f"{_PREFIX}: node {args.node_id!r} is not part of federation "
+            f"{config.federation_id!r} ({', '.join(config.node_ids)})",
+            file=sys.stderr,
+        )
+        return 2
+    path = args.ledger
+    if path is None:
+        path = args.federation.parent / "nodes" / args.node_id / "state" / "ledger.json"
+    if not path.is_file():
+        print(f"{_PREFIX}: no ledger at {path} (pass --ledger FILE)", file=sys.stderr)
+        return 2
+    try:
+        ledger = PrivacyLedger.open(path, args.node_id, config.privacy.delta)
+    except (LedgerError, ValueError, OSError) as error:
+        print(f"{_PREFIX}: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(summary(ledger, config), indent=2, ensure_ascii=False))
+    else:
+        print(_text(ledger, config), end="")
+    return 0
