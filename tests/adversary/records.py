@@ -1,0 +1,128 @@
+"""What the lying coordinator holds about a round, and the script of its lie.
+
+:class:`RoundRecord` keeps everything nodes sent for one round — uploads,
+attestations, unmask answers and refusals — and everything the coordinator
+showed each node, so a test can reconstruct afterwards what a coordinator
+could learn (tests/adversary/reconstruct.py). :class:`Script` holds the
+choices of an honest coordinator; each attack overrides one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import NDArray
+
+from noise.layout import Layout
+from proto.zerosum.v1 import session_pb2 as pb
+
+if TYPE_CHECKING:
+    from tests.adversary.lying_server import LyingCoordinator
+
+__all__ = [
+    "FAILED",
+    "OPEN",
+    "READY",
+    "UNMASK",
+    "Answer",
+    "RoundRecord",
+    "Script",
+    "Shown",
+    "Upload",
+]
+
+U64 = NDArray[np.uint64]
+OPEN, UNMASK, READY, FAILED = "open", "unmask", "ready", "failed"
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One node's upload of one round, as received: y_k = z_k + b_k."""
+
+    node_id: str
+    header: pb.UploadHeader
+    words: U64
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One node's unmask answer: its self-mask seed and, if D ≠ ∅, its pair terms with D."""
+
+    node_id: str
+    header: pb.UnmaskHeader
+    corrections: U64 | None
+
+    @property
+    def dropped(self) -> tuple[str, ...]:
+        return tuple(self.header.dropped_node_ids)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """The survivor set, dropped set and survivor-set hash shown to one node."""
+
+    survivors: tuple[str, ...]
+    dropped: tuple[str, ...]
+    survivor_hash: bytes
+
+
+@dataclass
+class RoundRecord:
+    """Everything the server holds about one round."""
+
+    index: int
+    name: str
+    participants: tuple[str, ...]
+    layout: Layout
+    opened_ms: int
+    status: str = OPEN
+    reason: str = ""
+    uploads: dict[str, Upload] = field(default_factory=dict)
+    # survivor hash -> node -> its attestation of that hash
+    attestations: dict[bytes, dict[str, pb.SurvivorAttestation]] = field(default_factory=dict)
+    answers: dict[str, Answer] = field(default_factory=dict)
+    refusals: dict[str, str] = field(default_factory=dict)
+    # Every (S, D) shown to each node, in order.
+    shown: dict[str, list[Shown]] = field(default_factory=dict)
+    # GetResult calls per node while the round awaited its unmask answers.
+    polls: Counter[str] = field(default_factory=Counter)
+    aggregate: U64 | None = None
+    result: Shown | None = None
+
+    def attested(self, node_id: str) -> set[bytes]:
+        """The survivor hashes ``node_id`` attested in this round."""
+        return {h for h, by in self.attestations.items() if node_id in by}
+
+
+class Script:
+    """The choices of an honest coordinator; a test's lie overrides one of them."""
+
+    def roster(self, server: LyingCoordinator, caller: str, roster: pb.Roster) -> pb.Roster:
+        """The roster shown to ``caller`` (honest: the one built from the joins)."""
+        return roster
+
+    def shown(
+        self, server: LyingCoordinator, record: RoundRecord, caller: str
+    ) -> tuple[Sequence[str], Sequence[str]]:
+        """(S, D) shown to ``caller`` in the round's unmask step (honest: all survived)."""
+        return record.participants, ()
+
+    def attestations(
+        self, server: LyingCoordinator, record: RoundRecord, caller: str, shown: Shown
+    ) -> list[pb.SurvivorAttestation]:
+        """The attestations relayed to ``caller`` (honest: every one of its survivor hash)."""
+        by_node = record.attestations.get(shown.survivor_hash, {})
+        return [by_node[n] for n in sorted(by_node)]
+
+    def publish(
+        self, server: LyingCoordinator, record: RoundRecord, view: Shown, *, unanimous: bool
+    ) -> bool:
+        """Whether to publish ``view``, whose every survivor answered it (honest: if unanimous).
+
+        ``unanimous``: every participant was shown ``view``.
+        """
+        return unanimous
