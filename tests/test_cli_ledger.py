@@ -33,6 +33,7 @@ def _ledger(path: Path) -> PrivacyLedger:
             round_name="sums",
             mu={"outsider": mu, "coordinator": math.inf},
             manifest_sha256="0" * 64,
+            payload_sha256=f"{round_index + 1:064x}",
         )
     ledger.record_unmask(
         session_id="s1",
@@ -56,7 +57,7 @@ def _ledger(path: Path) -> PrivacyLedger:
 def test_the_ledger_is_printed_with_its_totals_and_what_is_left(
     federation: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "nodes" / "a" / "out" / "ledger.json"
+    path = tmp_path / "nodes" / "a" / "state" / "ledger.json"
     path.parent.mkdir(parents=True)
     _ledger(path)
     before = path.read_bytes()
@@ -93,7 +94,7 @@ def test_a_missing_ledger_or_unknown_node_is_named(
     other = tmp_path / "b.json"
     PrivacyLedger.open(other, "b", 1e-6).record_release(
         session_id="s", round_index=0, round_name="sums", mu={"outsider": 0.1},
-        manifest_sha256="0" * 64,
+        manifest_sha256="0" * 64, payload_sha256="1" * 64,
     )  # fmt: skip
     assert main([*argv, "--ledger", str(other)]) == 2
     assert "belongs to node 'b'" in capsys.readouterr().err

@@ -44,7 +44,10 @@ class Views:
     def __init__(self, ctx: SessionContext) -> None:
         self.ctx = ctx
         # Nodes that have seen the session's failure (in memory: after a
-        # restart they are told again, which is harmless).
+        # restart they are told again, which is harmless). Only GetStatus
+        # counts: a node that sees a round FAILED in GetResult asks GetStatus
+        # next for the session's reason, so stopping the server as soon as
+        # GetResult had answered would leave that call unanswered.
         self._notified: set[str] = set()
 
     def _note_terminal(self, caller: str, row: SessionRow) -> None:
@@ -103,7 +106,6 @@ class Views:
                     else (f"the current round is {row.current_round}")
                 )
                 raise NotFound(f"round_index {round_index} has not opened; {current}.")
-            self._note_terminal(caller, row)
             survivors: tuple[str, ...] = ()
             dropped: tuple[str, ...] = ()
             digest = b""
@@ -203,7 +205,6 @@ class Views:
             row = ctx.session()
             check_session_id(session_id, row)
             round_row = check_round(ctx, round_index, row)
-            self._note_terminal(caller, row)
             return self._request_view(row, round_row, caller)
 
     def _request_view(self, row: SessionRow, round_row: RoundRow, caller: str) -> UnmaskRequestView:

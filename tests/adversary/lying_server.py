@@ -556,35 +556,30 @@ class LyingCoordinator:
             )
 
 
-# Later revisions of the protocol add an aggregate check: each upload carries
-# challenge contributions sealed for the other participants, the coordinator
-# relays to each survivor those sealed for it, each unmask answer carries
-# blinded tags and a result every survivor's tags. The generated stubs here may
-# predate those fields; where they exist, the server relays them honestly.
+# The aggregate check (docs/design.md §4.5): each upload carries challenge
+# contributions sealed for the other participants, the coordinator relays to
+# each survivor those sealed for it, each unmask answer carries blinded tags
+# and a result every survivor's tags. This server relays them honestly.
 
 
 def _relay_contributions(
     ask: pb.UnmaskRequest, record: RoundRecord, shown: Shown, caller: str
 ) -> None:
-    target = getattr(ask, "challenge", None)
-    if target is None:
-        return
+    target = ask.challenge
     for node in shown.survivors:
         upload = record.uploads.get(node)
         if upload is None or node == caller:
             continue
-        for sealed in getattr(upload.header, "challenge", ()):
+        for sealed in upload.header.challenge:
             if sealed.recipient_node_id == caller:
                 target.add().CopyFrom(sealed)
 
 
 def _relay_tags(header: pb.ResultHeader, record: RoundRecord, view: Shown) -> None:
-    target = getattr(header, "tags", None)
-    if target is None:
-        return
+    target = header.tags
     for node in view.survivors:
         answer = record.answers.get(node)
-        tags = getattr(answer.header, "blinded_tags", ()) if answer is not None else ()
+        tags = answer.header.blinded_tags if answer is not None else ()
         entry = target.add()
         entry.node_id = node
         entry.blinded_tags.extend(tags)

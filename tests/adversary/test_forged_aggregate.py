@@ -13,12 +13,16 @@ lists that as not yet defended), so two forgeries are tried:
   from the audit payloads — with every genuine upload statement. A node that
   never sent its seed can tell that this cannot be the sum of its upload.
 * *after the seeds*: every node answered, and the coordinator publishes Σ y_k
-  without taking the self-masks out, a uniform word per entry. The node cannot
-  check the arithmetic, but it must stop with a sentence, not a traceback.
+  without taking the self-masks out, a uniform word per entry;
+* *the true sum, altered*: every node answered, the coordinator takes the
+  self-masks out as it should, then adds 1000 subjects to ``n`` and scales
+  ``sum_y`` by 1.5 before publishing — an aggregate that decodes to plausible
+  sums.
 
-A protocol revision with an aggregate check (sealed challenge contributions in
-the uploads, blinded tags in the answers) refuses both; without it both tests
-are strict xfails whose reasons say what the nodes get wrong.
+The aggregate check (docs/design.md §4.5: challenge contributions sealed in
+the uploads fix a random vector only after every upload, the blinded tags in
+the answers sum to the tags of the true aggregate) refuses all three with a
+sentence.
 """
 
 from __future__ import annotations
@@ -28,18 +32,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from noise.fixed_point import wrapping_sum
+from noise.fixed_point import FixedPointCodec, wrapping_sum
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
+from tests.adversary.reconstruct import stripped
 from tests.adversary.scenario import Attack, Processes, ledger_gaps, make_federation
 
 pytestmark = pytest.mark.integration
 
 NODES = ("a", "b", "c")
-# Later protocol revisions add an aggregate check (sealed challenge
-# contributions in uploads, blinded tags in unmask answers) that refuses both
-# forgeries; before it, nodes accept them.
-AGGREGATE_CHECK = hasattr(pb, "SealedContribution")
 
 
 class OwnAttestationsOnly(Script):
@@ -61,25 +62,19 @@ class NeverPublish(Script):
         return False
 
 
-def _assert_stopped_with_a_sentence(attack: Attack, codes: dict[str, int]) -> None:
+def _assert_stopped_with_a_sentence(
+    attack: Attack, codes: dict[str, int], because: str = ""
+) -> None:
     for node in NODES:
         text = attack.nodes[node].stderr()
         assert "Traceback" not in text, text
-        assert text.strip().splitlines()[-1].startswith(f"zerosum node {node}: failed: ")
+        last = text.strip().splitlines()[-1]
+        assert last.startswith(f"zerosum node {node}: failed: "), last
+        assert because in last, last
     assert codes == dict.fromkeys(NODES, 1), attack.describe()
     assert ledger_gaps(attack) == []
 
 
-@pytest.mark.xfail(
-    not AGGREGATE_CHECK,
-    strict=True,
-    reason=(
-        "without the aggregate check a node takes in a READY aggregate of a round for which "
-        "it never sent its self-mask seed: node/session/results.py checks the statements "
-        "only, so the forged sum is accepted and the node completes with a wrong model "
-        "(exit 0)"
-    ),
-)
 def test_a_sum_published_before_any_seed_is_refused(tmp_path: Path, processes: Processes) -> None:
     federation = make_federation(tmp_path / "fed", NODES)
     attack = Attack(federation, tmp_path / "run", processes, OwnAttestationsOnly())
@@ -99,19 +94,11 @@ def test_a_sum_published_before_any_seed_is_refused(tmp_path: Path, processes: P
 
     assert record.answers == {}
     assert not np.array_equal(forged, wrapping_sum(clean.values()))
-    _assert_stopped_with_a_sentence(attack, codes)
+    _assert_stopped_with_a_sentence(
+        attack, codes, "holds no challenge key for it, so it cannot check it"
+    )
 
 
-@pytest.mark.xfail(
-    not AGGREGATE_CHECK,
-    strict=True,
-    reason=(
-        "without the aggregate check an aggregate whose subject count decodes negative ends "
-        "the node with a traceback: the ValueError of node/deltab/uncentred.py ('the sums "
-        "cover -3.5e+08 subjects; at least 2 are needed') escapes zerosum/commands/node.py, "
-        "which catches NodeError, NoiseError and OSError only"
-    ),
-)
 def test_a_sum_with_the_self_masks_left_in_stops_the_nodes_with_a_sentence(
     tmp_path: Path, processes: Processes
 ) -> None:
@@ -128,4 +115,33 @@ def test_a_sum_with_the_self_masks_left_in_stops_the_nodes_with_a_sentence(
         record, wrapping_sum([record.uploads[n].words for n in NODES])
     )
     codes = attack.exits()
-    _assert_stopped_with_a_sentence(attack, codes)
+    _assert_stopped_with_a_sentence(attack, codes, "the aggregate of round 0 ('sums') fails ")
+
+
+def test_the_true_sum_altered_after_the_seeds_is_refused(
+    tmp_path: Path, processes: Processes
+) -> None:
+    federation = make_federation(tmp_path / "fed", NODES)
+    attack = Attack(federation, tmp_path / "run", processes, NeverPublish())
+    attack.start()
+    record: RoundRecord = attack.wait_for(
+        "every node's unmask answer",
+        lambda: (
+            (r := attack.coordinator.round(0)) is not None and set(NODES) <= set(r.answers) and r
+        ),
+    )
+    clean = {n: attack.audit(n, 0) for n in NODES}
+    # What an honest coordinator publishes: Σ y_k − Σ b_k, the clean sum
+    # (no residual noise, no dropout).
+    true = wrapping_sum([stripped(record, n) for n in NODES])
+    assert np.array_equal(true, wrapping_sum(clean.values()))
+    codec = FixedPointCodec(federation.config.fixed_point_bits)
+    values = codec.decode(true)
+    slots = {slot.name: slot for slot in record.layout}
+    n, sum_y = slots["n"], slots["sum_y"]
+    values[n.offset : n.offset + n.size] += 1000.0
+    values[sum_y.offset : sum_y.offset + sum_y.size] *= 1.5
+    forged = codec.encode(values)
+    attack.coordinator.publish_forged(record, forged)
+    codes = attack.exits()
+    _assert_stopped_with_a_sentence(attack, codes, "the aggregate of round 0 ('sums') fails ")

@@ -7,11 +7,11 @@ publishes the sum over {b, c}, so b and c complete the session. Second run,
 under the *same* session id: the nodes are started again and the coordinator
 shows everyone the set "all survived" for round 0 — if a now revealed the
 seed of an upload carrying the same egress, the pair terms from the first run
-would strip it. What b and c recorded of the session stops them: they rejoin
-but refuse to unmask round 0 again, their pair terms with a being already
-revealed (node/unmask.py, check_against_revealed), or — in later revisions —
-refuse the replayed session id at the join. Either way a never sees the
-signatures it waits for.
+would strip it. What b and c recorded of the session in their node state
+folders stops them: they refuse the replayed session id at the join
+(node/state_folder.py), so a never sees the signatures it waits for. (Were they to
+rejoin, the record of pair terms already revealed would still stop a second,
+smaller dropped set: node/unmask.py, check_against_revealed.)
 """
 
 from __future__ import annotations
@@ -91,20 +91,11 @@ def test_a_replayed_session_id_gets_no_second_survivor_set(
         text = attack.nodes[node].stderr()
         assert "Traceback" not in text, text
         last = text.strip().splitlines()[-1]
-        if record is not None and node in record.refusals:
-            # Joined the replay with a fresh key and resubmitted its recorded
-            # bundle (the same bytes, no new release); stopped by what it
-            # recorded of round 0: the pair terms with a already revealed.
-            why = record.refusals[node]
-            assert (
-                "request for round 0 drops only {} after {a} was already revealed; an unmask "
-                "may only grow the dropped set" in why
-            ), why
-            assert last == f"zerosum node {node}: failed: refused to unmask round 0 ('sums'): {why}"
-        else:
-            # Or refused the replayed session id at once (later revisions).
-            assert f"refusing session {session_id}: " in last, last
-            assert "a completed session is never taken part in again" in last, last
+        # Their state folders record the session as completed: they refuse
+        # the replayed id at the join, before any key or upload.
+        assert f"refusing session {session_id}: " in last, last
+        assert "a completed session is never taken part in again" in last, last
+        assert record is None or node not in record.uploads
     assert codes == dict.fromkeys(NODES, 1), attack.describe()
     runs = [first] if record is None else [first, record]
     seeds = [bytes(a.header.self_mask_seed) for r in runs for a in r.answers.values()]

@@ -7,10 +7,8 @@ the rerun, where every node releases its values again with fresh masks and
 residual noise. Averaging k such releases shrinks the noise by √k, so nothing
 may stop that but the ledger: every release must be counted (μ-GDP
 composition, Dong, Roth & Su 2022) and a node must stop, before sending, once
-the next release would exceed its ε budget. Which observers the budget bounds
-depends on the revision: the outsider alone (the coordinator's own ε, which
-the ledger also counts, then ends above the budget), or every observer class
-(the node then stops after fewer releases).
+the next release would exceed its ε budget for any observer class the policy
+names (outsider, coordinator, coalitions: node/budget.py).
 """
 
 from __future__ import annotations
