@@ -246,6 +246,10 @@ class _Node:
     ) -> dict[str, Any]:
         started = time.monotonic()
         polls = 0
+        # When this node first saw the unmask request, had attested, saw every
+        # signature, had its blinded tags, had answered and held the aggregate
+        # (session rounds only; benchmarks.session_bench.PHASES).
+        stamps: dict[str, float] = {}
         if transport == "session":
             client = self.client
             if client is None:
@@ -316,6 +320,7 @@ class _Node:
                 if header.state == RoundState.AWAITING_UNMASK and ask is not None:
                     # The unmask step every round has: sign the survivor set once, and
                     # reveal the self-mask seed once every survivor has signed it.
+                    stamps.setdefault("asked", time.monotonic())
                     if not attested:
                         client.attest(
                             session_id=self.session_id,
@@ -330,7 +335,9 @@ class _Node:
                             ),
                         )
                         attested = True
+                        stamps["attested"] = time.monotonic()
                     elif len(ask.attestations) == len(ask.survivors):
+                        stamps["signed"] = time.monotonic()
                         opened = {
                             sender: open_contribution(
                                 sealed,
@@ -352,6 +359,7 @@ class _Node:
                             self.seeds,
                             round_index=round_index,
                         )
+                        stamps["tagged"] = time.monotonic()
                         client.submit_unmask(
                             request=ask,
                             self_mask_seed=seed,
@@ -360,11 +368,13 @@ class _Node:
                             layout=self.layout,
                             fixed_point_bits=self.codec.frac_bits,
                         )
+                        stamps["answered"] = time.monotonic()
                     polls += 1
                     time.sleep(self.poll_seconds)
                     continue
                 aggregate = header.aggregate
                 if aggregate is not None:
+                    stamps["result"] = time.monotonic()
                     # As a node does: every counted upload was signed for this roster.
                     check_statements(
                         header,
@@ -398,6 +408,7 @@ class _Node:
             raise ValueError(f"unknown transport {transport!r}")
         done = time.monotonic()
         return {
+            **stamps,
             "started": started,
             "masked": masked,
             "uploaded": uploaded,

@@ -12,17 +12,39 @@ pairwise seeds before any timing starts.
 **The round** (``round_seconds_k10_d1e6``). K = 10 nodes hold d = 10^6
 float64 values each. The clock starts when the parent sends every node its
 start line (a barrier: nothing of the round is done before) and stops when
-the last node holds the round's aggregate. In between each node
+the last node holds the round's aggregate and has checked it. In between
+each node
 
 1. encodes its values in fixed point (the federation's ``fixed_point_bits``)
    and adds its pairwise mask over the complete 10-node design
-   (``noise.masks.pairwise_mask``: 9 keyed Gaussian streams of 10^6 draws);
-2. uploads the 8 MB payload in 1 MiB chunks (header with layout and SHA-256
-   first); the coordinator adds each chunk into the round's running sum as it
-   arrives, writes it to its state folder, checks size and SHA-256, records
-   the upload in SQLite and, on the last upload, writes and publishes the sum;
-3. polls ``GetResult`` every 10 ms until the round is ready, then downloads
-   the 8 MB aggregate (checked against its SHA-256).
+   (``noise.masks.pairwise_mask``: 9 keyed Gaussian streams of 10^6 draws),
+   then its uniform self-mask (``noise.self_mask``), and seals its challenge
+   contribution for each other node (``noise.aggregate_check``);
+2. uploads the 8 MB payload in 1 MiB chunks (header with layout, SHA-256,
+   self-mask commitment and sealed contributions first); the coordinator adds
+   each chunk into the round's running sum as it arrives, writes it to its
+   state folder, checks size and SHA-256 and records the upload in SQLite;
+3. takes part in the round's unmask step, as every node does every round
+   (docs/design.md §4.6): polls ``GetResult`` every 10 ms, signs the survivor
+   set it is shown, and once every survivor's signature is there opens the
+   contributions sealed for it, expands the secret challenge ρ, and answers
+   with its self-mask seed and its blinded tags; the coordinator subtracts
+   each revealed self-mask and, on the last answer, writes and publishes the
+   sum;
+4. downloads the 8 MB aggregate (checked against its SHA-256), checks every
+   upload statement and that the survivors' blinded tags add up to the
+   aggregate's tag (the aggregate check, §4.5).
+
+The nodes report when they reach each step, and
+``round_until_<phase>_seconds_k10_d1e6`` is, for the headline round, the time
+until the last node got there (``masked``, ``uploaded``, ``asked``: saw the
+unmask request, ``attested``, ``signed``: saw every signature, ``tagged``:
+had its blinded tags, ``answered``, ``result``: held the aggregate).
+``node_protection_cpu_seconds_d1e6`` is what steps 1, 3 and 4 add for the
+self-mask and the aggregate check in one node (self-mask, ρ, two tags of 10^6
+words; measured in this process, alone), and
+``coordinator_self_mask_cpu_seconds_d1e6`` the coordinator's expansion of one
+revealed self-mask.
 
 A mask depends on the pairwise seeds, the round, the layout and the design,
 never on data, so a node draws it as soon as it knows those — after the
@@ -35,8 +57,9 @@ Two other kinds of round are measured as well:
 ``round_seconds_k10_d1e6_masks_in_round`` draws the mask inside the timed
 window, after the start line (what a node that cannot draw ahead would pay;
 ``round_masking_seconds_k10_d1e6`` is the time until the last node finished
-step 1 there), and ``round_seconds_k10_d1e6_upload_only`` adds no mask
-(steps 2 and 3 only: what the coordinator and the network cost).
+step 1 there), and ``round_seconds_k10_d1e6_upload_only`` adds no pairwise mask
+(the self-mask, the unmask step and the check remain: what the protocol, the
+coordinator and the network cost).
 
 Every node's aggregate is compared with Σ_k q(x_k) computed in the parent:
 the masks must cancel bit for bit. A session has as many rounds as the
@@ -93,12 +116,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from benchmarks._plain_grpc import PlainSumServer
 from benchmarks._processes import Deadline, Fleet, coordinator_process
 from benchmarks._session_worker import MASK_MODES, PLAIN_TENSOR, TENSOR, node_values
 from coordinator.config import SessionConfig
+from noise.aggregate_check import blinded_tags, challenge_vectors, tags
 from noise.fixed_point import FixedPointCodec, wrapping_sum
 from noise.layout import Layout
+from noise.self_mask import self_mask
 from proto.federation import RoundSpec, config_hash, dump_federation, load_federation
 
 __all__ = ["FLOWER_SECAGG_REFERENCE_SECONDS", "MEASUREMENT_SECONDS", "run"]
@@ -111,6 +138,8 @@ VALUES_PER_NODE = 10**6
 
 
 BENCH_ROUNDS = ("first", "second")
+# What a node reports of a session round (benchmarks/_session_worker.py), in order.
+PHASES = ("masked", "uploaded", "asked", "attested", "signed", "tagged", "answered", "result")
 
 
 def _make_federation(folder: Path, node_ids: Sequence[str], size: int = 0) -> Path:
@@ -170,8 +199,12 @@ def _timed_round(
     expected_sha256: str,
     deadline: Deadline,
     before: Callable[[], None] | None = None,
-) -> tuple[float, float]:
-    """(seconds until every node held the aggregate, seconds until every node had masked)."""
+) -> tuple[float, float, dict[str, float]]:
+    """(seconds until every node held the aggregate, until every node had masked, phases).
+
+    ``phases``: for each of :data:`PHASES` a node reports (session rounds), the
+    seconds until the last node reached it.
+    """
     if before is not None:
         before()
     start = time.monotonic()
@@ -186,9 +219,15 @@ def _timed_round(
             f"{command['transport']} round {command['round_index']}: the aggregate received by "
             f"{', '.join(wrong)} is not the sum of the nodes' values."
         )
+    phases = {
+        phase: max(a[phase] for a in answers) - start
+        for phase in PHASES
+        if all(phase in a for a in answers)
+    }
     return (
         max(a["done"] for a in answers) - start,
         max(a["masked"] for a in answers) - start,
+        phases,
     )
 
 
@@ -245,13 +284,15 @@ def _round_session(
                 if transport == "session":
                     if kind == "ahead":
                         figures["draw"] = _prepare(fleet, round_index, TENSOR, deadline)
-                    figures[kind], figures["masking_" + kind] = _timed_round(
+                    figures[kind], figures["masking_" + kind], phases = _timed_round(
                         fleet, command, expected, deadline
                     )
+                    if kind == "ahead":
+                        figures |= {"phase_" + name: value for name, value in phases.items()}
                 else:
                     if kind == "ahead":
                         _prepare(fleet, round_index, PLAIN_TENSOR, deadline)
-                    figures["plain_" + kind], _ = _timed_round(
+                    figures["plain_" + kind], _, _ = _timed_round(
                         fleet, command, expected, deadline, reset
                     )
         if len(plan) == 2:
@@ -317,6 +358,45 @@ def _round_figures(work: Path, repeats: int) -> dict[str, float]:
         "plain_grpc_round_seconds_k10_d1e6": median["plain_ahead"],
         "plain_grpc_round_seconds_k10_d1e6_masks_in_round": median["plain_in_round"],
         "plain_grpc_round_seconds_k10_d1e6_upload_only": median["plain_none"],
+    } | {
+        f"round_until_{phase}_seconds_k10_d1e6": median["phase_" + phase]
+        for phase in PHASES
+        if "phase_" + phase in median
+    }
+
+
+def _median_seconds(work: Callable[[], object], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _protection_figures(repeats: int) -> dict[str, float]:
+    """CPU of the self-mask and the aggregate check at d = 10^6, in this process, one at a time.
+
+    What one node and the coordinator compute per round for them, without the
+    sharing of two cores by eleven processes that the round above has.
+    """
+    size = VALUES_PER_NODE
+    layout = Layout.of({TENSOR: (size,)})
+    words = node_values(0, size).view(np.uint64)
+    peers = {f"tre{i:02d}": bytes([i]) * 32 for i in range(1, ROUND_NODES)}
+    key = bytes(range(32))
+
+    def node_side() -> None:
+        self_mask(key, layout, round_index=0)
+        rho = challenge_vectors(key, size, round_index=0)
+        blinded_tags(tags(words, rho), "tre00", ["tre00", *peers], peers, round_index=0)
+        tags(words, rho)  # the check of the aggregate: one more tag of a vector this size
+
+    node = _median_seconds(node_side, repeats)
+    coordinator = _median_seconds(lambda: self_mask(key, layout, round_index=0), repeats)
+    return {
+        "node_protection_cpu_seconds_d1e6": node,
+        "coordinator_self_mask_cpu_seconds_d1e6": coordinator,
     }
 
 
@@ -352,7 +432,7 @@ def run(repeats: int) -> dict[str, float]:
         raise RuntimeError("the session benchmark reads /proc/<pid>/status and needs Linux.")
     with tempfile.TemporaryDirectory(prefix="zerosum-session-bench-") as folder:
         work = Path(folder)
-        figures = _round_figures(work, repeats)
+        figures = _round_figures(work, repeats) | _protection_figures(repeats)
         small, large = (_peak_rss_mb(work, k, repeats) for k in MEMORY_NODES)
     figures["coordinator_peak_rss_mb_k5_d1e6"] = small
     figures["coordinator_peak_rss_mb_k20_d1e6"] = large

@@ -23,9 +23,9 @@ vectors are the four 16-bit quarters of one keystream of uint64 words.
 
 Exactness with floating point. With ρ_i < 2^16 and the words split into four
 16-bit limbs (w = Σ_l 2^16l u_l − 2^64·sign), every partial sum of
-⟨ρ, u_l⟩ over at most 2^20 entries stays below 2^52, so a float64 matrix
-product computes it exactly; longer vectors are processed in blocks and the
-block sums added as Python integers.
+⟨ρ, u_l⟩ over a block of 2^15 entries stays below 2^47 (anything under 2^53
+would do), so a float64 matrix product computes it exactly; the block sums
+are added as Python integers.
 
 The secret ρ of a round comes from a challenge key κ = SHA-256 over the
 contributions of every survivor of the round (:func:`challenge_key`). Each
@@ -65,6 +65,7 @@ __all__ = [
     "blinded_tags",
     "challenge_contribution",
     "challenge_key",
+    "challenge_rows",
     "challenge_vectors",
     "check_tags",
     "open_contribution",
@@ -79,7 +80,10 @@ CHALLENGE_VECTORS = 4
 TAG_MODULUS = 1 << 128
 TAG_BYTES = 16
 SEALED_BYTES = SEED_BYTES + 16  # the contribution and AES-GCM's tag
-_BLOCK = 1 << 20
+# Entries per block of tags(): small enough that a block's unpacked limbs and
+# challenge rows (2 × 1 MiB) stay in cache, which matters when many node
+# processes share a machine.
+_BLOCK = 1 << 15
 _LABEL = b"zerosum/v1/aggregate-challenge"
 _CONTRIBUTION_LABEL = b"zerosum/v1/aggregate-challenge-contribution"
 _SEAL_LABEL = b"zerosum/v1/aggregate-challenge-seal"
@@ -209,33 +213,46 @@ def challenge_key(contributions: Mapping[str, bytes], *, round_index: int) -> by
     return digest.digest()
 
 
-def challenge_vectors(key: bytes, size: int, *, round_index: int) -> NDArray[np.float64]:
-    """ρ^(1..L): an L × size float64 array of integers uniform on [0, 2^16)."""
-    words = uniform_uint64(
+def challenge_vectors(key: bytes, size: int, *, round_index: int) -> NDArray[np.uint64]:
+    """ρ^(1..L), packed: ``size`` uint64 words whose four 16-bit quarters are the L = 4 vectors.
+
+    Word i holds ρ^(1)_i in its low 16 bits, ρ^(4)_i in its high 16 bits
+    (:func:`challenge_rows` unpacks them). Kept packed, ρ takes 8 bytes per
+    entry instead of 32, and :func:`tags` unpacks it a cache-sized block at a
+    time.
+    """
+    words: NDArray[np.uint64] = uniform_uint64(
         stream_key(key, round_index=round_index, tensor="rho", purpose="challenge"), size
     )
-    quarters = np.ascontiguousarray(words, dtype="<u8").view("<u2").reshape(size, 4)
-    rho: NDArray[np.float64] = np.ascontiguousarray(quarters.T, dtype=np.float64)
-    return rho
+    return words
 
 
-def tags(words: NDArray[np.uint64], rho: NDArray[np.float64]) -> tuple[int, ...]:
-    """⟨ρ^(ℓ), signed(words)⟩ for every row ℓ, as exact Python integers."""
-    if words.ndim != 1 or rho.ndim != 2 or rho.shape[1] != words.shape[0]:
+def challenge_rows(rho: NDArray[np.uint64]) -> NDArray[np.float64]:
+    """The L × size array of the packed ``rho``: integers uniform on [0, 2^16)."""
+    quarters = np.ascontiguousarray(rho, dtype="<u8").view("<u2").reshape(-1, CHALLENGE_VECTORS)
+    rows: NDArray[np.float64] = np.ascontiguousarray(quarters.T, dtype=np.float64)
+    return rows
+
+
+def tags(words: NDArray[np.uint64], rho: NDArray[np.uint64]) -> tuple[int, ...]:
+    """⟨ρ^(ℓ), signed(words)⟩ for every ℓ, as exact Python integers (``rho`` packed)."""
+    if words.ndim != 1 or rho.ndim != 1 or rho.shape != words.shape:
         raise ValueError(
-            f"tags need a vector and one challenge row per check of its length; got "
-            f"{words.shape} and {rho.shape}"
+            f"tags need a vector and a packed challenge of its length; got {words.shape} and "
+            f"{rho.shape}"
         )
-    totals = [0] * rho.shape[0]
+    totals = [0] * CHALLENGE_VECTORS
     data = np.ascontiguousarray(words, dtype="<u8")
+    packed = np.ascontiguousarray(rho, dtype="<u8")
     for start in range(0, data.shape[0], _BLOCK):
         block = data[start : start + _BLOCK]
         limbs = block.view("<u2").reshape(-1, 4).astype(np.float64)
         sign = (block >> np.uint64(63)).astype(np.float64)
-        part = rho[:, start : start + _BLOCK]
-        by_limb = part @ limbs  # exact: every entry < 2^16 · 2^16 · 2^20 = 2^52
-        negative = part @ sign
-        for row in range(rho.shape[0]):
+        part = packed[start : start + _BLOCK].view("<u2").reshape(-1, CHALLENGE_VECTORS)
+        rows = part.T.astype(np.float64)
+        by_limb = rows @ limbs  # exact: every entry < 2^16 · 2^16 · 2^15 = 2^47
+        negative = rows @ sign
+        for row in range(CHALLENGE_VECTORS):
             value = sum(int(by_limb[row, limb]) << (16 * limb) for limb in range(4))
             totals[row] += value - (int(negative[row]) << 64)
     return tuple(totals)
@@ -265,7 +282,7 @@ def blinded_tags(
 
 
 def check_tags(
-    blinded: Mapping[str, Sequence[int]], aggregate: NDArray[np.uint64], rho: NDArray[np.float64]
+    blinded: Mapping[str, Sequence[int]], aggregate: NDArray[np.uint64], rho: NDArray[np.uint64]
 ) -> list[int]:
     """The checks ℓ where Σ of everyone's blinded tags differs from the aggregate's tag."""
     expected = tags(aggregate, rho)

@@ -60,6 +60,7 @@ from coordinator.steps.checks import (
     check_running,
     check_session_id,
 )
+from coordinator.steps.self_mask_sums import SelfMaskSums
 from coordinator.steps.streams import Streams, Ticket, unlink_placed
 from coordinator.store import (
     AttestationRow,
@@ -73,7 +74,7 @@ from coordinator.transitions import StatusChanges
 from noise.aggregate_check import CHALLENGE_VECTORS, TAG_BYTES
 from noise.keys import key_fingerprint
 from noise.seeds import SEED_BYTES
-from noise.self_mask import self_mask, self_mask_commitment
+from noise.self_mask import self_mask_commitment
 from noise.transcript import survivor_attestation_message
 
 __all__ = ["Unmasking"]
@@ -88,6 +89,7 @@ class Unmasking:
         self.ctx = ctx
         self.streams = streams
         self.changes = changes
+        self.self_masks = SelfMaskSums()
 
     def _current_unmask(
         self, session_id: str, round_index: int, node_id: str, caller: str
@@ -395,6 +397,12 @@ class Unmasking:
             raise
         if complete:
             self.ctx.forget_sum()
+            self.self_masks.forget()
+        else:
+            assert round_row.layout is not None
+            self.self_masks.add(
+                round_row.round_index, request.attempt, node_id, seed, round_row.layout
+            )
         return UnmaskReceipt(
             session_id=row.session_id,
             round_index=round_row.round_index,
@@ -413,11 +421,11 @@ class Unmasking:
         for answer in answers:
             if answer.path is not None:
                 running.subtract_file(self.ctx.store.payload_path(answer.path))
-            running.subtract_words(
-                self_mask(
-                    answer.self_mask_seed, round_row.layout, round_index=round_row.round_index
-                )
-            )
+        seeds = {answer.node_id: answer.self_mask_seed for answer in answers}
+        attempt = answers[0].attempt if answers else 0
+        running.subtract_words(
+            self.self_masks.total(round_row.round_index, attempt, seeds, round_row.layout)
+        )
         return self.streams.write_result(running, round_row.round_index)
 
     def refuse_unmask(self, refusal: UnmaskRefusal, *, caller: str) -> UnmaskReceipt:

@@ -31,6 +31,7 @@ from node.errors import SessionFailed
 from node.gateway import RoundResult, UnmaskRequest
 from node.session.context import SessionContext
 from noise.aggregate_check import (
+    CHALLENGE_VECTORS,
     blinded_tags,
     challenge_contribution,
     challenge_key,
@@ -47,7 +48,6 @@ from noise.layout import Layout
 __all__ = ["answer_tags", "check_aggregate", "sealed_challenge"]
 
 U64 = NDArray[np.uint64]
-F64 = NDArray[np.float64]
 
 
 def _own(ctx: SessionContext, index: int) -> bytes:
@@ -84,7 +84,7 @@ def sealed_challenge(
 
 def answer_tags(
     ctx: SessionContext, request: UnmaskRequest, index: int, contribution: U64, layout: Layout
-) -> tuple[bytes, F64, list[bytes]] | str:
+) -> tuple[bytes, U64, list[bytes]] | str:
     """(κ, ρ, this node's blinded tags), or a reason to refuse (a contribution missing or altered).
 
     ρ is returned so that the check of the published aggregate need not
@@ -125,7 +125,7 @@ def check_aggregate(
     layout: Layout,
     key: bytes | None,
     *,
-    rho: F64 | None = None,
+    rho: U64 | None = None,
 ) -> None:
     """Refuse (SessionFailed) an aggregate its survivors' blinded tags do not vouch for.
 
@@ -153,6 +153,6 @@ def check_aggregate(
     failed = check_tags(blinded, result.aggregate, rho)
     if failed:
         raise SessionFailed(
-            f"{what} fails {len(failed)} of {rho.shape[0]} secret checks: it is not the sum of "
-            "the survivors' contributions (forged or corrupted by the coordinator)"
+            f"{what} fails {len(failed)} of {CHALLENGE_VECTORS} secret checks: it is not the sum "
+            "of the survivors' contributions (forged or corrupted by the coordinator)"
         )

@@ -41,7 +41,7 @@ class RoundProgress:
     answered: set[bytes] = field(default_factory=set)
     # The challenge vectors ρ of the round last answered (index, ρ), kept in memory
     # so that checking its aggregate need not expand them again.
-    challenge: tuple[int, NDArray[np.float64]] | None = None
+    challenge: tuple[int, NDArray[np.uint64]] | None = None
     revealed: dict[int, RevealedTerms] = field(default_factory=dict)
     unsent: int | None = None
 

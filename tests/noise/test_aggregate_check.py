@@ -14,6 +14,7 @@ from noise.aggregate_check import (
     blinded_tags,
     challenge_contribution,
     challenge_key,
+    challenge_rows,
     challenge_vectors,
     check_tags,
     open_contribution,
@@ -45,10 +46,13 @@ def test_tags_are_the_exact_integer_inner_products() -> None:
     rng = np.random.default_rng(1)
     words = rng.integers(0, 2**64, size=3000, dtype=np.uint64, endpoint=False)
     rho = challenge_vectors(bytes(32), words.size, round_index=2)
-    assert rho.shape == (CHALLENGE_VECTORS, 3000)
-    assert rho.min() >= 0 and rho.max() < 2**16 and np.all(rho == np.floor(rho))
+    rows = challenge_rows(rho)
+    assert rho.shape == (3000,) and rows.shape == (CHALLENGE_VECTORS, 3000)
+    assert rows.min() >= 0 and rows.max() < 2**16 and np.all(rows == np.floor(rows))
+    # Row ℓ is the ℓ-th 16-bit quarter of each word, lowest first.
+    assert np.array_equal(rows[3], (rho >> np.uint64(48)).astype(np.float64))
     expected = tuple(
-        sum(int(r) * v for r, v in zip(row, _signed(words), strict=True)) for row in rho
+        sum(int(r) * v for r, v in zip(row, _signed(words), strict=True)) for row in rows
     )
     assert tags(words, rho) == expected
 
@@ -114,11 +118,14 @@ def test_any_change_of_one_word_is_caught(index: int, change: int, seed: int) ->
     assert check_tags(blinded, forged, rho)
 
 
-def test_blocks_longer_than_a_mebiword_stay_exact() -> None:
-    size = (1 << 20) + 3
+def test_many_blocks_stay_exact() -> None:
+    size = (1 << 20) + 3  # 33 blocks, the last of 3 entries
     words = np.full(size, np.uint64(2**64 - 1))  # -1 everywhere
     rho = challenge_vectors(b"\x01" * 32, size, round_index=0)
-    assert tags(words, rho) == tuple(-int(row.sum()) for row in rho)
+    assert tags(words, rho) == tuple(-int(row.sum()) for row in challenge_rows(rho))
+    # The most negative word in every entry: each tag is -2^63 · Σ ρ.
+    lowest = np.full(size, np.uint64(2**63))
+    assert tags(lowest, rho) == tuple(-(2**63) * int(row.sum()) for row in challenge_rows(rho))
 
 
 def test_the_challenge_key_depends_on_every_contribution_and_the_round() -> None:
@@ -129,8 +136,8 @@ def test_the_challenge_key_depends_on_every_contribution_and_the_round() -> None
     assert challenge_key(base | {"b": b"\x00" * 32}, round_index=3) != key
     with pytest.raises(ValueError, match="challenge contribution"):
         challenge_key({"a": b"short"}, round_index=0)
-    with pytest.raises(ValueError, match="one challenge row"):
-        tags(np.zeros(3, dtype=np.uint64), np.zeros((4, 2)))
+    with pytest.raises(ValueError, match="packed challenge of its length"):
+        tags(np.zeros(3, dtype=np.uint64), np.zeros(2, dtype=np.uint64))
 
 
 CONFIG = bytes(range(32))

@@ -1,0 +1,41 @@
+"""The coordinator's running Σ of revealed self-masks equals the sum expanded from scratch."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from coordinator.steps.self_mask_sums import SelfMaskSums
+from noise.fixed_point import wrapping_sum
+from noise.layout import Layout
+from noise.self_mask import self_mask
+
+LAYOUT = Layout.of({"n": (), "sum_x": (5,)})
+SEEDS = {node: bytes([i + 1]) * 32 for i, node in enumerate("abcd")}
+
+
+def _direct(seeds: dict[str, bytes], round_index: int) -> np.ndarray:
+    return wrapping_sum([self_mask(s, LAYOUT, round_index=round_index) for s in seeds.values()])
+
+
+def test_answers_summed_as_they_arrive_give_the_direct_sum() -> None:
+    sums = SelfMaskSums()
+    for node in "abc":
+        sums.add(3, 1, node, SEEDS[node], LAYOUT)
+    sums.add(3, 1, "a", SEEDS["a"], LAYOUT)  # a repeated answer counts once
+    assert np.array_equal(sums.total(3, 1, SEEDS, LAYOUT), _direct(SEEDS, 3))
+
+
+def test_what_the_cache_does_not_match_is_recomputed() -> None:
+    sums = SelfMaskSums()
+    sums.add(3, 1, "a", b"\x09" * 32, LAYOUT)  # not the seed finally given for a
+    assert np.array_equal(sums.total(3, 1, SEEDS, LAYOUT), _direct(SEEDS, 3))
+    # Another attempt (a superseded round's rerun) starts afresh.
+    sums.add(3, 1, "b", SEEDS["b"], LAYOUT)
+    sums.add(4, 2, "c", SEEDS["c"], LAYOUT)
+    assert np.array_equal(sums.total(3, 1, SEEDS, LAYOUT), _direct(SEEDS, 3))
+    assert np.array_equal(sums.total(4, 2, SEEDS, LAYOUT), _direct(SEEDS, 4))
+    # A node counted but not among the answers given is not subtracted.
+    fewer = {n: SEEDS[n] for n in "ab"}
+    assert np.array_equal(sums.total(4, 2, fewer, LAYOUT), _direct(fewer, 4))
+    sums.forget()
+    assert np.array_equal(sums.total(4, 2, {}, LAYOUT), np.zeros(LAYOUT.size, dtype=np.uint64))
