@@ -435,3 +435,64 @@ def test_a_bad_checker_key_option_is_named_and_nothing_is_written(
     assert init("--nodes", "a,b", "--out", str(out), "--checker-key", option) == 2
     assert words in capsys.readouterr().err
     assert not out.exists()
+
+
+# ----------------------------------------------------------- per-feature bounds
+
+
+def _bounds_file(folder: Path, text: str) -> Path:
+    path = folder / "bounds.csv"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_per_feature_bounds_from_a_file_reach_the_config(tmp_path: Path) -> None:
+    bounds = _bounds_file(
+        tmp_path, "feature,low,high\ncortical_thickness,1.5,4.5\nventricles,0,80\n\nwm_hypo,-3,3\n"
+    )
+    out = tmp_path / "fed"
+    argv = ["--nodes", "a,b", "--out", str(out), "--n-features", "3", "--n-components", "2"]
+    assert init(*argv, "--feature-bounds", str(bounds), "--age-range", "45,80") == 0
+    settings = DeltabSettings.from_tables(load_federation(out / "federation.toml").plan.settings)
+    assert settings.clipping.feature_low == (1.5, 0.0, -3.0)
+    assert settings.clipping.feature_high == (4.5, 80.0, 3.0)
+    assert (settings.clipping.age_low, settings.clipping.age_high) == (45.0, 80.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("low,high\n1,2\n1,2\n", "the first line must be the header feature,low,high"),
+        ("", "got 'an empty file'"),
+        ("feature,low,high\nx,1,2\n", "1 feature row(s) for a model of --n-features 2"),
+        ("feature,low,high\nx,1,2\ny,one,2\n", "line 3 ('y'): low 'one' is not a number"),
+        ("feature,low,high\nx,1,2\ny,3,3\n", "line 3 ('y'): high 3 must exceed low 3"),
+        ("feature,low,high\nx,1,inf\ny,0,1\n", "line 2 ('x'): high must be finite"),
+        ("feature,low,high\nx,1,2,3\ny,0,1\n", "line 2: 3 fields feature,low,high; got 4"),
+    ],
+)
+def test_a_bad_bounds_file_is_named_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    bounds = _bounds_file(tmp_path, text)
+    out = tmp_path / "fed"
+    argv = ["--nodes", "a,b", "--out", str(out), "--n-features", "2", "--n-components", "1"]
+    assert init(*argv, "--feature-bounds", str(bounds)) == 2
+    err = capsys.readouterr().err
+    assert f"--feature-bounds {bounds}" in err and message in err, err
+    assert not out.exists()
+
+
+def test_bounds_file_and_range_or_synthetic_exclude_each_other(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bounds = _bounds_file(tmp_path, "feature,low,high\nx,0,1\n")
+    out = tmp_path / "fed"
+    argv = ["--nodes", "a,b", "--out", str(out), "--feature-bounds", str(bounds)]
+    assert init(*argv, "--feature-range=-1,1") == 2
+    assert "not both" in capsys.readouterr().err
+    assert init(*argv, "--synthetic") == 2
+    assert "--synthetic sets its own clipping bounds" in capsys.readouterr().err
+    assert init(*argv[:-1], str(tmp_path / "missing.csv")) == 2
+    assert "cannot read it" in capsys.readouterr().err
+    assert not out.exists()

@@ -22,6 +22,7 @@ any input is wrong or any target file exists (unless --force).
 from __future__ import annotations
 
 import argparse
+import csv
 import math
 import secrets
 import sys
@@ -65,6 +66,7 @@ examples:
   zerosum federation init --nodes site-a,site-b,site-c --out fed --synthetic --seed 7
   zerosum federation init --nodes a,b,c,d --out fed --construction cape --residual-dp
   zerosum federation init --nodes a,b --out fed --feature-range=-4,4 --age-range 45,80
+  zerosum federation init --nodes a,b --out fed --n-features 3 --feature-bounds bounds.csv
   zerosum federation init --nodes a,b --out fed --checker-key a=a-checker.pub
 """
 
@@ -183,6 +185,14 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LO,HI",
         help="public bounds for every feature, e.g. --feature-range=-5,5 (default -10,10)",
     )
+    model.add_argument(
+        "--feature-bounds",
+        type=Path,
+        default=None,
+        metavar="CSV",
+        help="public bounds per feature instead: a CSV with the header feature,low,high and "
+        "one row per feature, in the order of the data's feature columns",
+    )
     timing = parser.add_argument_group("session deadlines")
     timing.add_argument("--join-deadline", type=float, default=120.0, help="seconds (default 120)")
     timing.add_argument("--round-deadline", type=float, default=600.0, help="seconds (default 600)")
@@ -232,6 +242,52 @@ def _pair(option: str, text: str) -> tuple[float, float]:
     except ValueError:
         raise InitError(f"{option} {text!r} must be two numbers LO,HI.") from None
     return low, high
+
+
+def _feature_bounds(path: Path, n_features: int) -> tuple[list[float], list[float]]:
+    """(lows, highs) from a bounds CSV: header feature,low,high, one row per feature."""
+    option = f"--feature-bounds {path}"
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))
+    except (OSError, UnicodeDecodeError) as error:
+        raise InitError(f"{option}: cannot read it: {error}.") from None
+    rows = [row for row in rows if any(cell.strip() for cell in row)]
+    header = [cell.strip().lower() for cell in rows[0]] if rows else []
+    if header != ["feature", "low", "high"]:
+        raise InitError(
+            f"{option}: the first line must be the header feature,low,high; got "
+            f"{','.join(rows[0]) if rows else 'an empty file'!r}."
+        )
+    if len(rows) - 1 != n_features:
+        raise InitError(
+            f"{option}: {len(rows) - 1} feature row(s) for a model of --n-features "
+            f"{n_features}; give one row per feature."
+        )
+    lows: list[float] = []
+    highs: list[float] = []
+    for line, row in enumerate(rows[1:], start=2):
+        if len(row) != 3:
+            raise InitError(f"{option}, line {line}: 3 fields feature,low,high; got {len(row)}.")
+        name = row[0].strip() or f"feature {line - 1}"
+        for column, cell, into in (("low", row[1], lows), ("high", row[2], highs)):
+            try:
+                value = float(cell)
+            except ValueError:
+                raise InitError(
+                    f"{option}, line {line} ({name!r}): {column} {cell.strip()!r} is not a number."
+                ) from None
+            if not math.isfinite(value):
+                raise InitError(
+                    f"{option}, line {line} ({name!r}): {column} must be finite; got {cell!r}."
+                )
+            into.append(value)
+        if lows[-1] >= highs[-1]:
+            raise InitError(
+                f"{option}, line {line} ({name!r}): high {highs[-1]:g} must exceed low "
+                f"{lows[-1]:g}."
+            )
+    return lows, highs
 
 
 def _sizes(text: str | None, count: int) -> list[int]:
@@ -315,24 +371,31 @@ def _plan(args: argparse.Namespace) -> _Plan:
     )
     seed: int | None = None
     cohorts: dict[Path, Cohort] = {}
+    if args.feature_bounds is not None and args.feature_range is not None:
+        raise InitError("give --feature-range or --feature-bounds, not both.")
     if args.synthetic:
-        if args.age_range is not None or args.feature_range is not None:
+        if (
+            args.age_range is not None
+            or args.feature_range is not None
+            or args.feature_bounds is not None
+        ):
             raise InitError(
-                "--synthetic sets its own clipping bounds; drop --age-range/--feature-range."
+                "--synthetic sets its own clipping bounds; drop --age-range/--feature-range/"
+                "--feature-bounds."
             )
         by_node, holdout, clipping, seed = _synthetic(args, node_ids)
         cohorts = {out / "nodes" / n / "data.csv": c for n, c in by_node.items()}
         cohorts[out / "holdout.csv"] = holdout
     else:
         age = _pair("--age-range", args.age_range or "18,100")
-        feature = _pair("--feature-range", args.feature_range or "-10,10")
+        low: float | list[float]
+        high: float | list[float]
+        if args.feature_bounds is not None:
+            low, high = _feature_bounds(args.feature_bounds, args.n_features)
+        else:
+            low, high = _pair("--feature-range", args.feature_range or "-10,10")
         clipping = ClippingBounds.from_table(
-            {
-                "age_low": age[0],
-                "age_high": age[1],
-                "feature_low": feature[0],
-                "feature_high": feature[1],
-            },
+            {"age_low": age[0], "age_high": age[1], "feature_low": low, "feature_high": high},
             args.n_features,
         )
     # Validated like a config that was read: the same ConfigError for the same fault.
