@@ -22,7 +22,6 @@ any input is wrong or any target file exists (unless --force).
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import secrets
 import sys
@@ -36,7 +35,6 @@ from node.plans.deltab_settings import ClippingBounds, DeltabSettings
 from noise.keys import IdentityKey
 from noise.stream import stream_fingerprint
 from proto.federation import (
-    ConfigError,
     FederationConfig,
     NodeEntry,
     NoiseDesignSpec,
@@ -44,9 +42,10 @@ from proto.federation import (
     SessionTimings,
     config_hash,
     dump_federation,
-    validate_identifier,
 )
 from zerosum import pki
+from zerosum.commands import init_inputs as inputs
+from zerosum.commands.init_inputs import InitError
 
 if TYPE_CHECKING:
     from node.deltab.synthetic import Cohort
@@ -71,8 +70,6 @@ examples:
 """
 
 CONFIG_NAME = "federation.toml"
-# Synthetic cohorts: deliberately unequal sizes (cycled), all above N = 100.
-_SYNTHETIC_SIZES = (400, 250, 600, 300, 500)
 # Half-width, in population standard deviations, of the public synthetic
 # feature bounds: wide enough that clipping almost never bites.
 _SYNTHETIC_HALF_WIDTH = 6.0
@@ -198,110 +195,6 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     timing.add_argument("--round-deadline", type=float, default=600.0, help="seconds (default 600)")
 
 
-class InitError(Exception):
-    """A command-line input is unusable; the message is one sentence for the user."""
-
-
-def _node_ids(text: str) -> list[str]:
-    ids = [part.strip() for part in text.split(",")]
-    for node_id in ids:
-        try:
-            validate_identifier("--nodes", node_id)
-        except ConfigError as error:
-            raise InitError(f"node id {node_id!r} is not allowed: {error.reason}.") from None
-    repeated = sorted({i for i in ids if ids.count(i) > 1})
-    if repeated:
-        raise InitError(f"node ids must be unique; {', '.join(repeated)} repeated in --nodes.")
-    if len(ids) < 2:
-        raise InitError(f"a federation needs at least 2 nodes; --nodes lists {len(ids)}.")
-    return ids
-
-
-def _checker_keys(options: Sequence[str], node_ids: Sequence[str]) -> dict[str, list[bytes]]:
-    """``NODE=PUBFILE`` options as the public keys given per node."""
-    given: dict[str, list[bytes]] = {}
-    for option in options:
-        node_id, sep, file = option.partition("=")
-        if not sep or not node_id or not file:
-            raise InitError(f"--checker-key {option!r} must be NODE=PUBFILE.")
-        if node_id not in node_ids:
-            raise InitError(
-                f"--checker-key {option!r} names node {node_id!r}, which is not in --nodes."
-            )
-        try:
-            key = pki.read_ed25519_public_key(file)
-        except OSError as error:
-            raise InitError(f"--checker-key {option!r}: cannot read {file}: {error}.") from None
-        given.setdefault(node_id, []).append(key)
-    return given
-
-
-def _pair(option: str, text: str) -> tuple[float, float]:
-    try:
-        low, high = (float(part) for part in text.split(","))
-    except ValueError:
-        raise InitError(f"{option} {text!r} must be two numbers LO,HI.") from None
-    return low, high
-
-
-def _feature_bounds(path: Path, n_features: int) -> tuple[list[float], list[float]]:
-    """(lows, highs) from a bounds CSV: header feature,low,high, one row per feature."""
-    option = f"--feature-bounds {path}"
-    try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
-    except (OSError, UnicodeDecodeError) as error:
-        raise InitError(f"{option}: cannot read it: {error}.") from None
-    rows = [row for row in rows if any(cell.strip() for cell in row)]
-    header = [cell.strip().lower() for cell in rows[0]] if rows else []
-    if header != ["feature", "low", "high"]:
-        raise InitError(
-            f"{option}: the first line must be the header feature,low,high; got "
-            f"{','.join(rows[0]) if rows else 'an empty file'!r}."
-        )
-    if len(rows) - 1 != n_features:
-        raise InitError(
-            f"{option}: {len(rows) - 1} feature row(s) for a model of --n-features "
-            f"{n_features}; give one row per feature."
-        )
-    lows: list[float] = []
-    highs: list[float] = []
-    for line, row in enumerate(rows[1:], start=2):
-        if len(row) != 3:
-            raise InitError(f"{option}, line {line}: 3 fields feature,low,high; got {len(row)}.")
-        name = row[0].strip() or f"feature {line - 1}"
-        for column, cell, into in (("low", row[1], lows), ("high", row[2], highs)):
-            try:
-                value = float(cell)
-            except ValueError:
-                raise InitError(
-                    f"{option}, line {line} ({name!r}): {column} {cell.strip()!r} is not a number."
-                ) from None
-            if not math.isfinite(value):
-                raise InitError(
-                    f"{option}, line {line} ({name!r}): {column} must be finite; got {cell!r}."
-                )
-            into.append(value)
-        if lows[-1] >= highs[-1]:
-            raise InitError(
-                f"{option}, line {line} ({name!r}): high {highs[-1]:g} must exceed low "
-                f"{lows[-1]:g}."
-            )
-    return lows, highs
-
-
-def _sizes(text: str | None, count: int) -> list[int]:
-    if text is None:
-        return [_SYNTHETIC_SIZES[i % len(_SYNTHETIC_SIZES)] for i in range(count)]
-    try:
-        sizes = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise InitError(f"--cohort-sizes {text!r} must be whole numbers N,N,...") from None
-    if len(sizes) != count:
-        raise InitError(f"--cohort-sizes lists {len(sizes)} sizes for {count} nodes.")
-    return sizes
-
-
 @dataclass(frozen=True)
 class _Plan:
     """Everything to write, generated and validated before the first file is touched."""
@@ -326,7 +219,7 @@ def _synthetic(
     from node.deltab.synthetic import make_federation_cohorts
 
     seed = args.seed if args.seed is not None else secrets.randbits(128)
-    sizes = _sizes(args.cohort_sizes, len(node_ids))
+    sizes = inputs.sizes(args.cohort_sizes, len(node_ids))
     small = [(n, s) for n, s in zip(node_ids, sizes, strict=True) if s < args.min_cohort_size]
     if small:
         node_id, size = small[0]
@@ -362,7 +255,7 @@ def _synthetic(
 
 
 def _plan(args: argparse.Namespace) -> _Plan:
-    node_ids = _node_ids(args.nodes)
+    node_ids = inputs.node_ids(args.nodes)
     out: Path = args.out
     threshold = (
         args.collusion_threshold
@@ -387,13 +280,13 @@ def _plan(args: argparse.Namespace) -> _Plan:
         cohorts = {out / "nodes" / n / "data.csv": c for n, c in by_node.items()}
         cohorts[out / "holdout.csv"] = holdout
     else:
-        age = _pair("--age-range", args.age_range or "18,100")
+        age = inputs.pair("--age-range", args.age_range or "18,100")
         low: float | list[float]
         high: float | list[float]
         if args.feature_bounds is not None:
-            low, high = _feature_bounds(args.feature_bounds, args.n_features)
+            low, high = inputs.feature_bounds(args.feature_bounds, args.n_features)
         else:
-            low, high = _pair("--feature-range", args.feature_range or "-10,10")
+            low, high = inputs.pair("--feature-range", args.feature_range or "-10,10")
         clipping = ClippingBounds.from_table(
             {"age_low": age[0], "age_high": age[1], "feature_low": low, "feature_high": high},
             args.n_features,
@@ -412,7 +305,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     )
 
     identities = {node_id: IdentityKey.generate() for node_id in node_ids}
-    given = _checker_keys(args.checker_key, node_ids)
+    given = inputs.checker_keys(args.checker_key, node_ids)
     checkers = {n: IdentityKey.generate() for n in node_ids if n not in given}
     checker_public = dict(given)
     for node_id, checker in checkers.items():
