@@ -25,6 +25,7 @@ __all__ = [
     "GatewayError",
     "LedgerError",
     "LocalDataError",
+    "ModelFitError",
     "NodeError",
     "NodeRefused",
     "RosterError",
@@ -49,6 +50,10 @@ class LocalDataError(SetupError, ValueError):
 
 class SessionFailed(NodeError):
     """The session could not be completed; the message says why."""
+
+
+class ModelFitError(SessionFailed):
+    """The aggregate is valid but cannot fit the configured model; says why."""
 
 
 class NodeRefused(SessionFailed):

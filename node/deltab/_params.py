@@ -45,6 +45,10 @@ class Reduction:
     feature_proportion: float | None = None
     variance_explained: float | None = None
     kaiser_guttman: bool = False
+    # Sums carrying residual DP noise can lose rank (a noised scatter need not be
+    # positive definite); then the count is capped at what the sums support
+    # instead of refused, the same way on every node (it depends only on them).
+    at_most_supported: bool = False
 
     @classmethod
     def from_params(
@@ -124,6 +128,8 @@ class Reduction:
             k = kaiser_guttman_count(eigenvalues, total, n_features, rank)
         else:
             k = min(rank, room)
+        if self.at_most_supported:
+            k = min(k, rank, n_features, room)
         if k > room:
             extra = "" if n_nuisance == 1 else f" and {n_nuisance - 1} confound(s)"
             raise ValueError(

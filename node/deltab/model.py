@@ -24,6 +24,7 @@ a correction of its maths:
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any
 
@@ -238,10 +239,14 @@ class BrainAgeModel:
         *,
         explicit: ExplicitData | None = None,
         fill: FloatArray | None = None,
+        noisy: bool = False,
     ) -> BrainAgeModel:
         check_model(self.model)
         check_nan_policy(self.nan_policy)
-        solution = solve(sums, standardisation.feature_location, self._reduction(), explicit)
+        reduction = self._reduction()
+        if noisy:
+            reduction = dataclasses.replace(reduction, at_most_supported=True)
+        solution = solve(sums, standardisation.feature_location, reduction, explicit)
         self._check_usable(solution.quadratic_degenerate, solution.gamma, solution.gammasq)
         self._adopt(
             solution, standardisation, standardisation.feature_mean if fill is None else fill

@@ -179,18 +179,25 @@ def round_tensors(round_name: str, X: ArrayLike, age: ArrayLike, state: NodeStat
     return local_coefficients(X, age, state.model, confounds=state.confounds, bounds=bounds)
 
 
-def receive(round_name: str, aggregate: Mapping[str, ArrayLike], state: NodeState) -> None:
+def receive(
+    round_name: str,
+    aggregate: Mapping[str, ArrayLike],
+    state: NodeState,
+    *,
+    noisy: bool = False,
+) -> None:
     """Take in a round's aggregate: the imputation after means, the model after sums.
 
     (For the centred plan: the standardisation after moments, the model after
-    scatter.)
+    scatter.) ``noisy``: the aggregate carries residual DP noise (see
+    :func:`~node.deltab.uncentred.model_from_sums`).
     """
     settings = state.settings
     if round_name == MEANS:
         state.fill = imputation_values(aggregate, settings.bounds)
     elif round_name == SUMS:
         state.model = model_from_sums(
-            aggregate, settings.bounds, fill=state.fill, **settings.model_params()
+            aggregate, settings.bounds, fill=state.fill, noisy=noisy, **settings.model_params()
         )
     elif round_name == MOMENTS:
         state.standardisation = standardisation_from_moments(aggregate, settings.bounds)

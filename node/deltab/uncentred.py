@@ -338,8 +338,13 @@ def model_from_sums(
     variance_explained: float | None = None,
     kaiser_guttman: bool = False,
     nan_policy: str = "drop",
+    noisy: bool = False,
 ) -> BrainAgeModel:
     """Fitted :class:`~node.deltab.model.BrainAgeModel` from an aggregated ``sums`` round.
+
+    ``noisy`` says the sums carry residual DP noise: a component count the
+    noised scatter cannot support is then capped at its numerical rank rather
+    than refused (post-processing of a DP release, so no privacy cost).
 
     ``nan_policy`` is recorded in the model (how it treats missing values when
     predicting) and must be the policy the nodes used; under "mean", ``fill``
@@ -367,4 +372,4 @@ def model_from_sums(
             )
         if bounds is not None:
             fill_values = bounds.feature_centre + bounds.feature_half * fill_values
-    return estimator._fit_from_sums(centred, standardisation, fill=fill_values)
+    return estimator._fit_from_sums(centred, standardisation, fill=fill_values, noisy=noisy)

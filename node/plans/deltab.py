@@ -31,7 +31,7 @@ from node.deltab import plan as deltab_plan
 from node.deltab.persist import save_model, set_feature_names
 from node.deltab.plan import PlanSettings
 from node.deltab.sums import DERIVATIONS, MEANS, SUMS, plan_shapes, sensitivity
-from node.errors import LocalDataError
+from node.errors import LocalDataError, ModelFitError
 from node.plans.deltab_settings import DeltabSettings
 from node.release import TensorSensitivity
 from noise.layout import Layout
@@ -177,7 +177,16 @@ class DeltabPlan:
         return public_sensitivities(self.config, round_name)
 
     def receive(self, round_name: str, aggregate: dict[str, NDArray[np.float64]]) -> None:
-        deltab_plan.receive(round_name, aggregate, self.state)
+        noisy = self.config.privacy.residual_dp
+        try:
+            deltab_plan.receive(round_name, aggregate, self.state, noisy=noisy)
+        except ValueError as error:
+            # The aggregate passed every check, so this is the data (or, with
+            # residual DP, the noise on them) not supporting the configured model.
+            raise ModelFitError(
+                f"the aggregate of round {round_name!r} cannot fit the configured model: "
+                f"{error}" + (" (the aggregate carries residual DP noise)" if noisy else "")
+            ) from error
         self._received.add(round_name)
 
     # -- local facts for the audit record and the SDC evidence ---------

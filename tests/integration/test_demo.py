@@ -32,6 +32,10 @@ def test_demo_session_is_exact_and_fast(tmp_path: Path) -> None:
     assert summary["rounds_checked"] == 1
     assert summary["session_seconds"] < 60
     assert summary["max_difference_between_nodes_years"] == 0.0
+    # Exact: the federated model's holdout quality is the pooled fit's.
+    fed, exact = summary["holdout_federated"], summary["holdout_pooled_exact"]
+    assert fed == pytest.approx(exact, rel=1e-9)
+    assert summary["holdout_chronological_age"]["delta_correlation"] is None
 
     # The same facts straight from the files the processes left behind: per
     # round, Σ of what the nodes sent equals Σ of their un-noised audit
@@ -51,6 +55,31 @@ def test_demo_session_is_exact_and_fast(tmp_path: Path) -> None:
         assert np.array_equal(wrapping_sum(sent), wrapping_sum(clean))
     models = {(out / "nodes" / n / "out" / "model.json").read_bytes() for n in nodes}
     assert len(models) == 1
+
+
+def test_demo_residual_dp_headline_sets_the_noised_model_beside_the_exact_fit(
+    tmp_path: Path,
+) -> None:
+    # With residual noise the model can lose the delta and predict chronological
+    # age, which scores *well* against chronological age; the headline is the
+    # error against the true brain age, printed beside the exact pooled fit.
+    finished = subprocess.run(
+        [sys.executable, "-m", "zerosum.cli", "demo", "--residual-dp", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    lines = finished.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if "against the synthetic truth" in line)
+    assert lines[header + 1].split() == ["federated", "pooled", "exact", "age", "itself"]
+    assert lines[header + 2].lstrip().startswith("corr(estimated delta, true delta)")
+    assert lines[header + 2].split()[-1] == "—"  # no delta, no correlation
+    assert lines[header + 4].lstrip().startswith("|Ŷ − chronological age|")
+    assert lines[header + 4].split()[-1] == "0.00"
+    assert "Only the first row measures the delta" in finished.stdout
+    assert "the fit the same data would give without that noise" in finished.stdout
 
 
 def test_demo_with_cape_reports_only_the_egress_rounds(tmp_path: Path) -> None:

@@ -507,3 +507,20 @@ def test_malformed_sums_and_means_are_refused(cohort: Cohort) -> None:
         local_sums(cohort.X, cohort.age, nan_policy="median")
     with pytest.raises(ValueError, match=r"age\[2\] is missing"):
         local_means(cohort.X, np.where(np.arange(300) == 2, np.nan, cohort.age))
+
+
+def test_noised_sums_cap_the_component_count_at_what_they_support(
+    cohort_factory: CohortFactory,
+) -> None:
+    # Residual DP noise can leave the scatter short of rank; the configured count
+    # is then refused for exact sums but capped (deterministically) for noised ones.
+    data = cohort_factory(76, n=200, p=8)
+    X = data.X.copy()
+    X[:, 7] = X[:, 0] - 0.5 * X[:, 1]  # rank 7 after standardisation
+    sums = local_sums(X, data.age)
+    with pytest.raises(ValueError, match="numerical rank 7; ask for at most 7"):
+        model_from_sums(sums, n_components=8)
+    capped = model_from_sums(sums, n_components=8, noisy=True)
+    seven = model_from_sums(sums, n_components=7)
+    assert capped.components_.shape == seven.components_.shape == (8, 7)
+    np.testing.assert_array_equal(capped.predict_age(X, data.age), seven.predict_age(X, data.age))
