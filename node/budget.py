@@ -89,13 +89,17 @@ def session_cost(
 
 
 def one_session(
-    config: FederationConfig, rounds: Mapping[str, Sequence[TensorSensitivity]]
+    config: FederationConfig,
+    rounds: Mapping[str, Sequence[TensorSensitivity]],
+    *,
+    laplace: Sequence[float] = (),
 ) -> tuple[ObserverTotal, ...]:
     """One full session's composed cost per observer class, the worst over the nodes.
 
     Every node of the federation takes part and every plan round in
-    ``rounds`` is released once: what the first session costs a node whose
-    ledger is empty.
+    ``rounds`` is released once, and each Laplace release in ``laplace`` (ε,
+    seen by every class; the delta summary) too: what the first session costs
+    a node whose ledger is empty.
     """
     worst: dict[str, ObserverTotal] = {}
     for node_id in config.node_ids:
@@ -103,7 +107,22 @@ def one_session(
         for total in standalone_totals(list(costs.values()), config.privacy.delta):
             if total.label not in worst or total.mu > worst[total.label].mu:
                 worst[total.label] = total
-    return tuple(worst.values())
+    pure = math.fsum(laplace)
+    if not laplace:
+        return tuple(worst.values())
+    if not worst:
+        worst["outsider"] = ObserverTotal("outsider", 0.0, 0.0, config.privacy.delta, 0)
+    return tuple(
+        ObserverTotal(
+            t.label,
+            t.mu,
+            t.epsilon + pure,
+            t.delta,
+            t.releases + len(laplace),
+            laplace_epsilon=pure,
+        )
+        for t in worst.values()
+    )
 
 
 @dataclass(frozen=True)
@@ -138,11 +157,16 @@ def over_budget(
     *,
     budget: float,
     residual_dp: bool,
+    laplace: Sequence[float] = (),
 ) -> list[ClassExcess]:
-    """Every checked class whose total with ``releases`` added would exceed ``budget``."""
+    """Every checked class whose total with ``releases`` added would exceed ``budget``.
+
+    ``laplace``: the ε of prospective Laplace releases (a delta summary), which
+    every observer class sees.
+    """
     before = {t.label: t for t in ledger.totals()}
     out = []
-    for total in ledger.totals(extras=releases):
+    for total in ledger.totals(extras=releases, laplace=laplace):
         if not checked(total.label, residual_dp):
             continue
         if total.epsilon > budget * (1.0 + BUDGET_RTOL):

@@ -17,7 +17,10 @@ state folder across every session it takes part in (``STATE/ledger.json``,
   secure-sum round the revealed values are one-time pads, the entry has no μ
   and ``details.secure_sum`` is true;
 * ``refusal`` — the node declined an unmask request, with its reason (no
-  privacy cost, kept for the record).
+  privacy cost, kept for the record);
+* ``laplace`` — a pure ε-DP release in the clear (a delta summary,
+  ``node.delta_summary``): every observer class sees it, so its ε adds to
+  every class's total.
 
 A release is identified by what was released: (session id, round index,
 payload SHA-256). The same bytes sent again (a restart resubmits its bundle
@@ -30,7 +33,9 @@ its round, so that no cost is ever dropped.
 Totals compose exactly in μ-GDP: a release's cost is its largest recorded μ
 (the release itself or a later correction), and r releases compose to
 μ = sqrt(Σ μ_r²) (Dong, Roth & Su 2022, JRSS-B, Corollary 3.3); (ε, δ) is read
-off the exact Gaussian tradeoff at the ledger's δ (Balle & Wang 2018). An
+off the exact Gaussian tradeoff at the ledger's δ (Balle & Wang 2018). The
+ε of the Laplace releases is added on top (basic composition of an
+(ε₁, δ)-DP and an ε₂-DP mechanism is (ε₁ + ε₂, δ)-DP). An
 unbounded μ (the coordinator learns an exact sum when residual DP is off)
 makes that class's total unbounded, written "inf".
 
@@ -81,7 +86,8 @@ LEDGER_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 COMPOSITION = (
     "μ-GDP composition: μ_total = sqrt(Σ μ_release²), each release at its largest recorded μ "
-    "(Dong, Roth & Su 2022); ε from the exact Gaussian tradeoff at δ (Balle & Wang 2018)"
+    "(Dong, Roth & Su 2022); ε from the exact Gaussian tradeoff at δ (Balle & Wang 2018), "
+    "plus Σ ε of the Laplace releases (basic composition)"
 )
 
 
@@ -244,17 +250,34 @@ class PrivacyLedger:
                 _raise_to(out.setdefault(key, {}), entry.mu)
         return out
 
+    def laplace_releases(self) -> dict[ReleaseKey, float]:
+        """Per Laplace release (session, round, payload): its ε (the same bytes count once)."""
+        out: dict[ReleaseKey, float] = {}
+        for entry in self._entries:
+            if entry.kind == "laplace":
+                out[entry.release_key] = max(out.get(entry.release_key, 0.0), entry.laplace_epsilon)
+        return out
+
     def totals(
         self,
         extra: Mapping[str, float] | None = None,
         *,
         extras: Sequence[Mapping[str, float]] = (),
+        laplace: Sequence[float] = (),
     ) -> tuple[ObserverTotal, ...]:
-        """Composed μ and ε per observer class; ``extra``/``extras`` add prospective releases."""
+        """Composed μ and ε per observer class.
+
+        ``extra``/``extras`` add prospective Gaussian releases (μ per class),
+        ``laplace`` prospective Laplace releases (ε, seen by every class).
+        """
         per_release = list(self.release_mu().values())
         prospective = ([extra] if extra is not None else []) + list(extras)
         per_release.extend(check_mu(mu) for mu in prospective)
+        pure = [*self.laplace_releases().values(), *(float(e) for e in laplace)]
         labels = sorted({label for mus in per_release for label in mus}, key=label_order)
+        if pure and not labels:
+            labels = ["outsider"]
+        pure_epsilon = math.fsum(pure)
         totals = []
         for label in labels:
             mus = [mus[label] for mus in per_release if label in mus]
@@ -263,9 +286,10 @@ class PrivacyLedger:
                 ObserverTotal(
                     label=label,
                     mu=mu,
-                    epsilon=gaussian_epsilon(mu, self.delta),
+                    epsilon=gaussian_epsilon(mu, self.delta) + pure_epsilon,
                     delta=self.delta,
-                    releases=len(mus),
+                    releases=len(mus) + len(pure),
+                    laplace_epsilon=pure_epsilon,
                 )
             )
         return tuple(totals)
@@ -402,6 +426,42 @@ class PrivacyLedger:
                 "payload_sha256": digest,
                 "manifest_sha256": manifest_sha256,
                 "tensors": list(tensors),
+            },
+        )
+        self._append(entry)
+        return entry
+
+    def record_laplace(
+        self,
+        *,
+        session_id: str,
+        round_index: int,
+        round_name: str,
+        epsilon: float,
+        manifest_sha256: str,
+        payload_sha256: str,
+        statistics: Sequence[str] = (),
+    ) -> LedgerEntry:
+        """Record a pure ε-DP release (a delta summary) before it leaves; once per payload."""
+        digest = check_digest(payload_sha256, "payload_sha256")
+        number = float(epsilon)
+        if not (math.isfinite(number) and number > 0):
+            raise LedgerError(f"a Laplace release needs a finite ε > 0; got {epsilon!r}")
+        for entry in self._entries:
+            if entry.kind == "laplace" and entry.release_key == (session_id, round_index, digest):
+                return entry
+        entry = LedgerEntry(
+            kind="laplace",
+            session_id=session_id,
+            round_index=round_index,
+            round_name=round_name,
+            timestamp=_now(),
+            details={
+                "epsilon": number,
+                "payload_sha256": digest,
+                "manifest_sha256": manifest_sha256,
+                "statistics": list(statistics),
+                "mechanism": "laplace",
             },
         )
         self._append(entry)

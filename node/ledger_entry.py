@@ -27,7 +27,7 @@ __all__ = [
     "observer_from_label",
 ]
 
-EntryKind = Literal["release", "unmask", "refusal"]
+EntryKind = Literal["release", "unmask", "refusal", "laplace"]
 # (session id, round index, payload identity) of one release.
 ReleaseKey = tuple[str, int, str]
 _OBSERVERS = ("outsider", "coordinator")
@@ -82,6 +82,13 @@ class LedgerEntry:
         return (self.session_id, self.round_index)
 
     @property
+    def laplace_epsilon(self) -> float:
+        """The pure ε of a ``laplace`` entry (0 for every other kind)."""
+        if self.kind != "laplace":
+            return 0.0
+        return float(self.details.get("epsilon", 0.0))
+
+    @property
     def payload_sha256(self) -> str:
         """The digest of the payload released (release) or corrected (unmask); '' if unnamed."""
         return str(self.details.get("payload_sha256", ""))
@@ -112,7 +119,7 @@ class LedgerEntry:
     def from_json(cls, data: Mapping[str, Any]) -> LedgerEntry:
         try:
             kind = data["kind"]
-            if kind not in ("release", "unmask", "refusal"):
+            if kind not in ("release", "unmask", "refusal", "laplace"):
                 raise LedgerError(f"ledger entry kind {kind!r} is unknown")
             return cls(
                 kind=kind,
@@ -138,6 +145,8 @@ class ObserverTotal:
     epsilon: float
     delta: float
     releases: int
+    # Pure ε of the Laplace releases (the delta summaries), included in ``epsilon``.
+    laplace_epsilon: float = 0.0
 
     def as_release(self) -> ObserverRelease:
         observer, size = observer_from_label(self.label)

@@ -64,6 +64,7 @@ from node.gateway import CoordinatorGateway, SessionState
 from node.masking import MaskPrefetch
 from node.session.cape_round import run_cape_sum_round
 from node.session.context import NodeOptions, SessionContext
+from node.session.delta_summary_step import release_delta_summary
 from node.session.egress_steps import check_session_budget
 from node.session.joining import join
 from node.session.model_round import prefetch_mask, run_model_round
@@ -196,6 +197,7 @@ class NodeRunner:
                     model, predictions = write_results(ctx.out, ctx.plan, ctx.cohort.ids)
                 ctx.state.record_end(ctx.session_id, "completed")
                 self.say(f"model written to {model}; predictions to {predictions}")
+                release_delta_summary(ctx, model)
                 return RunOutcome(
                     ctx.session_id,
                     model,

@@ -136,7 +136,10 @@ class DeltabPlan:
     """One node's side of the federated brain-age fit (see the module docstring)."""
 
     def __init__(self, config: FederationConfig, cohort: LocalCohort) -> None:
-        check_rounds(config)
+        declared = check_rounds(config)
+        # [plan.delta_summary], when present and enabled (node.delta_summary).
+        summary = declared.delta_summary
+        self.delta_summary = summary if summary is not None and summary.enabled else None
         self.config = config
         self.settings = plan_settings(config)
         self.cohort = cohort

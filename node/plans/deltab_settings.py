@@ -14,6 +14,9 @@ them (proto/federation); the brain-age plan reads its own:
     ``age_low``/``age_high`` and ``feature_low``/``feature_high`` (one number
     for all features, or one per feature): the public bounds every value is
     clipped to, which fix every tensor's sensitivity.
+``[plan.delta_summary]`` (optional, off unless present with ``enabled = true``)
+    each node's Laplace-noised summary of its subjects' delta, released as a
+    reviewed output of its own after the model (``node.delta_summary``).
 
 Errors are :class:`~proto.federation.ConfigError` naming the dotted setting,
 like every other setting of the config.
@@ -27,6 +30,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from node.delta_summary import DeltaSummarySettings
 from node.deltab._params import MODELS
 from node.deltab.scaling import Bounds
 from proto.federation.checks import MISSING, ConfigError, choice, finite, whole
@@ -135,16 +139,18 @@ class DeltabSettings:
     n_components: int
     nan_policy: str
     clipping: ClippingBounds
+    delta_summary: DeltaSummarySettings | None = None
 
     @classmethod
     def from_tables(cls, tables: Mapping[str, Mapping[str, Any]]) -> DeltabSettings:
         """Validate the plan's tables (``PlanSpec.settings``); ConfigError names the field."""
         for key in tables:
-            if key not in ("model", "clipping"):
+            if key not in ("model", "clipping", "delta_summary"):
                 raise ConfigError(
                     f"plan.{key}",
                     tables[key],
-                    "unknown table; the deltab plan reads [plan.model] and [plan.clipping]",
+                    "unknown table; the deltab plan reads [plan.model], [plan.clipping] and "
+                    "[plan.delta_summary]",
                 )
         if "model" not in tables:
             raise ConfigError("plan.model", MISSING, "the deltab plan needs a [plan.model] table")
@@ -168,7 +174,10 @@ class DeltabSettings:
             )
         nan_policy = choice("plan.model.nan_policy", model.get("nan_policy", "drop"), NAN_POLICIES)
         clipping = ClippingBounds.from_table(tables["clipping"], n_features)
-        return cls(kind, n_features, n_components, nan_policy, clipping)
+        summary = None
+        if "delta_summary" in tables:
+            summary = DeltaSummarySettings.from_table(tables["delta_summary"])
+        return cls(kind, n_features, n_components, nan_policy, clipping, summary)
 
     def to_tables(self) -> dict[str, dict[str, Any]]:
         """The plan's tables for ``PlanSpec.settings`` (inverse of :meth:`from_tables`)."""
@@ -180,6 +189,11 @@ class DeltabSettings:
                 "nan_policy": self.nan_policy,
             },
             "clipping": self.clipping.to_table(),
+            **(
+                {"delta_summary": self.delta_summary.to_table()}
+                if self.delta_summary is not None
+                else {}
+            ),
         }
 
     @staticmethod
@@ -194,4 +208,8 @@ class DeltabSettings:
             ),
             "plan.clipping.age_low": "public bounds every value is clipped to; they fix the noise",
             "plan.clipping.feature_low": "one number for all features, or one per feature",
+            "plan.delta_summary.enabled": (
+                "release each node's Laplace-noised delta mean, SD and quantiles after the model"
+            ),
+            "plan.delta_summary.delta_low": "public delta range (years) the deltas are clipped to",
         }

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from node.approval import Approval, read_approval, verify_approval
 from node.egress import EgressBundle
@@ -33,12 +33,22 @@ __all__ = [
 CONFIG_NAME = "federation.toml"
 
 
+class _Bundle(Protocol):
+    """What finding a bundle's federation needs: a round's egress or a delta summary."""
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def config_hash(self) -> str: ...
+
+
 class ReviewKeyError(ValueError):
     """The federation config or a checker key cannot be used for this bundle."""
 
 
 def federation_for(
-    folder: Path, bundle: EgressBundle, given: Path | None
+    folder: Path, bundle: _Bundle, given: Path | None
 ) -> tuple[FederationConfig, Path] | None:
     """The federation config of ``bundle`` and its path; None when none is found.
 

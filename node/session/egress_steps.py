@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,7 @@ from noise.keys import key_fingerprint
 from noise.layout import Layout
 
 __all__ = [
+    "budget_refusal",
     "bundle_before_restart",
     "check_budget",
     "check_bundle_noise",
@@ -52,19 +53,31 @@ U64 = NDArray[np.uint64]
 _WATCH_SECONDS = 2.0
 
 
-def _refusal(ctx: SessionContext, what: str, releases: list[dict[str, float]]) -> None:
-    """Raise NodeRefused when ``releases`` would take any checked class above the budget.
+def budget_refusal(
+    ctx: SessionContext,
+    what: str,
+    releases: list[dict[str, float]],
+    *,
+    laplace: Sequence[float] = (),
+) -> None:
+    """Raise NodeRefused when ``releases`` (and ``laplace``) would pass the budget.
 
-    The sentence is also the withdrawal's reason, so it names no local path.
+    ``releases``: μ per class of prospective Gaussian releases; ``laplace``: ε
+    of prospective Laplace releases. The sentence is also the withdrawal's
+    reason, so it names no local path.
     """
     privacy = ctx.config.privacy
     excess = budget.over_budget(
-        ctx.ledger, releases, budget=privacy.epsilon_budget, residual_dp=privacy.residual_dp
+        ctx.ledger,
+        releases,
+        budget=privacy.epsilon_budget,
+        residual_dp=privacy.residual_dp,
+        laplace=laplace,
     )
     if not excess:
         return
     reasons = "; ".join(budget.excess_sentence(e) for e in excess)
-    labels = [t.label for t in ctx.ledger.totals(extras=releases)]
+    labels = [t.label for t in ctx.ledger.totals(extras=releases, laplace=laplace)]
     note = budget.unbounded_note(labels, privacy.residual_dp)
     raise NodeRefused(
         f"{what} would bring this node's total ε {reasons}, above the budget of "
@@ -80,7 +93,7 @@ def check_budget(ctx: SessionContext, index: int, name: str, mu: dict[str, float
     to T colluding nodes always, the coordinator and its coalitions when
     residual noise bounds them.
     """
-    _refusal(ctx, f"releasing round {index} ({name!r})", [mu])
+    budget_refusal(ctx, f"releasing round {index} ({name!r})", [mu])
 
 
 def check_session_budget(ctx: SessionContext, participants: tuple[str, ...]) -> None:
@@ -98,15 +111,27 @@ def check_session_budget(ctx: SessionContext, participants: tuple[str, ...]) -> 
         if e.kind == "release" and e.session_id == ctx.session_id
     }
     rounds = {name: plan.sensitivities(name) for name in plan.round_names if name not in released}
-    if not rounds:
+    # The delta summary after the model is part of the session's cost.
+    summary = plan.delta_summary
+    laplace = (
+        [summary.epsilon]
+        if summary is not None
+        and not any(
+            e.kind == "laplace" and e.session_id == ctx.session_id for e in ctx.ledger.entries
+        )
+        else []
+    )
+    if not rounds and not laplace:
         return
     costs = budget.session_cost(ctx.config, participants, ctx.node_id, rounds)
-    count = len(costs)
-    _refusal(
+    names = [*costs, *(["delta summary"] if laplace else [])]
+    count = len(names)
+    budget_refusal(
         ctx,
         f"session {ctx.session_id} ({count} release{'s' if count != 1 else ''} among "
-        f"{len(participants)} nodes: {', '.join(costs)})",
+        f"{len(participants)} nodes: {', '.join(names)})",
         list(costs.values()),
+        laplace=laplace,
     )
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zerosum.commands._demo_summary import print_summaries, read_summaries
+
 DESCRIPTION = """\
 Run a whole federated brain-age session on this machine, the way TREs would run
 it: `zerosum federation init --synthetic` writes a federation (config, CA and
@@ -44,6 +46,7 @@ examples:
   zerosum demo                       # 3 nodes, no residual noise
   zerosum demo --nodes 5 --json
   zerosum demo --residual-dp         # the aggregate is (ε, δ)-DP too, so it is no longer exact
+  zerosum demo --delta-summary 1     # each node also releases a DP summary of its deltas
 
 The federation and all outputs stay in --out (default demo-out/): look at
 nodes/<id>/out/egress/round-<r>/ for what a TRE output checker would review.
@@ -70,6 +73,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["pairwise", "cape"],
         default="pairwise",
         help="(default pairwise)",
+    )
+    parser.add_argument(
+        "--delta-summary",
+        type=float,
+        nargs="?",
+        const=1.0,
+        default=None,
+        metavar="EPS",
+        help="each node also releases a Laplace-noised summary of its deltas (mean, SD, "
+        "quantiles) at ε = EPS (default 1.0 when given without a value)",
     )
     parser.add_argument("--seed", type=int, default=2019, help="synthetic data seed (default 2019)")
     parser.add_argument("--n-features", type=int, default=40, help="features P (default 40)")
@@ -142,6 +155,8 @@ def _init_federation(args: argparse.Namespace, node_ids: list[str], port: int) -
     ]
     if args.residual_dp:
         argv.append("--residual-dp")
+    if args.delta_summary is not None:
+        argv += ["--delta-summary", repr(args.delta_summary)]
     captured = io.StringIO()
     with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured):
         code = main(argv)
@@ -399,6 +414,7 @@ def run(args: argparse.Namespace) -> int:
         summaries = [_node_summary(args.out, n) for n in node_ids]
         exact, rounds_checked = _exact_sums(args.out, node_ids)
         quality = _evaluate(args, node_ids)
+        delta_summaries = read_summaries(args.out, node_ids)
     except DemoError as error:
         print(f"zerosum demo: error: {error}", file=sys.stderr)
         return 1
@@ -420,6 +436,7 @@ def run(args: argparse.Namespace) -> int:
         "payload_sums_equal_audit_sums": exact if not args.residual_dp else None,
         "rounds_checked": rounds_checked,
         **quality,
+        "delta_summaries": delta_summaries,
         "out": str(args.out),
     }
     if args.json:
@@ -479,4 +496,5 @@ def _print_table(result: dict[str, Any]) -> None:
             "  With residual DP the federated model is noised on purpose; 'pooled exact'\n"
             "  is the fit the same data would give without that noise."
         )
+    print_summaries(result["delta_summaries"])
     print(f"outputs: {result['out']}/ (egress bundles under nodes/<id>/out/egress/)")

@@ -190,6 +190,23 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
         help="public bounds per feature instead: a CSV with the header feature,low,high and "
         "one row per feature, in the order of the data's feature columns",
     )
+    summary = parser.add_argument_group("delta summary (off by default)")
+    summary.add_argument(
+        "--delta-summary",
+        type=float,
+        default=None,
+        metavar="EPS",
+        help="after the model, each node releases its subjects' delta mean, SD and quantiles "
+        "with Laplace noise at ε = EPS, as an output of its own that its checker reviews "
+        "([plan.delta_summary]; counts against --epsilon-budget)",
+    )
+    summary.add_argument(
+        "--delta-range",
+        default=None,
+        metavar="LO,HI",
+        help="public range (years) the deltas are clipped to for the summary; it and "
+        "--min-cohort-size fix the noise (default -15,15)",
+    )
     timing = parser.add_argument_group("session deadlines")
     timing.add_argument("--join-deadline", type=float, default=120.0, help="seconds (default 120)")
     timing.add_argument("--round-deadline", type=float, default=600.0, help="seconds (default 600)")
@@ -291,18 +308,27 @@ def _plan(args: argparse.Namespace) -> _Plan:
             {"age_low": age[0], "age_high": age[1], "feature_low": low, "feature_high": high},
             args.n_features,
         )
-    # Validated like a config that was read: the same ConfigError for the same fault.
-    settings = DeltabSettings.from_tables(
-        {
-            "model": {
-                "kind": args.model_kind,
-                "n_features": args.n_features,
-                "n_components": args.n_components,
-                "nan_policy": args.nan_policy,
-            },
-            "clipping": clipping.to_table(),
+    tables: dict[str, dict[str, object]] = {
+        "model": {
+            "kind": args.model_kind,
+            "n_features": args.n_features,
+            "n_components": args.n_components,
+            "nan_policy": args.nan_policy,
+        },
+        "clipping": clipping.to_table(),
+    }
+    if args.delta_range is not None and args.delta_summary is None:
+        raise InitError("--delta-range sets the delta summary's range; add --delta-summary EPS.")
+    if args.delta_summary is not None:
+        delta_range = inputs.pair("--delta-range", args.delta_range or "-15,15")
+        tables["delta_summary"] = {
+            "enabled": True,
+            "epsilon": args.delta_summary,
+            "delta_low": delta_range[0],
+            "delta_high": delta_range[1],
         }
-    )
+    # Validated like a config that was read: the same ConfigError for the same fault.
+    settings = DeltabSettings.from_tables(tables)
 
     identities = {node_id: IdentityKey.generate() for node_id in node_ids}
     given = inputs.checker_keys(args.checker_key, node_ids)
@@ -373,8 +399,10 @@ def _check_budget(config: FederationConfig) -> None:
 
     privacy = config.privacy
     rounds = {name: public_sensitivities(config, name) for name in config.plan.round_names}
+    summary = DeltabSettings.from_tables(config.plan.settings).delta_summary
+    laplace = [summary.epsilon] if summary is not None and summary.enabled else []
     try:
-        totals = one_session(config, rounds)
+        totals = one_session(config, rounds, laplace=laplace)
     except NoiseError:
         return  # the design itself is infeasible: the nodes refuse it with the reason
     over = [

@@ -93,6 +93,7 @@ def summary(ledger: PrivacyLedger, config: FederationConfig) -> dict[str, Any]:
             "releases": total.releases,
             "mu": _json_num(total.mu),
             "epsilon": _json_num(total.epsilon),
+            "laplace_epsilon": total.laplace_epsilon,
             "delta": total.delta,
         }
         if total.label == "outsider":
@@ -115,6 +116,11 @@ def _event_line(entry: Any, delta: float) -> str:
     details = entry.details
     if entry.kind == "release":
         return f"    release  {where} at {entry.timestamp}: {_mu_text(dict(entry.mu), delta)}"
+    if entry.kind == "laplace":
+        return (
+            f"    laplace  {where} at {entry.timestamp}: ε {_num(entry.laplace_epsilon)} "
+            "(pure ε-DP, seen by every observer class)"
+        )
     revealed = (
         f"dropped {', '.join(details.get('dropped', [])) or '-'}; survivors "
         f"{', '.join(details.get('survivors', [])) or '-'}"
@@ -142,7 +148,11 @@ def _text(ledger: PrivacyLedger, config: FederationConfig) -> str:
         "  events:",
     ]
     lines += [_event_line(e, ledger.delta) for e in entries] or ["    none yet"]
-    lines += ["", f"  composed per observer class (μ-GDP, δ = {ledger.delta:g}):"]
+    lines += [
+        "",
+        f"  composed per observer class (μ-GDP, δ = {ledger.delta:g}; ε includes Σ ε of the "
+        "Laplace releases):",
+    ]
     totals = ledger.totals()
     for total in totals:
         line = (

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from node.egress import EgressBundle
     from node.review.decision import DecisionState
     from node.review.report import Review
+    from node.review.summary_review import SummaryReview
 
 DESCRIPTION = """\
 Re-check one egress bundle (OUT/egress/round-<r>/ of a node run with
@@ -129,7 +129,7 @@ def _fail(message: str) -> int:
 def _decide(
     args: argparse.Namespace,
     folder: Path,
-    bundle: EgressBundle,
+    node_id: str,
     keys: dict[bytes, str],
     state: DecisionState,
 ) -> int:
@@ -149,7 +149,7 @@ def _decide(
         listed = ", ".join(key_fingerprint(k) for k in keys) or "none"
         return _fail(
             f"the key {args.key} (fingerprint {key_fingerprint(identity.public_bytes())}) is not "
-            f"an output checker key of node {bundle.node_id!r} (its checker keys: {listed}); "
+            f"an output checker key of node {node_id!r} (its checker keys: {listed}); "
             "nothing was signed"
         )
     if state.state == "refused" and not args.replace:
@@ -200,6 +200,10 @@ def run(args: argparse.Namespace) -> int:
         thresholds = ACRO_DEFAULTS if args.sdc is None else read_sdc_file(args.sdc)
     except SDCFileError as error:
         return _fail(str(error))
+    from node.summary_bundle import SummaryBundle
+
+    if SummaryBundle.is_summary(folder):
+        return _run_summary(args, folder, thresholds, deciding)
     review = review_bundle(
         folder, federation=args.federation, thresholds=thresholds, audit=args.audit
     )
@@ -229,4 +233,54 @@ def run(args: argparse.Namespace) -> int:
     state = review.decision
     if state.state == "valid":
         return _fail(f"{folder} already holds a valid decision; it is final and is left alone")
-    return _decide(args, folder, review.bundle, dict(review.keys), state)
+    return _decide(args, folder, review.bundle.node_id, dict(review.keys), state)
+
+
+def _run_summary(args: argparse.Namespace, folder: Path, thresholds: object, deciding: bool) -> int:
+    """The same review and decision for a delta-summary bundle (node.summary_bundle)."""
+    from node.review.sdc import SDCThresholds
+    from node.review.summary_review import review_summary, summary_text
+
+    assert isinstance(thresholds, SDCThresholds)
+    review = review_summary(
+        folder, federation=args.federation, thresholds=thresholds, audit=args.audit
+    )
+    if args.json:
+        print(json.dumps(_summary_json(review), indent=2, ensure_ascii=False))
+    else:
+        print(summary_text(review), end="")
+    if args.html is not None:
+        import html
+
+        page = (
+            "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+            f"<title>zerosum review: {html.escape(str(folder))}</title></head><body>"
+            f"<pre>{html.escape(summary_text(review))}</pre></body></html>\n"
+        )
+        args.html.write_text(page, encoding="utf-8")
+        _say(args, f"  report written to {args.html}")
+    if not deciding:
+        return review.exit_code
+    if review.bundle is None:
+        return _fail(f"{folder} does not verify, so nothing may be signed for it")
+    if review.config is None:
+        return _fail(f"no {CONFIG_NAME} found above {folder}; pass it with --federation")
+    if args.approve and review.exit_code == 2:
+        failed = next(f for f in review.findings if f.level == "fail")
+        return _fail(f"{folder} fails the review ({failed.check}: {failed.message}); not approved")
+    if review.decision.state == "valid":
+        return _fail(f"{folder} already holds a valid decision; it is final and is left alone")
+    return _decide(args, folder, review.bundle.node_id, dict(review.keys), review.decision)
+
+
+def _summary_json(review: SummaryReview) -> dict[str, object]:
+    bundle = review.bundle
+    return {
+        "folder": str(review.folder),
+        "kind": "delta-summary",
+        "verdict": review.verdict,
+        "exit_code": review.exit_code,
+        "findings": [f.to_json() for f in review.findings],
+        "manifest": dict(bundle.manifest) if bundle is not None else None,
+        "exact": dict(review.audit["exact"]) if review.audit is not None else None,
+    }
