@@ -147,7 +147,13 @@ def test_json_and_html_reports(
     assert document["epsilon"]["guarantee"] == pytest.approx(1.0, rel=1e-6)
     assert all(t["passed"] for t in document["noise_tests"]["tests"])
     text = page.read_text()
-    assert text.startswith("<!DOCTYPE html>") and "Verdict: pass" in text
+    assert text.startswith("<!DOCTYPE html>") and "Verdict: <b>pass</b>" in text
+    # Self-contained: no scripts, nothing fetched; one released-vs-local plot per tensor.
+    assert "<script" not in text and "src=" not in text and "href=" not in text
+    tensors = len(document["tensors"]) if "tensors" in document else None
+    assert text.count("<svg") == (tensors or text.count("<figcaption>")) > 0
+    assert "released vs local, band ±2σ" in text
+    assert text.index("<h2>Checks</h2>") < text.index("<h2>Every value")
 
 
 def _flip_payload_byte(folder: Path) -> None:

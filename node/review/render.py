@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import html
 import math
+from pathlib import Path
 from typing import Any
 
 from node.review.findings import Finding
@@ -19,6 +19,14 @@ _SHOWN = 3
 
 def _num(value: float) -> str:
     return "∞" if math.isinf(value) else f"{value:.4g}"
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _header(review: Review) -> list[str]:
@@ -41,7 +49,7 @@ def _header(review: Review) -> list[str]:
         ),
     ]
     if review.config_path is not None:
-        lines.append(f"  federation config: {review.config_path} (config hash matches)")
+        lines.append(f"  federation config: {_shown(review.config_path)} (config hash matches)")
     return lines
 
 
@@ -228,35 +236,7 @@ def _json_float(value: float) -> float | str | None:
 
 
 def review_html(review: Review) -> str:
-    """A self-contained HTML page of the review (no scripts, no external resources)."""
-    escape = html.escape
-    rows = "\n".join(
-        f"<tr class='{f.level}'><td>{escape(_MARK[f.level].strip())}</td>"
-        f"<td>{escape(f.check)}</td><td>{escape(f.message)}</td></tr>"
-        for f in review.findings
-    )
-    body = escape(
-        "\n".join(
-            _header(review) + _tensors(review, all_values=True) + _receipt(review) + _noise(review)
-        )
-    )
-    title = f"zerosum review: {review.folder}"
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 2em; }}
-pre {{ background: #f6f6f6; padding: 1em; overflow-x: auto; }}
-td {{ padding: 0.2em 0.6em; vertical-align: top; }}
-tr.fail td:first-child {{ color: #b00; font-weight: bold; }}
-tr.look td:first-child {{ color: #a60; font-weight: bold; }}
-</style></head><body>
-<h1>{escape(title)}</h1>
-<p><strong>Verdict: {escape(review.verdict)}</strong> (exit {review.exit_code})</p>
-<pre>{body}</pre>
-<h2>Checks</h2>
-<table>
-<tr><th>level</th><th>check</th><th>finding</th></tr>
-{rows}
-</table>
-</body></html>
-"""
+    """A self-contained HTML page of the review (node.review.html_report)."""
+    from node.review.html_report import review_html as page
+
+    return page(review, _header(review) + _tensors(review, all_values=True) + _receipt(review))
