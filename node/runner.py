@@ -194,7 +194,7 @@ class NodeRunner:
                     ) as error:
                         self._withdraw(ctx, progress, error)
                         raise
-                    model, predictions = write_results(ctx.out, ctx.plan, ctx.cohort.ids)
+                    model, predictions = write_results(ctx.out, ctx.plan)
                 ctx.state.record_end(ctx.session_id, "completed")
                 self.say(f"model written to {model}; predictions to {predictions}")
                 release_delta_summary(ctx, model)

@@ -20,24 +20,30 @@ scale never depends on data.
 
 from __future__ import annotations
 
+import csv
+import io
+import pkgutil
 from pathlib import Path
 from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
 
-from node.cohort import LocalCohort
+from node.atomic import atomic_write_text
+from node.cohort import LocalCohort, load_cohort
 from node.deltab import plan as deltab_plan
 from node.deltab.persist import save_model, set_feature_names
 from node.deltab.plan import PlanSettings
 from node.deltab.sums import DERIVATIONS, MEANS, SUMS, plan_shapes, sensitivity
 from node.errors import LocalDataError, ModelFitError
 from node.plans.deltab_settings import DeltabSettings
+from node.plans.interface import PlanDefinition
 from node.release import TensorSensitivity
 from noise.layout import Layout
 from proto.federation import ConfigError, FederationConfig, PlanSpec, RoundSpec
 
 __all__ = [
+    "PLAN",
     "PLAN_NAME",
     "PLAN_VERSION",
     "DeltabPlan",
@@ -160,6 +166,10 @@ class DeltabPlan:
     def complete(self) -> bool:
         return set(self.round_names) <= self._received
 
+    @property
+    def n_subjects(self) -> int:
+        return self.cohort.n_subjects
+
     def tensors(self, round_name: str) -> dict[str, NDArray[np.float64]]:
         """This node's contribution to ``round_name`` (computed once, then reused)."""
         if round_name not in self._tensors:
@@ -244,6 +254,21 @@ class DeltabPlan:
         # node's names so that predicting from its tables matches columns by name.
         save_model(set_feature_names(self.state.model, self.cohort.feature_names), path)
 
+    def write_outputs(self, out: Path) -> tuple[Path, Path]:
+        """``OUT/model.json`` and ``OUT/predictions.csv`` (id, age, brain_age, delta)."""
+        model_path = out / "model.json"
+        self.save_model(model_path)
+        brain_age, delta = self.predict()
+        predictions = out / "predictions.csv"
+        buffer = io.StringIO(newline="")
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(["id", "age", "brain_age", "delta"])
+        rows = zip(self.cohort.ids, self.cohort.age, brain_age, delta, strict=True)
+        for subject, age, predicted, gap in rows:
+            writer.writerow([subject, _cell(age), _cell(predicted), _cell(gap)])
+        atomic_write_text(predictions, buffer.getvalue())
+        return model_path, predictions
+
     def predict(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(brain age, delta) in years for this node's own subjects."""
         model = self.state.model
@@ -251,3 +276,41 @@ class DeltabPlan:
             raise RuntimeError("the model is not fitted: the sums round has not been received")
         delta = np.asarray(model.predict_delta(self.cohort.features, self.cohort.age))
         return self.cohort.age + delta, delta
+
+
+def _cell(value: float) -> str:
+    return "" if not np.isfinite(value) else repr(float(value))
+
+
+def _check_spec(config: FederationConfig) -> None:
+    check_rounds(config)
+
+
+def _open(config: FederationConfig, data: Path) -> DeltabPlan:
+    return DeltabPlan(config, load_cohort(data, config))
+
+
+def _modules() -> tuple[str, ...]:
+    """The code a deltab release depends on: this plan, its settings, the model, the summary."""
+    import node.deltab
+
+    model = tuple(f"node.deltab.{m.name}" for m in pkgutil.iter_modules(node.deltab.__path__))
+    return (
+        "node.plans.deltab",
+        "node.plans.deltab_settings",
+        "node.delta_summary",
+        "node.cohort",
+        "node.deltab",
+        *model,
+    )
+
+
+PLAN: Final = PlanDefinition(
+    name=PLAN_NAME,
+    version=PLAN_VERSION,
+    modules=_modules(),
+    summary="brain-age delta (Smith et al. 2019) from one release of uncentred sums",
+    open=_open,
+    public_sensitivities=public_sensitivities,
+    check_spec=_check_spec,
+)

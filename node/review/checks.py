@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from node.deltab.sums import sensitivity as plan_sensitivity
 from node.egress import (
     APPROVAL,
     CHECKSUMS,
@@ -42,7 +41,6 @@ from node.egress import (
     VALUES,
     EgressBundle,
 )
-from node.plans.deltab_settings import DeltabSettings
 from node.review.findings import Finding, fail, look, note, passed
 from node.review.sdc import SDCThresholds
 from noise.accounting import compose_mu, gaussian_epsilon
@@ -152,9 +150,9 @@ def check_config(bundle: EgressBundle, config: FederationConfig | None) -> list[
             )
         )
     findings += _sensitivities(bundle, config)
-    if not findings:
-        findings.append(
-            passed("schema", "round, layout, fixed-point scale and masking match the config")
+    if not [f for f in findings if f.level != "note"]:
+        findings.insert(
+            0, passed("schema", "round, layout, fixed-point scale and masking match the config")
         )
     return findings
 
@@ -166,11 +164,28 @@ def _sensitivities(bundle: EgressBundle, config: FederationConfig) -> list[Findi
     so for the plan this review knows (node.deltab.sums.sensitivity) every
     declared sensitivity must be at least the derived one.
     """
-    if config.plan.name != "deltab" or bundle.round_name not in config.plan.round_names:
+    if bundle.round_name not in config.plan.round_names:
         return []
+    from node.plans.registry import installed_plans
+
     try:
-        settings = DeltabSettings.from_tables(config.plan.settings)
-        derived = plan_sensitivity(bundle.round_name, settings.clipping.bounds())
+        plans = installed_plans()
+    except ConfigError as error:
+        return [look("privacy", f"the installed plans cannot be listed: {error}")]
+    definition = plans.get(config.plan.name)
+    if definition is None:
+        return [
+            note(
+                "privacy",
+                f"plan {config.plan.name!r} is not installed here, so its sensitivities were not "
+                "derived independently of the bundle",
+            )
+        ]
+    try:
+        derived = {
+            s.name: s.sensitivity
+            for s in definition.public_sensitivities(config, bundle.round_name)
+        }
     except (ConfigError, ValueError, KeyError):
         return [look("privacy", "the plan's sensitivities could not be derived from the config")]
     findings = []

@@ -18,10 +18,9 @@ from typing import Literal
 import numpy as np
 
 from node.client import RetryPolicy
-from node.cohort import LocalCohort
 from node.gateway import CoordinatorGateway
 from node.ledger import PrivacyLedger
-from node.plans.deltab import DeltabPlan
+from node.plans.interface import ModelPlan
 from node.roster import VerifiedRoster
 from node.session.setup import LocalSetup
 from node.state_folder import NodeState
@@ -85,12 +84,8 @@ class SessionContext:
         return self.setup.out
 
     @property
-    def plan(self) -> DeltabPlan:
+    def plan(self) -> ModelPlan:
         return self.setup.plan
-
-    @property
-    def cohort(self) -> LocalCohort:
-        return self.setup.cohort
 
     def sleep(self) -> None:
         import time

@@ -43,8 +43,9 @@ __all__ = ["release_delta_summary"]
 
 def release_delta_summary(ctx: SessionContext, model_path: Path) -> Path | None:
     """Write, get approved and record this node's delta summary; its folder (None if off)."""
-    settings = ctx.plan.delta_summary
-    if settings is None:
+    settings = getattr(ctx.plan, "delta_summary", None)
+    predict = getattr(ctx.plan, "predict", None)
+    if settings is None or predict is None:
         return None
     folder = summary_folder(ctx.out)
     if (folder / MANIFEST).exists():
@@ -63,7 +64,7 @@ def release_delta_summary(ctx: SessionContext, model_path: Path) -> Path | None:
         ctx.say(f"delta summary: taking the bundle written before the restart, {folder}")
     else:
         budget_refusal(ctx, "releasing the delta summary", [], laplace=[settings.epsilon])
-        _, deltas = ctx.plan.predict()
+        _, deltas = predict()
         deltas = deltas[np.isfinite(deltas)]
         try:
             summary = summarise(

@@ -112,7 +112,7 @@ def check_session_budget(ctx: SessionContext, participants: tuple[str, ...]) -> 
     }
     rounds = {name: plan.sensitivities(name) for name in plan.round_names if name not in released}
     # The delta summary after the model is part of the session's cost.
-    summary = plan.delta_summary
+    summary = getattr(plan, "delta_summary", None)
     laplace = (
         [summary.epsilon]
         if summary is not None

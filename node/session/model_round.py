@@ -257,7 +257,8 @@ def prefetch_mask(
         return
     name = ctx.plan.round_names[index]
     try:
-        layout = Layout.of_tensors(ctx.plan.tensors(name))
+        # The public layout: a plan's tensors may depend on aggregates not yet received.
+        layout = ctx.config.plan.round(name).layout
         noise = plan_release(ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(name))
     except (ValueError, KeyError, NoiseError):
         return  # the round itself reports the problem if it really opens so

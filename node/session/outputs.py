@@ -4,26 +4,21 @@
 joins a session other than the one those folders belong to, they move to
 ``OUT/archive/<session id>/`` (with that session's model and predictions) so
 nothing of one session is mistaken for another's; the ledger stays in place.
-At the end the node writes ``OUT/model.json`` and ``OUT/predictions.csv``
-(id, age, brain_age, delta for its own subjects) and deletes the session key
+At the end the plan writes ``OUT/model.json`` and ``OUT/predictions.csv``
+(for deltab: id, age, brain_age, delta of its own subjects) and the node deletes the session key
 and any CAPE material, whose only use was a restart.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
-from node.atomic import atomic_write_text
 from node.cape_state import CapeStore
 from node.egress import EgressBundle
-from node.plans.deltab import DeltabPlan
+from node.plans.interface import ModelPlan
 from node.session_state import SessionStore
 
 __all__ = ["CAPE_SUM_NOTE", "archive_previous", "json_object", "write_results"]
@@ -67,22 +62,9 @@ def archive_previous(out: Path, session_id: str, say: Callable[[str], None]) -> 
     say(f"moved the records of session {previous} to {archive}")
 
 
-def _cell(value: float) -> str:
-    return "" if not np.isfinite(value) else repr(float(value))
-
-
-def write_results(out: Path, plan: DeltabPlan, ids: tuple[str, ...]) -> tuple[Path, Path]:
-    """Write the model and this node's predictions; forget the session key and CAPE material."""
-    model_path = out / "model.json"
-    plan.save_model(model_path)
-    brain_age, delta = plan.predict()
-    predictions = out / "predictions.csv"
-    buffer = io.StringIO(newline="")
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["id", "age", "brain_age", "delta"])
-    for subject, age, predicted, gap in zip(ids, plan.cohort.age, brain_age, delta, strict=True):
-        writer.writerow([subject, _cell(age), _cell(predicted), _cell(gap)])
-    atomic_write_text(predictions, buffer.getvalue())
+def write_results(out: Path, plan: ModelPlan) -> tuple[Path, Path]:
+    """Write the plan's model and predictions; forget the session key and CAPE material."""
+    model_path, predictions = plan.write_outputs(out)
     # The session key has served its purpose; nothing may be derived from it any more.
     SessionStore(out).complete()
     # Nor from the CAPE material, whose only use was a restart (node/cape_state.py).

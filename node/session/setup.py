@@ -3,7 +3,8 @@
 :func:`prepare` loads the federation config, checks that this installation
 draws the federation's Gaussian streams (``node.preflight``), reads the node's
 Ed25519 identity key and checks it is the one pinned for the node, finds the
-TLS files, loads and checks the local cohort against the plan, and settles
+TLS files, finds the installed plan the config names and checks its version
+and code digest (``node.plans.registry``), opens it on the local data, and settles
 the output folder OUT and the state folder STATE (``node.state_folder``). Every
 problem is a :class:`~node.errors.SetupError` with one sentence (the command
 exits 2), found before a connection is opened.
@@ -15,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.cohort import LocalCohort, load_cohort
 from node.errors import SetupError
-from node.plans.deltab import DeltabPlan
+from node.plans.interface import ModelPlan
+from node.plans.registry import plan_for
 from node.preflight import check_stream
 from noise.errors import NoiseError
 from noise.fixed_point import FixedPointCodec
@@ -42,8 +43,7 @@ class LocalSetup:
     codec: FixedPointCodec
     identity: IdentityKey
     tls: tuple[Path, Path, Path]  # CA certificate, client certificate, client key
-    cohort: LocalCohort
-    plan: DeltabPlan
+    plan: ModelPlan
     out: Path
     state: Path  # the node's state folder (node.state_folder): its ledger and sessions
 
@@ -80,6 +80,7 @@ def prepare(
         config = load_federation(config_path)
         config.node(node_id)  # KeyError naming the federation when unknown
         check_stream(config)
+        definition = plan_for(config, warn=say)
     except (ConfigError, LocalFileError) as error:
         raise SetupError(str(error)) from None
     except KeyError as error:
@@ -113,11 +114,10 @@ def prepare(
             raise SetupError(f"{path} does not exist")
     data_path = Path(data) if data is not None else node_dir / "data.csv"
     try:
-        cohort = load_cohort(data_path, config)
-        plan = DeltabPlan(config, cohort)
+        plan = definition.open(config, data_path)
     except ConfigError as error:
         raise SetupError(str(error)) from None
-    say(f"{cohort.n_subjects} subjects with {len(cohort.feature_names)} features from {data_path}")
+    say(f"{plan.n_subjects} subjects from {data_path} (plan {definition.name!r})")
     out_path = Path(out) if out is not None else node_dir / "out"
     state_path = Path(state) if state is not None else node_dir / "state"
     if out_path.resolve() == state_path.resolve():
@@ -133,7 +133,6 @@ def prepare(
         codec=FixedPointCodec(config.fixed_point_bits),
         identity=identity,
         tls=tls,
-        cohort=cohort,
         plan=plan,
         out=out_path,
         state=state_path,

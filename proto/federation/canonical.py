@@ -76,6 +76,8 @@ def _document(config: FederationConfig) -> dict[str, object]:
     }
     if config.stream_check is not None:
         document["stream_check"] = config.stream_check
+    if plan.digest:
+        document["plan"] = {**document["plan"], "digest": plan.digest}  # type: ignore[dict-item]
     return document
 
 

@@ -184,14 +184,19 @@ def _parse_rounds(value: object) -> tuple[RoundSpec, ...]:
 def _parse_plan(value: object) -> PlanSpec:
     if value is MISSING:
         raise ConfigError("plan", MISSING, "name the plan the nodes run in a [plan] table")
-    table = _Table(value, "plan", ("name", "version", "rounds"), open_tables=True)
+    table = _Table(value, "plan", ("name", "version", "digest", "rounds"), open_tables=True)
     name = table.required("name", "name the plan the nodes run")
     version = table.required("version", "give the plan's version")
+    digest = table.take("digest")
     rounds = _parse_rounds(table.take("rounds"))
     # The tables are checked to be tables by PlanSpec itself.
     settings = cast(dict[str, dict[str, Any]], table.rest())
     return PlanSpec(
-        name=cast(str, name), version=cast(str, version), rounds=rounds, settings=settings
+        name=cast(str, name),
+        version=cast(str, version),
+        rounds=rounds,
+        settings=settings,
+        digest="" if digest is MISSING else cast(str, digest),
     )
 
 

@@ -274,11 +274,20 @@ class PlanSpec:
     version: str
     rounds: tuple[RoundSpec, ...]
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # SHA-256 of the plan's code as governance approved it (node.plans.registry);
+    # "" when the config pins none.
+    digest: str = ""
 
     def __post_init__(self) -> None:
         validate_identifier("plan.name", self.name)
         if not isinstance(self.version, str) or not self.version.strip():
             raise ConfigError("plan.version", self.version, "must be a non-empty string")
+        if not isinstance(self.digest, str) or (
+            self.digest and (len(self.digest) != 64 or self.digest.strip("0123456789abcdef"))
+        ):
+            raise ConfigError(
+                "plan.digest", self.digest, "must be 64 lowercase hex digits (a SHA-256)"
+            )
         rounds = tuple(self.rounds)
         if not rounds or not all(isinstance(r, RoundSpec) for r in rounds):
             raise ConfigError("plan.rounds", rounds, "list at least one [[plan.rounds]] table")

@@ -95,6 +95,11 @@ def _plan_lines(plan: PlanSpec, comments: Mapping[str, str]) -> list[str]:
         f"name = {_toml_string(plan.name)}",
         f"version = {_toml_string(plan.version)}",
     ]
+    if plan.digest:
+        lines += [
+            "# SHA-256 of the plan's code; a node whose installed plan differs refuses to start",
+            f"digest = {_toml_string(plan.digest)}",
+        ]
     for name, table in plan.settings.items():
         lines += _table_lines(f"plan.{_key(name)}", table, comments)
     for spec in plan.rounds:

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-from node.cohort import LocalCohort
 from node.gateway import SessionStatus
 from node.ledger import PrivacyLedger
 from node.release import TensorSensitivity
@@ -141,13 +140,6 @@ def local_setup(
         codec=CODEC,
         identity=_identities(ids)[me],
         tls=(out / "ca.pem", out / "client.pem", out / "client.key"),
-        cohort=LocalCohort(
-            path=out / "data.csv",
-            ids=(),
-            age=np.zeros(0),
-            features=np.zeros((0, 4)),
-            feature_names=(),
-        ),
         plan=used,  # type: ignore[arg-type]  # stands in for a ModelPlan
         out=out,
         state=out / "state",

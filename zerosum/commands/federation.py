@@ -38,6 +38,7 @@ from proto.federation import (
     FederationConfig,
     NodeEntry,
     NoiseDesignSpec,
+    PlanSpec,
     PrivacyPolicy,
     SessionTimings,
     config_hash,
@@ -45,10 +46,12 @@ from proto.federation import (
 )
 from zerosum import pki
 from zerosum.commands import init_inputs as inputs
+from zerosum.commands import init_logreg
 from zerosum.commands.init_inputs import InitError
 
 if TYPE_CHECKING:
     from node.deltab.synthetic import Cohort
+    from node.ledger import ObserverTotal
 
 DESCRIPTION = """\
 Set up a federation: `zerosum federation init` writes the shared config
@@ -107,6 +110,13 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
             "pin an output checker's Ed25519 public key (PEM or 64 hex digits) for NODE; "
             "repeatable; nodes without one get a generated key in checkers/<id>/"
         ),
+    )
+    parser.add_argument(
+        "--plan",
+        choices=["deltab", "logreg"],
+        default="deltab",
+        help="what the nodes compute: deltab, the brain-age model (default), or logreg, a "
+        "logistic regression by T rounds of federated gradient descent",
     )
     data = parser.add_argument_group("synthetic data")
     data.add_argument("--synthetic", action="store_true", help="write a synthetic cohort per node")
@@ -207,6 +217,7 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
         help="public range (years) the deltas are clipped to for the summary; it and "
         "--min-cohort-size fix the noise (default -15,15)",
     )
+    init_logreg.add_arguments(parser)
     timing = parser.add_argument_group("session deadlines")
     timing.add_argument("--join-deadline", type=float, default=120.0, help="seconds (default 120)")
     timing.add_argument("--round-deadline", type=float, default=600.0, help="seconds (default 600)")
@@ -271,6 +282,38 @@ def _synthetic(
     return by_node, federation.holdout, clipping, seed
 
 
+def _deltab_spec(args: argparse.Namespace, clipping: ClippingBounds) -> PlanSpec:
+    """The brain-age plan's [plan] from the options, validated like a config that was read."""
+    tables: dict[str, dict[str, object]] = {
+        "model": {
+            "kind": args.model_kind,
+            "n_features": args.n_features,
+            "n_components": args.n_components,
+            "nan_policy": args.nan_policy,
+        },
+        "clipping": clipping.to_table(),
+    }
+    if args.delta_range is not None and args.delta_summary is None:
+        raise InitError("--delta-range sets the delta summary's range; add --delta-summary EPS.")
+    if args.delta_summary is not None:
+        delta_range = inputs.pair("--delta-range", args.delta_range or "-15,15")
+        tables["delta_summary"] = {
+            "enabled": True,
+            "epsilon": args.delta_summary,
+            "delta_low": delta_range[0],
+            "delta_high": delta_range[1],
+        }
+    settings = DeltabSettings.from_tables(tables)
+    return deltab_plan_spec(settings)
+
+
+def _pinned(spec: PlanSpec) -> PlanSpec:
+    """``spec`` with the installed plan's version and code digest (node.plans.registry)."""
+    from node.plans.registry import installed_plans
+
+    return installed_plans()[spec.name].pins(spec)
+
+
 def _plan(args: argparse.Namespace) -> _Plan:
     node_ids = inputs.node_ids(args.nodes)
     out: Path = args.out
@@ -281,9 +324,13 @@ def _plan(args: argparse.Namespace) -> _Plan:
     )
     seed: int | None = None
     cohorts: dict[Path, Cohort] = {}
+    extra: dict[Path, bytes] = {}
     if args.feature_bounds is not None and args.feature_range is not None:
         raise InitError("give --feature-range or --feature-bounds, not both.")
-    if args.synthetic:
+    logreg = None
+    if args.plan == "logreg":
+        spec, logreg, extra, seed = init_logreg.build(args, node_ids, out)
+    elif args.synthetic:
         if (
             args.age_range is not None
             or args.feature_range is not None
@@ -308,27 +355,9 @@ def _plan(args: argparse.Namespace) -> _Plan:
             {"age_low": age[0], "age_high": age[1], "feature_low": low, "feature_high": high},
             args.n_features,
         )
-    tables: dict[str, dict[str, object]] = {
-        "model": {
-            "kind": args.model_kind,
-            "n_features": args.n_features,
-            "n_components": args.n_components,
-            "nan_policy": args.nan_policy,
-        },
-        "clipping": clipping.to_table(),
-    }
-    if args.delta_range is not None and args.delta_summary is None:
-        raise InitError("--delta-range sets the delta summary's range; add --delta-summary EPS.")
-    if args.delta_summary is not None:
-        delta_range = inputs.pair("--delta-range", args.delta_range or "-15,15")
-        tables["delta_summary"] = {
-            "enabled": True,
-            "epsilon": args.delta_summary,
-            "delta_low": delta_range[0],
-            "delta_high": delta_range[1],
-        }
-    # Validated like a config that was read: the same ConfigError for the same fault.
-    settings = DeltabSettings.from_tables(tables)
+    if logreg is None:
+        spec = _deltab_spec(args, clipping)
+    spec = _pinned(spec)
 
     identities = {node_id: IdentityKey.generate() for node_id in node_ids}
     given = inputs.checker_keys(args.checker_key, node_ids)
@@ -343,7 +372,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         nodes=tuple(
             NodeEntry(n, identities[n].public_bytes(), tuple(checker_public[n])) for n in node_ids
         ),
-        plan=deltab_plan_spec(settings),
+        plan=spec,
         privacy=PrivacyPolicy(
             epsilon=args.epsilon,
             delta=args.delta,
@@ -361,6 +390,10 @@ def _plan(args: argparse.Namespace) -> _Plan:
         base_dir=out,
     )
 
+    if logreg is not None:
+        config = init_logreg.fit_budget(
+            config, logreg, lambda c: _over_budget(c) is not None, say=print
+        )
     _check_budget(config)
     ca = pki.create_ca(config.federation_id)
     server = pki.issue_server_certificate(ca, [config.coordinator_host])
@@ -381,30 +414,40 @@ def _plan(args: argparse.Namespace) -> _Plan:
         files[folder / "checker.pem"] = (checker.to_pem(), True)
         files[folder / "checker.pub"] = (pki.ed25519_public_pem(checker.public_bytes()), False)
     # Written last, so a federation.toml on disk means the folder is complete.
-    text = dump_federation(config, comments=DeltabSettings.comments())
+    for path, content in extra.items():  # the logreg plan's data files
+        files[path] = (content, False)
+    comments = DeltabSettings.comments() if config.plan.name == "deltab" else {}
+    text = dump_federation(config, comments=comments)
     files[out / CONFIG_NAME] = (text.encode("utf-8"), False)
     return _Plan(config, files, cohorts, seed, frozenset(checkers))
 
 
-def _check_budget(config: FederationConfig) -> None:
-    """Refuse a budget that one session's releases would pass for any class it caps.
+def _over_budget(config: FederationConfig) -> tuple[ObserverTotal, float] | None:
+    """The worst checked class one session would take past the budget, and the ε needed.
 
     The cost is that of ``node.budget.one_session``: every node, every plan
     round released once, the worst node; classes unbounded by design (the
-    coordinator without residual noise) are not held to the budget.
+    coordinator without residual noise) are not held to the budget. None when
+    the budget admits a session (or the design itself is infeasible, which the
+    nodes refuse with its reason).
     """
-    from node.budget import BUDGET_RTOL, checked, describe, one_session
-    from node.plans.deltab import public_sensitivities
+    from node.budget import BUDGET_RTOL, checked, one_session
+    from node.plans.registry import installed_plans
     from noise.errors import NoiseError
 
     privacy = config.privacy
-    rounds = {name: public_sensitivities(config, name) for name in config.plan.round_names}
-    summary = DeltabSettings.from_tables(config.plan.settings).delta_summary
-    laplace = [summary.epsilon] if summary is not None and summary.enabled else []
+    definition = installed_plans()[config.plan.name]
+    rounds = {
+        name: definition.public_sensitivities(config, name) for name in config.plan.round_names
+    }
+    laplace: list[float] = []
+    if config.plan.name == "deltab":
+        summary = DeltabSettings.from_tables(config.plan.settings).delta_summary
+        laplace = [summary.epsilon] if summary is not None and summary.enabled else []
     try:
         totals = one_session(config, rounds, laplace=laplace)
     except NoiseError:
-        return  # the design itself is infeasible: the nodes refuse it with the reason
+        return None
     over = [
         t
         for t in totals
@@ -412,9 +455,20 @@ def _check_budget(config: FederationConfig) -> None:
         and t.epsilon > privacy.epsilon_budget * (1.0 + BUDGET_RTOL)
     ]
     if not over:
-        return
-    worst = max(over, key=lambda t: t.epsilon)
+        return None
     need = max(t.epsilon for t in totals if checked(t.label, privacy.residual_dp))
+    return max(over, key=lambda t: t.epsilon), need
+
+
+def _check_budget(config: FederationConfig) -> None:
+    """Refuse a budget that one session's releases would pass for any class it caps."""
+    from node.budget import describe
+
+    found = _over_budget(config)
+    if found is None:
+        return
+    worst, need = found
+    privacy = config.privacy
     suggest = math.ceil(need * 100 - 1e-9) / 100
     raise InitError(
         f"--epsilon-budget {privacy.epsilon_budget:g} is below the cost of one session against "
