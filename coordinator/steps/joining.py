@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 
 from coordinator.context import SessionContext, clock_text, node_list
-from coordinator.errors import AlreadyExists, FailedPrecondition, StateFileError, Unauthenticated
+from coordinator.errors import AlreadyExists, PermissionDenied, StateFileError, Unauthenticated
 from coordinator.events import (
     EveryoneJoined,
     JoinDeadlinePassed,
@@ -108,13 +108,13 @@ class Joining:
                     f"{key_fingerprint(bundle.public_key)} is refused."
                 )
             if row.state != SessionState.JOINING or row.roster_final:
-                raise FailedPrecondition(
+                raise PermissionDenied(
                     f"the join phase of session {row.session_id!r} has closed; node "
                     f"{bundle.node_id!r} is excluded from this session."
                 )
             now = ctx.clock()
             if now >= row.join_deadline_ms:
-                raise FailedPrecondition(
+                raise PermissionDenied(
                     f"the join deadline of session {row.session_id!r} passed at "
                     f"{clock_text(row.join_deadline_ms)}; node {bundle.node_id!r} is excluded "
                     "from this session."
@@ -125,7 +125,9 @@ class Joining:
                 ctx.store.set_roster_version(row.roster_version + 1)
                 ctx.note(
                     f"node {bundle.node_id!r} joined ({count} of "
-                    f"{len(ctx.config.node_ids)}, key {key_fingerprint(bundle.public_key)})"
+                    f"{len(ctx.config.node_ids)}, key {key_fingerprint(bundle.public_key)})",
+                    event="node-joined",
+                    node=bundle.node_id,
                 )
                 if count == len(ctx.config.node_ids):
                     self.close_roster(now, everyone=True)
