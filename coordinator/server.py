@@ -109,9 +109,26 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         except CertificateError as error:
             _abort(context, Unauthenticated(f"the client certificate names no node: {error}"))
 
-    def _call(self, context: grpc.ServicerContext, action: Callable[[str], Any]) -> Any:
+    def _call(
+        self,
+        context: grpc.ServicerContext,
+        action: Callable[[str], Any],
+        *,
+        access: str = "roster",
+    ) -> Any:
+        """Run ``action`` for the caller once it may make this call at all.
+
+        ``access`` says who may: "roster" (the session's roster), "joining"
+        (also a federation node that may still join: the roster and status
+        it needs to), "join" (a node that may join, or has). Checked before
+        the message is even converted, so a caller outside sees nothing else.
+        """
         caller = self._caller(context)
         try:
+            if access == "join":
+                self.session.check_may_join(caller)
+            else:
+                self.session.check_in_roster(caller, while_joining=access == "joining")
             return action(caller)
         except CoordinatorError as error:
             _abort(context, error)
@@ -123,7 +140,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             receipt = self.session.join(key_bundle_from_pb(request), caller=caller)
             return join_response_to_pb(receipt)
 
-        result: pb.JoinResponse = self._call(context, join)
+        result: pb.JoinResponse = self._call(context, join, access="join")
         return result
 
     def GetRoster(self, request: pb.GetRosterRequest, context: grpc.ServicerContext) -> pb.Roster:
@@ -131,7 +148,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             self.session.check_caller(caller, request.node_id or caller)
             return roster_to_pb(self.session.roster(request.session_id, caller=caller))
 
-        result: pb.Roster = self._call(context, roster)
+        result: pb.Roster = self._call(context, roster, access="joining")
         return result
 
     # ------------------------------------------------------------ streams in
@@ -267,7 +284,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         def status(caller: str) -> pb.SessionStatus:
             return status_to_pb(self.session.status(request.session_id, caller=caller))
 
-        result: pb.SessionStatus = self._call(context, status)
+        result: pb.SessionStatus = self._call(context, status, access="joining")
         return result
 
     def Withdraw(
