@@ -16,7 +16,10 @@ Where to start reading:
   config), ``messages.py`` (plain dataclasses in and out), ``errors.py``
   (refusals and their gRPC status);
 * ``server.py`` (the mutual-TLS gRPC server) and ``wire.py`` (protobuf
-  messages to and from the dataclasses);
+  messages to and from the dataclasses); ``guard.py`` and ``limits.py``
+  (what every call passes through: identity, calls at once per caller and in
+  total, stream deadlines, INTERNAL for the unexpected), ``operations.py``
+  (health and reflection) and ``logs.py`` (text or JSON log lines);
 * ``status_view.py``: ``zerosum coordinator --status``, read from the state
   file alone.
 """

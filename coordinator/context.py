@@ -30,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from coordinator.aggregate import RoundSum
 from coordinator.config import SessionConfig
+from coordinator.logs import Note
 from coordinator.messages import RoundStatus
 from coordinator.store import RoundRow, SessionRow, Store, UnmaskRow
 from noise.transcript import roster_hash
@@ -106,9 +107,13 @@ class SessionContext:
             for line in notes:
                 self._log(line)
 
-    def note(self, line: str) -> None:
-        """A log line for the transition in progress (dropped if it rolls back)."""
-        self._notes.append(line)
+    def note(self, line: str, *, event: str = "transition", node: str = "") -> None:
+        """A log line for the transition in progress (dropped if it rolls back).
+
+        ``event`` names what happened and ``node`` whom it concerns, for the
+        structured log (coordinator/logs.py).
+        """
+        self._notes.append(Note(line, event=event, node=node))
 
     # ------------------------------------------------------------ rows every step reads
 

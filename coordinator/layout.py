@@ -18,6 +18,7 @@ __all__ = [
     "MAX_FIXED_POINT_BITS",
     "PayloadSpec",
     "TensorSlot",
+    "check_announced_size",
     "check_same_layout",
     "validate_payload",
 ]
@@ -85,3 +86,19 @@ def check_same_layout(got: Layout, expected: Layout, *, what: str) -> None:
     difference = expected.difference(got)
     if difference is not None:
         raise InvalidArgument(f"{what}: {difference} in this round's layout.")
+
+
+def check_announced_size(spec: PayloadSpec, expected: Layout, *, what: str) -> None:
+    """Refuse a header whose size is not the round's public layout size, naming both.
+
+    Checked before anything else about the payload, so that no byte of a
+    payload of the wrong size is ever read, buffered or stored: the size of
+    every payload of a round is public (the federation config's plan).
+    """
+    words = expected.size
+    if spec.total_bytes != 8 * words or spec.total_elements != words:
+        raise InvalidArgument(
+            f"{what}: the header announces {spec.total_bytes} bytes ({spec.total_elements} "
+            f"words), but a payload in this round's layout has {8 * words} bytes ({words} "
+            "words); the payload is refused before any of it is read."
+        )

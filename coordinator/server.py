@@ -23,11 +23,18 @@ results go out in 256 KiB chunks.
 
 A background ticker calls :meth:`Session.tick` every ``tick_seconds`` so
 deadlines (join, round, unmask) are applied even when no message arrives.
+
+Every call, of every service, passes through :class:`~coordinator.guard.CallGuard`:
+calls at once per caller and in total are bounded, a silent stream is ended
+at its first-message or message-gap deadline (coordinator/limits.py), and an
+unexpected exception is answered INTERNAL, never UNKNOWN. The server also
+serves the standard health and reflection services (coordinator/operations.py).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
@@ -41,6 +48,10 @@ from coordinator.errors import (
     InvalidArgument,
     Unauthenticated,
 )
+from coordinator.guard import CallGuard
+from coordinator.limits import ServerLimits, Watchdog
+from coordinator.logs import EventLog, as_event_log
+from coordinator.operations import Operations
 from coordinator.session import Session, Ticket
 from coordinator.wire import (
     attestation_from_pb,
@@ -68,6 +79,7 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "CoordinatorServicer",
     "RunningServer",
+    "ServerLimits",
     "ServerTLS",
     "start_server",
 ]
@@ -97,9 +109,26 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         except CertificateError as error:
             _abort(context, Unauthenticated(f"the client certificate names no node: {error}"))
 
-    def _call(self, context: grpc.ServicerContext, action: Callable[[str], Any]) -> Any:
+    def _call(
+        self,
+        context: grpc.ServicerContext,
+        action: Callable[[str], Any],
+        *,
+        access: str = "roster",
+    ) -> Any:
+        """Run ``action`` for the caller once it may make this call at all.
+
+        ``access`` says who may: "roster" (the session's roster), "joining"
+        (also a federation node that may still join: the roster and status
+        it needs to), "join" (a node that may join, or has). Checked before
+        the message is even converted, so a caller outside sees nothing else.
+        """
         caller = self._caller(context)
         try:
+            if access == "join":
+                self.session.check_may_join(caller)
+            else:
+                self.session.check_in_roster(caller, while_joining=access == "joining")
             return action(caller)
         except CoordinatorError as error:
             _abort(context, error)
@@ -111,7 +140,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             receipt = self.session.join(key_bundle_from_pb(request), caller=caller)
             return join_response_to_pb(receipt)
 
-        result: pb.JoinResponse = self._call(context, join)
+        result: pb.JoinResponse = self._call(context, join, access="join")
         return result
 
     def GetRoster(self, request: pb.GetRosterRequest, context: grpc.ServicerContext) -> pb.Roster:
@@ -119,7 +148,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             self.session.check_caller(caller, request.node_id or caller)
             return roster_to_pb(self.session.roster(request.session_id, caller=caller))
 
-        result: pb.Roster = self._call(context, roster)
+        result: pb.Roster = self._call(context, roster, access="joining")
         return result
 
     # ------------------------------------------------------------ streams in
@@ -255,7 +284,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         def status(caller: str) -> pb.SessionStatus:
             return status_to_pb(self.session.status(request.session_id, caller=caller))
 
-        result: pb.SessionStatus = self._call(context, status)
+        result: pb.SessionStatus = self._call(context, status, access="joining")
         return result
 
     def Withdraw(
@@ -282,24 +311,34 @@ class ServerTLS:
 
 
 class _Ticker(threading.Thread):
-    """Calls ``session.tick()`` every ``interval`` seconds until stopped."""
+    """Calls ``session.tick()`` every ``interval`` seconds until stopped.
+
+    Once the session has ended, health says NOT_SERVING.
+    """
 
     def __init__(
-        self, session: Session, interval: float, log: Callable[[str], None] | None
+        self, session: Session, interval: float, log: EventLog | None, operations: Operations
     ) -> None:
         super().__init__(name="zerosum-deadline-ticker", daemon=True)
         self._session = session
         self._interval = interval
         self._log = log
+        self._operations = operations
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         while not self._stop_event.wait(self._interval):
             try:
                 self._session.tick()
+                if self._operations.serving and self._session.ended():
+                    self._operations.set_serving(False)
             except Exception as error:  # a failed tick is retried at the next one
                 if self._log is not None:
-                    self._log(f"deadline check failed, will retry: {error!r}")
+                    self._log.event(
+                        "tick-failed",
+                        f"deadline check failed, will retry: {error!r}",
+                        level="warning",
+                    )
 
     def stop(self) -> None:
         self._stop_event.set()
@@ -307,18 +346,36 @@ class _Ticker(threading.Thread):
 
 
 class RunningServer:
-    """A started coordinator server; ``port`` is the port actually bound."""
+    """A started coordinator server; ``port`` is the port actually bound.
 
-    def __init__(self, server: grpc.Server, port: int, session: Session, ticker: _Ticker) -> None:
+    ``guard`` holds the call limits in force, ``operations`` the health it reports.
+    """
+
+    def __init__(
+        self,
+        server: grpc.Server,
+        port: int,
+        session: Session,
+        ticker: _Ticker,
+        *,
+        guard: CallGuard,
+        operations: Operations,
+        watchdog: Watchdog,
+    ) -> None:
         self.server = server
         self.port = port
         self.session = session
+        self.guard = guard
+        self.operations = operations
         self._ticker = ticker
+        self._watchdog = watchdog
 
     def stop(self, grace: float | None = 1.0) -> None:
-        """Stop the deadline ticker, then the server (in-flight calls get ``grace`` seconds)."""
+        """Say NOT_SERVING, stop the deadline ticker, then the server (``grace`` seconds)."""
+        self.operations.shut_down()
         self._ticker.stop()
         self.server.stop(grace).wait()
+        self._watchdog.stop()
 
 
 def start_server(
@@ -329,16 +386,34 @@ def start_server(
     tick_seconds: float = 0.25,
     max_workers: int | None = None,
     payload_slots: int = DEFAULT_PAYLOAD_SLOTS,
+    limits: ServerLimits | None = None,
     log: Callable[[str], None] | None = None,
 ) -> RunningServer:
     """Serve ``session`` over mutual TLS on ``listen`` (port 0: any free port).
 
-    The thread pool holds one worker per federation node for concurrent
-    uploads, plus as many again for polls (at least 16).
+    ``limits`` (default :class:`ServerLimits`) bounds the calls of each caller
+    and in total; the thread pool has one worker per call the total admits,
+    so an admitted call never waits for a thread (``max_workers`` overrides
+    it). ``log`` hears the ticker's and the guard's events; a
+    :class:`~coordinator.logs.CoordinatorLog` gets them with their fields.
     """
-    workers = max_workers or max(16, 2 * len(session.config.node_ids) + 4)
+    limits = limits or ServerLimits()
+    total = limits.total_calls(len(session.config.node_ids))
+    events = as_event_log(log)
+    watchdog = Watchdog(time.monotonic)
+    guard = CallGuard(
+        limits,
+        session.config.node_ids,
+        watchdog,
+        events.event if events else None,
+        federation_id=session.config.federation_id,
+    )
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zerosum-rpc"),
+        futures.ThreadPoolExecutor(
+            max_workers=max_workers or total, thread_name_prefix="zerosum-rpc"
+        ),
+        interceptors=[guard],
+        maximum_concurrent_rpcs=total,
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -358,15 +433,23 @@ def start_server(
     pb_grpc.add_CoordinatorServicer_to_server(
         CoordinatorServicer(session, payload_slots=payload_slots), server
     )
+    operations = Operations(server)
     credentials = grpc.ssl_server_credentials(
         [(tls.private_key, tls.certificate)],
         root_certificates=tls.ca_certificate,
         require_client_auth=True,
     )
-    port = server.add_secure_port(listen, credentials)
-    if port == 0:
-        raise OSError(f"cannot listen on {listen}: the address is in use or invalid.")
+    try:
+        port = server.add_secure_port(listen, credentials)
+        if port == 0:
+            raise OSError(f"cannot listen on {listen}: the address is in use or invalid.")
+    except BaseException:
+        watchdog.stop()
+        raise
     server.start()
-    ticker = _Ticker(session, tick_seconds, log)
+    operations.set_serving(not session.ended())
+    ticker = _Ticker(session, tick_seconds, events, operations)
     ticker.start()
-    return RunningServer(server, port, session, ticker)
+    return RunningServer(
+        server, port, session, ticker, guard=guard, operations=operations, watchdog=watchdog
+    )

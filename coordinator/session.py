@@ -62,7 +62,7 @@ from coordinator.messages import (
     WithdrawReceipt,
     WithdrawRequest,
 )
-from coordinator.steps.checks import check_caller
+from coordinator.steps.checks import check_caller, check_in_roster
 from coordinator.steps.deadlines import Deadlines
 from coordinator.steps.joining import Joining
 from coordinator.steps.streams import MAX_CHUNK_BYTES, Streams, Ticket
@@ -133,6 +133,19 @@ class Session:
         Also refuses a node outside the federation.
         """
         check_caller(self.context, caller, claimed)
+
+    def check_in_roster(self, caller: str, *, while_joining: bool = False) -> None:
+        """Refuse (PERMISSION_DENIED) a caller outside the federation or the session's roster.
+
+        ``while_joining``: a federation node that has not joined passes while
+        the join phase is open.
+        """
+        with self.context.lock:
+            check_in_roster(self.context, caller, caller, while_joining=while_joining)
+
+    def check_may_join(self, caller: str) -> None:
+        """Refuse (PERMISSION_DENIED) a join from outside the federation or after the join phase."""
+        self._joining.check_may_join(caller)
 
     # ------------------------------------------------------------ joining
 

@@ -214,7 +214,8 @@ def _open_round(
     ctx.store.set_current_round(round_index)
     ctx.note(
         f"round {round_index} ({name!r}) open for {node_list(participants)} until "
-        f"{clock_text(deadline)}"
+        f"{clock_text(deadline)}",
+        event="round-opened",
     )
 
 
@@ -231,7 +232,7 @@ def _start_running(
     ctx.store.finalise_roster()
     ctx.store.set_session_state(SessionState.RUNNING)
     excluded = f"; excluded: {node_list(missing)}" if missing else ""
-    ctx.note(f"roster final: {node_list(joined)} joined{excluded}")
+    ctx.note(f"roster final: {node_list(joined)} joined{excluded}", event="roster-final")
     first = ctx.config.next_round_name(None)
     assert first is not None
     _open_round(changes, 0, first, joined, now)
@@ -241,7 +242,7 @@ def _fail_to_gather(changes: StatusChanges, row: SessionRow, event: TooFewJoined
     """The roster becomes final and the session fails: too few joined."""
     changes.ctx.store.finalise_roster()
     changes.ctx.store.set_session_state(SessionState.FAILED, reason=event.reason, ended_ms=now)
-    changes.ctx.note(f"session failed: {event.reason}")
+    changes.ctx.note(f"session failed: {event.reason}", event="session-failed")
 
 
 def _extend_join_deadline(
@@ -258,12 +259,14 @@ def _open_next_round(changes: StatusChanges, row: SessionRow, event: NextRound, 
 
 def _complete(changes: StatusChanges, row: SessionRow, event: FinalRoundReady, now: int) -> None:
     changes.ctx.store.set_session_state(SessionState.COMPLETED, ended_ms=now)
-    changes.ctx.note(f"session completed after {event.round_index + 1} rounds")
+    changes.ctx.note(
+        f"session completed after {event.round_index + 1} rounds", event="session-completed"
+    )
 
 
 def _fail_session(changes: StatusChanges, row: SessionRow, event: RoundFailed, now: int) -> None:
     changes.ctx.store.set_session_state(SessionState.FAILED, reason=event.reason, ended_ms=now)
-    changes.ctx.note(f"session failed: {event.reason}")
+    changes.ctx.note(f"session failed: {event.reason}", event="session-failed")
 
 
 # ---------------------------------------------------------------- round handlers
@@ -293,7 +296,8 @@ def _publish(
     ctx.store.set_round_status(index, RoundStatus.READY, "")
     ctx.note(
         f"round {index} ({name!r}) ready: the sum over {node_list(event.survivors)} "
-        f"(sha256 {short_digest(event.result.sha256)})"
+        f"(sha256 {short_digest(event.result.sha256)})",
+        event="round-ready",
     )
     following = ctx.config.next_round_name(name)
     if following is None:
@@ -341,7 +345,8 @@ def _request_unmask(
     asked = "self-mask seeds and pair terms with them" if event.dropped else "self-mask seeds"
     ctx.note(
         f"round {index} ({round_row.name!r}): {node_list(event.dropped) or 'nobody'} dropped; "
-        f"asking {node_list(event.survivors)} for their {asked}"
+        f"asking {node_list(event.survivors)} for their {asked}",
+        event="unmask-requested",
     )
 
 
@@ -362,7 +367,7 @@ def _supersede(
     """The round is superseded; ``event.rerun`` opens under the next index among the survivors."""
     index = round_row.round_index
     changes.ctx.store.set_round_status(index, RoundStatus.SUPERSEDED, event.reason)
-    changes.ctx.note(f"round {index} ({round_row.name!r}): {event.reason}")
+    changes.ctx.note(f"round {index} ({round_row.name!r}): {event.reason}", event="round-rerun")
     changes.apply_to_session(NextRound(index + 1, event.rerun, event.survivors), now=now)
 
 

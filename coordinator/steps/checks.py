@@ -19,6 +19,7 @@ from coordinator.store import MemberRow, RoundRow, SessionRow, Store
 __all__ = [
     "check_bits",
     "check_caller",
+    "check_in_roster",
     "check_live",
     "check_round",
     "check_round_name",
@@ -43,6 +44,34 @@ def check_caller(ctx: SessionContext, caller: str, claimed: str) -> None:
             f"node_id {claimed!r} is not a member of federation "
             f"{ctx.config.federation_id!r} (members: {node_list(list(ctx.config.node_ids))})."
         )
+
+
+def check_in_roster(
+    ctx: SessionContext, caller: str, claimed: str, *, while_joining: bool = False
+) -> None:
+    """:func:`check_caller`, then refuse (PERMISSION_DENIED) a node outside the session's roster.
+
+    A federation node that has not joined may read (``while_joining``) only
+    while the join phase is open: it needs the session id and the roster to
+    join. Once the roster is final, a node that is not on it gets no answer
+    about the session at all: not its status, its roster, its results or
+    its requests, and none of its calls is taken.
+    """
+    check_caller(ctx, caller, claimed)
+    if find_member(ctx.store, caller) is not None:
+        return
+    row = ctx.session()
+    if while_joining and row.state == SessionState.JOINING and not row.roster_final:
+        return
+    closed = (
+        f"did not join session {row.session_id!r} before its join deadline"
+        if row.roster_final
+        else f"has not joined session {row.session_id!r}"
+    )
+    raise PermissionDenied(
+        f"node {caller!r} {closed}, so it is not on the session's roster; only the nodes "
+        "of the roster may take part in it or read it."
+    )
 
 
 def check_session_id(session_id: str, row: SessionRow) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import secrets
 
 from coordinator.context import SessionContext, clock_text, node_list
-from coordinator.errors import AlreadyExists, FailedPrecondition, StateFileError, Unauthenticated
+from coordinator.errors import AlreadyExists, PermissionDenied, StateFileError, Unauthenticated
 from coordinator.events import (
     EveryoneJoined,
     JoinDeadlinePassed,
@@ -27,7 +27,7 @@ from coordinator.events import (
     TooFewJoined,
 )
 from coordinator.messages import JoinReceipt, RoundStatus, SessionState
-from coordinator.steps.checks import check_caller
+from coordinator.steps.checks import check_caller, find_member
 from coordinator.store import SessionRow
 from coordinator.transitions import StatusChanges
 from noise.errors import SignatureError
@@ -78,6 +78,28 @@ class Joining:
                 if current.status in (RoundStatus.OPEN, RoundStatus.UNMASK):
                     self.changes.apply_to_round(current.round_index, RoundResumed(), now=now)
 
+    def check_may_join(self, caller: str) -> None:
+        """Refuse a node outside the federation, or a new one once the join phase is over."""
+        ctx = self.ctx
+        with ctx.lock:
+            check_caller(ctx, caller, caller)
+            if find_member(ctx.store, caller) is None:
+                self._check_join_open(ctx.session(), caller)
+
+    def _check_join_open(self, row: SessionRow, node_id: str) -> None:
+        """PERMISSION_DENIED once the join phase has closed (or its deadline passed)."""
+        if row.state != SessionState.JOINING or row.roster_final:
+            raise PermissionDenied(
+                f"the join phase of session {row.session_id!r} has closed; node "
+                f"{node_id!r} is excluded from this session."
+            )
+        if self.ctx.clock() >= row.join_deadline_ms:
+            raise PermissionDenied(
+                f"the join deadline of session {row.session_id!r} passed at "
+                f"{clock_text(row.join_deadline_ms)}; node {node_id!r} is excluded "
+                "from this session."
+            )
+
     def join(self, bundle: KeyBundle, *, caller: str) -> JoinReceipt:
         """Record a node's signed ephemeral key (idempotent for the same bundle)."""
         ctx = self.ctx
@@ -107,25 +129,17 @@ class Joining:
                     f"{key_fingerprint(existing.public_key)}; a second key "
                     f"{key_fingerprint(bundle.public_key)} is refused."
                 )
-            if row.state != SessionState.JOINING or row.roster_final:
-                raise FailedPrecondition(
-                    f"the join phase of session {row.session_id!r} has closed; node "
-                    f"{bundle.node_id!r} is excluded from this session."
-                )
+            self._check_join_open(row, bundle.node_id)
             now = ctx.clock()
-            if now >= row.join_deadline_ms:
-                raise FailedPrecondition(
-                    f"the join deadline of session {row.session_id!r} passed at "
-                    f"{clock_text(row.join_deadline_ms)}; node {bundle.node_id!r} is excluded "
-                    "from this session."
-                )
             count = len(members) + 1
             with ctx.transition():
                 ctx.store.add_member(bundle.node_id, bundle.public_key, bundle.signature, now)
                 ctx.store.set_roster_version(row.roster_version + 1)
                 ctx.note(
                     f"node {bundle.node_id!r} joined ({count} of "
-                    f"{len(ctx.config.node_ids)}, key {key_fingerprint(bundle.public_key)})"
+                    f"{len(ctx.config.node_ids)}, key {key_fingerprint(bundle.public_key)})",
+                    event="node-joined",
+                    node=bundle.node_id,
                 )
                 if count == len(ctx.config.node_ids):
                     self.close_roster(now, everyone=True)

@@ -43,7 +43,7 @@ from coordinator.events import (
     ResultFile,
     UnmaskRefused,
 )
-from coordinator.layout import check_same_layout, validate_payload
+from coordinator.layout import check_announced_size, check_same_layout, validate_payload
 from coordinator.messages import (
     Attestation,
     AttestationReceipt,
@@ -54,7 +54,7 @@ from coordinator.messages import (
 )
 from coordinator.steps.checks import (
     check_bits,
-    check_caller,
+    check_in_roster,
     check_round,
     check_round_name,
     check_running,
@@ -94,7 +94,7 @@ class Unmasking:
     def _current_unmask(
         self, session_id: str, round_index: int, node_id: str, caller: str
     ) -> tuple[SessionRow, RoundRow, UnmaskRow]:
-        check_caller(self.ctx, caller, node_id)
+        check_in_roster(self.ctx, caller, node_id)
         row = self.ctx.session()
         check_session_id(session_id, row)
         round_row = check_round(self.ctx, round_index, row)
@@ -164,7 +164,9 @@ class Unmasking:
                     )
                     self.ctx.note(
                         f"round {round_row.round_index}: {attestation.node_id!r} attested the "
-                        f"survivor set ({len(known) + 1} of {len(request.survivors)})"
+                        f"survivor set ({len(known) + 1} of {len(request.survivors)})",
+                        event="survivors-attested",
+                        node=attestation.node_id,
                     )
                     if len(known) + 1 == len(request.survivors):
                         self.changes.apply_to_round(
@@ -181,7 +183,7 @@ class Unmasking:
         corrections' stream is returned.
         """
         with self.ctx.lock:
-            check_caller(self.ctx, caller, header.node_id)
+            check_in_roster(self.ctx, caller, header.node_id)
             row = self.ctx.session()
             check_session_id(header.session_id, row)
             round_row = check_round(self.ctx, header.round_index, row)
@@ -239,9 +241,10 @@ class Unmasking:
                     f"{what}: nodes {node_list(list(request.dropped))} dropped, so the answer "
                     "must carry the pair terms with them; it has no payload."
                 )
+            assert round_row.layout is not None
+            check_announced_size(spec, round_row.layout, what=what)
             layout = validate_payload(spec, what=what, max_bytes=self.ctx.config.max_payload_bytes)
             check_bits(self.ctx, spec, what)
-            assert round_row.layout is not None
             check_same_layout(layout, round_row.layout, what=what)
             if spec.fixed_point_bits != round_row.fixed_point_bits:
                 raise InvalidArgument(
@@ -384,7 +387,9 @@ class Unmasking:
                 self.ctx.store.add_correction(answer)
                 self.ctx.note(
                     f"round {round_row.round_index} ({round_row.name!r}): stored the unmask "
-                    f"answer of {node_id!r} ({len(answered)} of {len(request.survivors)})"
+                    f"answer of {node_id!r} ({len(answered)} of {len(request.survivors)})",
+                    event="unmask-stored",
+                    node=node_id,
                 )
                 if result is not None:
                     event = CorrectionsComplete(request.survivors, request.dropped, result)

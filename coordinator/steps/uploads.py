@@ -40,11 +40,11 @@ from coordinator.errors import (
     Unauthenticated,
 )
 from coordinator.events import UploadsComplete
-from coordinator.layout import check_same_layout, validate_payload
+from coordinator.layout import check_announced_size, check_same_layout, validate_payload
 from coordinator.messages import RoundStatus, UploadHeader, UploadReceipt
 from coordinator.steps.checks import (
     check_bits,
-    check_caller,
+    check_in_roster,
     check_live,
     check_round,
     check_round_name,
@@ -73,11 +73,16 @@ class Uploads:
         """Check an upload header; a duplicate is answered at once, else a ticket is returned."""
         ctx = self.ctx
         with ctx.lock:
-            check_caller(ctx, caller, header.node_id)
+            check_in_roster(ctx, caller, header.node_id)
             row = ctx.session()
             check_session_id(header.session_id, row)
             round_row = check_round(ctx, header.round_index, row)
             check_round_name(round_row, header.round_name)
+            check_announced_size(
+                header.payload,
+                ctx.config.layout(round_row.name),
+                what=f"upload of node {header.node_id!r} for round {header.round_index}",
+            )
             self._check_statement(header, row)
             if len(header.self_mask_commitment) != 32:
                 raise InvalidArgument(
@@ -274,7 +279,9 @@ class Uploads:
             ctx.note(
                 f"round {round_row.round_index} ({round_row.name!r}): stored the upload of "
                 f"{ticket.node_id!r} ({ticket.spec.total_bytes} bytes, {len(uploaded)} of "
-                f"{len(round_row.participants)})"
+                f"{len(round_row.participants)})",
+                event="upload-stored",
+                node=ticket.node_id,
             )
             if complete:
                 event = UploadsComplete(tuple(sorted(uploaded)))

@@ -29,7 +29,7 @@ from coordinator.messages import (
     UnmaskRequestView,
     UploadStatement,
 )
-from coordinator.steps.checks import check_caller, check_round, check_session_id
+from coordinator.steps.checks import check_in_roster, check_round, check_session_id
 from coordinator.store import RoundRow, SessionRow
 from noise.aggregate_check import TAG_BYTES
 from noise.keys import KeyBundle
@@ -58,7 +58,7 @@ class Views:
         """Every joined node's signed bundle and whether the roster is final."""
         ctx = self.ctx
         with ctx.lock:
-            check_caller(ctx, caller, caller)
+            check_in_roster(ctx, caller, caller, while_joining=True)
             row = ctx.session()
             check_session_id(session_id, row)
             members = ctx.store.members()
@@ -95,7 +95,7 @@ class Views:
         """A round's status and, when ready, where its aggregate is stored."""
         ctx = self.ctx
         with ctx.lock:
-            check_caller(ctx, caller, caller)
+            check_in_roster(ctx, caller, caller)
             row = ctx.session()
             check_session_id(session_id, row)
             round_row = ctx.store.round(round_index)
@@ -201,7 +201,7 @@ class Views:
         """What the coordinator asks of ``caller`` for a round (``pending`` False: nothing)."""
         ctx = self.ctx
         with ctx.lock:
-            check_caller(ctx, caller, caller)
+            check_in_roster(ctx, caller, caller)
             row = ctx.session()
             check_session_id(session_id, row)
             round_row = check_round(ctx, round_index, row)
@@ -268,7 +268,7 @@ class Views:
         ctx = self.ctx
         with ctx.lock:
             if caller is not None:
-                check_caller(ctx, caller, caller)
+                check_in_roster(ctx, caller, caller, while_joining=True)
             row = ctx.session()
             if session_id:
                 check_session_id(session_id, row)

@@ -38,7 +38,7 @@ from coordinator.errors import FailedPrecondition, InvalidArgument
 from coordinator.events import NodeWithdrew, WithdrawalLeftTooFew
 from coordinator.messages import RoundStatus, WithdrawReceipt, WithdrawRequest
 from coordinator.steps.checks import (
-    check_caller,
+    check_in_roster,
     check_live,
     check_round,
     check_running,
@@ -92,7 +92,7 @@ class Withdrawals:
         """
         ctx = self.ctx
         with ctx.lock:
-            check_caller(ctx, caller, request.node_id)
+            check_in_roster(ctx, caller, request.node_id)
             what = f"withdrawal of node {request.node_id!r} from round {request.round_index}"
             if len(request.reason) > MAX_WITHDRAW_REASON_CHARS:
                 raise InvalidArgument(
@@ -153,7 +153,11 @@ class Withdrawals:
         failed = len(remaining) < ctx.config.min_nodes
         with ctx.transition():
             ctx.store.drop_member(node_id, index, why)
-            ctx.note(f"round {index} ({name!r}): node {node_id!r} {why}")
+            ctx.note(
+                f"round {index} ({name!r}): node {node_id!r} {why}",
+                event="node-withdrew",
+                node=node_id,
+            )
             notes = withdrawal_notes(ctx.store, round_row)
             if failed:
                 reason = (

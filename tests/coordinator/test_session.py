@@ -182,7 +182,7 @@ def test_join_deadline_with_enough_nodes_runs_without_the_late_one(
     roster = session.roster(session.session_id, caller="a")
     assert roster.final and roster.excluded == ("c",)
     late = fed.bundle("c", session.session_id)
-    message = refused(session, FailedPrecondition, lambda: session.join(late, caller="c"))
+    message = refused(session, PermissionDenied, lambda: session.join(late, caller="c"))
     assert "join phase" in message and "excluded" in message
 
 
@@ -1232,7 +1232,7 @@ def test_a_join_after_the_deadline_is_refused_even_before_the_deadline_is_applie
     join_all(fed, session, ["a", "b"])
     clock.advance(60_000)
     late = fed.bundle("c", session.session_id)
-    message = refused(session, FailedPrecondition, lambda: session.join(late, caller="c"))
+    message = refused(session, PermissionDenied, lambda: session.join(late, caller="c"))
     assert "join deadline" in message and "passed" in message
 
 

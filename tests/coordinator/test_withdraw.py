@@ -401,8 +401,8 @@ def test_a_node_that_never_joined_cannot_withdraw(
 ) -> None:
     join_all(fed, session, ["a", "b"])
     session.tick(clock.advance(60_000))
-    message = refused(session, FailedPrecondition, lambda: withdraw(session, "c"))
-    assert "did not join before the join deadline" in message
+    message = refused(session, PermissionDenied, lambda: withdraw(session, "c"))
+    assert "before its join deadline" in message and "not on the session's roster" in message
 
 
 def test_a_withdrawal_during_the_join_phase_is_refused(fed: Federation, session: Session) -> None:

@@ -11,7 +11,6 @@ arguments resumes the same session from the state file.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import signal
 import sys
 import threading
@@ -40,9 +39,26 @@ examples:
   zerosum coordinator --federation fed/federation.toml --listen 0.0.0.0:50051
   zerosum coordinator --federation fed/federation.toml --listen 127.0.0.1:0   # any free port
   zerosum coordinator --federation fed/federation.toml --status               # who is where
+  zerosum coordinator --federation fed/federation.toml --log-format json      # for a collector
+
+limits: each node (by its client certificate) has at most --calls-per-node calls
+in progress (more are refused with RESOURCE_EXHAUSTED); a stream's first message
+must arrive within --first-message-seconds and each later one within
+--message-gap-seconds, or it is ended with DEADLINE_EXCEEDED.
+
+health: the server answers grpc.health.v1.Health (SERVING while the session
+runs, NOT_SERVING once it has ended) and server reflection, under the same
+mutual TLS, e.g.
+  grpcurl -cacert fed/ca/ca.pem -cert fed/nodes/A/client.pem -key fed/nodes/A/client.key \
+      HOST:PORT grpc.health.v1.Health/Check
 """
 
 _PREFIX = "zerosum coordinator"
+# The limits' defaults, for --help without importing the coordinator package.
+DEFAULT_CALLS_PER_NODE = 4
+DEFAULT_FIRST_MESSAGE_SECONDS = 5.0
+DEFAULT_MESSAGE_GAP_SECONDS = 30.0
+TOTAL_MARGIN = 8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,11 +106,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="with --status: print it as JSON instead"
     )
-
-
-def _say(line: str) -> None:
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    print(f"{stamp} {_PREFIX}: {line}", file=sys.stderr, flush=True)
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="log lines on stderr: text (default) or one JSON object per line with time, "
+        "level, event, session, node and message",
+    )
+    parser.add_argument(
+        "--calls-per-node",
+        type=int,
+        default=DEFAULT_CALLS_PER_NODE,
+        metavar="N",
+        help=f"calls one node may have in progress at once (default {DEFAULT_CALLS_PER_NODE})",
+    )
+    parser.add_argument(
+        "--max-concurrent-rpcs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="calls in progress at once over all callers (default: calls-per-node x "
+        f"(nodes + 1) + {TOTAL_MARGIN})",
+    )
+    parser.add_argument(
+        "--first-message-seconds",
+        type=float,
+        default=DEFAULT_FIRST_MESSAGE_SECONDS,
+        metavar="S",
+        help="a stream's first message must arrive within S seconds "
+        f"(default {DEFAULT_FIRST_MESSAGE_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--message-gap-seconds",
+        type=float,
+        default=DEFAULT_MESSAGE_GAP_SECONDS,
+        metavar="S",
+        help="each later message of a stream must arrive within S seconds of the server "
+        f"asking for it (default {DEFAULT_MESSAGE_GAP_SECONDS:g})",
+    )
 
 
 def _print_status(state: Path, node_ids: tuple[str, ...], *, as_json: bool) -> int:
@@ -117,6 +166,8 @@ def _print_status(state: Path, node_ids: tuple[str, ...], *, as_json: bool) -> i
 def run(args: argparse.Namespace) -> int:
     from coordinator.config import SessionConfig
     from coordinator.errors import StateFileError
+    from coordinator.limits import LimitsError, ServerLimits
+    from coordinator.logs import CoordinatorLog
     from coordinator.server import ServerTLS, start_server
     from coordinator.session import Session
     from coordinator.store import Store
@@ -134,6 +185,17 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(f"{_PREFIX}: --json goes with --status", file=sys.stderr)
         return 2
+    try:
+        limits = ServerLimits(
+            calls_per_node=args.calls_per_node,
+            max_concurrent_rpcs=args.max_concurrent_rpcs,
+            first_message_seconds=args.first_message_seconds,
+            message_gap_seconds=args.message_gap_seconds,
+        )
+    except LimitsError as error:
+        print(f"{_PREFIX}: {error}", file=sys.stderr)
+        return 2
+    log = CoordinatorLog(args.log_format, prefix=_PREFIX)
     tls_dir: Path = args.tls_dir or base / "coordinator"
     try:
         tls = ServerTLS(
@@ -148,14 +210,16 @@ def run(args: argparse.Namespace) -> int:
     config = SessionConfig.from_federation(federation, config_hash(federation))
     try:
         store = Store(state_path)
-        session = Session(store, config, log=_say)
+        session = Session(store, config, log=log)
     except StateFileError as error:
         print(f"{_PREFIX}: {error}", file=sys.stderr)
         return 2
+    log.session = session.session_id
     verb = "resumed" if session.resumed else "started"
-    _say(
+    log.event(
+        f"session-{verb}",
         f"{verb} session {session.session_id} of federation {federation.federation_id!r} "
-        f"({len(config.node_ids)} nodes, at least {config.min_nodes}; state {state_path})"
+        f"({len(config.node_ids)} nodes, at least {config.min_nodes}; state {state_path})",
     )
 
     stop = threading.Event()
@@ -169,12 +233,17 @@ def run(args: argparse.Namespace) -> int:
     listen = args.listen or federation.coordinator_address
     try:
         try:
-            server = start_server(session, tls, listen=listen, log=_say)
+            server = start_server(session, tls, listen=listen, limits=limits, log=log)
         except (OSError, RuntimeError) as error:
             print(f"{_PREFIX}: cannot listen on {listen}: {error}", file=sys.stderr)
             return 2
         host = listen.rpartition(":")[0] or "0.0.0.0"
-        _say(f"listening on {host}:{server.port}")
+        log.event(
+            "listening",
+            f"listening on {host}:{server.port} (at most {limits.calls_per_node} calls at once "
+            f"per node, {limits.total_calls(len(config.node_ids))} in total; first message "
+            f"within {limits.first_message_seconds:g} s; health and reflection served)",
+        )
         linger_s = args.linger if args.linger is not None else config.round_timeout_ms / 1000
         ended_at: float | None = None
         try:
@@ -194,11 +263,15 @@ def run(args: argparse.Namespace) -> int:
         store.close()
 
     if state == "completed":
-        _say(f"session {session_id} completed")
+        log.event("exit", f"session {session_id} completed")
         return 0
     if state == "failed":
-        _say(f"session {session_id} failed: {reason}")
+        log.event("exit", f"session {session_id} failed: {reason}", level="error")
         return 1
     name = signal.Signals(received[0]).name if received else "a signal"
-    _say(f"stopped by {name}; start again with the same arguments to resume the session")
+    log.event(
+        "exit",
+        f"stopped by {name}; start again with the same arguments to resume the session",
+        level="warning",
+    )
     return 128 + (received[0] if received else signal.SIGTERM)
