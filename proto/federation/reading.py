@@ -29,6 +29,7 @@ from proto.federation.schema import (
     SessionTimings,
 )
 from proto.files import MIB, read_limited_text
+from proto.nesting import NestingError, check_text_nesting, check_value_nesting
 
 __all__ = ["MAX_CONFIG_BYTES", "load_federation", "parse_federation"]
 
@@ -203,9 +204,15 @@ def parse_federation(
     ``source`` names the text in the error raised when it is not TOML at all.
     """
     try:
+        # Depth is bounded before tomllib recurses, and again after it for
+        # dotted keys and table headers, which nest without brackets.
+        check_text_nesting(text, what="a federation config", syntax="toml")
         data = tomllib.loads(text)
+        check_value_nesting(data, what="a federation config")
     except tomllib.TOMLDecodeError as error:
         raise ConfigError("file", source, f"is not valid TOML ({error})") from None
+    except NestingError as error:
+        raise ConfigError("file", source, str(error)) from None
     except RecursionError:
         raise ConfigError("file", source, "nests tables or arrays too deeply to be read") from None
     top = _Table(data, "", _TOP_KEYS)

@@ -563,7 +563,7 @@ def test_load_reports_unreadable_files(tmp_path: Path) -> None:
         load_federation(tmp_path / "absent.toml")
     deep = tmp_path / "deep.toml"
     deep.write_text("x = " + "[" * 50_000 + "]" * 50_000 + "\n")
-    with pytest.raises(ConfigError, match="nests tables or arrays too deeply"):
+    with pytest.raises(ConfigError, match="nests arrays or tables more than 64 levels deep"):
         load_federation(deep)
 
 
