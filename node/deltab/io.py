@@ -50,6 +50,7 @@ __all__ = [
     "read_ages",
     "read_table",
     "select_features",
+    "spreadsheet_safe",
     "write_table",
     "write_values",
 ]
@@ -180,9 +181,7 @@ def _field_count(line: str, delimiter: str | None) -> int:
 
 def _text(path: Path) -> io.TextIOWrapper:
     """``path`` opened as text with :func:`proto.files.open_limited` (regular, bounded)."""
-    return io.TextIOWrapper(
-        open_limited(path, MAX_TABLE_BYTES, what="table"), encoding="utf-8-sig"
-    )
+    return io.TextIOWrapper(open_limited(path, MAX_TABLE_BYTES, what="table"), encoding="utf-8-sig")
 
 
 def _open(path: Path) -> Iterator[tuple[int, str]]:
@@ -540,13 +539,47 @@ def write_values(path: str | Path, values: FloatArray) -> None:
     _write_atomically(Path(path), (f"{_format(float(v))}\n" for v in values))
 
 
+# A cell starting with one of these is a formula to a spreadsheet (OWASP, "CSV
+# Injection"): "=HYPERLINK(...)", "+cmd|...", "@SUM(...)", a tab or carriage
+# return before any of them.
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(cell: str) -> str:
+    """``cell`` as a spreadsheet will show it, not run it.
+
+    A cell that starts like a formula (``=``, ``+``, ``-``, ``@``, tab or
+    carriage return) gets a leading apostrophe, the OWASP rule for CSV
+    injection; a cell that is a number ("-3.2", "+44", "-1e5") is left as it
+    is, so it stays a number. Values the tools compute are written as numbers
+    and never pass through here; only text from an input file (subject ids) does.
+    """
+    if cell.startswith(_FORMULA_STARTS) and not _is_number(cell):
+        return "'" + cell
+    return cell
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        value = float(cell)
+    except ValueError:
+        return False
+    return math.isfinite(value) and cell == cell.strip()
+
+
 def write_table(
     path: str | Path,
     columns: Sequence[tuple[str, Sequence[str] | FloatArray]],
     *,
     delimiter: str | None = None,
 ) -> None:
-    """Write named columns with a header; tab-delimited for ``.tsv``/``.tab``, else commas."""
+    """Write named columns with a header; tab-delimited for ``.tsv``/``.tab``, else commas.
+
+    Text cells (subject ids) are quoted where the delimiter or a quote needs
+    it and made :func:`spreadsheet_safe`, so an id such as
+    ``=HYPERLINK("http://...")`` read from an input table is not written
+    back as a live formula.
+    """
     target = Path(path)
     sep = delimiter or ("\t" if target.suffix.lower() in {".tsv", ".tab"} else ",")
     n = len(columns[0][1]) if columns else 0
@@ -555,11 +588,18 @@ def write_table(
         if isinstance(data, np.ndarray):
             rendered.append([_format(float(v)) for v in data])
         else:
-            rendered.append([str(v) for v in data])
+            rendered.append([spreadsheet_safe(str(v)) for v in data])
 
     def lines() -> Iterator[str]:
-        yield sep.join(name for name, _ in columns) + "\n"
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, delimiter=sep, lineterminator="\n")
+        writer.writerow([spreadsheet_safe(name) for name, _ in columns])
         for i in range(n):
-            yield sep.join(col[i] for col in rendered) + "\n"
+            writer.writerow([col[i] for col in rendered])
+            if buffer.tell() > 1 << 16:
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+        yield buffer.getvalue()
 
     _write_atomically(target, lines())

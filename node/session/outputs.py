@@ -22,6 +22,7 @@ import numpy as np
 
 from node.atomic import atomic_write_text
 from node.cape_state import CapeStore
+from node.deltab.io import spreadsheet_safe
 from node.egress import EgressBundle
 from node.plans.deltab import DeltabPlan
 from node.session_state import SessionStore
@@ -81,7 +82,8 @@ def write_results(out: Path, plan: DeltabPlan, ids: tuple[str, ...]) -> tuple[Pa
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["id", "age", "brain_age", "delta"])
     for subject, age, predicted, gap in zip(ids, plan.cohort.age, brain_age, delta, strict=True):
-        writer.writerow([subject, _cell(age), _cell(predicted), _cell(gap)])
+        # Ids come from the cohort file: never write one back as a live formula.
+        writer.writerow([spreadsheet_safe(subject), _cell(age), _cell(predicted), _cell(gap)])
     atomic_write_text(predictions, buffer.getvalue())
     # The session key has served its purpose; nothing may be derived from it any more.
     SessionStore(out).complete()

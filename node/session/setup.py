@@ -23,11 +23,11 @@ from noise.errors import NoiseError
 from noise.fixed_point import FixedPointCodec
 from noise.keys import IdentityKey
 from proto.federation import ConfigError, FederationConfig, config_hash, load_federation
-from proto.files import KIB, LocalFileError, read_limited
+from proto.files import KIB, LocalFileError, read_secret
 
 __all__ = ["LocalSetup", "prepare"]
 
-# An Ed25519 key in PEM is about 120 bytes.
+# An Ed25519 or P-256 key in PEM is under 300 bytes.
 _IDENTITY_BYTES = 16 * KIB
 
 
@@ -46,19 +46,6 @@ class LocalSetup:
     plan: DeltabPlan
     out: Path
     state: Path  # the node's state folder (node.state_folder): its ledger and sessions
-
-
-def _check_private(path: Path) -> None:
-    """Refuse a secret file that group or others may read: it may have leaked already."""
-    try:
-        mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        return  # reported where the file is read
-    if mode & 0o077:
-        raise SetupError(
-            f"{path} holds a secret key but is readable by others (mode {mode:04o}); make it "
-            f"private with `chmod 600 {path}` (and replace the key if others may have read it)"
-        )
 
 
 def _config_path(federation: Path) -> Path:
@@ -93,12 +80,11 @@ def prepare(
     base = config.base_dir or config_path.parent
     node_dir = base / "nodes" / node_id
     identity_path = node_dir / "identity.pem"
-    for secret in (identity_path, node_dir / "client.key"):
-        _check_private(secret)
     try:
-        identity = IdentityKey.from_pem(
-            read_limited(identity_path, _IDENTITY_BYTES, what="identity key")
-        )
+        # Both secret keys are checked here, before the cohort is read: a key
+        # that others may read is refused (proto.files.read_secret).
+        identity = IdentityKey.read_pem(identity_path)
+        read_secret(node_dir / "client.key", _IDENTITY_BYTES, what="client key")
     except LocalFileError as error:
         raise SetupError(str(error)) from None
     except NoiseError as error:
