@@ -2,8 +2,10 @@
 
 :func:`prepare` loads the federation config, checks that this installation
 draws the federation's Gaussian streams (``node.preflight``), reads the node's
-Ed25519 identity key and checks it is the one pinned for the node, finds the
-TLS files, loads and checks the local cohort against the plan, and settles
+Ed25519 identity key and checks it is the one pinned for the node, checks the
+TLS credentials (``proto.tls.check_node_credentials``: issued directly by the
+federation CA to this node, matching their key, not revoked; the keys private
+to their owner), loads and checks the local cohort against the plan, and settles
 the output folder OUT and the state folder STATE (``node.state_folder``). Every
 problem is a :class:`~node.errors.SetupError` with one sentence (the command
 exits 2), found before a connection is opened.
@@ -23,12 +25,13 @@ from noise.errors import NoiseError
 from noise.fixed_point import FixedPointCodec
 from noise.keys import IdentityKey
 from proto.federation import ConfigError, FederationConfig, config_hash, load_federation
-from proto.files import KIB, LocalFileError, read_secret
+from proto.files import KIB, LocalFileError, read_limited, read_secret
+from proto.tls import CertificateError, check_node_credentials
 
 __all__ = ["LocalSetup", "prepare"]
 
-# An Ed25519 or P-256 key in PEM is under 300 bytes.
-_IDENTITY_BYTES = 16 * KIB
+# Certificates and keys are a few kilobytes; anything larger is not one.
+_CREDENTIAL_BYTES = 64 * KIB
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,26 @@ class LocalSetup:
     plan: DeltabPlan
     out: Path
     state: Path  # the node's state folder (node.state_folder): its ledger and sessions
+
+
+def _check_tls(tls: tuple[Path, Path, Path], node_id: str, revoked: tuple[str, ...]) -> None:
+    """Refuse TLS files that cannot work, in one sentence, before any connection is tried.
+
+    A certificate of another node, one not issued directly by the federation
+    CA, one that does not match its key or one the federation revoked would
+    otherwise fail in the handshake, retried until the node gives up.
+    """
+    ca_path, certificate_path, key_path = tls
+    try:
+        ca = read_limited(ca_path, _CREDENTIAL_BYTES, what="CA certificate")
+        certificate = read_limited(certificate_path, _CREDENTIAL_BYTES, what="client certificate")
+        key = read_secret(key_path, _CREDENTIAL_BYTES, what="client key")
+    except LocalFileError as error:
+        raise SetupError(str(error)) from None
+    try:
+        check_node_credentials(ca, certificate, key, node_id, revoked=revoked)
+    except CertificateError as error:
+        raise SetupError(f"{certificate_path}: {error}") from None
 
 
 def _config_path(federation: Path) -> Path:
@@ -81,10 +104,8 @@ def prepare(
     node_dir = base / "nodes" / node_id
     identity_path = node_dir / "identity.pem"
     try:
-        # Both secret keys are checked here, before the cohort is read: a key
-        # that others may read is refused (proto.files.read_secret).
+        # A key that others may read is refused (proto.files.read_secret).
         identity = IdentityKey.read_pem(identity_path)
-        read_secret(node_dir / "client.key", _IDENTITY_BYTES, what="client key")
     except LocalFileError as error:
         raise SetupError(str(error)) from None
     except NoiseError as error:
@@ -93,10 +114,8 @@ def prepare(
         raise SetupError(
             f"{identity_path} is not the identity key pinned for node {node_id!r} in {config_path}"
         )
-    tls = (base / config.ca_certificate, node_dir / "client.pem", node_dir / "client.key")
-    for path in tls:
-        if not path.exists():
-            raise SetupError(f"{path} does not exist")
+    tls = (config.ca_certificate_path, node_dir / "client.pem", node_dir / "client.key")
+    _check_tls(tls, node_id, config.revoked)
     data_path = Path(data) if data is not None else node_dir / "data.csv"
     try:
         cohort = load_cohort(data_path, config)

@@ -44,6 +44,7 @@ _TOP_KEYS: Final = (
     "min_cohort_size",
     "min_nodes",
     "stream_check",
+    "revoked",
     "privacy",
     "plan",
     "session",
@@ -230,7 +231,7 @@ def parse_federation(
     session = SessionTimings(**session_table.arguments((), _SESSION_KEYS))
     settings = top.arguments(
         ("federation_id", "coordinator_address", "ca_certificate"),
-        ("fixed_point_bits", "min_cohort_size", "min_nodes", "stream_check"),
+        ("fixed_point_bits", "min_cohort_size", "min_nodes", "stream_check", "revoked"),
     )
     return FederationConfig(
         nodes=nodes,

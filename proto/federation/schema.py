@@ -53,6 +53,7 @@ __all__ = [
     "PrivacyPolicy",
     "RoundSpec",
     "SessionTimings",
+    "normalise_fingerprint",
 ]
 
 CONFIG_FORMAT: Final = "zerosum/v1/federation"
@@ -76,6 +77,27 @@ MAX_DEADLINE_SECONDS: Final = 30 * 24 * 3600.0
 _HEX64_RE: Final = re.compile(r"[0-9a-f]{64}")
 # Plan round names: no "/" (CAPE's secure-sum rounds are "cape-sum/<name>").
 _ROUND_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+_FINGERPRINT_RULE: Final = (
+    "must be a list of certificate SHA-256 fingerprints, 64 hexadecimal digits each "
+    "(colons between the bytes allowed)"
+)
+
+
+def normalise_fingerprint(name: str, value: object) -> str:
+    """A certificate's SHA-256 fingerprint as 64 lowercase hex digits.
+
+    Accepts upper or lower case and the ``AB:CD:...`` form that
+    ``openssl x509 -noout -fingerprint -sha256`` prints (after its
+    ``sha256 Fingerprint=`` label); anything else is a ConfigError naming ``name``.
+    """
+    if not isinstance(value, str):
+        raise ConfigError(name, value, _FINGERPRINT_RULE)
+    text = value.strip().lower().replace(":", "")
+    if not _HEX64_RE.fullmatch(text):
+        raise ConfigError(name, value, _FINGERPRINT_RULE)
+    return text
 
 
 def _set(obj: object, name: str, value: object) -> None:
@@ -318,7 +340,13 @@ class PlanSpec:
 class FederationConfig:
     """Everything the nodes and the coordinator must agree on before a session.
 
-    ``nodes`` is kept sorted by node id. ``base_dir`` is the folder the file
+    ``revoked`` lists the SHA-256 fingerprints of TLS certificates the
+    coordinator refuses (:func:`normalise_fingerprint` accepts the colon
+    form ``openssl x509 -fingerprint -sha256`` prints); it is kept sorted and
+    takes no part in the config hash, so a certificate can be revoked while a
+    session runs, by restarting the coordinator with the new list, without
+    changing the identity every signature is bound to. ``nodes`` is kept
+    sorted by node id. ``base_dir`` is the folder the file
     was read from (relative paths such as ``ca_certificate`` resolve against
     it); it is a local fact, so it takes no part in equality, the dump or the
     config hash.
@@ -337,6 +365,8 @@ class FederationConfig:
     # noise.stream.stream_fingerprint() of the installation that made the
     # federation; None skips the check (a federation written by hand).
     stream_check: str | None = None
+    # SHA-256 fingerprints (64 lowercase hex digits) of revoked TLS certificates.
+    revoked: tuple[str, ...] = ()
     base_dir: Path | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -372,10 +402,18 @@ class FederationConfig:
         ):
             if not isinstance(getattr(self, name), kind):
                 raise ConfigError(name, getattr(self, name), f"must be a {kind.__name__}")
+        self._check_revoked()
         self._check_nodes()
         count = len(self.nodes)
         whole("min_nodes", self.min_nodes, 2, count)
         self._check_privacy(count)
+
+    def _check_revoked(self) -> None:
+        revoked = self.revoked
+        if not isinstance(revoked, list | tuple):
+            raise ConfigError("revoked", revoked, _FINGERPRINT_RULE)
+        found = [normalise_fingerprint(f"revoked[{i}]", item) for i, item in enumerate(revoked)]
+        _set(self, "revoked", tuple(sorted(set(found))))
 
     def _check_nodes(self) -> None:
         nodes = self.nodes
