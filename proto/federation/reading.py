@@ -179,7 +179,8 @@ def _parse_rounds(value: object) -> tuple[RoundSpec, ...]:
         try:
             rounds.append(RoundSpec(cast(str, name), layout))
         except ConfigError as error:
-            raise ConfigError(f"{where}.name", error.value, error.reason) from None
+            leaf = "tensors" if error.field.endswith(".tensors") else "name"
+            raise ConfigError(f"{where}.{leaf}", error.value, error.reason) from None
     return tuple(rounds)
 
 

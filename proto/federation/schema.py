@@ -73,6 +73,19 @@ MAX_FIXED_POINT_BITS: Final = 40
 # days is a typo (and would overflow the coordinator's clock arithmetic).
 MIN_DEADLINE_SECONDS: Final = 1.0
 MAX_DEADLINE_SECONDS: Final = 30 * 24 * 3600.0
+# An ε below 0.001 buys no accuracy at all (the noise swamps any cohort) and
+# one above 100 no privacy; either is a typo for a sensible value.
+MIN_EPSILON: Final = 1e-3
+MAX_EPSILON: Final = 100.0
+MAX_EPSILON_BUDGET: Final = 1000.0
+# Noise of standard deviation σ is σ·2^F in fixed point; 128 σ must stay well
+# inside the signed 64-bit range, so σ ≤ 2^(56-F).
+_NOISE_HEADROOM_BITS: Final = 56
+# A cohort larger than any population; beyond it 1/N² underflows nothing but means nothing.
+MAX_COHORT_SIZE: Final = 10**9
+# 2^30 uint64 values (8 GiB) per payload: the coordinator's bound on what one
+# node may make it store, and far above any model here.
+MAX_ROUND_VALUES: Final = 1 << 30
 
 _HEX64_RE: Final = re.compile(r"[0-9a-f]{64}")
 # Plan round names: no "/" (CAPE's secure-sum rounds are "cape-sum/<name>").
@@ -98,6 +111,14 @@ def normalise_fingerprint(name: str, value: object) -> str:
     if not _HEX64_RE.fullmatch(text):
         raise ConfigError(name, value, _FINGERPRINT_RULE)
     return text
+
+
+def _within(name: str, value: object, low: float, high: float) -> float:
+    """``value`` as a finite float in [low, high]; a ConfigError naming the range otherwise."""
+    result = positive(name, value)
+    if not low <= result <= high:
+        raise ConfigError(name, value, f"must be between {low:g} and {high:g}")
+    return result
 
 
 def _set(obj: object, name: str, value: object) -> None:
@@ -208,12 +229,14 @@ class PrivacyPolicy:
     noise_design: NoiseDesignSpec = field(default_factory=NoiseDesignSpec)
 
     def __post_init__(self) -> None:
-        _set(self, "epsilon", positive("privacy.epsilon", self.epsilon))
+        _set(self, "epsilon", _within("privacy.epsilon", self.epsilon, MIN_EPSILON, MAX_EPSILON))
         delta = finite("privacy.delta", self.delta)
         if not 0.0 < delta < 1.0:
             raise ConfigError("privacy.delta", self.delta, "must be strictly between 0 and 1")
         _set(self, "delta", delta)
-        budget = positive("privacy.epsilon_budget", self.epsilon_budget)
+        budget = _within(
+            "privacy.epsilon_budget", self.epsilon_budget, MIN_EPSILON, MAX_EPSILON_BUDGET
+        )
         if self.epsilon > budget:
             raise ConfigError(
                 "privacy.epsilon",
@@ -265,6 +288,13 @@ class RoundSpec:
             )
         if not isinstance(self.layout, Layout):
             raise ConfigError(f"plan.rounds[{self.name}].tensors", self.layout, "must be a layout")
+        if self.layout.size > MAX_ROUND_VALUES:
+            raise ConfigError(
+                f"plan.rounds[{self.name}].tensors",
+                self.layout.size,
+                f"a round holds at most {MAX_ROUND_VALUES} values (2^30, 8 GiB of uint64); "
+                "this layout holds more",
+            )
 
 
 def _plain(name: str, value: object) -> Any:
@@ -388,7 +418,7 @@ class FederationConfig:
                 f"{MAX_FIXED_POINT_BITS}: with F fractional bits every sum, and the aggregate "
                 "over all nodes, must stay below 2^(63-F) in magnitude",
             )
-        whole("min_cohort_size", self.min_cohort_size, 1)
+        whole("min_cohort_size", self.min_cohort_size, 1, MAX_COHORT_SIZE)
         if self.stream_check is not None and (
             not isinstance(self.stream_check, str) or not _HEX64_RE.fullmatch(self.stream_check)
         ):
@@ -447,6 +477,16 @@ class FederationConfig:
 
     def _check_privacy(self, count: int) -> None:
         privacy = self.privacy
+        target = privacy.noise_design.target_std
+        ceiling = 2.0 ** (_NOISE_HEADROOM_BITS - self.fixed_point_bits)
+        if target != "calibrated" and float(target) > ceiling:
+            raise ConfigError(
+                "privacy.noise_design.target_std",
+                target,
+                f"must be at most 2^(56-F) = {ceiling:.12g} with fixed_point_bits F = "
+                f"{self.fixed_point_bits}, so that 128 standard deviations of noise stay "
+                "inside the fixed-point range",
+            )
         threshold = privacy.collusion_threshold
         if threshold > count - 2:
             raise ConfigError(

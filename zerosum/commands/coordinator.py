@@ -149,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
     from coordinator.session import Session
     from coordinator.store import Store
     from proto.federation import ConfigError, config_hash, load_federation
+    from proto.federation.schema import MAX_DEADLINE_SECONDS
 
     try:
         federation = load_federation(args.federation)
@@ -161,6 +162,13 @@ def run(args: argparse.Namespace) -> int:
         return _print_status(state_path, federation.node_ids, as_json=args.json)
     if args.json:
         print(f"{_PREFIX}: --json goes with --status", file=sys.stderr)
+        return 2
+    if args.linger is not None and not 0.0 <= args.linger <= MAX_DEADLINE_SECONDS:
+        print(
+            f"{_PREFIX}: --linger = {args.linger!r}: must be between 0 and "
+            f"{MAX_DEADLINE_SECONDS:g} seconds (30 days)",
+            file=sys.stderr,
+        )
         return 2
     tls_dir: Path = args.tls_dir or base / "coordinator"
     try:
