@@ -227,3 +227,38 @@ def test_predict_writes_formula_ids_inert(
     assert written == ['"\'=HYPERLINK(""http://evil.example""', "'@SUM(A1)", "'-2+3", "+1"]
     ages = [float(line.rsplit(",", 3)[1]) for line in out.read_text().splitlines()[1:]]
     assert np.allclose(ages, cohort.age)
+
+
+# ---------------------------------------------------------------- the node's records
+
+
+def test_an_approval_from_outside_is_read_bounded(tmp_path: Path) -> None:
+    from node.approval import read_approval
+    from node.errors import ApprovalError
+
+    approval = tmp_path / "approval.json"
+    os.mkfifo(approval, 0o600)
+    with pytest.raises(ApprovalError, match="is a FIFO"):
+        read_approval(tmp_path)
+    approval.unlink()
+    approval.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ApprovalError, match="nests arrays or tables more than 64 levels deep"):
+        read_approval(tmp_path)
+
+
+def test_the_ledger_and_private_records_refuse_what_the_node_never_wrote(tmp_path: Path) -> None:
+    from node.atomic import read_private_bytes
+    from node.ledger import LedgerError, PrivacyLedger
+
+    ledger = tmp_path / "ledger.json"
+    ledger.write_text('{"format": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(LedgerError, match="more than 64 levels deep"):
+        PrivacyLedger.open(ledger, "a", 1e-6)
+    ledger.unlink()
+    os.mkfifo(ledger, 0o600)
+    with pytest.raises(LedgerError, match="is a FIFO"):
+        PrivacyLedger.open(ledger, "a", 1e-6)
+    secret = tmp_path / "session.key"
+    os.mkfifo(secret, 0o600)
+    with pytest.raises(OSError, match="is not a regular file"):
+        read_private_bytes(secret)
