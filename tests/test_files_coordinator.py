@@ -125,3 +125,71 @@ def test_linger_is_range_checked(fed: Path, capsys: pytest.CaptureFixture[str], 
     code, err = _run(fed, capsys, "--linger", value)
     assert code == 2
     assert "--linger" in err and "must be between 0 and 2.592e+06 seconds (30 days)" in err
+
+
+# ---------------------------------------------------------------- zerosum federation revoke
+
+
+def test_revoke_and_reissue_a_node_certificate(
+    fed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from proto.federation import config_hash, load_federation
+    from proto.tls import RevokedCertificateError, check_node_credentials
+
+    folder = tmp_path / "fed"
+    shutil.copytree(fed, folder, symlinks=True)
+    before = load_federation(folder / "federation.toml")
+    old_pem = (folder / "nodes/b/client.pem").read_bytes()
+    old = certificate_fingerprint(x509.load_pem_x509_certificate(old_pem))
+    argv = ["federation", "revoke", "--federation", str(folder), "--node-id", "b", "--reissue"]
+    assert zerosum.cli.main(argv) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert f"revoked certificate SHA-256 {old}" in out and "restart the coordinator" in out
+    after = load_federation(folder / "federation.toml")
+    assert after.revoked == (old,)
+    assert config_hash(after) == config_hash(before)
+    ca = (folder / "ca/ca.pem").read_bytes()
+    with pytest.raises(RevokedCertificateError):
+        old_key = (fed / "nodes/b/client.key").read_bytes()
+        check_node_credentials(ca, old_pem, old_key, "b", revoked=after.revoked)
+    new_pem = (folder / "nodes/b/client.pem").read_bytes()
+    new_key = folder / "nodes/b/client.key"
+    assert new_key.stat().st_mode & 0o777 == 0o600
+    check_node_credentials(ca, new_pem, new_key.read_bytes(), "b", revoked=after.revoked)
+    # Again, by fingerprint in the colon form: already listed, nothing changes.
+    colons = ":".join(old[i : i + 2] for i in range(0, 64, 2)).upper()
+    text = (folder / "federation.toml").read_text()
+    argv = ["federation", "revoke", "--federation", str(folder), "--fingerprint", colons]
+    assert zerosum.cli.main(argv) == 0
+    assert "was already revoked" in capsys.readouterr().out
+    assert (folder / "federation.toml").read_text() == text
+    # A second certificate joins the list on the same line.
+    other = certificate_fingerprint(
+        x509.load_pem_x509_certificate((folder / "nodes/a/client.pem").read_bytes())
+    )
+    argv = ["federation", "revoke", "--federation", str(folder), "--certificate",
+            str(folder / "nodes/a/client.pem")]  # fmt: skip
+    assert zerosum.cli.main(argv) == 0
+    assert load_federation(folder / "federation.toml").revoked == tuple(sorted((old, other)))
+    assert (folder / "federation.toml").read_text().count("revoked = ") == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--node-id", "zed"], "node 'zed' is not part of federation"),
+        (
+            ["--fingerprint", "abc"],
+            "--fingerprint = 'abc': must be a certificate's SHA-256 fingerprint",
+        ),
+        (["--fingerprint", "ab" * 32, "--reissue"], "--reissue goes with --node-id"),
+    ],
+)
+def test_revoke_refuses_in_one_sentence(
+    fed: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    text = (fed / "federation.toml").read_text()
+    assert zerosum.cli.main(["federation", "revoke", "--federation", str(fed), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and err.count("\n") == 0
+    assert (fed / "federation.toml").read_text() == text

@@ -208,7 +208,7 @@ def test_the_revocation_list_is_read_and_kept_out_of_the_hash() -> None:
     assert listed.revoked == (fingerprint,)
     assert config_hash(listed) == config_hash(plain)
     for bad in ("abc", 7, "zz" * 32):
-        with pytest.raises(ConfigError, match=r"revoked\[0\].*SHA-256 fingerprints"):
+        with pytest.raises(ConfigError, match=r"revoked\[0\].*SHA-256 fingerprint:"):
             make_config(revoked=[bad])
     with pytest.raises(ConfigError, match="revoked"):
         make_config(revoked="ab" * 32)

@@ -96,6 +96,10 @@ _FINGERPRINT_RULE: Final = (
     "must be a list of certificate SHA-256 fingerprints, 64 hexadecimal digits each "
     "(colons between the bytes allowed)"
 )
+_ONE_FINGERPRINT_RULE: Final = (
+    "must be a certificate's SHA-256 fingerprint: 64 hexadecimal digits (colons between "
+    "the bytes allowed)"
+)
 
 
 def normalise_fingerprint(name: str, value: object) -> str:
@@ -106,10 +110,10 @@ def normalise_fingerprint(name: str, value: object) -> str:
     ``sha256 Fingerprint=`` label); anything else is a ConfigError naming ``name``.
     """
     if not isinstance(value, str):
-        raise ConfigError(name, value, _FINGERPRINT_RULE)
+        raise ConfigError(name, value, _ONE_FINGERPRINT_RULE)
     text = value.strip().lower().replace(":", "")
     if not _HEX64_RE.fullmatch(text):
-        raise ConfigError(name, value, _FINGERPRINT_RULE)
+        raise ConfigError(name, value, _ONE_FINGERPRINT_RULE)
     return text
 
 

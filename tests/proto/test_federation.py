@@ -495,7 +495,7 @@ TOML_ERRORS: list[tuple[str, str, str]] = [
     (
         edited("min_nodes = 2", 'min_nodes = 2\nrevoked = ["xyz"]'),
         "revoked[0]",
-        "SHA-256 fingerprints",
+        "SHA-256 fingerprint: 64 hexadecimal digits",
     ),
     (edited("min_nodes = 2", "min_nodes = 5"), "min_nodes", "between 2 and 4"),
     (edited('node_id = "beta"', 'node_id = "be ta"'), "nodes[1].node_id", "A-Z"),
