@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.deltab.io import read_table, spreadsheet_safe, write_table
+from node.deltab.cells import spreadsheet_safe
+from node.deltab.io import read_table, write_table
 from proto.federation import ConfigError, parse_federation
 from proto.files import (
     LocalFileError,
@@ -38,6 +39,7 @@ from proto.nesting import (
     parse_json,
 )
 from proto.text import sanitise_text
+from tests.proto.test_federation import edited
 
 Reader = Callable[[Path], object]
 
@@ -257,3 +259,43 @@ def test_written_tables_hold_no_live_formula_and_read_back(tmp_path: Path) -> No
     back = read_table(path)
     assert back.ids == ('\'=HYPERLINK("http://evil","click")', "a,b", "-7", "'@x")
     assert back.age is not None and back.age[2] == -3.25
+
+
+# ---------------------------------------------------------------- numbers at load
+
+RANGE_ERRORS: list[tuple[str, str, str]] = [
+    (
+        edited("min_cohort_size = 100", "min_cohort_size = 9223372036854775807"),
+        "min_cohort_size",
+        "between 1 and 1000000000",
+    ),
+    (edited("epsilon = 1.0", "epsilon = 1e-300"), "privacy.epsilon", "between 0.001 and 100"),
+    (
+        edited("epsilon_budget = 4.0", "epsilon_budget = 1e308"),
+        "privacy.epsilon_budget",
+        "between 0.001 and 1000",
+    ),
+    (
+        edited('target_std = "calibrated"', "target_std = 1e300"),
+        "privacy.noise_design.target_std",
+        "at most 2^(56-F) = 16777216 with fixed_point_bits F = 32",
+    ),
+    (
+        edited("shape = [10]", "shape = [1073741824, 2]"),
+        "plan.rounds[1].tensors",
+        "at most 1073741824 values",
+    ),
+    (
+        edited("min_nodes = 2", 'min_nodes = 2\nrevoked = ["xyz"]'),
+        "revoked[0]",
+        "SHA-256 fingerprint: 64 hexadecimal digits",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "field", "reason"), RANGE_ERRORS)
+def test_every_number_is_range_checked_at_load(text: str, field: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_federation(text)
+    assert caught.value.field == field, str(caught.value)
+    assert reason in str(caught.value)

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from node.deltab.cells import spreadsheet_safe
 from proto.files import GIB, LocalFileError, MissingFileError, open_limited
 
 __all__ = [
@@ -50,7 +51,6 @@ __all__ = [
     "read_ages",
     "read_table",
     "select_features",
-    "spreadsheet_safe",
     "write_table",
     "write_values",
 ]
@@ -537,34 +537,6 @@ def _format(value: float) -> str:
 def write_values(path: str | Path, values: FloatArray) -> None:
     """One number per line, the layout the public ``deltab`` tool writes."""
     _write_atomically(Path(path), (f"{_format(float(v))}\n" for v in values))
-
-
-# A cell starting with one of these is a formula to a spreadsheet (OWASP, "CSV
-# Injection"): "=HYPERLINK(...)", "+cmd|...", "@SUM(...)", a tab or carriage
-# return before any of them.
-_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
-def spreadsheet_safe(cell: str) -> str:
-    """``cell`` as a spreadsheet will show it, not run it.
-
-    A cell that starts like a formula (``=``, ``+``, ``-``, ``@``, tab or
-    carriage return) gets a leading apostrophe, the OWASP rule for CSV
-    injection; a cell that is a number ("-3.2", "+44", "-1e5") is left as it
-    is, so it stays a number. Values the tools compute are written as numbers
-    and never pass through here; only text from an input file (subject ids) does.
-    """
-    if cell.startswith(_FORMULA_STARTS) and not _is_number(cell):
-        return "'" + cell
-    return cell
-
-
-def _is_number(cell: str) -> bool:
-    try:
-        value = float(cell)
-    except ValueError:
-        return False
-    return math.isfinite(value) and cell == cell.strip()
 
 
 def write_table(

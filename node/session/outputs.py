@@ -22,7 +22,7 @@ import numpy as np
 
 from node.atomic import atomic_write_text
 from node.cape_state import CapeStore
-from node.deltab.io import spreadsheet_safe
+from node.deltab.cells import spreadsheet_safe
 from node.egress import EgressBundle
 from node.plans.deltab import DeltabPlan
 from node.session_state import SessionStore
