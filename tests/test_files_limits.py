@@ -269,11 +269,11 @@ RANGE_ERRORS: list[tuple[str, str, str]] = [
         "min_cohort_size",
         "between 1 and 1000000000",
     ),
-    (edited("epsilon = 1.0", "epsilon = 1e-300"), "privacy.epsilon", "between 0.001 and 100"),
+    (edited("epsilon = 1.0", "epsilon = 1e-300"), "privacy.epsilon", "between 0.001 and 1000"),
     (
         edited("epsilon_budget = 4.0", "epsilon_budget = 1e308"),
         "privacy.epsilon_budget",
-        "between 0.001 and 1000",
+        "between 0.001 and 100000",
     ),
     (
         edited('target_std = "calibrated"', "target_std = 1e300"),
