@@ -46,6 +46,7 @@ from coordinator.errors import (
     CoordinatorError,
     FailedPrecondition,
     InvalidArgument,
+    PermissionDenied,
     Unauthenticated,
 )
 from coordinator.guard import CallGuard
@@ -71,7 +72,12 @@ from coordinator.wire import (
     withdraw_request_from_pb,
 )
 from proto.chunks import file_chunks
-from proto.tls import CertificateError, node_id_from_auth_context
+from proto.tls import (
+    CertificateError,
+    PeerVerifier,
+    RevokedCertificateError,
+    node_id_from_auth_context,
+)
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 
@@ -99,13 +105,25 @@ def _abort(context: grpc.ServicerContext, error: CoordinatorError) -> NoReturn:
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     """Translates the Coordinator service's messages for a :class:`Session`."""
 
-    def __init__(self, session: Session, *, payload_slots: int = DEFAULT_PAYLOAD_SLOTS) -> None:
+    def __init__(
+        self,
+        session: Session,
+        *,
+        payload_slots: int = DEFAULT_PAYLOAD_SLOTS,
+        verifier: PeerVerifier | None = None,
+    ) -> None:
         self.session = session
         self._slots = threading.BoundedSemaphore(payload_slots)
+        # Pathlen and revocation, which the TLS layer does not check (proto.tls).
+        self._verifier = verifier
 
     def _caller(self, context: grpc.ServicerContext) -> str:
         try:
-            return node_id_from_auth_context(context.auth_context())
+            if self._verifier is None:
+                return node_id_from_auth_context(context.auth_context())
+            return self._verifier.node_id(context.auth_context())
+        except RevokedCertificateError as error:
+            _abort(context, PermissionDenied(str(error)))
         except CertificateError as error:
             _abort(context, Unauthenticated(f"the client certificate names no node: {error}"))
 
@@ -303,11 +321,15 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
 @dataclass(frozen=True)
 class ServerTLS:
-    """PEM bytes: the coordinator's certificate and key, and the federation CA for clients."""
+    """PEM bytes: the coordinator's certificate and key, and the federation CA for clients.
+
+    ``revoked`` holds the SHA-256 fingerprints of client certificates to refuse.
+    """
 
     certificate: bytes
     private_key: bytes
     ca_certificate: bytes
+    revoked: tuple[str, ...] = ()
 
 
 class _Ticker(threading.Thread):
@@ -431,7 +453,12 @@ def start_server(
         ],
     )
     pb_grpc.add_CoordinatorServicer_to_server(
-        CoordinatorServicer(session, payload_slots=payload_slots), server
+        CoordinatorServicer(
+            session,
+            payload_slots=payload_slots,
+            verifier=PeerVerifier(tls.ca_certificate, tls.revoked),
+        ),
+        server,
     )
     operations = Operations(server)
     credentials = grpc.ssl_server_credentials(

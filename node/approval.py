@@ -53,6 +53,11 @@ from node.egress import APPROVAL, EgressBundle
 from node.errors import ApprovalError, ApprovalRejected, SetupError
 from noise.keys import IdentityKey, key_fingerprint, length_prefixed
 from proto.federation import FederationConfig
+from proto.files import LocalFileError, read_limited_text
+from proto.nesting import NestingError, parse_json
+
+# An approval is a signed decision of a few hundred bytes.
+_APPROVAL_BYTES = 1 << 20
 
 __all__ = [
     "APPROVAL_FORMAT",
@@ -197,11 +202,16 @@ def read_approval(folder: Path) -> Approval | None:
     """The approval in an egress folder, or None when there is none yet."""
     path = Path(folder) / APPROVAL
     try:
-        text = path.read_text(encoding="utf-8")
+        # Written by the TRE's output checkers, not by the node: bounded and depth-checked.
+        text = read_limited_text(path, _APPROVAL_BYTES, what="approval")
     except FileNotFoundError:
         return None
+    except LocalFileError as exc:
+        raise ApprovalError(str(exc)) from None
     try:
-        data = json.loads(text)
+        data = parse_json(text, what=f"approval {path}")
+    except NestingError as exc:
+        raise ApprovalError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise ApprovalError(f"{path} is not valid JSON: {exc}") from exc
     if not isinstance(data, dict):

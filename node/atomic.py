@@ -30,6 +30,10 @@ __all__ = [
     "read_private_bytes",
 ]
 
+# The node's private records (a session key, CAPE material) are kilobytes to
+# megabytes; a larger one was not written by the node.
+_PRIVATE_FILE_BYTES = 256 << 20
+
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
     """Replace ``path`` with ``data`` atomically (parent directories are created)."""
@@ -81,12 +85,21 @@ def read_private_bytes(path: Path) -> bytes | None:
     group or others any access raises :class:`ExposedFileError`: the mode is
     read from the open descriptor, so the check and the read see one file.
     """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         return None
     with os.fdopen(fd, "rb") as handle:
-        mode = stat.S_IMODE(os.fstat(handle.fileno()).st_mode)
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file; a private file of the node must be one")
+        mode = stat.S_IMODE(info.st_mode)
         if mode & 0o077:
             raise ExposedFileError(path, mode)
-        return handle.read()
+        data = handle.read(_PRIVATE_FILE_BYTES + 1)
+        if len(data) > _PRIVATE_FILE_BYTES:
+            raise OSError(
+                f"{path} holds more than {_PRIVATE_FILE_BYTES} bytes; it is not the node's"
+            )
+        return data

@@ -67,7 +67,8 @@ from proto.chunks import (
     payload_chunks,
     payload_header,
 )
-from proto.files import KIB, LocalFileError, read_limited
+from proto.files import KIB, LocalFileError, read_limited, read_secret
+from proto.text import sanitise_text
 from proto.tls import CertificateError, check_node_credentials
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
@@ -83,6 +84,8 @@ __all__ = [
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 # Certificates and keys are a few kilobytes; anything larger is not one.
 _CREDENTIAL_BYTES: Final = 64 * KIB
+# The coordinator bounds a withdrawal reason to 1000 characters; nothing longer is shown.
+_REASON_CHARACTERS: Final = 1000
 # How often a node that keeps retrying says so.
 _PROGRESS_SECONDS: Final = 10.0
 
@@ -165,7 +168,10 @@ class Retrier:
                 return attempt(self.policy.attempt_timeout)
             except grpc.RpcError as error:
                 code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-                details = (error.details() if hasattr(error, "details") else "") or ""
+                # The coordinator's sentence reaches the terminal and the logs.
+                details = sanitise_text(
+                    (error.details() if hasattr(error, "details") else "") or ""
+                )
                 if code not in _RETRYABLE:
                     kind = CoordinatorRefused
                     if method == "Join" and code == grpc.StatusCode.ALREADY_EXISTS:
@@ -205,8 +211,15 @@ def assemble_payload(
         raise PayloadError(f"{what}: {error}") from None
 
 
-def _read_credential(path: Path, what: str) -> bytes:
+def _peer_text(text: str) -> str:
+    """A reason written by the coordinator or another node, safe to print (proto.text)."""
+    return sanitise_text(text, _REASON_CHARACTERS)
+
+
+def _read_credential(path: Path, what: str, *, secret: bool = False) -> bytes:
     try:
+        if secret:
+            return read_secret(path, _CREDENTIAL_BYTES, what=what)
         return read_limited(path, _CREDENTIAL_BYTES, what=what)
     except LocalFileError as error:
         raise SetupError(str(error)) from None
@@ -289,7 +302,7 @@ class GrpcGateway:
         """A gateway with the node's TLS files, checked first (SetupError naming the fault)."""
         ca = _read_credential(ca_certificate, "CA certificate")
         certificate = _read_credential(client_certificate, "client certificate")
-        key = _read_credential(client_key, "client key")
+        key = _read_credential(client_key, "client key", secret=True)
         try:
             check_node_credentials(ca, certificate, key, node_id)
         except CertificateError as error:
@@ -342,7 +355,7 @@ class GrpcGateway:
             session_id=message.session_id,
             state=_SESSION_STATES.get(message.state, SessionState.UNKNOWN),
             config_hash=bytes(message.config_hash),
-            reason=message.reason,
+            reason=_peer_text(message.reason),
             rounds=tuple(
                 RoundSummary(
                     index=r.round_index,
@@ -350,13 +363,14 @@ class GrpcGateway:
                     state=_ROUND_STATES.get(r.status, RoundState.UNKNOWN),
                     submitted=tuple(r.submitted_node_ids),
                     dropped=tuple(r.dropped_node_ids),
-                    reason=r.reason,
+                    reason=_peer_text(r.reason),
                 )
                 for r in message.rounds
             ),
             joined=tuple(message.joined_node_ids),
             dropped=tuple(
-                DroppedNode(d.node_id, d.round_index, d.reason) for d in message.dropped_nodes
+                DroppedNode(d.node_id, d.round_index, _peer_text(d.reason))
+                for d in message.dropped_nodes
             ),
         )
 
@@ -485,7 +499,7 @@ class GrpcGateway:
                 round_index=header.round_index,
                 round_name=header.round_name,
                 state=_ROUND_STATES.get(header.status, RoundState.UNKNOWN),
-                reason=header.reason,
+                reason=_peer_text(header.reason),
                 survivors=tuple(header.survivor_node_ids),
                 dropped=tuple(header.dropped_node_ids),
                 statements=tuple(

@@ -68,6 +68,11 @@ from node.ledger_entry import (
 )
 from node.receipt import json_number
 from noise.accounting import compose_mu, gaussian_epsilon
+from proto.files import LocalFileError, read_limited_text
+from proto.nesting import NestingError, parse_json
+
+# A ledger gains a few hundred bytes per release; 64 MiB is decades of them.
+_LEDGER_BYTES = 64 << 20
 
 __all__ = [
     "LEDGER_FORMAT",
@@ -127,7 +132,13 @@ class PrivacyLedger:
         if not path.exists():
             return ledger
         try:
-            document = json.loads(path.read_text(encoding="utf-8"))
+            text = read_limited_text(path, _LEDGER_BYTES, what="privacy ledger")
+        except LocalFileError as exc:
+            raise LedgerError(str(exc)) from None
+        try:
+            document = parse_json(text, what=f"privacy ledger {path}")
+        except NestingError as exc:
+            raise LedgerError(str(exc)) from None
         except json.JSONDecodeError as exc:
             raise LedgerError(f"privacy ledger {path} is not valid JSON: {exc}") from exc
         if not isinstance(document, dict) or document.get("format") != LEDGER_FORMAT:

@@ -60,6 +60,11 @@ from node.atomic import (
 )
 from node.errors import SessionStateError
 from noise.keys import EphemeralKey, key_fingerprint
+from proto.files import LocalFileError, read_limited_text
+from proto.nesting import NestingError, parse_json
+
+# The session record holds ids, hashes and keys: kilobytes.
+_RECORD_BYTES = 16 << 20
 
 __all__ = [
     "KEY_FILE",
@@ -180,12 +185,14 @@ class SessionStore:
     def read(self) -> SessionRecord | None:
         """``session.json`` parsed and checked, or None when there is none."""
         try:
-            text = self.record_path.read_text(encoding="utf-8")
+            text = read_limited_text(self.record_path, _RECORD_BYTES, what="session record")
         except FileNotFoundError:
             return None
+        except LocalFileError as exc:
+            raise SessionStateError(str(exc)) from None
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
+            data = parse_json(text, what=f"session record {self.record_path}")
+        except (json.JSONDecodeError, NestingError) as exc:
             raise SessionStateError(
                 f"{self.record_path} is not valid JSON ({exc}); it records this node's session "
                 "key — restore it, or remove it together with "

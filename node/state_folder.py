@@ -55,6 +55,11 @@ from node.atomic import atomic_write_json
 from node.errors import SessionFailed, SessionStateError
 from node.ledger import LedgerError, PrivacyLedger
 from noise.keys import key_fingerprint
+from proto.files import LocalFileError, read_limited_text
+from proto.nesting import NestingError, parse_json
+
+# One entry of a few hundred bytes per session this node took part in.
+_SESSIONS_BYTES = 64 << 20
 
 __all__ = [
     "LEDGER_FILE",
@@ -239,12 +244,14 @@ class NodeState:
     def sessions(self) -> tuple[SessionEntry, ...]:
         """Every session recorded in ``STATE/sessions.json`` (none when it does not exist)."""
         try:
-            text = self.sessions_path.read_text(encoding="utf-8")
+            text = read_limited_text(self.sessions_path, _SESSIONS_BYTES, what="session list")
         except FileNotFoundError:
             return ()
+        except LocalFileError as exc:
+            raise SessionStateError(str(exc)) from None
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
+            data = parse_json(text, what=f"session list {self.sessions_path}")
+        except (json.JSONDecodeError, NestingError) as exc:
             raise SessionStateError(
                 f"{self.sessions_path} is not valid JSON ({exc}); it records every session this "
                 "node has taken part in, which it needs to refuse a replayed one: restore it"

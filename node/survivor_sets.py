@@ -16,12 +16,16 @@ each user signs once).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from node.atomic import atomic_write_json
 from node.errors import SessionStateError
+from proto.files import LocalFileError, read_limited_text
+from proto.nesting import parse_json
+
+# One signed survivor set (node ids and a signature) per round.
+_RECORD_BYTES = 16 << 20
 
 __all__ = ["SURVIVOR_SETS", "SignedSet", "SurvivorSets"]
 
@@ -56,13 +60,13 @@ class SurvivorSets:
 
     def _load(self) -> dict[int, SignedSet]:
         try:
-            text = self.path.read_text(encoding="utf-8")
+            text = read_limited_text(self.path, _RECORD_BYTES, what="survivor-set record")
         except FileNotFoundError:
             return {}
-        except OSError as error:
-            raise SessionStateError(f"cannot read {self.path}: {error.strerror}") from None
+        except LocalFileError as error:
+            raise SessionStateError(str(error)) from None
         try:
-            document = json.loads(text)
+            document = parse_json(text, what=f"survivor-set record {self.path}")
             if document.get("format") != _FORMAT:
                 raise ValueError(f"format is {document.get('format')!r}, not {_FORMAT!r}")
             if document.get("session_id") != self.session_id:

@@ -42,6 +42,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from proto.federation.checks import validate_identifier
+from proto.files import KIB, read_limited
 from proto.tls import NODE_URI_PREFIX, CertificateError
 
 __all__ = [
@@ -282,7 +283,8 @@ def read_ed25519_public_key(path: str | Path) -> bytes:
     key as 64 hex digits. ValueError names the file when it is neither.
     """
     target = Path(path)
-    data = target.read_bytes()
+    # A public key in PEM is about 110 bytes; read_limited refuses FIFOs and devices.
+    data = read_limited(target, 16 * KIB, what="public key file")
     text = data.decode("ascii", errors="replace").strip()
     if len(text) == 64 and all(c in "0123456789abcdefABCDEF" for c in text):
         return bytes.fromhex(text)

@@ -26,6 +26,7 @@ line and the column.
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -34,6 +35,9 @@ from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
+
+from node.deltab.cells import spreadsheet_safe
+from proto.files import GIB, LocalFileError, MissingFileError, open_limited
 
 __all__ = [
     "ID_COLUMN_NAMES",
@@ -52,6 +56,10 @@ __all__ = [
 ]
 
 FloatArray = NDArray[np.float64]
+
+# 50,000 subjects with 5,000 measures of ten characters each take 2.5 GB; a
+# larger "table" (or /dev/zero behind a symlink) is refused before it is read.
+MAX_TABLE_BYTES = 4 * GIB
 
 MISSING_TOKENS = frozenset({"", "na", "n/a", "nan", "null"})
 ID_COLUMN_NAMES = frozenset({"id", "eid", "subject", "subject_id", "participant_id"})
@@ -171,13 +179,24 @@ def _field_count(line: str, delimiter: str | None) -> int:
     return line.count(delimiter) + 1
 
 
+def _text(path: Path) -> io.TextIOWrapper:
+    """``path`` opened as text with :func:`proto.files.open_limited` (regular, bounded)."""
+    return io.TextIOWrapper(open_limited(path, MAX_TABLE_BYTES, what="table"), encoding="utf-8-sig")
+
+
 def _open(path: Path) -> Iterator[tuple[int, str]]:
     """Yield (line number, line) for every non-blank line; I/O problems become input errors."""
+    if path.is_dir():
+        raise DeltabInputError(f"cannot read {path}: it is a directory, not a file.")
     try:
-        with path.open(encoding="utf-8-sig") as handle:
+        with _text(path) as handle:
             for number, line in enumerate(handle, 1):
                 if line.strip():
                     yield number, line
+    except MissingFileError:
+        raise DeltabInputError(f"cannot read {path}: there is no such file.") from None
+    except LocalFileError as exc:
+        raise DeltabInputError(f"{exc}.") from None
     except FileNotFoundError:
         raise DeltabInputError(f"cannot read {path}: there is no such file.") from None
     except IsADirectoryError:
@@ -316,23 +335,31 @@ def _parse(path: Path, layout: _Layout, columns: Sequence[int]) -> FloatArray:
     if not columns:
         return np.empty((len(layout.lines), 0), dtype=np.float64)
     try:
-        values = np.loadtxt(
-            path,
-            dtype=np.float64,
-            delimiter=layout.delimiter,
-            skiprows=layout.header_line,
-            usecols=None if layout.id_index is None else columns,
-            comments=None,
-            quotechar='"' if layout.delimiter is not None else None,
-            encoding="utf-8-sig",
-            ndmin=2,
-        )
+        with _text(path) as handle:
+            values = _loadtxt(handle, layout, columns)
     except ValueError:
         # loadtxt's messages count rows from zero and skip blank lines; the slow
         # path finds the same problem and reports it in the file's own terms.
         return _parse_slowly(path, layout, columns)
+    except OSError:
+        # The first pass read the file; if it has changed since, read it again slowly.
+        return _parse_slowly(path, layout, columns)
     if values.shape != (len(layout.lines), len(columns)):
         return _parse_slowly(path, layout, columns)
+    return values
+
+
+def _loadtxt(handle: io.TextIOWrapper, layout: _Layout, columns: Sequence[int]) -> FloatArray:
+    values: FloatArray = np.loadtxt(
+        handle,
+        dtype=np.float64,
+        delimiter=layout.delimiter,
+        skiprows=layout.header_line,
+        usecols=None if layout.id_index is None else columns,
+        comments=None,
+        quotechar='"' if layout.delimiter is not None else None,
+        ndmin=2,
+    )
     return values
 
 
@@ -518,7 +545,13 @@ def write_table(
     *,
     delimiter: str | None = None,
 ) -> None:
-    """Write named columns with a header; tab-delimited for ``.tsv``/``.tab``, else commas."""
+    """Write named columns with a header; tab-delimited for ``.tsv``/``.tab``, else commas.
+
+    Text cells (subject ids) are quoted where the delimiter or a quote needs
+    it and made :func:`spreadsheet_safe`, so an id such as
+    ``=HYPERLINK("http://...")`` read from an input table is not written
+    back as a live formula.
+    """
     target = Path(path)
     sep = delimiter or ("\t" if target.suffix.lower() in {".tsv", ".tab"} else ",")
     n = len(columns[0][1]) if columns else 0
@@ -527,11 +560,18 @@ def write_table(
         if isinstance(data, np.ndarray):
             rendered.append([_format(float(v)) for v in data])
         else:
-            rendered.append([str(v) for v in data])
+            rendered.append([spreadsheet_safe(str(v)) for v in data])
 
     def lines() -> Iterator[str]:
-        yield sep.join(name for name, _ in columns) + "\n"
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, delimiter=sep, lineterminator="\n")
+        writer.writerow([spreadsheet_safe(name) for name, _ in columns])
         for i in range(n):
-            yield sep.join(col[i] for col in rendered) + "\n"
+            writer.writerow([col[i] for col in rendered])
+            if buffer.tell() > 1 << 16:
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+        yield buffer.getvalue()
 
     _write_atomically(target, lines())

@@ -52,6 +52,8 @@ from node.deltab._checks import FloatArray, check_nan_policy
 from node.deltab._params import Reduction, check_model
 from node.deltab.exceptions import ModelFileError
 from node.deltab.model import BrainAgeModel
+from proto.files import LocalFileError, MissingFileError, read_limited_text
+from proto.nesting import NestingError, parse_json
 
 __all__ = [
     "FORMAT",
@@ -202,25 +204,29 @@ def _reject_constant(token: str) -> float:
 def loads(text: str) -> BrainAgeModel:
     """A model from its JSON text (validated; see the module docstring)."""
     try:
-        document = json.loads(text, parse_constant=_reject_constant)
+        document = parse_json(text, what="the model file", parse_constant=_reject_constant)
+    except NestingError as exc:
+        raise ModelFileError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise ModelFileError(f"the model file is not valid JSON: {exc}") from None
     return model_from_dict(document)
 
 
 def load_model(path: str | os.PathLike[str]) -> BrainAgeModel:
-    """Read and validate a model saved by :func:`save_model`."""
+    """Read and validate a model saved by :func:`save_model`.
+
+    The file is read with :func:`proto.files.read_limited_text`: a FIFO, a
+    device, a file over :data:`MAX_FILE_BYTES` or one that is not UTF-8 is a
+    :class:`ModelFileError` naming it, before anything is parsed; a missing
+    file is a FileNotFoundError.
+    """
     source = Path(path)
-    size = source.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise ModelFileError(
-            f"{source} is {size} bytes, larger than any model this version writes "
-            f"({MAX_FILE_BYTES} bytes); refusing to read it."
-        )
     try:
-        text = source.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ModelFileError(f"{source} is not UTF-8 text, so it is not a model file.") from None
+        text = read_limited_text(source, MAX_FILE_BYTES, what="model file")
+    except MissingFileError:
+        raise
+    except LocalFileError as exc:
+        raise ModelFileError(f"{exc}; refusing to read it.") from None
     return loads(text)
 
 

@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 from node.atomic import atomic_write_text
 from node.cohort import LocalCohort, load_cohort
 from node.deltab import plan as deltab_plan
+from node.deltab.cells import spreadsheet_safe
 from node.deltab.persist import save_model, set_feature_names
 from node.deltab.plan import PlanSettings
 from node.deltab.sums import DERIVATIONS, MEANS, SUMS, plan_shapes, sensitivity
@@ -265,7 +266,8 @@ class DeltabPlan:
         writer.writerow(["id", "age", "brain_age", "delta"])
         rows = zip(self.cohort.ids, self.cohort.age, brain_age, delta, strict=True)
         for subject, age, predicted, gap in rows:
-            writer.writerow([subject, _cell(age), _cell(predicted), _cell(gap)])
+            # Ids come from the cohort file: never write one back as a live formula.
+            writer.writerow([spreadsheet_safe(subject), _cell(age), _cell(predicted), _cell(gap)])
         atomic_write_text(predictions, buffer.getvalue())
         return model_path, predictions
 

@@ -21,6 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from proto.files import LocalFileError, read_limited_text
+from proto.nesting import NestingError, parse_json
+
+# An SDC settings file holds a handful of thresholds.
+_SDC_FILE_BYTES = 1 << 20
+
 __all__ = ["ACRO_DEFAULTS", "SDCThresholds", "read_sdc_file"]
 
 _KEYS: Final = ("safe_threshold", "safe_dof_threshold")
@@ -56,14 +62,14 @@ def read_sdc_file(path: Path) -> SDCThresholds:
     """Thresholds from an ACRO-style settings file; keys it omits keep ACRO's defaults."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise SDCFileError(f"cannot read the SDC settings {path}: {error}") from None
+        text = read_limited_text(path, _SDC_FILE_BYTES, what="SDC settings file")
+    except LocalFileError as error:
+        raise SDCFileError(f"cannot read the SDC settings: {error}") from None
     found: dict[str, object] = {}
     if text.lstrip().startswith("{"):
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
+            data = parse_json(text, what=f"SDC settings file {path}")
+        except (json.JSONDecodeError, NestingError) as error:
             raise SDCFileError(f"{path} is not valid JSON: {error}") from None
         found = {k: v for k, v in data.items() if k in _KEYS}
     else:

@@ -2,9 +2,12 @@
 
 :func:`prepare` loads the federation config, checks that this installation
 draws the federation's Gaussian streams (``node.preflight``), reads the node's
-Ed25519 identity key and checks it is the one pinned for the node, finds the
-TLS files, finds the installed plan the config names and checks its version
-and code digest (``node.plans.registry``), opens it on the local data, and settles
+Ed25519 identity key and checks it is the one pinned for the node, checks the
+TLS credentials (``proto.tls.check_node_credentials``: issued directly by the
+federation CA to this node, matching their key, not revoked; the keys private
+to their owner), finds the installed plan the config names and checks its
+version and code digest (``node.plans.registry``), opens it on the local data,
+and settles
 the output folder OUT and the state folder STATE (``node.state_folder``). Every
 problem is a :class:`~node.errors.SetupError` with one sentence (the command
 exits 2), found before a connection is opened.
@@ -24,17 +27,18 @@ from noise.errors import NoiseError
 from noise.fixed_point import FixedPointCodec
 from noise.keys import IdentityKey
 from proto.federation import ConfigError, FederationConfig, config_hash, load_federation
-from proto.files import KIB, LocalFileError, read_limited
+from proto.files import KIB, LocalFileError, read_limited, read_secret
+from proto.tls import CertificateError, check_node_credentials
 
 __all__ = ["LocalSetup", "prepare"]
 
-# An Ed25519 key in PEM is about 120 bytes.
-_IDENTITY_BYTES = 16 * KIB
+# Certificates and keys are a few kilobytes; anything larger is not one.
+_CREDENTIAL_BYTES = 64 * KIB
 
 
 @dataclass(frozen=True)
 class LocalSetup:
-    """What the node holds before the session: config, keys, TLS files, cohort, plan."""
+    """What the node holds before the session: config, keys, TLS files, plan."""
 
     node_id: str
     config_path: Path
@@ -48,17 +52,24 @@ class LocalSetup:
     state: Path  # the node's state folder (node.state_folder): its ledger and sessions
 
 
-def _check_private(path: Path) -> None:
-    """Refuse a secret file that group or others may read: it may have leaked already."""
+def _check_tls(tls: tuple[Path, Path, Path], node_id: str, revoked: tuple[str, ...]) -> None:
+    """Refuse TLS files that cannot work, in one sentence, before any connection is tried.
+
+    A certificate of another node, one not issued directly by the federation
+    CA, one that does not match its key or one the federation revoked would
+    otherwise fail in the handshake, retried until the node gives up.
+    """
+    ca_path, certificate_path, key_path = tls
     try:
-        mode = path.stat().st_mode & 0o777
-    except FileNotFoundError:
-        return  # reported where the file is read
-    if mode & 0o077:
-        raise SetupError(
-            f"{path} holds a secret key but is readable by others (mode {mode:04o}); make it "
-            f"private with `chmod 600 {path}` (and replace the key if others may have read it)"
-        )
+        ca = read_limited(ca_path, _CREDENTIAL_BYTES, what="CA certificate")
+        certificate = read_limited(certificate_path, _CREDENTIAL_BYTES, what="client certificate")
+        key = read_secret(key_path, _CREDENTIAL_BYTES, what="client key")
+    except LocalFileError as error:
+        raise SetupError(str(error)) from None
+    try:
+        check_node_credentials(ca, certificate, key, node_id, revoked=revoked)
+    except CertificateError as error:
+        raise SetupError(f"{certificate_path}: {error}") from None
 
 
 def _config_path(federation: Path) -> Path:
@@ -94,12 +105,9 @@ def prepare(
     base = config.base_dir or config_path.parent
     node_dir = base / "nodes" / node_id
     identity_path = node_dir / "identity.pem"
-    for secret in (identity_path, node_dir / "client.key"):
-        _check_private(secret)
     try:
-        identity = IdentityKey.from_pem(
-            read_limited(identity_path, _IDENTITY_BYTES, what="identity key")
-        )
+        # A key that others may read is refused (proto.files.read_secret).
+        identity = IdentityKey.read_pem(identity_path)
     except LocalFileError as error:
         raise SetupError(str(error)) from None
     except NoiseError as error:
@@ -108,10 +116,8 @@ def prepare(
         raise SetupError(
             f"{identity_path} is not the identity key pinned for node {node_id!r} in {config_path}"
         )
-    tls = (base / config.ca_certificate, node_dir / "client.pem", node_dir / "client.key")
-    for path in tls:
-        if not path.exists():
-            raise SetupError(f"{path} does not exist")
+    tls = (config.ca_certificate_path, node_dir / "client.pem", node_dir / "client.key")
+    _check_tls(tls, node_id, config.revoked)
     data_path = Path(data) if data is not None else node_dir / "data.csv"
     try:
         plan = definition.open(config, data_path)

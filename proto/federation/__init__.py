@@ -29,6 +29,7 @@ from proto.federation.schema import (
     PrivacyPolicy,
     RoundSpec,
     SessionTimings,
+    normalise_fingerprint,
 )
 from proto.federation.writing import dump_federation
 
@@ -50,6 +51,7 @@ __all__ = [
     "config_hash",
     "dump_federation",
     "load_federation",
+    "normalise_fingerprint",
     "parse_federation",
     "validate_identifier",
 ]

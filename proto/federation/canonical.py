@@ -12,6 +12,9 @@ a node without them is encoded as before they existed. Settings of the federatio
 sections are normalised first (``epsilon = 1`` and ``epsilon = 1.0`` hash
 alike); a plan's tables are hashed as written, so within them ``1`` and
 ``1.0`` differ — every party holds the same file, so they always agree.
+The ``revoked`` list of certificate fingerprints is left out: revoking a
+certificate must not change the identity of a federation, nor stop a running
+session from resuming.
 
 The hash is bound into every key-bundle signature, every pairwise seed and
 every upload statement, so a node configured for another federation (or

@@ -29,6 +29,7 @@ from proto.federation.schema import (
     SessionTimings,
 )
 from proto.files import MIB, read_limited_text
+from proto.nesting import NestingError, check_text_nesting, check_value_nesting
 
 __all__ = ["MAX_CONFIG_BYTES", "load_federation", "parse_federation"]
 
@@ -43,6 +44,7 @@ _TOP_KEYS: Final = (
     "min_cohort_size",
     "min_nodes",
     "stream_check",
+    "revoked",
     "privacy",
     "plan",
     "session",
@@ -177,7 +179,8 @@ def _parse_rounds(value: object) -> tuple[RoundSpec, ...]:
         try:
             rounds.append(RoundSpec(cast(str, name), layout))
         except ConfigError as error:
-            raise ConfigError(f"{where}.name", error.value, error.reason) from None
+            leaf = "tensors" if error.field.endswith(".tensors") else "name"
+            raise ConfigError(f"{where}.{leaf}", error.value, error.reason) from None
     return tuple(rounds)
 
 
@@ -208,9 +211,15 @@ def parse_federation(
     ``source`` names the text in the error raised when it is not TOML at all.
     """
     try:
+        # Depth is bounded before tomllib recurses, and again after it for
+        # dotted keys and table headers, which nest without brackets.
+        check_text_nesting(text, what="a federation config", syntax="toml")
         data = tomllib.loads(text)
+        check_value_nesting(data, what="a federation config")
     except tomllib.TOMLDecodeError as error:
         raise ConfigError("file", source, f"is not valid TOML ({error})") from None
+    except NestingError as error:
+        raise ConfigError("file", source, str(error)) from None
     except RecursionError:
         raise ConfigError("file", source, "nests tables or arrays too deeply to be read") from None
     top = _Table(data, "", _TOP_KEYS)
@@ -228,7 +237,7 @@ def parse_federation(
     session = SessionTimings(**session_table.arguments((), _SESSION_KEYS))
     settings = top.arguments(
         ("federation_id", "coordinator_address", "ca_certificate"),
-        ("fixed_point_bits", "min_cohort_size", "min_nodes", "stream_check"),
+        ("fixed_point_bits", "min_cohort_size", "min_nodes", "stream_check", "revoked"),
     )
     return FederationConfig(
         nodes=nodes,

@@ -53,6 +53,7 @@ __all__ = [
     "PrivacyPolicy",
     "RoundSpec",
     "SessionTimings",
+    "normalise_fingerprint",
 ]
 
 CONFIG_FORMAT: Final = "zerosum/v1/federation"
@@ -72,10 +73,57 @@ MAX_FIXED_POINT_BITS: Final = 40
 # days is a typo (and would overflow the coordinator's clock arithmetic).
 MIN_DEADLINE_SECONDS: Final = 1.0
 MAX_DEADLINE_SECONDS: Final = 30 * 24 * 3600.0
+# An ε below 0.001 buys no accuracy at all (the noise swamps any cohort); one
+# above 1000 (tests use 300 for noise too small to matter) protects nothing and
+# is a typo, like a budget above 10^5.
+MIN_EPSILON: Final = 1e-3
+MAX_EPSILON: Final = 1000.0
+MAX_EPSILON_BUDGET: Final = 1e5
+# Noise of standard deviation σ is σ·2^F in fixed point; 128 σ must stay well
+# inside the signed 64-bit range, so σ ≤ 2^(56-F).
+_NOISE_HEADROOM_BITS: Final = 56
+# A cohort larger than any population; beyond it 1/N² underflows nothing but means nothing.
+MAX_COHORT_SIZE: Final = 10**9
+# 2^30 uint64 values (8 GiB) per payload: the coordinator's bound on what one
+# node may make it store, and far above any model here.
+MAX_ROUND_VALUES: Final = 1 << 30
 
 _HEX64_RE: Final = re.compile(r"[0-9a-f]{64}")
 # Plan round names: no "/" (CAPE's secure-sum rounds are "cape-sum/<name>").
 _ROUND_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+_FINGERPRINT_RULE: Final = (
+    "must be a list of certificate SHA-256 fingerprints, 64 hexadecimal digits each "
+    "(colons between the bytes allowed)"
+)
+_ONE_FINGERPRINT_RULE: Final = (
+    "must be a certificate's SHA-256 fingerprint: 64 hexadecimal digits (colons between "
+    "the bytes allowed)"
+)
+
+
+def normalise_fingerprint(name: str, value: object) -> str:
+    """A certificate's SHA-256 fingerprint as 64 lowercase hex digits.
+
+    Accepts upper or lower case and the ``AB:CD:...`` form that
+    ``openssl x509 -noout -fingerprint -sha256`` prints (after its
+    ``sha256 Fingerprint=`` label); anything else is a ConfigError naming ``name``.
+    """
+    if not isinstance(value, str):
+        raise ConfigError(name, value, _ONE_FINGERPRINT_RULE)
+    text = value.strip().lower().replace(":", "")
+    if not _HEX64_RE.fullmatch(text):
+        raise ConfigError(name, value, _ONE_FINGERPRINT_RULE)
+    return text
+
+
+def _within(name: str, value: object, low: float, high: float) -> float:
+    """``value`` as a finite float in [low, high]; a ConfigError naming the range otherwise."""
+    result = positive(name, value)
+    if not low <= result <= high:
+        raise ConfigError(name, value, f"must be between {low:g} and {high:g}")
+    return result
 
 
 def _set(obj: object, name: str, value: object) -> None:
@@ -186,12 +234,14 @@ class PrivacyPolicy:
     noise_design: NoiseDesignSpec = field(default_factory=NoiseDesignSpec)
 
     def __post_init__(self) -> None:
-        _set(self, "epsilon", positive("privacy.epsilon", self.epsilon))
+        _set(self, "epsilon", _within("privacy.epsilon", self.epsilon, MIN_EPSILON, MAX_EPSILON))
         delta = finite("privacy.delta", self.delta)
         if not 0.0 < delta < 1.0:
             raise ConfigError("privacy.delta", self.delta, "must be strictly between 0 and 1")
         _set(self, "delta", delta)
-        budget = positive("privacy.epsilon_budget", self.epsilon_budget)
+        budget = _within(
+            "privacy.epsilon_budget", self.epsilon_budget, MIN_EPSILON, MAX_EPSILON_BUDGET
+        )
         if self.epsilon > budget:
             raise ConfigError(
                 "privacy.epsilon",
@@ -243,6 +293,13 @@ class RoundSpec:
             )
         if not isinstance(self.layout, Layout):
             raise ConfigError(f"plan.rounds[{self.name}].tensors", self.layout, "must be a layout")
+        if self.layout.size > MAX_ROUND_VALUES:
+            raise ConfigError(
+                f"plan.rounds[{self.name}].tensors",
+                self.layout.size,
+                f"a round holds at most {MAX_ROUND_VALUES} values (2^30, 8 GiB of uint64); "
+                "this layout holds more",
+            )
 
 
 def _plain(name: str, value: object) -> Any:
@@ -327,7 +384,13 @@ class PlanSpec:
 class FederationConfig:
     """Everything the nodes and the coordinator must agree on before a session.
 
-    ``nodes`` is kept sorted by node id. ``base_dir`` is the folder the file
+    ``revoked`` lists the SHA-256 fingerprints of TLS certificates the
+    coordinator refuses (:func:`normalise_fingerprint` accepts the colon
+    form ``openssl x509 -fingerprint -sha256`` prints); it is kept sorted and
+    takes no part in the config hash, so a certificate can be revoked while a
+    session runs, by restarting the coordinator with the new list, without
+    changing the identity every signature is bound to. ``nodes`` is kept
+    sorted by node id. ``base_dir`` is the folder the file
     was read from (relative paths such as ``ca_certificate`` resolve against
     it); it is a local fact, so it takes no part in equality, the dump or the
     config hash.
@@ -346,6 +409,8 @@ class FederationConfig:
     # noise.stream.stream_fingerprint() of the installation that made the
     # federation; None skips the check (a federation written by hand).
     stream_check: str | None = None
+    # SHA-256 fingerprints (64 lowercase hex digits) of revoked TLS certificates.
+    revoked: tuple[str, ...] = ()
     base_dir: Path | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -367,7 +432,7 @@ class FederationConfig:
                 f"{MAX_FIXED_POINT_BITS}: with F fractional bits every sum, and the aggregate "
                 "over all nodes, must stay below 2^(63-F) in magnitude",
             )
-        whole("min_cohort_size", self.min_cohort_size, 1)
+        whole("min_cohort_size", self.min_cohort_size, 1, MAX_COHORT_SIZE)
         if self.stream_check is not None and (
             not isinstance(self.stream_check, str) or not _HEX64_RE.fullmatch(self.stream_check)
         ):
@@ -381,10 +446,18 @@ class FederationConfig:
         ):
             if not isinstance(getattr(self, name), kind):
                 raise ConfigError(name, getattr(self, name), f"must be a {kind.__name__}")
+        self._check_revoked()
         self._check_nodes()
         count = len(self.nodes)
         whole("min_nodes", self.min_nodes, 2, count)
         self._check_privacy(count)
+
+    def _check_revoked(self) -> None:
+        revoked = self.revoked
+        if not isinstance(revoked, list | tuple):
+            raise ConfigError("revoked", revoked, _FINGERPRINT_RULE)
+        found = [normalise_fingerprint(f"revoked[{i}]", item) for i, item in enumerate(revoked)]
+        _set(self, "revoked", tuple(sorted(set(found))))
 
     def _check_nodes(self) -> None:
         nodes = self.nodes
@@ -418,6 +491,16 @@ class FederationConfig:
 
     def _check_privacy(self, count: int) -> None:
         privacy = self.privacy
+        target = privacy.noise_design.target_std
+        ceiling = 2.0 ** (_NOISE_HEADROOM_BITS - self.fixed_point_bits)
+        if target != "calibrated" and float(target) > ceiling:
+            raise ConfigError(
+                "privacy.noise_design.target_std",
+                target,
+                f"must be at most 2^(56-F) = {ceiling:.12g} with fixed_point_bits F = "
+                f"{self.fixed_point_bits}, so that 128 standard deviations of noise stay "
+                "inside the fixed-point range",
+            )
         threshold = privacy.collusion_threshold
         if threshold > count - 2:
             raise ConfigError(

@@ -140,6 +140,12 @@ def dump_federation(config: FederationConfig, *, comments: Mapping[str, str] | N
             "# a node whose installation draws differently refuses to start",
             f"stream_check = {_toml_string(config.stream_check)}",
         ]
+    if config.revoked:
+        lines += [
+            "# SHA-256 fingerprints of revoked TLS certificates: the coordinator refuses",
+            "# them (not part of the config hash; restart the coordinator to apply)",
+            f"revoked = {toml_value(list(config.revoked))}",
+        ]
     target = (
         _toml_string("calibrated")
         if design.target_std == "calibrated"

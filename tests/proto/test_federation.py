@@ -466,7 +466,11 @@ TOML_ERRORS: list[tuple[str, str, str]] = [
     (edited('ca_certificate = "ca/ca.pem"', 'ca_certificate = ""'), "ca_certificate", "PEM"),
     (edited("fixed_point_bits = 32", "fixed_point_bits = 63"), "fixed_point_bits", "16 and 40"),
     (edited("fixed_point_bits = 32", "fixed_point_bits = 60"), "fixed_point_bits", "2^(63-F)"),
-    (edited("min_cohort_size = 100", "min_cohort_size = 0"), "min_cohort_size", "at least 1"),
+    (
+        edited("min_cohort_size = 100", "min_cohort_size = 0"),
+        "min_cohort_size",
+        "between 1 and 1000000000",
+    ),
     (edited("min_nodes = 2", "min_nodes = 5"), "min_nodes", "between 2 and 4"),
     (edited('node_id = "beta"', 'node_id = "be ta"'), "nodes[1].node_id", "A-Z"),
     (edited('node_id = "beta"', 'node_id = "alpha"'), "nodes.node_id", "listed twice"),
@@ -563,7 +567,7 @@ def test_load_reports_unreadable_files(tmp_path: Path) -> None:
         load_federation(tmp_path / "absent.toml")
     deep = tmp_path / "deep.toml"
     deep.write_text("x = " + "[" * 50_000 + "]" * 50_000 + "\n")
-    with pytest.raises(ConfigError, match="nests tables or arrays too deeply"):
+    with pytest.raises(ConfigError, match="nests arrays or tables more than 64 levels deep"):
         load_federation(deep)
 
 

@@ -17,6 +17,10 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from coordinator.server import ServerTLS
 
 DESCRIPTION = """\
 Run the coordinator of a federation for one session: accept the nodes' signed
@@ -163,15 +167,40 @@ def _print_status(state: Path, node_ids: tuple[str, ...], *, as_json: bool) -> i
     return 0
 
 
+def _server_tls(tls_dir: Path, ca_path: Path, revoked: tuple[str, ...]) -> ServerTLS:
+    """The coordinator's TLS files, read bounded and checked before the port is opened.
+
+    The key must be private to its owner; the certificate must match it, be
+    issued directly by the federation CA, be meant for serverAuth, be valid
+    now and not be revoked (``proto.tls.check_server_credentials``). Raises
+    a LocalFileError (OSError) or CertificateError (ValueError) in one sentence.
+    """
+    from coordinator.server import ServerTLS
+    from proto.files import KIB, read_limited, read_secret
+    from proto.tls import check_server_credentials
+
+    limit = 64 * KIB  # certificates and keys are a few kilobytes
+    certificate_path = tls_dir / "server.pem"
+    certificate = read_limited(certificate_path, limit, what="server certificate")
+    key = read_secret(tls_dir / "server.key", limit, what="server key")
+    ca = read_limited(ca_path, limit, what="CA certificate")
+    try:
+        check_server_credentials(ca, certificate, key, revoked=revoked)
+    except ValueError as error:
+        raise type(error)(f"{certificate_path}: {error}") from None
+    return ServerTLS(certificate=certificate, private_key=key, ca_certificate=ca, revoked=revoked)
+
+
 def run(args: argparse.Namespace) -> int:
     from coordinator.config import SessionConfig
     from coordinator.errors import StateFileError
     from coordinator.limits import LimitsError, ServerLimits
     from coordinator.logs import CoordinatorLog
-    from coordinator.server import ServerTLS, start_server
+    from coordinator.server import start_server
     from coordinator.session import Session
     from coordinator.store import Store
     from proto.federation import ConfigError, config_hash, load_federation
+    from proto.federation.schema import MAX_DEADLINE_SECONDS
 
     try:
         federation = load_federation(args.federation)
@@ -196,15 +225,18 @@ def run(args: argparse.Namespace) -> int:
         print(f"{_PREFIX}: {error}", file=sys.stderr)
         return 2
     log = CoordinatorLog(args.log_format, prefix=_PREFIX)
+    if args.linger is not None and not 0.0 <= args.linger <= MAX_DEADLINE_SECONDS:
+        print(
+            f"{_PREFIX}: --linger = {args.linger!r}: must be between 0 and "
+            f"{MAX_DEADLINE_SECONDS:g} seconds (30 days)",
+            file=sys.stderr,
+        )
+        return 2
     tls_dir: Path = args.tls_dir or base / "coordinator"
     try:
-        tls = ServerTLS(
-            certificate=(tls_dir / "server.pem").read_bytes(),
-            private_key=(tls_dir / "server.key").read_bytes(),
-            ca_certificate=federation.ca_certificate_path.read_bytes(),
-        )
-    except OSError as error:
-        print(f"{_PREFIX}: cannot read the TLS files: {error}", file=sys.stderr)
+        tls = _server_tls(tls_dir, federation.ca_certificate_path, federation.revoked)
+    except (OSError, ValueError) as error:
+        print(f"{_PREFIX}: cannot use the TLS files: {error}", file=sys.stderr)
         return 2
 
     config = SessionConfig.from_federation(federation, config_hash(federation))

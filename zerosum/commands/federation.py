@@ -1,5 +1,8 @@
 """`zerosum federation init`: a new federation's config, certificates and keys.
 
+(`zerosum federation revoke`, which revokes a certificate, lives in
+``zerosum/commands/revoke.py``.)
+
 Writes, under the output folder::
 
     federation.toml                 the shared config (identity keys pinned)
@@ -47,6 +50,7 @@ from proto.federation import (
 from zerosum import pki
 from zerosum.commands import init_inputs as inputs
 from zerosum.commands import init_logreg
+from zerosum.commands import revoke as revoke_command
 from zerosum.commands.init_inputs import InitError
 
 if TYPE_CHECKING:
@@ -88,6 +92,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_init_arguments(init)
+    revoke = actions.add_parser(
+        "revoke",
+        help="revoke a node's (or any) TLS certificate, and optionally issue a new one",
+        description=revoke_command.DESCRIPTION,
+        epilog=revoke_command.EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    revoke_command.add_revoke_arguments(revoke)
 
 
 def add_init_arguments(parser: argparse.ArgumentParser) -> None:
@@ -531,6 +543,8 @@ def _summary(plan: _Plan, out: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "revoke":
+        return revoke_command.run_revoke(args)
     if args.action != "init":  # pragma: no cover - argparse restricts the choices
         return 2
     out: Path = args.out

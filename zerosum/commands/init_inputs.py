@@ -8,11 +8,13 @@ nothing is written before every input has been read.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from proto.federation import ConfigError, validate_identifier
+from proto.files import read_limited_text
 from zerosum import pki
 
 __all__ = [
@@ -79,8 +81,8 @@ def feature_bounds(path: Path, n_features: int) -> tuple[list[float], list[float
     """(lows, highs) from a bounds CSV: header feature,low,high, one row per feature."""
     option = f"--feature-bounds {path}"
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            rows = list(csv.reader(handle))
+        text = read_limited_text(path, 1 << 20, what="bounds file")
+        rows = list(csv.reader(io.StringIO(text, newline="")))
     except (OSError, UnicodeDecodeError) as error:
         raise InitError(f"{option}: cannot read it: {error}.") from None
     rows = [row for row in rows if any(cell.strip() for cell in row)]

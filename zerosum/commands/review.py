@@ -142,7 +142,7 @@ def _decide(
     if args.key is None or not args.reviewer:
         return _fail("a decision needs --key (the checker's Ed25519 PEM) and --reviewer (a name)")
     try:
-        identity = IdentityKey.read_pem(args.key)
+        identity = IdentityKey.read_pem(args.key, what="checker key")
     except (NoiseError, ValueError, OSError) as error:
         return _fail(f"cannot read the key {args.key}: {error}")
     if identity.public_bytes() not in keys:
