@@ -47,6 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from node.deltab import MODELS as deltab_models
+from proto.files import LocalFileError, MissingFileError, read_limited_text
+from proto.nesting import NestingError, check_text_nesting
 from simulations.dropout import GRAPHS, DropoutParams
 from simulations.schemes import CONSTRUCTIONS, SCHEMES
 
@@ -69,6 +71,9 @@ __all__ = [
 SCENARIOS = ("utility", "attack", "reconstruction", "overtheair", "dropout")
 
 MODELS = deltab_models  # listed once, in node.deltab
+
+# A sweep configuration is a few kilobytes of TOML.
+_CONFIG_BYTES = 1 << 20
 
 
 class ConfigError(ValueError):
@@ -495,9 +500,13 @@ def load_config(
 
 def _load_file(config: SimConfig, source: Path) -> SimConfig:
     try:
-        data = tomllib.loads(source.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        text = read_limited_text(source, _CONFIG_BYTES, what="simulation config")
+        check_text_nesting(text, what=str(source), syntax="toml")
+        data = tomllib.loads(text)
+    except MissingFileError:
         raise ConfigError("config", str(source), "does not exist") from None
+    except (LocalFileError, NestingError) as exc:
+        raise ConfigError("config", str(source), str(exc)) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("config", str(source), f"is not valid TOML ({exc})") from None
     return apply_overrides(config, data)

@@ -49,6 +49,7 @@ from coordinator.steps.deadlines import Deadlines, nobody_awaited, withdrawal_no
 from coordinator.steps.streams import Streams
 from coordinator.store import RoundRow, SessionRow
 from coordinator.transitions import StatusChanges
+from proto.text import sanitise_text
 
 __all__ = ["MAX_WITHDRAW_REASON_CHARS", "Withdrawals", "withdrawal_reason"]
 
@@ -62,7 +63,10 @@ def withdrawal_reason(round_row: RoundRow, text: str) -> str:
     Phrased like the deadline's "missed the deadline of round r (name)", so
     that "node 'c' <reason>" reads as a sentence wherever it is shown.
     """
-    return f"withdrew from round {round_row.round_index} ({round_row.name!r}): {text}"
+    # Peer text reaches logs, --status and every node: control characters are
+    # escaped before it is stored (proto.text).
+    clean = sanitise_text(text, MAX_WITHDRAW_REASON_CHARS)
+    return f"withdrew from round {round_row.round_index} ({round_row.name!r}): {clean}"
 
 
 class Withdrawals:

@@ -409,3 +409,13 @@ def test_a_withdrawal_during_the_join_phase_is_refused(fed: Federation, session:
     join_all(fed, session, ["a", "b"])
     message = refused(session, FailedPrecondition, lambda: withdraw(session, "a"))
     assert "no round has opened yet" in message
+
+
+def test_a_withdrawal_reason_with_terminal_escapes_is_stored_escaped(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    withdraw(session, "c", reason="stopping \x1b[2J\x1b[31mnow\x1b[0m\x07")
+    (dropped,) = session.status().dropped_nodes
+    assert "\x1b" not in dropped.reason and "\x07" not in dropped.reason
+    assert "stopping" in dropped.reason and "now" in dropped.reason

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,11 @@ def test_missing_and_malformed_files(tmp_path: Path) -> None:
         load_config("quick", broken)
     with pytest.raises(ConfigError, match="preset"):
         load_config("huge")
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="nest"):
+        load_config("quick", deep)
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="FIFO"):
+        load_config("quick", fifo)
