@@ -3,7 +3,8 @@
 A coordinator process and three node processes (``zerosum coordinator`` and
 ``zerosum node``) run a two-round session; the nodes reach the coordinator
 only through :class:`~tests.campaign.proxy.FaultyProxy`, whose seeded
-schedule delays, black-holes, truncates and resets their first connections.
+schedule delays, black-holes, truncates and resets their first connections
+(:data:`SCHEDULES`).
 Whatever the schedule, the session must
 
 * finish exactly: every process exits 0, every node's model is the pooled
@@ -41,7 +42,17 @@ from tests.integration.conftest import (
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 NODES = ("a", "b", "c")
-SEEDS = (101, 202, 303, 404)
+# seed -> (rate, faulty connections): four sessions in weather, two in a storm
+# where every connection a node opens for a long while is faulty.
+SCHEDULES = {
+    101: (0.6, 12),
+    202: (0.6, 12),
+    303: (0.6, 12),
+    404: (0.6, 12),
+    505: (1.0, 40),
+    606: (1.0, 40),
+}
+SEEDS = tuple(SCHEDULES)
 DEADLINE = 45.0
 # Join and two rounds, each at most DEADLINE, plus restarts of the retries.
 SESSION_BOUND = 5 * DEADLINE
@@ -98,7 +109,8 @@ def _session(
     run = ProxiedRun(federation, folder, processes)
     with turns.turn(str(seed)):
         run.start_coordinator()
-        proxy = FaultyProxy(run.port, FaultSchedule(seed, rate=0.6, faulty_connections=12))
+        rate, faulty = SCHEDULES[seed]
+        proxy = FaultyProxy(run.port, FaultSchedule(seed, rate=rate, faulty_connections=faulty))
         run.proxy_address = proxy.address
         try:
             for node in NODES:
