@@ -16,7 +16,8 @@ Each time the coordinator is SIGKILLed at that moment and started again with
 the same arguments, the stopped node is continued (SIGCONT), the rest is
 approved, and every node's model.json must be the very same bytes as from an
 uninterrupted session on the same data, every published aggregate the sum of
-the nodes' audit payloads.
+the nodes' audit payloads. Last, a CAPE session whose coordinator is killed
+in its secure-sum and model rounds.
 """
 
 from __future__ import annotations
@@ -222,3 +223,59 @@ def test_coordinator_killed_at_the_stage_gives_the_identical_model(
         assert published is not None
         assert published[0] == NODES
         assert np.array_equal(published[1], run.audit_sum(NODES, round_index))
+
+
+def test_coordinator_killed_in_cape_rounds_resumes_the_session(
+    tmp_path: Path, processes: Processes
+) -> None:
+    """A CAPE session (rounds 0 cape-sum/means, 1 means, 2 cape-sum/sums, 3 sums).
+
+    The coordinator is SIGKILLed three times: once a's CAPE-sum share of round
+    0 is recorded, with a at its round-1 approval gate, and with a at its
+    round-3 gate (so after the secure sum of round 2); each time it is started
+    again with the same arguments. Every node must end with the same model
+    bytes, and the coordinator must hold exactly a's share and bundles.
+    """
+    federation = init_federation(
+        tmp_path / "fed",
+        NODES,
+        cohort_sizes=(150, 120, 130),
+        join_deadline=90,
+        round_deadline=90,
+        extra=[
+            "--construction",
+            "cape",
+            "--residual-dp",
+            # Weak privacy keeps the noisy fit well posed on these small cohorts.
+            "--epsilon",
+            "300",
+            "--epsilon-budget",
+            "3000",
+        ],
+    )
+    run = SessionRun(federation, tmp_path / "run", processes)
+    run.start_coordinator()
+    run.start_node("a", approve="manual")
+    for node in NODES[1:]:
+        run.start_node(node)
+    wait_until(run.state.roster_final, what="every node to join", alive=run.everyone())
+    wait_until(lambda: "a" in run.state.uploads(0), what="a's share", alive=run.everyone())
+    kills = [run.coordinator.kill()]
+    run.start_coordinator()
+    for round_index in (1, 3):
+        run.at_gate("a", round_index)
+        assert run.state.round_status(round_index - 1) == "ready"
+        kills.append(run.coordinator.kill())
+        run.start_coordinator()
+        run.approve("a", round_index)
+    codes = run.wait_all()
+    assert kills == [-9, -9, -9]
+    assert codes == dict.fromkeys(["coordinator", *NODES], 0), run.describe()
+    session_id = run.state.session()["session_id"]  # type: ignore[index]
+    for coordinator in run.coordinators[1:]:
+        assert f"resumed session {session_id}" in coordinator.stderr()
+    model = (run.out("a") / "model.json").read_bytes()
+    assert all((run.out(n) / "model.json").read_bytes() == model for n in NODES[1:])
+    for round_index in (0, 1, 2, 3):
+        published = run.state.result(round_index)
+        assert published is not None and published[0] == NODES
