@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -300,9 +301,9 @@ class Coordinator:
         raw = [m.SerializeToString() for m in self.answer_messages(node)]
         self.client_stream(node, "SubmitUnmask", raw, 30)
 
-    def wait_for(self, what: str, condition: object, timeout: float = 10.0) -> None:
+    def wait_for(self, what: str, condition: Callable[[], object], timeout: float = 10.0) -> None:
         give_up = time.monotonic() + timeout
-        while not callable(condition) or not condition():
+        while not condition():
             assert time.monotonic() < give_up, f"timed out waiting for {what}"
             time.sleep(0.02)
 
