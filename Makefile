@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.zerosum-installed
 
-.PHONY: demo test lint typecheck unit bench proto proto-check clean
+.PHONY: demo test test-slow lint typecheck unit bench proto proto-check clean
 
 # Create or reuse .venv and install the project with its development and cluster extras.
 # Reinstalls only when pyproject.toml changes.
@@ -29,6 +29,12 @@ unit: $(STAMP)
 	$(BIN)/coverage report --include='noise/*' --fail-under=95
 
 test: lint typecheck unit
+
+# The slow tests (pytest -m slow): the robustness campaign of tests/campaign/
+# (1,000 fuzzed messages per RPC, sessions through a faulty network, a full
+# disk, crashes at every stage, 50 nodes x 20 rounds) and the other slow tests.
+test-slow: $(STAMP)
+	$(BIN)/pytest -m slow --no-cov -p no:cacheprovider
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks --out bench.json

@@ -20,6 +20,7 @@ MODULES: list[str] = [
     "benchmarks.noise_bench",
     "benchmarks.deltab_bench",
     "benchmarks.session_bench",
+    "benchmarks.live_bench",
 ]
 
 
