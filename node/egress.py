@@ -372,9 +372,12 @@ class EgressBundle:
         manifest_bytes = (folder / MANIFEST).read_bytes()
         declared = dict(json.loads(manifest_bytes.decode("utf-8")).get("checksums", {}))
         declared[MANIFEST] = hashlib.sha256(manifest_bytes).hexdigest()
-        for where in (folder, folder / CHECKSUMS):
-            for stray in where.glob(".*.tmp"):
-                stray.unlink(missing_ok=True)
+        # Only the node's own temporary files: an output checker may be writing
+        # approval.json (through its own .approval.json.*.tmp) at this moment.
+        strays = [s for name in (MANIFEST, PAYLOAD, VALUES, RESULTS)
+                  for s in folder.glob(f".{name}.*.tmp")]  # fmt: skip
+        for stray in [*strays, *(folder / CHECKSUMS).glob(".*.tmp")]:
+            stray.unlink(missing_ok=True)
         written = []
         for name, digest in declared.items():
             record = folder / CHECKSUMS / f"{name}.txt"

@@ -482,3 +482,16 @@ def test_the_key_of_an_earlier_session_is_replaced_at_the_next_join(tmp_path: Pa
     assert (tmp_path / "session.key").read_bytes() == ctx.ephemeral.private_bytes()
     assert ctx.ephemeral.private_bytes() != old.private_bytes()
     assert coordinator.joined[0].public_key == ctx.ephemeral.public_bytes()
+
+
+def test_a_restart_leaves_a_checkers_approval_being_written_alone(tmp_path: Path) -> None:
+    # An output checker's atomic write of approval.json goes through its own
+    # temporary file; a node restarting at that moment must not delete it.
+    _at_gate(tmp_path)
+    folder = egress_folder(tmp_path, 1)
+    checker = folder / ".approval.json.a1b2c3.tmp"
+    checker.write_text("{}")
+    node_left = folder / ".values.csv.z9y8x7.tmp"
+    node_left.write_text("0123")
+    assert bundle_before_restart(_node(tmp_path).ctx, 1, "scatter") is not None
+    assert checker.exists() and not node_left.exists()
