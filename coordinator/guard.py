@@ -15,7 +15,9 @@ reflection):
    DEADLINE_EXCEEDED and its slot is free again;
 4. an exception no step meant (anything but a refusal already sent) is
    logged with its traceback and answered INTERNAL with a sentence, never
-   gRPC's UNKNOWN.
+   gRPC's UNKNOWN — except a full or failing disk, answered UNAVAILABLE (the
+   call kept nothing, and nodes retry UNAVAILABLE, so the session resumes
+   once the disk has room).
 
 Ending a silent stream from the watchdog's thread: the handler's thread is
 blocked waiting for a message, so the status is sent by cancelling the call
@@ -27,7 +29,9 @@ and the handler unwinds. Where that is unavailable the call is cancelled
 
 from __future__ import annotations
 
+import errno
 import importlib
+import sqlite3
 import traceback
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -37,7 +41,14 @@ import grpc
 from coordinator.limits import CallSlots, ServerLimits, Watchdog
 from proto.tls import CertificateError, node_id_from_auth_context
 
-__all__ = ["COORDINATOR_SERVICE", "NON_MEMBERS", "CallGuard", "internal_sentence"]
+__all__ = [
+    "COORDINATOR_SERVICE",
+    "NON_MEMBERS",
+    "CallGuard",
+    "internal_sentence",
+    "storage_failure",
+    "storage_sentence",
+]
 
 COORDINATOR_SERVICE = "zerosum.v1.Coordinator"
 # The one slot account shared by every caller outside the federation.
@@ -57,6 +68,27 @@ def internal_sentence(method: str, error: BaseException) -> str:
         f"the coordinator failed unexpectedly while handling {method} "
         f"({type(error).__name__}); the error is in the coordinator's log and this call "
         "had no effect the session relies on: retrying it is safe."
+    )
+
+
+# errno values of a disk that is full or failing.
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EIO, errno.EROFS})
+
+
+def storage_failure(error: BaseException) -> bool:
+    """True for a full or failing disk: an OSError of that kind, or SQLite's report of one."""
+    if isinstance(error, OSError) and error.errno in _STORAGE_ERRNOS:
+        return True
+    if isinstance(error, sqlite3.OperationalError):
+        text = str(error).lower()
+        return "disk i/o error" in text or "disk is full" in text or "readonly" in text
+    return False
+
+
+def storage_sentence(method: str, error: BaseException) -> str:
+    return (
+        f"the coordinator cannot store {method} now (its disk is full or failing: "
+        f"{type(error).__name__}); nothing of this call was kept; retry later."
     )
 
 
@@ -218,9 +250,22 @@ class CallGuard(_Interceptor):
         return caller
 
     def _failed(self, context: grpc.ServicerContext, method: str, error: Exception) -> None:
-        """Re-raise a status already set; otherwise log and answer INTERNAL."""
+        """Re-raise a status already set; otherwise log and answer UNAVAILABLE or INTERNAL.
+
+        A storage failure (a full or failing disk) is UNAVAILABLE: nothing of the
+        call was kept, and a node retries it, so a session resumes once the disk
+        has room again (or the coordinator restarts on one that has).
+        """
         if isinstance(error, grpc.RpcError) or _aborted(context, error):
             raise error
+        if storage_failure(error):
+            # A known condition, not a bug: one line, no traceback.
+            self.say(
+                "storage-error",
+                f"{method} could not be stored: {type(error).__name__}: {error}",
+                level="error",
+            )
+            context.abort(grpc.StatusCode.UNAVAILABLE, storage_sentence(method, error))
         detail = "".join(traceback.format_exception(error)).rstrip()
         self.say("internal-error", f"{method} failed unexpectedly: {detail}", level="error")
         context.abort(grpc.StatusCode.INTERNAL, internal_sentence(method, error))

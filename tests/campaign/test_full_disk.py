@@ -161,23 +161,17 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
     )
 
 
-# Found by this campaign: a storage failure inside an RPC (EFBIG here, ENOSPC on
-# a real disk, SQLite's "disk I/O error") is answered with UNKNOWN ("Exception
-# calling application: [Errno 27] File too large" for an upload), which a node
-# takes as a refusal: it stops for good instead of retrying, so the session
-# cannot be resumed once the disk has room again.
-_STORAGE_UNKNOWN = (
-    "a full disk makes UploadEgress and GetResult answer UNKNOWN, and the nodes stop "
-    "for good instead of retrying once the disk has room"
-)
+# A storage failure inside a call (EFBIG here, ENOSPC on a real disk, SQLite's
+# "disk I/O error") is answered UNAVAILABLE: the call kept nothing, and a node
+# retries UNAVAILABLE, so the session resumes once the disk has room again.
 
 
 @pytest.mark.parametrize(
     "moment",
     [
         "at-start",
-        pytest.param("joined", marks=pytest.mark.xfail(strict=True, reason=_STORAGE_UNKNOWN)),
-        pytest.param("round-1", marks=pytest.mark.xfail(strict=True, reason=_STORAGE_UNKNOWN)),
+        "joined",
+        "round-1",
     ],
 )
 def test_a_full_disk_leaves_nothing_half_written_and_a_restart_is_clean(
@@ -257,7 +251,6 @@ def test_a_full_disk_leaves_nothing_half_written_and_a_restart_is_clean(
             assert "UNKNOWN" not in lines[-1], lines[-1]
 
 
-@pytest.mark.xfail(strict=True, reason=_STORAGE_UNKNOWN)
 def test_a_full_disk_while_a_node_fetches_the_aggregate_does_not_stop_that_node(
     federation: Federation, tmp_path: Path, processes: Processes
 ) -> None:

@@ -73,23 +73,6 @@ def test_a_thousand_fuzzed_messages_per_rpc(tmp_path: Path, certificates: Certif
 
 # ---------------------------------------------------------------- callers outside the session
 
-# Being fixed with the coordinator's resource limits: a federation node outside
-# the final roster still reads the roster, its unmask request, the status and
-# the aggregate itself (GetResult, whose stream then ends with UNKNOWN "FOREIGN
-# KEY constraint failed"), and is told FAILED_PRECONDITION or UNAUTHENTICATED
-# elsewhere rather than PERMISSION_DENIED.
-_OUTSIDE_ROSTER_NOT_YET_DENIED = {
-    "Join",
-    "GetRoster",
-    "UploadEgress",
-    "GetResult",
-    "GetUnmaskRequest",
-    "AttestSurvivors",
-    "SubmitUnmask",
-    "GetStatus",
-    "Withdraw",
-}
-
 
 def _as_outsider(
     rpc: str, caller: str, folder: Path, certificates: Certificates
@@ -121,15 +104,7 @@ def test_a_certificate_outside_the_federation_is_denied_every_rpc(
 
 @pytest.mark.parametrize(
     "rpc",
-    [
-        pytest.param(
-            rpc,
-            marks=pytest.mark.xfail(strict=True, reason="coordinator limits, being fixed"),
-        )
-        if rpc in _OUTSIDE_ROSTER_NOT_YET_DENIED
-        else rpc
-        for rpc in sorted(RPCS)
-    ],
+    sorted(RPCS),
 )
 def test_a_federation_node_outside_the_roster_is_denied_every_rpc(
     rpc: str, tmp_path: Path, certificates: Certificates

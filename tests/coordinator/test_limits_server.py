@@ -392,3 +392,25 @@ def test_the_limits_refuse_values_outside_their_range() -> None:
     assert ServerLimits().total_calls(3) == 4 * 4 + 8
     assert ServerLimits(max_concurrent_rpcs=50).total_calls(3) == 50
     assert CoordinatorLog("json").log_format == "json"
+
+
+def test_storage_failures_are_told_apart_from_bugs() -> None:
+    import errno
+    import sqlite3
+
+    from coordinator.guard import storage_failure, storage_sentence
+
+    for error in (
+        OSError(errno.ENOSPC, "No space left on device"),
+        OSError(errno.EFBIG, "File too large"),
+        sqlite3.OperationalError("disk I/O error"),
+        sqlite3.OperationalError("database or disk is full"),
+    ):
+        assert storage_failure(error), error
+    for error in (
+        OSError(errno.ENOENT, "gone"),
+        ValueError("x"),
+        sqlite3.OperationalError("no such table"),
+    ):
+        assert not storage_failure(error), error
+    assert "retry later" in storage_sentence("UploadEgress", OSError(errno.ENOSPC, "full"))
