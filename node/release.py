@@ -27,13 +27,22 @@ collusion threshold (capped at K − 1), for either construction.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from node.ledger import observer_from_label
 from node.receipt import DPReceipt, MaskingFacts, ObserverRelease, TensorEntry
-from noise.accounting import gaussian_epsilon, gaussian_mu, observer_mu, privacy_report
+from noise.accounting import (
+    ObserverPrivacy,
+    gaussian_epsilon,
+    gaussian_mu,
+    observer_mu,
+    privacy_report,
+)
 from noise.designs import Design, cape_design, conditional_covariance, remaining_variance
 from noise.policy import NoisePlan, plan_noise, worst_remaining_variance
 from proto.federation import FederationConfig
@@ -182,12 +191,11 @@ class ReleaseNoise:
 
     def _unit_mu(self) -> dict[str, float]:
         if not self._unit_report:
-            rows = privacy_report(
+            rows = _unit_report(
                 self.unit.design,
-                residual_variance=self.unit.residual_variance,
-                sensitivity=1.0,
-                delta=self.delta,
-                coalition_sizes=range(1, self.max_reported_coalition + 1),
+                self.unit.residual_variance,
+                self.delta,
+                self.max_reported_coalition,
             )
             for row in rows:
                 if row.node_id != self.node_id:
@@ -367,6 +375,43 @@ class ReleaseNoise:
                 if row.node_id == self.node_id and row.observer == "coalition":
                     self._coalition_mu[size] = row.mu
         return self._coalition_mu[size]
+
+
+# The unit-scale privacy report covers every node of a design at once; the
+# budget checks plan the same design for each node in turn (node.budget), so
+# the report is kept for the few designs seen last instead of recomputed K times.
+_REPORTS: dict[tuple[object, ...], list[ObserverPrivacy]] = {}
+_REPORTS_KEPT = 8
+
+
+def _unit_report(
+    design: Design, residual_variance: float, delta: float, max_coalition: int
+) -> list[ObserverPrivacy]:
+    """``privacy_report`` at unit sensitivity, shared by every node of the same design."""
+    key = (
+        design.node_ids,
+        design.construction,
+        design.kind,
+        design.cape_variance,
+        design.collusion_threshold,
+        hashlib.sha256(np.ascontiguousarray(design.pair_variances).tobytes()).digest(),
+        residual_variance,
+        delta,
+        max_coalition,
+    )
+    found = _REPORTS.get(key)
+    if found is None:
+        found = privacy_report(
+            design,
+            residual_variance=residual_variance,
+            sensitivity=1.0,
+            delta=delta,
+            coalition_sizes=range(1, max_coalition + 1),
+        )
+        if len(_REPORTS) >= _REPORTS_KEPT:
+            _REPORTS.pop(next(iter(_REPORTS)))
+        _REPORTS[key] = found
+    return found
 
 
 def plan_release(
