@@ -28,7 +28,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,6 +39,8 @@ from node.delta_summary import DeltaSummary, statistic_meaning
 from node.egress import ACRO_RESULTS_VERSION
 from node.errors import EgressError, EgressIntegrityError
 from node.ledger import ObserverTotal
+from proto.files import read_limited
+from proto.nesting import parse_json
 
 __all__ = [
     "SUMMARY_FORMAT",
@@ -63,6 +64,15 @@ CHECKSUMS: Final = "checksums"
 APPROVAL: Final = "approval.json"
 AUDIT: Final = "audit.json"
 _HEADER: Final = ("statistic", "value", "units", "epsilon", "sensitivity", "scale", "meaning")
+
+
+# Every file of a summary bundle is a few kilobytes; anything larger is not one.
+_FILE_BYTES: Final = 4 << 20
+
+
+def _read(path: Path) -> bytes:
+    """A bundle file, bounded and regular-only (proto.files)."""
+    return read_limited(path, _FILE_BYTES, what="delta-summary file")
 
 
 def summary_folder(out: Path) -> Path:
@@ -291,14 +301,14 @@ class SummaryBundle:
     def is_summary(folder: Path) -> bool:
         """True when ``folder``'s manifest says it is a delta-summary bundle."""
         try:
-            document = json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+            document = parse_json(_read(Path(folder) / MANIFEST).decode("utf-8"), what=MANIFEST)
         except (OSError, ValueError):
             return False
         return isinstance(document, dict) and document.get("format") == SUMMARY_FORMAT
 
     @staticmethod
     def manifest_sha256(folder: Path) -> str:
-        return _sha256((Path(folder) / MANIFEST).read_bytes())
+        return _sha256(_read(Path(folder) / MANIFEST))
 
     @classmethod
     def verify(cls, folder: Path) -> SummaryBundle:
@@ -306,7 +316,7 @@ class SummaryBundle:
         folder = Path(folder)
         problems: list[str] = []
         try:
-            manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+            manifest = parse_json(_read(folder / MANIFEST).decode("utf-8"), what=MANIFEST)
         except (OSError, ValueError) as error:
             raise EgressIntegrityError(folder, [f"{MANIFEST} cannot be read: {error}"]) from None
         if not isinstance(manifest, dict) or manifest.get("format") != SUMMARY_FORMAT:
@@ -317,19 +327,31 @@ class SummaryBundle:
         for name in (VALUES, RESULTS):
             if name not in listed:
                 problems.append(f"{MANIFEST} lists no checksum for {name}")
+
+        def contents(path: Path) -> bytes | None:
+            try:
+                return _read(path)
+            except OSError as error:  # missing, not a regular file, or too large
+                problems.append(str(error) if path.exists() else f"{path.name} is missing")
+                return None
+
         for name, digest in listed.items():
-            path = folder / name
-            if not path.is_file():
-                problems.append(f"{name} is missing")
-            elif _sha256(path.read_bytes()) != digest:
+            data = contents(folder / name)
+            if data is not None and _sha256(data) != digest:
                 problems.append(f"{name} does not match its SHA-256 in {MANIFEST}")
         for name, digest in {**listed, MANIFEST: cls.manifest_sha256(folder)}.items():
-            path = folder / CHECKSUMS / f"{name}.txt"
-            if not path.is_file() or path.read_text(encoding="ascii").strip() != digest:
+            record = folder / CHECKSUMS / f"{name}.txt"
+            data = contents(record) if record.exists() else None
+            if data is None or data.decode("ascii", "replace").strip() != digest:
                 problems.append(f"{CHECKSUMS}/{name}.txt is missing or differs")
-        expected = SummaryBundle.values_csv(list(manifest.get("statistics", [])))
-        if (folder / VALUES).is_file() and (folder / VALUES).read_bytes() != expected:
-            problems.append(f"{VALUES} does not hold the manifest's statistics")
+        try:
+            expected = SummaryBundle.values_csv(list(manifest.get("statistics", [])))
+        except (KeyError, TypeError, ValueError):
+            problems.append(f"{MANIFEST} lists malformed statistics")
+        else:
+            values = contents(folder / VALUES) if (folder / VALUES).is_file() else None
+            if values is not None and values != expected:
+                problems.append(f"{VALUES} does not hold the manifest's statistics")
         if problems:
             raise EgressIntegrityError(folder, problems)
         return cls(folder, manifest)

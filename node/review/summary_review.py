@@ -22,7 +22,6 @@ look, 2 fail). Checks:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,6 +52,8 @@ from node.summary_bundle import (
     SummaryBundle,
 )
 from proto.federation import FederationConfig
+from proto.files import read_limited_text
+from proto.nesting import parse_json
 
 __all__ = ["FALSE_ALARM_RATE", "SummaryReview", "review_summary", "summary_text"]
 
@@ -213,7 +214,9 @@ def _audit(
 ) -> tuple[list[Finding], dict[str, Any] | None]:
     path = folder / AUDIT if (folder / AUDIT).is_file() else folder / "delta-summary" / AUDIT
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = parse_json(
+            read_limited_text(path, 4 << 20, what="audit record"), what=f"audit record {path}"
+        )
     except (OSError, ValueError) as error:
         return [fail("noise", f"the audit record {path} cannot be read: {error}")], None
     if (record.get("session_id"), record.get("node_id")) != (
