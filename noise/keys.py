@@ -42,7 +42,6 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import (
 )
 
 from noise.errors import KeyFormatError, SignatureError
-from proto.files import KIB, read_secret
 
 __all__ = [
     "BUNDLE_LABEL",
@@ -66,8 +65,6 @@ PRIVATE_KEY_BYTES = 32
 SIGNATURE_BYTES = 64
 CONFIG_HASH_BYTES = 32
 _MAX_LP_BYTES = 0xFFFF
-# An Ed25519 key in PEM is 119 bytes; anything much larger is not one.
-_PEM_FILE_BYTES = 16 * KIB
 
 
 def require_bytes(value: object, length: int, what: str) -> bytes:
@@ -160,14 +157,14 @@ class IdentityKey:
             os.close(fd)
 
     @classmethod
-    def read_pem(cls, path: Path, *, what: str = "identity key") -> IdentityKey:
+    def read_pem(cls, path: Path) -> IdentityKey:
         """Load an identity key written by :meth:`write_pem`.
 
-        Read with :func:`proto.files.read_secret`: a file that group or others
-        may access, a FIFO, a device or one over 16 KiB is refused with a
-        :class:`~proto.files.LocalFileError` (an OSError) naming it.
+        Trusted paths only (tests, tools): a node or a checker reads its key with
+        ``proto.files.read_secret`` (bounded, regular files, private modes) and
+        passes the bytes to :meth:`from_pem`; noise imports no project package.
         """
-        return cls.from_pem(read_secret(path, _PEM_FILE_BYTES, what=what))
+        return cls.from_pem(Path(path).read_bytes())
 
     def public_bytes(self) -> bytes:
         """The 32-byte raw public key (the value pinned in the federation config)."""

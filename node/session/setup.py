@@ -107,7 +107,9 @@ def prepare(
     identity_path = node_dir / "identity.pem"
     try:
         # A key that others may read is refused (proto.files.read_secret).
-        identity = IdentityKey.read_pem(identity_path)
+        identity = IdentityKey.from_pem(
+            read_secret(identity_path, _CREDENTIAL_BYTES, what="identity key")
+        )
     except LocalFileError as error:
         raise SetupError(str(error)) from None
     except NoiseError as error:

@@ -138,11 +138,12 @@ def _decide(
     from node.egress import EgressBundle
     from noise.errors import NoiseError
     from noise.keys import IdentityKey, key_fingerprint
+    from proto.files import KIB, read_secret
 
     if args.key is None or not args.reviewer:
         return _fail("a decision needs --key (the checker's Ed25519 PEM) and --reviewer (a name)")
     try:
-        identity = IdentityKey.read_pem(args.key, what="checker key")
+        identity = IdentityKey.from_pem(read_secret(args.key, 16 * KIB, what="checker key"))
     except (NoiseError, ValueError, OSError) as error:
         return _fail(f"cannot read the key {args.key}: {error}")
     if identity.public_bytes() not in keys:
