@@ -30,6 +30,7 @@ figure the federation's ε cap is calibrated for (the *configured guarantee*).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from node.egress import (
@@ -62,15 +63,19 @@ LISTED = (MANIFEST, PAYLOAD, VALUES, RESULTS)
 _RTOL = 1e-6
 
 
-def check_files(folder: Path) -> list[Finding]:
-    """Listed files present with checksum records; no unlisted file anywhere in the folder."""
+def check_files(folder: Path, *, listed: Sequence[str] = LISTED) -> list[Finding]:
+    """Listed files present with checksum records; no unlisted file anywhere in the folder.
+
+    ``listed``: the bundle's files (a round's egress by default; a delta
+    summary lists its own).
+    """
     findings: list[Finding] = []
-    for name in LISTED:
+    for name in listed:
         if not (folder / name).is_file():
             findings.append(fail("files", f"{name} is missing"))
         elif not (folder / CHECKSUMS / f"{name}.txt").is_file():
             findings.append(fail("files", f"{CHECKSUMS}/{name}.txt is missing (ACRO checksum)"))
-    allowed = {*LISTED, APPROVAL, *(f"{CHECKSUMS}/{name}.txt" for name in LISTED)}
+    allowed = {*listed, APPROVAL, *(f"{CHECKSUMS}/{name}.txt" for name in listed)}
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder).as_posix()
         if path.is_dir() and relative == CHECKSUMS:

@@ -18,6 +18,7 @@ from typing import Literal, Protocol
 from node.approval import Approval, read_approval, verify_approval
 from node.egress import EgressBundle
 from node.errors import ApprovalError
+from node.review.findings import Finding, look, note
 from noise.keys import key_fingerprint
 from proto.federation import ConfigError, FederationConfig, config_hash, load_federation
 
@@ -27,6 +28,7 @@ __all__ = [
     "ReviewKeyError",
     "checker_keys",
     "current_decision",
+    "decision_finding",
     "federation_for",
 ]
 
@@ -114,3 +116,38 @@ def current_decision(folder: Path, keys: dict[bytes, str]) -> DecisionState:
     except ApprovalError as error:
         return DecisionState("refused", found, str(error))
     return DecisionState("valid", found)
+
+
+def decision_finding(
+    decision: DecisionState, config: FederationConfig | None, node_id: str
+) -> Finding:
+    """What the folder's ``approval.json`` means for the checker, as one finding."""
+    approval = decision.approval
+    if decision.state == "valid" and approval is not None:
+        return note(
+            "decision",
+            f"decided already: {approval.decision} by {approval.reviewer} at "
+            f"{approval.timestamp} (final)",
+        )
+    if (
+        decision.state == "refused"
+        and approval is not None
+        and config is not None
+        and approval.public_key == config.node(node_id).identity_public_key
+    ):
+        return note(
+            "decision",
+            "approved automatically by the node itself (--approve auto), not by an output "
+            "checker; a node run with --approve manual would not act on it",
+        )
+    if decision.state == "refused":
+        return look(
+            "decision",
+            f"approval.json is refused: {decision.reason}; the node will not act on it — an "
+            "output checker of this node may replace it (--approve|--reject --replace)",
+        )
+    return note(
+        "decision",
+        "no decision yet: add --approve or --reject with --key (a checker key of node "
+        f"{node_id!r}) and --reviewer",
+    )

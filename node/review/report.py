@@ -32,9 +32,10 @@ from node.review.decision import (
     ReviewKeyError,
     checker_keys,
     current_decision,
+    decision_finding,
     federation_for,
 )
-from node.review.findings import Finding, exit_code, fail, look, note, passed
+from node.review.findings import Finding, exit_code, fail, passed
 from node.review.noise_test import NoiseTest, audit_record, noise_findings, noise_tests
 from node.review.sdc import ACRO_DEFAULTS, SDCThresholds
 from node.review.units import TensorView, real_units
@@ -140,43 +141,7 @@ def review_bundle(
                 tests = noise_tests(bundle, record)
     keys = checker_keys(config, bundle.node_id) if config is not None else {}
     decision = current_decision(folder, keys) if config is not None else DecisionState("none")
-    if decision.state == "valid" and decision.approval is not None:
-        findings.append(
-            note(
-                "decision",
-                f"decided already: {decision.approval.decision} by "
-                f"{decision.approval.reviewer} at {decision.approval.timestamp} (final)",
-            )
-        )
-    elif (
-        decision.state == "refused"
-        and decision.approval is not None
-        and config is not None
-        and decision.approval.public_key == config.node(bundle.node_id).identity_public_key
-    ):
-        findings.append(
-            note(
-                "decision",
-                "approved automatically by the node itself (--approve auto), not by an output "
-                "checker; a node run with --approve manual would not act on it",
-            )
-        )
-    elif decision.state == "none":
-        findings.append(
-            note(
-                "decision",
-                "no decision yet: add --approve or --reject with --key (a checker key of node "
-                f"{bundle.node_id!r}) and --reviewer",
-            )
-        )
-    elif decision.state == "refused":
-        findings.append(
-            look(
-                "decision",
-                f"approval.json is refused: {decision.reason}; the node will not act on it — an "
-                "output checker of this node may replace it (--approve|--reject --replace)",
-            )
-        )
+    findings.append(decision_finding(decision, config, bundle.node_id))
     return Review(
         folder,
         tuple(findings),

@@ -33,19 +33,19 @@ from scipy.stats import gamma
 from node.budget import BUDGET_RTOL, checked
 from node.delta_summary import DeltaSummarySettings
 from node.errors import EgressIntegrityError
+from node.review.checks import check_files
 from node.review.decision import (
     DecisionState,
     ReviewKeyError,
     checker_keys,
     current_decision,
+    decision_finding,
     federation_for,
 )
 from node.review.findings import Finding, exit_code, fail, look, note, passed
 from node.review.sdc import ACRO_DEFAULTS, SDCThresholds
 from node.summary_bundle import (
-    APPROVAL,
     AUDIT,
-    CHECKSUMS,
     MANIFEST,
     RESULTS,
     VALUES,
@@ -81,22 +81,6 @@ class SummaryReview:
     @property
     def verdict(self) -> str:
         return ("pass", "needs a human look", "fail")[self.exit_code]
-
-
-def _files(folder: Path) -> list[Finding]:
-    findings: list[Finding] = []
-    for name in _LISTED:
-        if not (folder / name).is_file():
-            findings.append(fail("files", f"{name} is missing"))
-    allowed = {*_LISTED, APPROVAL, *(f"{CHECKSUMS}/{name}.txt" for name in _LISTED)}
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder).as_posix()
-        if (path.is_dir() and relative == CHECKSUMS) or relative in allowed:
-            continue
-        findings.append(
-            fail("files", f"{relative} is not part of the bundle (unlisted; it would leave)")
-        )
-    return findings or [passed("files", "every listed file is present, and nothing else")]
 
 
 def _close(a: float, b: float) -> bool:
@@ -270,7 +254,7 @@ def review_summary(
 ) -> SummaryReview:
     """Run every check on the delta summary in ``folder``; nothing is written."""
     folder = Path(folder)
-    findings = _files(folder)
+    findings = check_files(folder, listed=_LISTED)
     try:
         bundle: SummaryBundle | None = SummaryBundle.verify(folder)
     except EgressIntegrityError as error:
@@ -300,33 +284,7 @@ def review_summary(
         findings += more
     keys = checker_keys(config, bundle.node_id) if config is not None else {}
     decision = current_decision(folder, keys) if config is not None else DecisionState("none")
-    if decision.state == "none":
-        findings.append(
-            note("decision", "no decision yet: add --approve or --reject with --key and --reviewer")
-        )
-    elif (
-        decision.state == "refused"
-        and decision.approval is not None
-        and config is not None
-        and decision.approval.public_key == config.node(bundle.node_id).identity_public_key
-    ):
-        findings.append(
-            note(
-                "decision",
-                "approved automatically by the node itself (--approve auto), not by an output "
-                "checker; a node run with --approve manual would not act on it",
-            )
-        )
-    elif decision.state == "refused":
-        findings.append(look("decision", f"approval.json is refused: {decision.reason}"))
-    elif decision.approval is not None:
-        findings.append(
-            note(
-                "decision",
-                f"decided already: {decision.approval.decision} by "
-                f"{decision.approval.reviewer} (final)",
-            )
-        )
+    findings.append(decision_finding(decision, config, bundle.node_id))
     return SummaryReview(folder, tuple(findings), bundle, config, decision, keys, record)
 
 
