@@ -64,25 +64,8 @@ class ProxiedRun(SessionRun):
 
     proxy_address: str = ""
 
-    def start_node(self, node_id: str, *, approve: str = "auto") -> Spawned:
-        spawned = self.processes.zerosum(
-            f"{self.label}-{node_id}",
-            "node",
-            "--federation",
-            str(self.federation.toml),
-            "--node-id",
-            node_id,
-            "--out",
-            str(self.out(node_id)),
-            "--state",
-            str(self.state_folder(node_id)),
-            "--approve",
-            approve,
-            "--coordinator",
-            self.proxy_address,
-        )
-        self.nodes[node_id] = spawned
-        return spawned
+    def node_dials(self) -> str:
+        return self.proxy_address
 
 
 @dataclass

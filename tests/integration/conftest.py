@@ -540,10 +540,14 @@ class SessionRun:
             "--approve",
             approve,
             "--coordinator",
-            self.address,
+            self.node_dials(),
         )
         self.nodes[node_id] = spawned
         return spawned
+
+    def node_dials(self) -> str:
+        """The address nodes dial: the coordinator's (a test may put a proxy between)."""
+        return self.address
 
     def egress(self, node_id: str, round_index: int) -> Path:
         return self.out(node_id) / "egress" / f"round-{round_index}"
