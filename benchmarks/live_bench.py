@@ -28,23 +28,23 @@ load test of tests/campaign/ runs K = 50 × 20 rounds of d = 10^5.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import io
 import re
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks._processes import Deadline, Fleet, coordinator_process
-from benchmarks.session_bench import PHASES, _expected_sha256, _node_ids, _timed_round
-from noise.layout import Layout
-from proto.federation import RoundSpec, dump_federation, load_federation
+from benchmarks.session_bench import (
+    PHASES,
+    _expected_sha256,
+    _make_federation,
+    _node_ids,
+    _timed_round,
+)
 
 __all__ = ["LiveRun", "live_federation", "live_session", "run"]
 
@@ -59,54 +59,15 @@ ROUND_DEADLINE_SECONDS = 600.0
 WARMUP_ROUNDS = 5
 
 
-@contextlib.contextmanager
-def _without_budget_check() -> Iterator[None]:
-    """``federation init`` without its ε-budget check (it writes the same files).
-
-    The check plans every node's release of every model round, one privacy
-    report over all K nodes per node: K full reports, minutes at K = 100 on
-    two cores. These federations run no model plan (their rounds are replaced
-    below), so the check would be about rounds that never run.
-    """
-    from zerosum.commands import federation as command
-
-    check = command._check_budget
-    command._check_budget = lambda config: None
-    try:
-        yield
-    finally:
-        command._check_budget = check
-
-
 def live_federation(folder: Path, node_ids: list[str], size: int, rounds: int) -> Path:
     """``zerosum federation init`` for ``node_ids``, its plan replaced by ``rounds`` rounds."""
-    from zerosum.cli import main as zerosum_main
-
-    arguments = [
-        "federation",
-        "init",
-        "--nodes",
-        ",".join(node_ids),
-        "--out",
-        str(folder),
-        "--coordinator",
-        "127.0.0.1:50051",
-        "--join-deadline",
-        str(ROUND_DEADLINE_SECONDS),
-        "--round-deadline",
-        str(ROUND_DEADLINE_SECONDS),
-    ]
-    with contextlib.redirect_stdout(io.StringIO()), _without_budget_check():
-        code = zerosum_main(arguments)
-    if code != 0:
-        raise RuntimeError(f"zerosum federation init failed with status {code}.")
-    path = folder / "federation.toml"
-    made = load_federation(path)
-    layout = Layout.of({TENSOR: (size,)})
-    plan = tuple(RoundSpec(f"round{i:02d}", layout) for i in range(rounds))
-    config = dataclasses.replace(made, plan=dataclasses.replace(made.plan, rounds=plan))
-    path.write_text(dump_federation(config), encoding="utf-8")
-    return path
+    return _make_federation(
+        folder,
+        node_ids,
+        size,
+        round_names=[f"round{i:02d}" for i in range(rounds)],
+        deadline_seconds=ROUND_DEADLINE_SECONDS,
+    )
 
 
 def _rss_mb(pid: int) -> float:

@@ -142,12 +142,19 @@ BENCH_ROUNDS = ("first", "second")
 PHASES = ("masked", "uploaded", "asked", "attested", "signed", "tagged", "answered", "result")
 
 
-def _make_federation(folder: Path, node_ids: Sequence[str], size: int = 0) -> Path:
+def _make_federation(
+    folder: Path,
+    node_ids: Sequence[str],
+    size: int = 0,
+    *,
+    round_names: Sequence[str] = BENCH_ROUNDS,
+    deadline_seconds: float = MEASUREMENT_SECONDS,
+) -> Path:
     """``zerosum federation init`` for ``node_ids`` with deadlines far beyond any round.
 
-    The config declares two rounds of its own (the benchmark's nodes run no
-    model plan), each one tensor of ``size`` values: the coordinator takes
-    every round's name and layout from the config.
+    The config declares rounds of its own (``round_names``; the benchmark's
+    nodes run no model plan), each one tensor of ``size`` values: the
+    coordinator takes every round's name and layout from the config.
     """
     from zerosum.cli import main as zerosum_main
 
@@ -161,9 +168,9 @@ def _make_federation(folder: Path, node_ids: Sequence[str], size: int = 0) -> Pa
         "--coordinator",
         "127.0.0.1:50051",
         "--join-deadline",
-        str(MEASUREMENT_SECONDS),
+        str(deadline_seconds),
         "--round-deadline",
-        str(MEASUREMENT_SECONDS),
+        str(deadline_seconds),
     ]
     with contextlib.redirect_stdout(io.StringIO()):
         code = zerosum_main(arguments)
@@ -172,7 +179,7 @@ def _make_federation(folder: Path, node_ids: Sequence[str], size: int = 0) -> Pa
     path = folder / "federation.toml"
     made = load_federation(path)
     layout = Layout.of({TENSOR: (size or VALUES_PER_NODE,)})
-    rounds = tuple(RoundSpec(name, layout) for name in BENCH_ROUNDS)
+    rounds = tuple(RoundSpec(name, layout) for name in round_names)
     config = dataclasses.replace(made, plan=dataclasses.replace(made.plan, rounds=rounds))
     path.write_text(dump_federation(config), encoding="utf-8")
     return path
