@@ -83,7 +83,7 @@ def session_cost(
     secure-sum round releases no data).
     """
     return {
-        name: plan_release(config, participants, node_id, sensitivities).mu()
+        name: plan_release(config, participants, node_id, sensitivities, name).mu()
         for name, sensitivities in rounds.items()
     }
 

@@ -5,12 +5,15 @@ in C order and encoded in fixed point (``noise.fixed_point``). Three vectors
 share that layout:
 
 * the *audit* payload q(x_k): the node's exact contribution, kept in the TRE;
-* the *mask* m_k: per tensor, the pairwise mask Σ_j ±q(c_kj·z_kj) drawn from
-  the keyed streams of the pairwise seeds (``noise.masks.pairwise_mask``), or
-  CAPE's zero-sum e_k = q(ê_k) − share_k(S) (``noise.masks.cape_mask``);
-* optional *residual* noise q(r_k), r_k ~ N(0, σ_res²) from the OS CSPRNG.
+* the *mask* m_k: per tensor, the pairwise mask Σ_j ±t_kj with t_kj ~ N_Z(0, c_kj²)
+  drawn from the keyed streams of the pairwise seeds (``noise.masks.pairwise_mask``),
+  or CAPE's zero-sum e_k = ê_k − share_k(S) (``noise.masks.cape_mask``);
+* optional *residual* noise g_k ~ N_Z(0, σ_res²) from this node's private noise
+  stream (``noise.residual``).
 
-The egress is q(x_k) + m_k + q(r_k) modulo 2^64. Because Σ_k m_k = 0 exactly
+Every variance is an exact fraction of the config's pinned scale
+(``node.release.ReleaseNoise.pair_variances``). The egress is q(x_k) + m_k + g_k
+modulo 2^64. Because Σ_k m_k = 0 exactly
 in Z/2^64Z, the sum of all egresses equals the sum of all audit payloads bit
 for bit when residual noise is off — the property the coordinator's exact
 aggregate rests on (docs/design.md §4.4).
@@ -18,10 +21,10 @@ aggregate rests on (docs/design.md §4.4).
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from fractions import Fraction
 
 import numpy as np
 from numpy.typing import NDArray
@@ -30,7 +33,7 @@ from node.release import ReleaseNoise
 from noise.fixed_point import FixedPointCodec
 from noise.layout import Layout, TensorSlot
 from noise.masks import cape_blinding, cape_draw, cape_mask, pair_terms, pairwise_mask
-from noise.residual import residual_noise
+from noise.residual import private_noise_key, residual_draw
 
 __all__ = [
     "MaskPrefetch",
@@ -64,28 +67,25 @@ def pairwise_masks(
             tensor=slot.name,
             size=slot.size,
             codec=codec,
+            variances=noise.pair_variances(slot.name),
         )
     )
     return mask
 
 
-MaskKey = tuple[int, tuple[tuple[TensorSlot, tuple[tuple[str, float], ...]], ...]]
+MaskKey = tuple[int, tuple[tuple[TensorSlot, tuple[tuple[str, Fraction], ...]], ...]]
 
 
 def mask_key(noise: ReleaseNoise, layout: Layout, *, round_index: int) -> MaskKey:
     """Everything :func:`pairwise_masks` depends on besides the session's seeds and codec.
 
-    Per tensor slot: its name, shape, offset and size, and this node's pair
-    standard deviation with every neighbour of the tensor's design. Two calls
-    with equal keys (same seeds, same codec) return the same mask bit for bit.
+    Per tensor slot: its name, shape, offset and size, and this node's exact
+    pair variance with every partner. Two calls with equal keys (same seeds,
+    same codec) return the same mask bit for bit.
     """
     slots = []
     for slot in layout:
-        design = noise.design(slot.name)
-        pairs = tuple(
-            (peer, design.pair_std(noise.node_id, peer))
-            for peer in sorted(design.neighbours(noise.node_id))
-        )
+        pairs = tuple(sorted(noise.pair_variances(slot.name).items()))
         slots.append((slot, pairs))
     return (round_index, tuple(slots))
 
@@ -187,6 +187,7 @@ def unmask_corrections(
             tensor=slot.name,
             size=slot.size,
             codec=codec,
+            variances=noise.pair_variances(slot.name),
         )
     )
     return corrections
@@ -196,36 +197,28 @@ def add_residual_noise(
     payload: U64,
     noise: ReleaseNoise,
     layout: Layout,
-    codec: FixedPointCodec,
-    rng: np.random.Generator | None = None,
+    *,
+    seed: bytes,
+    round_index: int,
 ) -> U64:
-    """payload + q(r), r ~ N(0, σ_res,t²) per entry of tensor t (OS CSPRNG unless ``rng``)."""
+    """payload + g, g ~ N_Z(0, σ_res,t²) per entry of tensor t, from the private stream ``seed``."""
     out = payload.copy()
     for slot in layout:
-        std = noise.residual_std(slot.name)
-        if std == 0.0:
+        variance = noise.residual_variance_units(slot.name)
+        if variance == 0:
             continue
-        draw = residual_noise(slot.size, std, rng=rng)
-        out[slot.offset : slot.offset + slot.size] += codec.encode(
-            draw, tensor=f"{slot.name} (residual noise)"
-        )
+        key = private_noise_key(seed, purpose="residual", round_index=round_index, tensor=slot.name)
+        out[slot.offset : slot.offset + slot.size] += residual_draw(key, variance, slot.size)
     return out
 
 
-def cape_draws(
-    noise: ReleaseNoise,
-    layout: Layout,
-    codec: FixedPointCodec,
-    rng: np.random.Generator,
-) -> U64:
-    """q(ê_k) for every tensor, ê_k ~ N(0, τ_t²), from a private generator."""
+def cape_draws(noise: ReleaseNoise, layout: Layout, *, seed: bytes, round_index: int) -> U64:
+    """ê_k for every tensor, ê_k ~ N_Z(0, τ_t²), from this node's private stream ``seed``."""
     draws: U64 = layout.build(
         lambda slot: cape_draw(
+            private_noise_key(seed, purpose="cape-draw", round_index=round_index, tensor=slot.name),
+            noise.cape_variance_units(slot.name),
             slot.size,
-            math.sqrt(noise.design(slot.name).cape_variance),
-            rng,
-            codec,
-            tensor=slot.name,
         )
     )
     return draws

@@ -31,6 +31,7 @@ import hashlib
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 import numpy as np
 
@@ -44,14 +45,17 @@ from noise.accounting import (
     privacy_report,
 )
 from noise.designs import Design, cape_design, conditional_covariance, remaining_variance
+from noise.exact_noise import ExactNoise, exact_noise
 from noise.policy import NoisePlan, plan_noise, worst_remaining_variance
-from proto.federation import FederationConfig
+from proto.federation import ConfigError, FederationConfig
+from proto.federation.schema import RoundSpec
 
 __all__ = [
     "FLOOR_RTOL",
     "ReleaseNoise",
     "TensorSensitivity",
     "cape_floor_shortfall",
+    "pinned_stds",
     "plan_release",
     "scale_design",
     "with_cape_participants",
@@ -85,8 +89,13 @@ def with_cape_participants(noise: ReleaseNoise, participants: Collection[str]) -
     both attempts, learns nothing new); its zero-sum noise then has variance
     τ²(1 − 1/K') over the K' remaining nodes.
     """
-    design = cape_design(sorted(participants), noise.unit.design.cape_variance)
-    return replace(noise, unit=replace(noise.unit, design=design))
+    ids = sorted(participants)
+    design = cape_design(ids, noise.unit.design.cape_variance)
+    return replace(
+        noise,
+        unit=replace(noise.unit, design=design),
+        exact=None if noise.exact is None else noise.exact.with_nodes(tuple(ids)),
+    )
 
 
 def cape_floor_shortfall(noise: ReleaseNoise, collusion_threshold: int, dropped: int) -> str | None:
@@ -148,6 +157,10 @@ class ReleaseNoise:
     calibration: str
     # The policy's T; None takes the design's (a CAPE design carries none of its own).
     collusion_threshold: int | None = None
+    # S_t per tensor, the config's pinned noise scale in grid units, and the
+    # design's exact weights: every variance a draw uses is weight × S_t².
+    pinned: Mapping[str, int] = field(default_factory=dict)
+    exact: ExactNoise | None = None
     _coalition_mu: dict[int, float] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )
@@ -160,6 +173,31 @@ class ReleaseNoise:
     def design(self, name: str) -> Design:
         """Tensor ``name``'s design (the unit design scaled by s_t²)."""
         return scale_design(self.unit.design, self.scales[name] ** 2)
+
+    # -- exact variances in grid units (what the draws use) ---------------
+
+    def _exact(self) -> ExactNoise:
+        if self.exact is None:
+            raise ValueError("this release has no pinned noise scales (made without a config)")
+        return self.exact
+
+    def pair_variances(self, name: str) -> dict[str, Fraction]:
+        """c_kj² in grid units² for every pair partner j of this node, tensor ``name``."""
+        exact = self._exact()
+        std = self.pinned[name]
+        return {
+            peer: exact.pair_variance(self.node_id, peer, std)
+            for peer in exact.node_ids
+            if peer != self.node_id and exact.pair_weight(self.node_id, peer) > 0
+        }
+
+    def cape_variance_units(self, name: str) -> Fraction:
+        """τ² in grid units² for tensor ``name``."""
+        return self._exact().cape_variance(self.pinned[name])
+
+    def residual_variance_units(self, name: str) -> Fraction:
+        """σ_res² in grid units² for tensor ``name`` (0 with residual noise off)."""
+        return self._exact().residual_variance(self.pinned[name])
 
     def residual_variance(self, name: str) -> float:
         return self.unit.residual_variance * self.scales[name] ** 2
@@ -414,13 +452,62 @@ def _unit_report(
     return found
 
 
+def _round_spec(
+    config: FederationConfig, round_name: str | None, sensitivities: Sequence[TensorSensitivity]
+) -> RoundSpec:
+    if round_name is not None:
+        return config.plan.round(round_name)
+    names = [t.name for t in sensitivities]
+    for spec in config.plan.rounds:
+        if [slot.name for slot in spec.layout] == names:
+            return spec
+    raise ValueError(f"no round of plan {config.plan.name!r} has the tensors {names}")
+
+
+def _grid_sensitivity(t: TensorSensitivity, size: int, frac_bits: int) -> TensorSensitivity:
+    """Δ_t + √d·2^-F: the sensitivity of the rounded values q(x) the node actually releases.
+
+    Rounding each of d entries to the grid moves it by at most half a unit, so
+    two neighbouring datasets' encodings differ by at most 2^F·Δ_t + √d grid
+    units in L2 (each entry's difference is at most |2^F·(x − x′)| + 1).
+    """
+    extra = math.sqrt(size) * math.ldexp(1.0, -frac_bits)
+    return TensorSensitivity(
+        t.name,
+        t.sensitivity + extra,
+        f"{t.derivation}; plus √{size}·2^-{frac_bits} = {extra:.3g} for rounding to the grid",
+    )
+
+
+def pinned_stds(
+    config: FederationConfig, round_name: str | None, sensitivities: Sequence[TensorSensitivity]
+) -> dict[str, int]:
+    """S_t for every tensor of the round, as the config pins them (ConfigError when it pins none)."""
+    spec = _round_spec(config, round_name, sensitivities)
+    if not spec.pinned:
+        raise ConfigError(
+            f"plan.rounds[{spec.name}].noise_std",
+            "missing",
+            "the federation config pins no noise scale for this round, so the nodes could not "
+            "agree on their draws; make the config with `zerosum federation init`",
+        )
+    return dict(spec.noise_std)
+
+
 def plan_release(
     config: FederationConfig,
     participants: Collection[str],
     node_id: str,
     sensitivities: Sequence[TensorSensitivity],
+    round_name: str | None = None,
 ) -> ReleaseNoise:
-    """Plan one round's noise for ``node_id`` among ``participants`` (the final roster)."""
+    """Plan one round's noise for ``node_id`` among ``participants`` (the final roster).
+
+    The noise scale of every tensor is the config's pinned S_t (grid units);
+    ``sensitivities`` (from the public bounds, plus the grid's rounding) only
+    enter the privacy figures. ``round_name`` names the round (default: the
+    first round whose tensors these are).
+    """
     if not sensitivities:
         raise ValueError("a release needs at least one tensor")
     privacy = config.privacy
@@ -428,6 +515,12 @@ def plan_release(
     ids = sorted(participants)
     if node_id not in ids:
         raise ValueError(f"node {node_id!r} is not among the participants {ids}")
+    round_spec = _round_spec(config, round_name, sensitivities)
+    pinned = pinned_stds(config, round_spec.name, sensitivities)
+    sizes = {slot.name: slot.size for slot in round_spec.layout}
+    unknown = [t.name for t in sensitivities if t.name not in pinned]
+    if unknown:
+        raise ValueError(f"round {round_spec.name!r} has no tensor(s) {unknown}")
     unit = plan_noise(
         ids,
         epsilon=privacy.epsilon,
@@ -439,28 +532,41 @@ def plan_release(
         graph=spec.graph,
         degree=spec.degree,
     )
+    exact = exact_noise(
+        unit.design,
+        target_variance=unit.target_variance,
+        residual_variance=unit.residual_variance,
+        residual_dp=privacy.residual_dp,
+        collusion_threshold=privacy.collusion_threshold,
+    )
+    bits = config.fixed_point_bits
+    grid = tuple(_grid_sensitivity(t, sizes[t.name], bits) for t in sensitivities)
+    # The unit plan's per-egress variance is its target; scale it to S_t·2^-F.
+    unit_std = math.sqrt(unit.target_variance)
+    scales = {t.name: math.ldexp(pinned[t.name], -bits) / unit_std for t in sensitivities}
     m = len(sensitivities)
     if spec.target_std == "calibrated":
-        scales = {t.name: t.sensitivity * math.sqrt(m) for t in sensitivities}
         calibration = (
             f"(ε, δ) = ({privacy.epsilon:g}, {privacy.delta:g}) per release, shared equally by "
             f"its {m} tensors: σ_t = Δ_t·√{m}/μ* with μ* = "
-            f"{gaussian_mu(privacy.epsilon, privacy.delta):.6g} (analytic Gaussian mechanism)"
+            f"{gaussian_mu(privacy.epsilon, privacy.delta):.6g} (analytic Gaussian mechanism), "
+            "Δ_t including the grid's rounding, pinned in the config as S_t = ⌈σ_t·2^F⌉ grid "
+            "units; discrete Gaussian noise (Canonne, Kamath & Steinke 2020)"
         )
     else:
-        # The unit plan's per-egress std is 1/μ*; scale it to the fixed target.
-        factor = float(spec.target_std) * gaussian_mu(privacy.epsilon, privacy.delta)
-        scales = {t.name: factor for t in sensitivities}
         calibration = (
-            f"fixed per-node noise std {spec.target_std:g} for every tensor; ε reported at "
-            f"δ = {privacy.delta:g}"
+            f"fixed per-node noise std {spec.target_std:g} for every tensor, pinned in the "
+            f"config as ⌈σ·2^F⌉ grid units; ε reported at δ = {privacy.delta:g}; discrete "
+            "Gaussian noise (Canonne, Kamath & Steinke 2020)"
         )
     return ReleaseNoise(
         node_id=node_id,
         unit=unit,
-        tensors=tuple(sensitivities),
+        tensors=grid,
         scales=scales,
         delta=privacy.delta,
         calibration=calibration,
         collusion_threshold=privacy.collusion_threshold,
+        pinned={t.name: pinned[t.name] for t in sensitivities},
+        exact=exact,
     )

@@ -1,47 +1,53 @@
-"""Zero-sum correlated masks in fixed point.
+"""Zero-sum correlated masks on the fixed-point grid.
 
 Pairwise construction (docs/design.md §4.4, §6). For every pair {i, j} with pair
-standard deviation c_ij > 0 both ends expand the same stream key from their
-shared seed s_ij, draw the same standard normals z_ij and quantise the same
-values t_ij = round(2^F · c_ij · z_ij). Node i adds t_ij when i < j and
-subtracts it otherwise, so node k's mask is
+variance c_ij² > 0 (in grid units², an exact fraction: ``noise.exact_noise``)
+both ends expand the same stream key from their shared seed s_ij and draw the
+same integers t_ij ~ N_Z(0, c_ij²), the discrete Gaussian
+(``noise.discrete``). Node i adds t_ij when i < j and subtracts it otherwise,
+so node k's mask is
 
     m_k = Σ_j ±t_kj        (arithmetic modulo 2^64)
 
 and Σ_k m_k = 0 exactly, bit for bit: every t_ij appears once with each sign.
-Across sessions the masks are Gaussian (up to 2^-F quantisation) with the
-graph-Laplacian covariance R = Σ_{i<j} c_ij² (e_i − e_j)(e_i − e_j)ᵀ.
+The masks have the graph-Laplacian covariance R = Σ_{i<j} c_ij² (e_i − e_j)(e_i − e_j)ᵀ
+(for c_ij² of more than a few grid units the discrete Gaussian's variance is
+c_ij² to within e^(−2π²c_ij²)).
 
 CAPE construction (Imtiaz, Mohammadi & Sarwate 2019, arXiv 1904.10059). Node k
-draws ê_k ~ N(0, τ²) privately and quantises it. The nodes learn S = Σ_k q(ê_k)
-through a secure sum blinded by uniform pairwise uint64 masks (which cancel
-modulo 2^64). Each node then uses e_k = q(ê_k) − share_k(S), where the shares
-split S into K integers that add up to S exactly, so again Σ_k e_k = 0 bit for
-bit; marginally R = τ²(I − 11ᵀ/K).
+draws ê_k ~ N_Z(0, τ²) from a stream keyed by its own session secret. The
+nodes learn S = Σ_k ê_k through a secure sum blinded by uniform pairwise uint64
+masks (which cancel modulo 2^64). Each node then uses e_k = ê_k − share_k(S),
+where the shares split S into K integers that add up to S exactly, so again
+Σ_k e_k = 0 bit for bit; marginally R = τ²(I − 11ᵀ/K).
 
-Identical quantised values at both ends rely only on IEEE-754 double
-arithmetic (one multiplication, round-half-to-even) and on the keyed stream
-being deterministic; no floating-point sum is ever shared between nodes.
+Both ends of a pair draw the same integers because the samplers are exact
+integer algorithms over the keyed stream and every variance is an exact
+fraction of the scale the config pins; no floating-point value a node
+computes itself decides a draw.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from fractions import Fraction
 
 import numpy as np
 from numpy.typing import NDArray
 
 from noise.designs import Design
+from noise.discrete import discrete_gaussian_variance
 from noise.errors import KeyFormatError
 from noise.fixed_point import FixedPointCodec
 from noise.seeds import stream_key
-from noise.stream import standard_normal, uniform_uint64
+from noise.stream import uniform_uint64
 
 __all__ = [
     "cape_blinding",
     "cape_draw",
     "cape_mask",
     "cape_share_of_sum",
+    "design_variances",
     "pair_terms",
     "pairwise_mask",
 ]
@@ -59,6 +65,23 @@ def _check_seeds(node_id: str, peers: Iterable[str], seeds: Mapping[str, bytes])
             raise KeyFormatError(f"pairwise seed of {node_id!r} with {peer!r}", "32 bytes", got)
 
 
+def design_variances(design: Design, node_id: str, codec: FixedPointCodec) -> dict[str, Fraction]:
+    """c_kj² in grid units² from a design's own float variances (exact binary values).
+
+    For designs made outside a federation (simulations, tests): both ends use
+    the same float design, so the fractions agree. A node in a session uses
+    the exact variances of the config's pinned scales instead
+    (``node.release.ReleaseNoise.pair_variances``).
+    """
+    scale = Fraction(2) ** (2 * codec.frac_bits)
+    row = design.pair_variances[design.index(node_id)]
+    return {
+        peer: Fraction(float(c2)) * scale
+        for peer, c2 in zip(design.node_ids, row, strict=True)
+        if c2 > 0.0
+    }
+
+
 def pair_terms(
     design: Design,
     node_id: str,
@@ -69,23 +92,24 @@ def pair_terms(
     tensor: str,
     size: int,
     codec: FixedPointCodec,
+    variances: Mapping[str, Fraction] | None = None,
 ) -> NDArray[np.uint64]:
     """Signed sum of node ``node_id``'s pair terms ±t_kj with the given peers.
 
     With ``peers`` = all neighbours this is the node's whole mask. With
     ``peers`` = dropped nodes it is the unmask correction the coordinator
     subtracts from the survivors' sum to recover their exact aggregate.
+    ``variances`` maps each neighbour to c_kj² in grid units² (default:
+    :func:`design_variances`).
     """
     design.index(node_id)  # validates the id
-    peer_list = [p for p in peers if design.pair_std(node_id, p) > 0.0]
+    exact = design_variances(design, node_id, codec) if variances is None else variances
+    peer_list = [p for p in peers if exact.get(p, Fraction(0)) > 0]
     _check_seeds(node_id, peer_list, seeds)
     total = np.zeros(size, dtype=_U64)
-    draws = np.empty(size, dtype=np.float64)
     for peer in sorted(peer_list):
         key = stream_key(seeds[peer], round_index=round_index, tensor=tensor, purpose="mask")
-        standard_normal(key, size, out=draws)
-        draws *= design.pair_std(node_id, peer)
-        term = codec.encode(draws, tensor=f"{tensor} (mask term with {peer!r})")
+        term = discrete_gaussian_variance(key, exact[peer], size).view(_U64)
         if node_id < peer:
             total += term
         else:
@@ -102,8 +126,9 @@ def pairwise_mask(
     tensor: str,
     size: int,
     codec: FixedPointCodec,
+    variances: Mapping[str, Fraction] | None = None,
 ) -> NDArray[np.uint64]:
-    """Node ``node_id``'s full pairwise mask m_k = Σ_j ±q(c_kj · z_kj) for one tensor."""
+    """Node ``node_id``'s full pairwise mask m_k = Σ_j ±t_kj, t_kj ~ N_Z(0, c_kj²), one tensor."""
     return pair_terms(
         design,
         node_id,
@@ -113,16 +138,13 @@ def pairwise_mask(
         tensor=tensor,
         size=size,
         codec=codec,
+        variances=variances,
     )
 
 
-def cape_draw(
-    size: int, std: float, rng: np.random.Generator, codec: FixedPointCodec, *, tensor: str
-) -> NDArray[np.uint64]:
-    """Quantised private draw q(ê_k), ê_k ~ N(0, std²), from an explicit generator."""
-    if not np.isfinite(std) or std < 0.0:
-        raise ValueError(f"CAPE noise std for tensor {tensor!r} must be finite and >= 0; got {std}")
-    return codec.encode(rng.standard_normal(size) * std, tensor=f"{tensor} (CAPE draw)")
+def cape_draw(key: bytes, variance: Fraction | float, size: int) -> NDArray[np.uint64]:
+    """Node k's private CAPE draw ê_k ~ N_Z(0, τ²) (τ² in grid units²) from its own keyed stream."""
+    return discrete_gaussian_variance(key, variance, size).view(_U64)
 
 
 def cape_blinding(

@@ -156,7 +156,9 @@ def logreg_plan_spec(settings: LogregSettings) -> PlanSpec:
 
 def check_spec(config: FederationConfig) -> LogregSettings:
     settings = LogregSettings.from_tables(config.plan.settings)
-    if config.plan.rounds != settings.round_specs():
+    if [(r.name, r.layout) for r in config.plan.rounds] != [
+        (r.name, r.layout) for r in settings.round_specs()
+    ]:
         raise ConfigError(
             "plan.rounds",
             list(config.plan.round_names),

@@ -128,7 +128,7 @@ def cape_state(
             )
         return None
     noise = plan_release(
-        ctx.config, saved.planned, ctx.node_id, ctx.plan.sensitivities(model_round)
+        ctx.config, saved.planned, ctx.node_id, ctx.plan.sensitivities(model_round), model_round
     )
     if saved.sum is not None:
         noise = with_cape_participants(noise, saved.sum.participants)

@@ -29,10 +29,9 @@ from node.session.model_round import upload
 from node.session.outputs import CAPE_SUM_NOTE, json_object
 from node.session.progress import RoundProgress
 from node.session.results import await_result
-from node.session.self_masking import sent_payload
+from node.session.self_masking import private_seed, sent_payload
 from node.session.unmask_answers import CAPE_SUM_PREFIX
 from noise.layout import Layout, payload_digest
-from noise.stream import os_generator
 
 __all__ = ["noted_share", "run_cape_sum_round", "take_cape_sum"]
 
@@ -138,12 +137,11 @@ def run_cape_sum_round(
         state = None
     if state is None:
         noise = plan_release(
-            ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(model_round)
+            ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(model_round), model_round
         )
-        rng = ctx.options.rng or os_generator()
         state = CapeState(
             noise=noise,
-            draws=cape_draws(noise, layout, ctx.codec, rng),
+            draws=cape_draws(noise, layout, seed=private_seed(ctx), round_index=index),
             planned=participants,
             drawn_for=index,
         )

@@ -33,7 +33,7 @@ from node.session.cape_material import cape_state, save_cape_state
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
 from node.session.results import Outcome, await_result
-from node.session.self_masking import round_self_mask_seed, sent_payload
+from node.session.self_masking import private_seed, round_self_mask_seed, sent_payload
 from node.statements import sign_upload_statement
 from noise.errors import NoiseError
 from noise.layout import Layout, payload_digest
@@ -151,7 +151,7 @@ def _fresh_cape_egress(
     mask = cape_masks(state.draws, state.total, participants, ctx.node_id)
     if state.residual is None:
         state.residual = add_residual_noise(
-            np.zeros_like(clean), noise, layout, ctx.codec, ctx.options.rng
+            np.zeros_like(clean), noise, layout, seed=private_seed(ctx), round_index=index
         )
         # Saved before the bundle is written: a rerun must add this very noise again.
         save_cape_state(ctx, name, state, layout)
@@ -183,7 +183,7 @@ def run_model_round(
             )
         else:
             noise = plan_release(
-                ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(name)
+                ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(name), name
             )
             egress_steps.check_bundle_noise(earlier, noise, layout)
         egress = earlier.payload
@@ -203,10 +203,12 @@ def run_model_round(
             )
         else:
             noise = plan_release(
-                ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(name)
+                ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(name), name
             )
             mask = masks.take(noise, layout, round_index=index)
-            egress = add_residual_noise(clean + mask, noise, layout, ctx.codec, ctx.options.rng)
+            egress = add_residual_noise(
+                clean + mask, noise, layout, seed=private_seed(ctx), round_index=index
+            )
         folder = egress_steps.release(
             ctx, index=index, name=name, layout=layout, noise=noise, clean=clean, egress=egress
         )
@@ -259,7 +261,9 @@ def prefetch_mask(
     try:
         # The public layout: a plan's tensors may depend on aggregates not yet received.
         layout = ctx.config.plan.round(name).layout
-        noise = plan_release(ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(name))
+        noise = plan_release(
+            ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(name), name
+        )
     except (ValueError, KeyError, NoiseError):
         return  # the round itself reports the problem if it really opens so
     masks.start(noise, layout, round_index=index)

@@ -168,7 +168,7 @@ def _take_published_cape_sum(
         state.noise
         if state is not None
         else plan_release(
-            ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(model_round)
+            ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(model_round), model_round
         )
     )
     outcome = await_result(
@@ -217,7 +217,7 @@ def _take_published(
     # The local tensors give the aggregate's layout (and the plan's state for
     # the round); nothing of them is sent again.
     layout = Layout.of_tensors(ctx.plan.tensors(name))
-    noise = plan_release(ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(name))
+    noise = plan_release(ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(name), name)
     # The aggregate must count the very payload this node's bundle holds.
     bundle = egress_steps.bundle_before_restart(ctx, index, name)
     own = (

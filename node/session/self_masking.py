@@ -16,9 +16,21 @@ from numpy.typing import NDArray
 
 from node.session.context import SessionContext
 from noise.layout import Layout
+from noise.residual import private_noise_seed
 from noise.self_mask import self_mask, self_mask_seed
 
-__all__ = ["round_self_mask_seed", "sent_payload"]
+__all__ = ["private_seed", "round_self_mask_seed", "sent_payload"]
+
+
+def private_seed(ctx: SessionContext) -> bytes:
+    """π_k, the seed of this node's residual and CAPE draws (``noise.residual``).
+
+    Derived from the saved session key, so a restarted node draws the very
+    same integers again, and nobody else can derive it.
+    """
+    return private_noise_seed(
+        ctx.ephemeral, config_hash=ctx.config_hash, session_id=ctx.session_id, node_id=ctx.node_id
+    )
 
 
 def round_self_mask_seed(ctx: SessionContext, index: int) -> bytes:

@@ -3,8 +3,9 @@
 :func:`canonical_encoding` is compact JSON with keys sorted, no whitespace,
 ASCII only, byte strings as lowercase hex, floats as Python's shortest
 round-trip ``repr`` and ints as ints, node entries sorted by node id, and a
-``"format": "zerosum/v1/federation"`` member naming the encoding. The plan's
-tables enter as they were parsed, each round as its name and tensor layout.
+``"format": "zerosum/v2/federation"`` member naming the encoding. The plan's
+tables enter as they were parsed, each round as its name, tensor layout and
+pinned noise scales (``noise_std``, grid units) when it has them.
 Changing any setting changes the hash; comments, key order, whitespace and
 the order of ``[[nodes]]`` entries do not. A node's output checker keys
 enter as ``checker_public_keys`` (hex, sorted) when it has any;
@@ -26,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from proto.federation.schema import CONFIG_FORMAT, FederationConfig, NodeEntry
+from proto.federation.schema import CONFIG_FORMAT, FederationConfig, NodeEntry, RoundSpec
 
 __all__ = ["canonical_encoding", "config_hash"]
 
@@ -73,7 +74,7 @@ def _document(config: FederationConfig) -> dict[str, object]:
             "name": plan.name,
             "version": plan.version,
             "settings": dict(plan.settings),
-            "rounds": [{"name": r.name, "tensors": r.layout.to_json()} for r in plan.rounds],
+            "rounds": [_round(r) for r in plan.rounds],
         },
         "nodes": [_node(n) for n in config.nodes],
     }
@@ -82,6 +83,13 @@ def _document(config: FederationConfig) -> dict[str, object]:
     if plan.digest:
         document["plan"] = {**document["plan"], "digest": plan.digest}  # type: ignore[dict-item]
     return document
+
+
+def _round(spec: RoundSpec) -> dict[str, object]:
+    entry: dict[str, object] = {"name": spec.name, "tensors": spec.layout.to_json()}
+    if spec.noise_std:
+        entry["noise_std"] = dict(spec.noise_std)
+    return entry
 
 
 def canonical_encoding(config: FederationConfig) -> bytes:

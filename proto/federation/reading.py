@@ -20,6 +20,8 @@ from typing import Any, Final, cast
 from noise.layout import Layout, LayoutError
 from proto.federation.checks import MISSING, ConfigError
 from proto.federation.schema import (
+    CONFIG_FORMAT,
+    OLD_FORMATS,
     FederationConfig,
     NodeEntry,
     NoiseDesignSpec,
@@ -37,6 +39,7 @@ __all__ = ["MAX_CONFIG_BYTES", "load_federation", "parse_federation"]
 MAX_CONFIG_BYTES: Final = 4 * MIB
 
 _TOP_KEYS: Final = (
+    "format",
     "federation_id",
     "coordinator_address",
     "ca_certificate",
@@ -53,7 +56,7 @@ _TOP_KEYS: Final = (
 _PRIVACY_KEYS: Final = ("epsilon", "delta", "epsilon_budget", "residual_dp", "collusion_threshold")
 _DESIGN_KEYS: Final = ("construction", "graph", "degree", "target_std")
 _SESSION_KEYS: Final = ("join_deadline_seconds", "round_deadline_seconds")
-_ROUND_KEYS: Final = ("name", "tensors")
+_ROUND_KEYS: Final = ("name", "tensors", "noise_std")
 
 
 class _Table:
@@ -176,10 +179,20 @@ def _parse_rounds(value: object) -> tuple[RoundSpec, ...]:
             layout = Layout.from_json(tensors)
         except LayoutError as error:
             raise ConfigError(f"{where}.tensors", tensors, str(error)) from None
+        noise_std = table.take("noise_std")
         try:
-            rounds.append(RoundSpec(cast(str, name), layout))
+            rounds.append(
+                RoundSpec(
+                    cast(str, name),
+                    layout,
+                    {} if noise_std is MISSING else cast(dict[str, int], noise_std),
+                )
+            )
         except ConfigError as error:
-            leaf = "tensors" if error.field.endswith(".tensors") else "name"
+            if ".noise_std" in error.field:
+                leaf = "noise_std" + error.field.partition(".noise_std")[2]
+            else:
+                leaf = "tensors" if error.field.endswith(".tensors") else "name"
             raise ConfigError(f"{where}.{leaf}", error.value, error.reason) from None
     return tuple(rounds)
 
@@ -203,6 +216,23 @@ def _parse_plan(value: object) -> PlanSpec:
     )
 
 
+def _check_format(value: object) -> None:
+    """Refuse a config written for another format, saying how to remake it."""
+    if value == CONFIG_FORMAT:
+        return
+    named = "none (a config made before formats were named)" if value is MISSING else repr(value)
+    if value is MISSING or value in OLD_FORMATS:
+        what = OLD_FORMATS.get(cast(str, value), OLD_FORMATS["zerosum/v1/federation"])
+        raise ConfigError(
+            "format",
+            named,
+            f"this federation was made by an older zerosum ({what}); this version reads only "
+            f"{CONFIG_FORMAT!r}. Remake it with `zerosum federation init` and the same options, "
+            "and share the new federation.toml, certificates and keys with every party",
+        )
+    raise ConfigError("format", named, f"this version reads only {CONFIG_FORMAT!r}")
+
+
 def parse_federation(
     text: str, *, base_dir: Path | None = None, source: str = "federation.toml"
 ) -> FederationConfig:
@@ -223,6 +253,7 @@ def parse_federation(
     except RecursionError:
         raise ConfigError("file", source, "nests tables or arrays too deeply to be read") from None
     top = _Table(data, "", _TOP_KEYS)
+    _check_format(top.take("format"))
     privacy_table = _Table(top.take("privacy"), "privacy", (*_PRIVACY_KEYS, "noise_design"))
     design_table = _Table(privacy_table.take("noise_design"), "privacy.noise_design", _DESIGN_KEYS)
     session_table = _Table(top.take("session"), "session", _SESSION_KEYS)

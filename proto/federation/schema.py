@@ -42,8 +42,10 @@ __all__ = [
     "CONFIG_FORMAT",
     "MAX_DEADLINE_SECONDS",
     "MAX_FIXED_POINT_BITS",
+    "MAX_NOISE_STD_UNITS",
     "MIN_DEADLINE_SECONDS",
     "MIN_FIXED_POINT_BITS",
+    "OLD_FORMATS",
     "Construction",
     "FederationConfig",
     "GraphKind",
@@ -56,7 +58,18 @@ __all__ = [
     "normalise_fingerprint",
 ]
 
-CONFIG_FORMAT: Final = "zerosum/v1/federation"
+CONFIG_FORMAT: Final = "zerosum/v2/federation"
+# Formats this version refuses, with what changed since (a config names its format).
+OLD_FORMATS: Final = {
+    "zerosum/v1/federation": (
+        "its nodes computed their noise scales themselves, in floating point, and drew "
+        "rounded normals; version 2 pins every scale in the config and draws discrete "
+        "Gaussians"
+    ),
+}
+# The largest noise standard deviation a config may pin, in grid units (2^50: the
+# discrete samplers' range, noise.discrete.MAX_SCALE).
+MAX_NOISE_STD_UNITS: Final = 1 << 50
 
 Construction = Literal["pairwise", "cape"]
 GraphKind = Literal["complete", "harary"]
@@ -278,10 +291,20 @@ class SessionTimings:
 
 @dataclass(frozen=True)
 class RoundSpec:
-    """One round of the plan: its name and the public layout of every payload in it."""
+    """One round of the plan: its name, the public layout of its payloads, its noise scales.
+
+    ``noise_std`` pins, per tensor, the standard deviation S_t of the noise
+    every egress of the round carries, in grid units (an integer: σ_t·2^F
+    rounded up), as ``federation init`` computed it once for everyone
+    (node.pinned_noise). Nodes derive every pair, CAPE and residual variance
+    from it in exact rational arithmetic and never recompute a scale in
+    floating point of their own, so both ends of a pair draw the same
+    integers. Empty only while a config is being made.
+    """
 
     name: str
     layout: Layout
+    noise_std: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or _ROUND_RE.fullmatch(self.name) is None:
@@ -300,6 +323,39 @@ class RoundSpec:
                 f"a round holds at most {MAX_ROUND_VALUES} values (2^30, 8 GiB of uint64); "
                 "this layout holds more",
             )
+        self._check_noise_std()
+
+    def _check_noise_std(self) -> None:
+        where = f"plan.rounds[{self.name}].noise_std"
+        if not isinstance(self.noise_std, Mapping):
+            raise ConfigError(where, self.noise_std, "must be a table of tensor = integer")
+        pinned: dict[str, int] = {}
+        names = [slot.name for slot in self.layout]
+        for tensor, value in self.noise_std.items():
+            if tensor not in names:
+                raise ConfigError(
+                    f"{where}.{tensor}", value, f"names no tensor of the round ({', '.join(names)})"
+                )
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not 1 <= value <= MAX_NOISE_STD_UNITS
+            ):
+                raise ConfigError(
+                    f"{where}.{tensor}",
+                    value,
+                    f"must be a whole number of grid units from 1 to 2^50 ({MAX_NOISE_STD_UNITS})",
+                )
+            pinned[str(tensor)] = int(value)
+        if pinned and set(pinned) != set(names):
+            missing = [n for n in names if n not in pinned]
+            raise ConfigError(where, dict(pinned), f"pins no noise for tensor(s) {missing}")
+        _set(self, "noise_std", {n: pinned[n] for n in names if n in pinned})
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the round's noise scales are pinned (a config made by ``federation init``)."""
+        return bool(self.noise_std)
 
 
 def _plain(name: str, value: object) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from proto.federation.schema import FederationConfig, PlanSpec
+from proto.federation.schema import CONFIG_FORMAT, FederationConfig, PlanSpec
 
 __all__ = ["dump_federation", "toml_value"]
 
@@ -109,6 +109,12 @@ def _plan_lines(plan: PlanSpec, comments: Mapping[str, str]) -> list[str]:
             for s in spec.layout
         ]
         lines.append("]")
+        if spec.noise_std:
+            pinned = ", ".join(f"{_key(n)} = {v}" for n, v in spec.noise_std.items())
+            lines += [
+                "# noise standard deviation per tensor in grid units (σ·2^F, rounded up)",
+                f"noise_std = {{ {pinned} }}",
+            ]
     return lines
 
 
@@ -123,6 +129,7 @@ def dump_federation(config: FederationConfig, *, comments: Mapping[str, str] | N
         "# zerosum federation configuration. Every node and the coordinator hold an",
         "# identical copy: its config hash is bound into every signature and seed.",
         "",
+        f"format = {_toml_string(CONFIG_FORMAT)}",
         f"federation_id = {_toml_string(config.federation_id)}",
         f"coordinator_address = {_toml_string(config.coordinator_address)}",
         "# relative to this file's folder",

@@ -496,9 +496,21 @@ TOML_ERRORS: list[tuple[str, str, str]] = [
     (edited("[plan]\n", "[plann]\n"), "plann", "unknown setting"),
     (edited('version = "3"\n', ""), "plan.version", "is missing"),
     (edited('federation_id = "trial-1"\n', ""), "federation_id", "is missing"),
-    ("federation_id = 'x'\nprivacy = 3\n", "privacy", "must be a table"),
-    ("federation_id = 'x'\nnodes = 3\n", "nodes", "array of [[nodes]] tables"),
-    ("federation_id = 'x'\nnodes = [3]\n", "nodes[0]", "must be a table"),
+    (
+        "format = 'zerosum/v2/federation'\nfederation_id = 'x'\nprivacy = 3\n",
+        "privacy",
+        "must be a table",
+    ),
+    (
+        "format = 'zerosum/v2/federation'\nfederation_id = 'x'\nnodes = 3\n",
+        "nodes",
+        "array of [[nodes]] tables",
+    ),
+    (
+        "format = 'zerosum/v2/federation'\nfederation_id = 'x'\nnodes = [3]\n",
+        "nodes[0]",
+        "must be a table",
+    ),
     (
         "[[nodes]]".join(dump_federation(make_config()).split("[[nodes]]")[:2]),
         "nodes",

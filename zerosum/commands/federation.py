@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from node.pinned_noise import pin_noise
 from node.plans.deltab import deltab_plan_spec
 from node.plans.deltab_settings import ClippingBounds, DeltabSettings
 from noise.keys import IdentityKey
@@ -406,6 +407,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
         config = init_logreg.fit_budget(
             config, logreg, lambda c: _over_budget(c) is not None, say=print
         )
+    # Every noise scale fixed once, here, for every party (node.pinned_noise).
+    config = pin_noise(config)
     _check_budget(config)
     ca = pki.create_ca(config.federation_id)
     server = pki.issue_server_certificate(ca, [config.coordinator_host])
@@ -444,9 +447,12 @@ def _over_budget(config: FederationConfig) -> tuple[ObserverTotal, float] | None
     nodes refuse with its reason).
     """
     from node.budget import BUDGET_RTOL, checked, one_session
+    from node.pinned_noise import pinned
     from node.plans.registry import installed_plans
     from noise.errors import NoiseError
 
+    if not pinned(config):
+        config = pin_noise(config)
     privacy = config.privacy
     definition = installed_plans()[config.plan.name]
     rounds = {
