@@ -1,4 +1,4 @@
-"""A node's differentially private summary of its subjects' brain-age delta (Laplace).
+"""A node's differentially private summary of its subjects' brain-age delta (discrete Laplace).
 
 Once the federated model is built, each node may release, as an output of its
 own, the mean, standard deviation and quantiles of its subjects' delta
@@ -21,8 +21,17 @@ a smaller cohort of N ≥ N₀ subjects, one subject x more changes
   ((x − c)² − s)/(N + 1), both terms in [0, W²/4], so by less than W²/(4N₀);
 * a histogram of the clipped deltas over B public bins by one count (L1).
 
-Each query gets Laplace noise of scale b = Δ/(ε/3), so the three together
-are ε-DP (basic composition). The variance is max(s̃ − (m̃ − c)², 0), the
+Each query is released on a published grid g (10⁻⁴ years for the mean,
+10⁻⁴ years² for the second moment, one count for the histogram): the node
+rounds the exact value to the nearest multiple, k = round(value/g), and adds
+an integer drawn from the discrete Laplace distribution Lap_Z(b), P[y] ∝
+exp(−|y|/b) (``noise.discrete.discrete_laplace``, from the node's private
+keyed stream). Rounding moves k by at most one more than the value moves in
+grid units, so k has L1 sensitivity Δ_g = ⌊Δ/g⌋ + 1 (Δ_g = 1 for the counts);
+with b = Δ_g/(ε/3) each release is (ε/3)-DP (the discrete Laplace mechanism,
+Canonne, Kamath & Steinke 2020, §2) and the three together ε-DP (basic
+composition). The released value is g·(k + y): an integer times the grid, so
+no low-order bits of a floating-point sample exist to leak (Mironov 2012, CCS). The variance is max(s̃ − (m̃ − c)², 0), the
 standard deviation its square root, and the quantiles are read off the
 noised histogram (its counts floored at 0, then the cumulative count
 interpolated linearly inside a bin): post-processing, no further cost.
@@ -32,9 +41,7 @@ aggregates: for any fixed model the summary is ε-DP in the cohort, so it
 composes adaptively with the model's releases (the ledger adds its ε to
 theirs).
 
-Limits. Floating-point Laplace samples leak through their low-order bits
-(Mironov 2012, CCS); the values are rounded to 10⁻⁴ years, which narrows but
-does not close that channel. The noise scale uses N₀, not the node's own N:
+Limits. The noise scale uses N₀, not the node's own N:
 a node with N ≫ N₀ pays more noise than its N would need, the price of a
 scale that reveals nothing about N.
 """
@@ -49,6 +56,8 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from noise.discrete import discrete_laplace
+from noise.residual import private_noise_key
 from proto.federation.checks import ConfigError, finite, positive, whole
 
 __all__ = [
@@ -63,8 +72,11 @@ __all__ = [
 DEFAULT_QUANTILES: Final = (0.05, 0.25, 0.5, 0.75, 0.95)
 _KEYS: Final = ("enabled", "epsilon", "delta_low", "delta_high", "bins", "quantiles")
 _TABLE: Final = "plan.delta_summary"
-# Released values are rounded to this grid (years); see the module docstring.
+# The published grid of the mean (years) and second moment (years²); counts are whole.
 ROUNDING: Final = 1e-4
+GRIDS: Final = {"mean": ROUNDING, "second_moment": ROUNDING, "histogram": 1.0}
+# The private stream's purpose for the summary's draws (noise.residual).
+NOISE_PURPOSE: Final = "delta-summary"
 QUERIES: Final = ("mean", "second_moment", "histogram")
 
 FloatArray = NDArray[np.float64]
@@ -135,26 +147,49 @@ class DeltaSummarySettings:
         share = self.epsilon / len(QUERIES)
         w = self.width
         return (
-            Query("mean", w / n_floor, share, f"W/N₀ = {w:g}/{n_floor}"),
+            Query("mean", w / n_floor, share, f"W/N₀ = {w:g}/{n_floor}", GRIDS["mean"]),
             Query(
-                "second_moment", w * w / (4 * n_floor), share, f"W²/(4N₀) = {w:g}²/(4·{n_floor})"
+                "second_moment",
+                w * w / (4 * n_floor),
+                share,
+                f"W²/(4N₀) = {w:g}²/(4·{n_floor})",
+                GRIDS["second_moment"],
             ),
-            Query("histogram", 1.0, share, "one count (L1), add or remove one subject"),
+            Query("histogram", 1.0, share, "one count (L1), add or remove one subject", 1.0),
         )
 
 
 @dataclass(frozen=True)
 class Query:
-    """One Laplace query: its L1 sensitivity, its ε, and the scale b = sensitivity/ε."""
+    """One discrete-Laplace query on its grid g: L1 sensitivity, ε, and the scale.
+
+    ``sensitivity`` is Δ in the statistic's units; on the grid the rounded
+    value moves by at most Δ_g = ⌊Δ/g⌋ + 1 units (1 for counts, which need no
+    rounding), and the noise Lap_Z(b) has b = Δ_g/ε grid units; ``scale`` is
+    b·g in the statistic's units.
+    """
 
     name: str
     sensitivity: float
     epsilon: float
     derivation: str
+    grid: float = 1.0
+
+    @property
+    def grid_sensitivity(self) -> int:
+        """Δ_g in grid units (module docstring)."""
+        if self.grid == 1.0 and float(self.sensitivity).is_integer():
+            return int(self.sensitivity)
+        return math.floor(self.sensitivity / self.grid) + 1
+
+    @property
+    def scale_units(self) -> float:
+        """b in grid units."""
+        return self.grid_sensitivity / self.epsilon
 
     @property
     def scale(self) -> float:
-        return self.sensitivity / self.epsilon
+        return self.scale_units * self.grid
 
 
 @dataclass(frozen=True)
@@ -209,17 +244,27 @@ def _rounded(value: float) -> float:
     return round(value / ROUNDING) * ROUNDING
 
 
+def _noised(query: Query, values: ArrayLike, seed: bytes) -> FloatArray:
+    """g·(round(values/g) + y), y ~ Lap_Z(b) from the private stream (module docstring)."""
+    exact = np.atleast_1d(np.asarray(values, dtype=np.float64))
+    units = np.rint(exact / query.grid).astype(np.int64)
+    key = private_noise_key(seed, purpose=NOISE_PURPOSE, round_index=0, tensor=query.name)
+    units += discrete_laplace(key, query.scale_units, units.size)
+    out: FloatArray = units.astype(np.float64) * query.grid
+    return out
+
+
 def summarise(
     deltas: ArrayLike,
     settings: DeltaSummarySettings,
     *,
     n_floor: int,
-    rng: np.random.Generator,
+    seed: bytes,
 ) -> DeltaSummary:
-    """Clip, compute the three queries, add Laplace noise; derive SD and quantiles.
+    """Clip, compute the three queries, add discrete Laplace noise; derive SD and quantiles.
 
-    ``rng`` draws the noise: pass ``noise.stream.os_generator()`` (keyed from
-    the operating system's CSPRNG) for a release.
+    ``seed`` keys the node's private noise stream (``noise.residual.private_noise_seed``):
+    the same seed gives the same draws, so a restarted node releases the same values.
     """
     d = np.asarray(deltas, dtype=np.float64)
     if d.ndim != 1 or d.size == 0:
@@ -240,10 +285,9 @@ def summarise(
     exact_hist, _ = np.histogram(c, bins=edges)
     queries = settings.queries(n_floor)
     by_name = {q.name: q for q in queries}
-    noisy_mean = mean + float(rng.laplace(0.0, by_name["mean"].scale))
-    noisy_second = second + float(rng.laplace(0.0, by_name["second_moment"].scale))
-    noisy_hist = exact_hist + rng.laplace(0.0, by_name["histogram"].scale, size=exact_hist.size)
-    noisy_hist = np.round(noisy_hist / ROUNDING) * ROUNDING
+    noisy_mean = float(_noised(by_name["mean"], mean, seed)[0])
+    noisy_second = float(_noised(by_name["second_moment"], second, seed)[0])
+    noisy_hist = _noised(by_name["histogram"], exact_hist, seed)
 
     def derived(m: float, s: float, hist: ArrayLike) -> dict[str, float]:
         variance = max(s - (m - centre) ** 2, 0.0)
@@ -278,11 +322,11 @@ def summarise(
 def statistic_meaning(name: str) -> str:
     """One sentence on what a released statistic is."""
     if name == "mean":
-        return "mean brain-age delta of the node's subjects (years), Laplace-noised"
+        return "mean brain-age delta of the node's subjects (years), discrete-Laplace-noised"
     if name == "second_moment":
         return (
             "mean squared distance of the delta from the centre of the declared range "
-            "(years²), Laplace-noised"
+            "(years²), discrete-Laplace-noised"
         )
     if name == "variance":
         return (
@@ -293,7 +337,7 @@ def statistic_meaning(name: str) -> str:
         return "standard deviation of the delta (years): √variance, post-processing"
     if name.startswith("q"):
         return (
-            f"{name[1:]}th percentile of the delta (years), read off the Laplace-noised "
+            f"{name[1:]}th percentile of the delta (years), read off the noised "
             "histogram: post-processing"
         )
     raise ValueError(f"unknown statistic {name!r}")

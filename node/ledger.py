@@ -412,8 +412,12 @@ class PrivacyLedger:
         manifest_sha256: str,
         payload_sha256: str,
         tensors: Sequence[str] = (),
+        noise: Mapping[str, object] | None = None,
     ) -> LedgerEntry:
         """Record that a round's egress left the TRE, before its bytes leave.
+
+        ``noise`` records how the noise was drawn (mechanism, δ_sampler,
+        δ_discretisation) beside the μ per class.
 
         The same payload of the same session and round is one release (also
         when a version-1 entry records it by its manifest): its entry is
@@ -437,6 +441,7 @@ class PrivacyLedger:
                 "payload_sha256": digest,
                 "manifest_sha256": manifest_sha256,
                 "tensors": list(tensors),
+                **({"noise": dict(noise)} if noise else {}),
             },
         )
         self._append(entry)

@@ -19,6 +19,7 @@ from noise.layout import Layout, LayoutError, TensorSlot
 
 __all__ = [
     "GAUSSIAN_MECHANISM",
+    "SAMPLER",
     "DPReceipt",
     "LayoutError",
     "MaskingFacts",
@@ -31,7 +32,15 @@ __all__ = [
     "parse_json_number",
 ]
 
-GAUSSIAN_MECHANISM = "Gaussian (analytic, Balle & Wang 2018)"
+GAUSSIAN_MECHANISM = (
+    "discrete Gaussian on the fixed-point grid (Canonne, Kamath & Steinke 2020), "
+    "calibrated as the analytic Gaussian mechanism (Balle & Wang 2018)"
+)
+SAMPLER = (
+    "exact integer sampler on the AES-128-CTR keyed streams (noise.discrete): a "
+    "discrete-Laplace proposal of uniform integers and geometric counts, Bernoulli "
+    "acceptance decided exactly"
+)
 
 
 def json_number(value: float) -> float | str:
@@ -205,6 +214,12 @@ class DPReceipt:
     releases_in_ledger: int
     mechanism: str = GAUSSIAN_MECHANISM
     calibration: str = ""
+    # How the integers were drawn, and the δ each step adds to the (ε, δ) of
+    # every one-egress class (docs/design.md §6): the sampler's own TV distance
+    # from its target law (0: exact) and the discrete-vs-rounded-Gaussian term.
+    sampler: str = SAMPLER
+    delta_sampler: float = 0.0
+    delta_discretisation: float = 0.0
 
     def observer(self, label: str, *, cumulative: bool = False) -> ObserverRelease:
         """The row for an observer class label ("outsider", "coordinator", "coalition:2")."""
@@ -218,6 +233,9 @@ class DPReceipt:
             "mechanism": self.mechanism,
             "calibration": self.calibration,
             "delta": self.delta,
+            "sampler": self.sampler,
+            "delta_sampler": self.delta_sampler,
+            "delta_discretisation": self.delta_discretisation,
             "release": [row.to_json() for row in self.release],
             "cumulative": [row.to_json() for row in self.cumulative],
             "releases_in_ledger": self.releases_in_ledger,
@@ -230,6 +248,9 @@ class DPReceipt:
                 mechanism=str(data["mechanism"]),
                 calibration=str(data.get("calibration", "")),
                 delta=float(data["delta"]),
+                sampler=str(data.get("sampler", "")),
+                delta_sampler=float(data.get("delta_sampler", 0.0)),
+                delta_discretisation=float(data.get("delta_discretisation", 0.0)),
                 release=tuple(ObserverRelease.from_json(r) for r in data["release"]),
                 cumulative=tuple(ObserverRelease.from_json(r) for r in data["cumulative"]),
                 releases_in_ledger=int(data["releases_in_ledger"]),

@@ -45,6 +45,7 @@ from noise.accounting import (
     privacy_report,
 )
 from noise.designs import Design, cape_design, conditional_covariance, remaining_variance
+from noise.discrete import discretisation_tv, sampler_delta
 from noise.exact_noise import ExactNoise, exact_noise
 from noise.policy import NoisePlan, plan_noise, worst_remaining_variance
 from proto.federation import ConfigError, FederationConfig
@@ -161,6 +162,8 @@ class ReleaseNoise:
     # design's exact weights: every variance a draw uses is weight × S_t².
     pinned: Mapping[str, int] = field(default_factory=dict)
     exact: ExactNoise | None = None
+    # Entries per tensor (for the draws and the discretisation term).
+    sizes: Mapping[str, int] = field(default_factory=dict)
     _coalition_mu: dict[int, float] = field(
         default_factory=dict, init=False, compare=False, repr=False
     )
@@ -288,13 +291,57 @@ class ReleaseNoise:
             )
         return tuple(rows)
 
+    def draws(self) -> int:
+        """How many integers this node draws for its egress (pair terms, CAPE, residual)."""
+        per_entry = len(self.pair_variances(self.tensors[0].name)) if self.exact else 0
+        if self.exact is not None and self.exact.construction == "cape":
+            per_entry = 1
+        if self.exact is not None and self.exact.residual_weight > 0:
+            per_entry += 1
+        return per_entry * sum(self.sizes.values())
+
+    def discretisation_delta(self, epsilon: float) -> float:
+        """δ_discretisation of this release for every one-egress class, at ``epsilon``.
+
+        On each entry the noise left to an observer of one egress is a sum of
+        n independent discrete Gaussians, within τ = 10·Σ_{k<n} e^(−2π²v·k/(k+1))
+        in total variation of one discrete Gaussian of their summed variance
+        (v the smallest component's variance; Kairouz, Liu & Steinke 2021,
+        ICML), which is within 1/(8V) of the rounded continuous Gaussian of the
+        same variance V ≥ S_t² (``noise.discrete.discretisation_tv``). The
+        rounded Gaussian is post-processing of the Gaussian mechanism the μ
+        figures describe, so the release is (ε, δ(ε; μ) + (1 + e^ε)·η)-DP with
+        η the sum of those distances over its entries.
+        """
+        if self.exact is None:
+            return 0.0
+        eta = 0.0
+        for t in self.tensors:
+            std = self.pinned[t.name]
+            components = [float(v) for v in self.pair_variances(t.name).values()]
+            if self.exact.construction == "cape":
+                components = [float(self.cape_variance_units(t.name))]
+            residual = float(self.residual_variance_units(t.name))
+            if residual > 0:
+                components.append(residual)
+            smallest = min(components)
+            tau = 10.0 * math.fsum(
+                math.exp(-2.0 * math.pi**2 * smallest * k / (k + 1))
+                for k in range(1, len(components))
+            )
+            eta += self.sizes.get(t.name, 0) * (tau + discretisation_tv(float(std) ** 2))
+        return min(1.0, (1.0 + math.exp(min(epsilon, 700.0))) * eta)
+
     def receipt(self, cumulative: Sequence[ObserverRelease], releases: int) -> DPReceipt:
+        epsilon = self.receipt_rows()[0].epsilon if self.tensors else 0.0
         return DPReceipt(
             delta=self.delta,
             release=self.receipt_rows(),
             cumulative=tuple(cumulative),
             releases_in_ledger=releases,
             calibration=self.calibration,
+            delta_sampler=sampler_delta(self.draws(), epsilon),
+            delta_discretisation=self.discretisation_delta(epsilon),
         )
 
     def masking_facts(self, residual_dp: bool) -> MaskingFacts:
@@ -569,4 +616,5 @@ def plan_release(
         collusion_threshold=privacy.collusion_threshold,
         pinned={t.name: pinned[t.name] for t in sensitivities},
         exact=exact,
+        sizes={t.name: sizes[t.name] for t in sensitivities},
     )

@@ -242,6 +242,11 @@ class SummaryBundle:
             "created": created,
             "model_sha256": model_sha256,
             "mechanism": "laplace",
+            "sampler": (
+                "discrete Laplace on a published grid (Canonne, Kamath & Steinke 2020), exact "
+                "integer sampling from the node's private keyed stream"
+            ),
+            "delta_sampler": 0.0,
             "adjacency": "add or remove one subject",
             "epsilon": settings.epsilon,
             "delta_range": [settings.delta_low, settings.delta_high],
@@ -254,6 +259,8 @@ class SummaryBundle:
                     "sensitivity": q.sensitivity,
                     "epsilon": q.epsilon,
                     "scale": q.scale,
+                    "grid": q.grid,
+                    "grid_sensitivity": q.grid_sensitivity,
                     "derivation": q.derivation,
                 }
                 for q in summary.queries

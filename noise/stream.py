@@ -32,16 +32,18 @@ Why AES-128-CTR:
 ``os_generator()`` keys the same construction from ``os.urandom(32)`` for
 noise that no other party must be able to regenerate (residual DP noise).
 
-Exact cancellation needs both ends of a pair to draw *the same* normals.
-numpy's ziggurat is stable across releases in practice, but numpy makes no
-promise that ``Generator`` streams stay identical between versions, and its
-wedge and tail steps call the platform's ``exp`` and ``log``. TREs install
-their own software, so :func:`stream_fingerprint` digests a reference stream
-(:data:`STREAM_CHECK_DRAWS` normals and as many raw words from a published
-key, enough to pass through the wedge and tail code many times).
+Exact cancellation needs both ends of a pair to draw *the same* integers.
+The discrete samplers (``noise.discrete``) are integer algorithms whose
+floating-point steps only choose between "decided" and "decide exactly", so
+they draw the same integers on every correct installation; what can still
+differ is the software itself (a changed sampler, randomgen's AES counter
+layout). TREs install their own software, so :func:`stream_fingerprint`
+digests a reference stream — raw words, discrete Gaussians at several scales
+(the exact path included) and discrete Laplace draws from a published key.
 ``zerosum federation init`` pins it in ``federation.toml`` (``stream_check``)
 and a node whose draws differ refuses to start, instead of producing an
-aggregate that is silently wrong.
+aggregate that is silently wrong. numpy's ziggurat (:func:`standard_normal`)
+is kept for simulation studies only; nothing a node releases is drawn by it.
 """
 
 from __future__ import annotations
@@ -67,10 +69,12 @@ __all__ = [
 ]
 
 STREAM_KEY_BYTES = 32
-# 2^17 normals: about 34 are expected in the ziggurat's tail (|z| > 3.654, log) and
-# many more in its wedges (exp), so both platform-dependent paths are exercised.
+# 2^17 draws per scale: each scale's exact path (about 1e-7 of the proposals, more
+# at small scales) is reached in expectation, and the check takes well under a second.
 STREAM_CHECK_DRAWS = 1 << 17
-_STREAM_CHECK_KEY = hashlib.sha256(b"zerosum/v1/stream-check").digest()
+_STREAM_CHECK_KEY = hashlib.sha256(b"zerosum/v2/stream-check").digest()
+# Small scales (whose proposals go exact most often), the demo's and the 2,641-feature scale.
+_CHECK_SCALES = (0.5, 3.0, 5.4e10, 1.0e14)
 
 
 def aes_counter(key: bytes) -> np.random.BitGenerator:
@@ -130,14 +134,23 @@ def os_generator() -> np.random.Generator:
 def stream_fingerprint() -> str:
     """Hex SHA-256 of this installation's reference stream (see the module docstring).
 
-    The digest covers the IEEE-754 bytes of :data:`STREAM_CHECK_DRAWS` normals
-    and the same number of raw uint64 words, both from the stream keyed with
-    SHA-256(b"zerosum/v1/stream-check"). Two installations that agree on it
-    draw the same masks from the same keys.
+    The digest covers :data:`STREAM_CHECK_DRAWS` raw uint64 words and, for each
+    of :data:`_CHECK_SCALES`, as many discrete-Gaussian draws and a tenth as
+    many discrete-Laplace draws, all from streams keyed with
+    SHA-256(b"zerosum/v2/stream-check"), as little-endian bytes. Two
+    installations that agree on it draw the same masks from the same keys.
     """
-    draws = standard_normal(_STREAM_CHECK_KEY, STREAM_CHECK_DRAWS)
-    words = uniform_uint64(_STREAM_CHECK_KEY, STREAM_CHECK_DRAWS)
-    digest = hashlib.sha256(b"zerosum/v1/stream-check")
-    digest.update(draws.astype("<f8").tobytes())
-    digest.update(words.astype("<u8").tobytes())
+    from noise.discrete import discrete_gaussian, discrete_laplace
+
+    digest = hashlib.sha256(b"zerosum/v2/stream-check")
+    digest.update(uniform_uint64(_STREAM_CHECK_KEY, STREAM_CHECK_DRAWS).astype("<u8").tobytes())
+    for scale in _CHECK_SCALES:
+        digest.update(
+            discrete_gaussian(_STREAM_CHECK_KEY, scale, STREAM_CHECK_DRAWS).astype("<i8").tobytes()
+        )
+        digest.update(
+            discrete_laplace(_STREAM_CHECK_KEY, scale, STREAM_CHECK_DRAWS // 10)
+            .astype("<i8")
+            .tobytes()
+        )
     return digest.hexdigest()

@@ -152,11 +152,19 @@ def _independent_mu(fed: Path, round_name: str) -> dict[str, float]:
         for other in config.node_ids
         if other != "a"
     )
-    # The calibrated policy gives tensor t the scale s_t = Δ_t·√M, so the
-    # release's μ is the unit μ times sqrt(Σ_t (Δ_t/s_t)²).
-    sensitivities = [t.sensitivity for t in public_sensitivities(config, round_name)]
-    m = len(sensitivities)
-    ratio = math.sqrt(sum((d / (d * math.sqrt(m))) ** 2 for d in sensitivities))
+    # Tensor t carries the config's pinned S_t grid units, σ_t = S_t·2^-F, i.e. the
+    # unit design scaled by s_t = σ_t·√(unit target); the released values are
+    # rounded to the grid, so Δ_t gains √d_t·2^-F. The release's μ is the unit μ
+    # times sqrt(Σ_t (Δ_t/s_t)²).
+    spec = config.plan.round(round_name)
+    bits = config.fixed_point_bits
+    sizes = {slot.name: slot.size for slot in spec.layout}
+    terms = []
+    for t in public_sensitivities(config, round_name):
+        grid = t.sensitivity + math.sqrt(sizes[t.name]) * 2.0**-bits
+        scale = spec.noise_std[t.name] * 2.0**-bits / math.sqrt(unit.target_variance)
+        terms.append((grid / scale) ** 2)
+    ratio = math.sqrt(sum(terms))
     return {
         "outsider": rows[("outsider", 0)] * ratio,
         "colluders:1": ratio / math.sqrt(left),

@@ -19,7 +19,7 @@ from node.audit import AuditRecord, write_audit
 from node.egress import EgressBundle
 from node.masking import pairwise_masks
 from node.receipt import SDCEvidence
-from node.release import TensorSensitivity, plan_release
+from node.release import TensorSensitivity
 from noise.layout import Layout
 from proto.federation import (
     FederationConfig,
@@ -28,7 +28,7 @@ from proto.federation import (
     config_hash,
     dump_federation,
 )
-from tests.node.test_runner_units import CODEC, SESSION, _config, _seeds
+from tests.node.test_runner_units import CODEC, SESSION, _config, _seeds, release_for
 from zerosum.cli import main
 
 IDS = ["a", "b", "c"]
@@ -68,7 +68,7 @@ def make_bundle(
     """A node's egress of round 1 under the config in ``root``; ``noise_*`` skew the node."""
     config = _federation()
     (root / "federation.toml").write_text(dump_federation(config))
-    noise = plan_release(_federation(noise_epsilon), IDS, "a", SENSITIVITIES)
+    noise = release_for(_federation(noise_epsilon), IDS, "a", SENSITIVITIES)
     clean = LAYOUT.encode(_tensors(), CODEC)
     mask = pairwise_masks(noise, _seeds(IDS)["a"], LAYOUT, round_index=1, codec=CODEC)
     if noise_scale != 1.0:

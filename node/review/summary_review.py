@@ -156,7 +156,12 @@ def _privacy(manifest: Mapping[str, Any], config: FederationConfig | None) -> li
                     f"from the range [{low:g}, {high:g}] and N₀ = {n0}",
                 )
             )
-        recomputed = float(query["sensitivity"]) / float(query["scale"])
+        grid = float(query.get("grid", 0.0) or 0.0)
+        on_grid = float(query["sensitivity"])
+        if grid > 0:  # the rounded value's sensitivity: ⌊Δ/g⌋ + 1 grid units (counts: Δ)
+            units = on_grid / grid
+            on_grid = (units if units.is_integer() and grid == 1.0 else math.floor(units) + 1) * grid
+        recomputed = on_grid / float(query["scale"])
         if not _close(recomputed, float(query["epsilon"])):
             findings.append(
                 fail(

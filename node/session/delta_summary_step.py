@@ -36,7 +36,7 @@ from node.summary_bundle import (
     summary_folder,
 )
 from noise.keys import key_fingerprint
-from noise.stream import os_generator
+from node.session.self_masking import private_seed
 
 __all__ = ["release_delta_summary"]
 
@@ -68,7 +68,7 @@ def release_delta_summary(ctx: SessionContext, model_path: Path) -> Path | None:
         deltas = deltas[np.isfinite(deltas)]
         try:
             summary = summarise(
-                deltas, settings, n_floor=ctx.config.min_cohort_size, rng=os_generator()
+                deltas, settings, n_floor=ctx.config.min_cohort_size, seed=private_seed(ctx)
             )
         except ValueError as error:
             raise NodeRefused(f"the delta summary cannot be released: {error}") from None

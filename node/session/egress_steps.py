@@ -261,6 +261,11 @@ def _approve_and_record(
         manifest_sha256=EgressBundle.manifest_sha256(folder),
         payload_sha256=checked.payload_sha256,
         tensors=list(layout.names),
+        noise={
+            "mechanism": checked.dp.mechanism,
+            "delta_sampler": checked.dp.delta_sampler,
+            "delta_discretisation": checked.dp.delta_discretisation,
+        },
     )
     ctx.state.record_release(ctx.session_id, index)
     return folder

@@ -40,6 +40,7 @@ from tests.node.test_runner_units import (
     _identities,
     _seeds,
     _tensors,
+    with_rounds,
 )
 
 __all__ = [
@@ -132,6 +133,9 @@ def local_setup(
     """What node ``me`` holds before the session, with a fake plan and an empty cohort."""
     ids = _node_ids(config)
     used = FakePlan() if plan is None else plan
+    # The fake plan's rounds, in the config with pinned noise scales (as federation init pins).
+    names = getattr(used, "round_names", FakePlan.round_names)
+    config = with_rounds(config, list(names))
     return LocalSetup(
         node_id=me,
         config_path=out / "federation.toml",

@@ -6,9 +6,16 @@ import numpy as np
 import pytest
 
 from node.masking import MaskPrefetch, mask_key, pairwise_masks
-from node.release import TensorSensitivity, plan_release
+from node.release import TensorSensitivity
 from noise.layout import Layout
-from tests.node.test_runner_units import CODEC, SENSITIVITIES, _config, _seeds, _tensors
+from tests.node.test_runner_units import (
+    CODEC,
+    SENSITIVITIES,
+    _config,
+    _seeds,
+    _tensors,
+    release_for,
+)
 
 IDS = ["a", "b", "c", "d"]
 
@@ -17,7 +24,7 @@ def _setup(me: str = "b") -> tuple:
     config = _config(IDS)
     seeds = _seeds(IDS)[me]
     layout = Layout.of_tensors(_tensors(0))
-    noise = plan_release(config, IDS, me, SENSITIVITIES)
+    noise = release_for(config, IDS, me, SENSITIVITIES)
     return config, seeds, layout, noise
 
 
@@ -44,7 +51,7 @@ def test_a_changed_round_or_participant_set_is_drawn_afresh() -> None:
         # After a dropout the design among the survivors differs: the stale draw is not used.
         prefetch.start(noise, layout, round_index=4)
         survivors = ["a", "b", "d"]
-        fewer = plan_release(config, survivors, "b", SENSITIVITIES)
+        fewer = release_for(config, survivors, "b", SENSITIVITIES)
         assert mask_key(fewer, layout, round_index=4) != mask_key(noise, layout, round_index=4)
         got = prefetch.take(fewer, layout, round_index=4)
         assert (prefetch.hits, prefetch.misses) == (0, 2)
@@ -59,8 +66,10 @@ def test_the_key_names_every_slot_and_pair_weight() -> None:
     for slot, pairs in slots:
         assert [peer for peer, _ in pairs] == ["a", "c", "d"]
         design = noise.design(slot.name)
-        assert all(std == design.pair_std("b", peer) > 0.0 for peer, std in pairs)
-    rescaled = plan_release(
+        assert all(
+            variance == noise.pair_variances(slot.name)[peer] > 0 for peer, variance in pairs
+        )
+    rescaled = release_for(
         _config(IDS),
         IDS,
         "b",

@@ -25,7 +25,7 @@ from node.egress import EgressBundle, egress_folder
 from node.errors import AlreadyJoined, NodeRefused, SessionFailed
 from node.gateway import RoundState, RoundSummary, SessionState, SessionStatus
 from node.masking import MaskPrefetch, cape_sum_payload, pairwise_masks
-from node.release import ReleaseNoise, plan_release
+from node.release import ReleaseNoise
 from node.runner import NodeRunner
 from node.session.cape_material import cape_state
 from node.session.cape_round import run_cape_sum_round
@@ -53,7 +53,15 @@ from tests.node.nodes import (
     peer_bundles,
     restarted,
 )
-from tests.node.test_runner_units import CODEC, SENSITIVITIES, SESSION, _config, _seeds, _tensors
+from tests.node.test_runner_units import (
+    CODEC,
+    SENSITIVITIES,
+    SESSION,
+    _config,
+    _seeds,
+    _tensors,
+    release_for,
+)
 from tests.node.test_unmask_safety import _answer, _released, _request, _unmask_entries
 
 U64 = NDArray[np.uint64]
@@ -123,7 +131,7 @@ def test_an_answer_sent_again_after_a_restart_is_the_same_and_recorded_once(
 
 
 def _egress(node: Node, participants: Sequence[str], index: int) -> tuple[ReleaseNoise, U64]:
-    noise = plan_release(node.ctx.config, participants, "a", SENSITIVITIES)
+    noise = release_for(node.ctx.config, participants, "a", SENSITIVITIES)
     mask = pairwise_masks(noise, _seeds(IDS)["a"], LAYOUT, round_index=index, codec=CODEC)
     return noise, CLEAN + mask
 
@@ -156,7 +164,7 @@ def _planned_now(node: Node, found: EgressBundle) -> ReleaseNoise:
     This is how a model round takes up a bundle written before a restart
     (``node.session.model_round.run_model_round``).
     """
-    noise = plan_release(node.ctx.config, IDS, "a", SENSITIVITIES)
+    noise = release_for(node.ctx.config, IDS, "a", SENSITIVITIES)
     check_bundle_noise(found, noise, LAYOUT)
     return noise
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Collection, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ from node.masking import (
     pairwise_masks,
     unmask_corrections,
 )
+from node.pinned_noise import pin_noise
 from node.plans.deltab import deltab_plan_spec
 from node.plans.deltab_settings import DeltabSettings
 from node.receipt import SDCEvidence
@@ -43,6 +46,7 @@ from proto.federation import (
     NoiseDesignSpec,
     PrivacyPolicy,
 )
+from proto.federation.schema import RoundSpec
 
 SESSION = "0123456789abcdef0123456789abcdef"
 CODEC = FixedPointCodec(32)
@@ -72,7 +76,7 @@ def _config(
 ) -> FederationConfig:
     keys = _identities(ids)
     checkers = _checkers(ids)
-    return FederationConfig(
+    config = FederationConfig(
         federation_id="test-fed",
         coordinator_address="127.0.0.1:50051",
         ca_certificate="ca/ca.pem",
@@ -101,6 +105,7 @@ def _config(
         ),
         min_nodes=min_nodes,
     )
+    return pin_noise(config)
 
 
 def _seeds(ids: list[str]) -> dict[str, dict[str, bytes]]:
@@ -131,8 +136,39 @@ def _tensors(seed: int) -> dict[str, np.ndarray]:
     return {"n": np.array(150.0), "sum_x": x.sum(axis=0), "sum_xx": x.T @ x}
 
 
+def with_rounds(
+    config: FederationConfig,
+    names: Sequence[str],
+    sensitivities: Sequence[TensorSensitivity] = SENSITIVITIES,
+) -> FederationConfig:
+    """``config`` whose plan has rounds ``names`` of made-up tensors, pinned as init would."""
+    shapes = {"n": (), "sum_x": (4,), "sum_xx": (4, 4)}
+    layout = Layout.of({t.name: shapes[t.name] for t in sensitivities})
+    m = len(sensitivities)
+    mu_star = gaussian_mu(config.privacy.epsilon, config.privacy.delta)
+    bits = config.fixed_point_bits
+    stds = {}
+    for t in sensitivities:
+        size = next(slot.size for slot in layout if slot.name == t.name)
+        grid = t.sensitivity + math.sqrt(size) * 2.0**-bits
+        stds[t.name] = math.ceil(math.ldexp(grid * math.sqrt(m) / mu_star, bits))
+    rounds = tuple(RoundSpec(name, layout, stds) for name in names)
+    return replace(config, plan=replace(config.plan, rounds=rounds))
+
+
+def release_for(
+    config: FederationConfig,
+    ids: Collection[str],
+    me: str,
+    sensitivities: Sequence[TensorSensitivity] = SENSITIVITIES,
+) -> ReleaseNoise:
+    """plan_release for made-up tensors: a round of them, pinned as federation init would."""
+    made_up = with_rounds(config, ["made-up"], sensitivities)
+    return plan_release(made_up, ids, me, sensitivities, "made-up")
+
+
 def _noise(config: FederationConfig, ids: list[str], me: str) -> ReleaseNoise:
-    return plan_release(config, ids, me, SENSITIVITIES)
+    return release_for(config, ids, me)
 
 
 def test_layout_follows_mapping_order_back_to_back() -> None:
@@ -201,7 +237,7 @@ def test_egress_noise_has_the_declared_scale() -> None:
     layout = Layout.of_tensors(tensors)
     clean = layout.encode(tensors, CODEC)
     masked = clean + pairwise_masks(noise, seeds["b"], layout, round_index=0, codec=CODEC)
-    egress = add_residual_noise(masked, noise, layout, CODEC, rng=rng)
+    egress = add_residual_noise(masked, noise, layout, seed=bytes([92]) * 32, round_index=0)
     entries = noise.entries({s.name: s.shape for s in layout})
     bundle = EgressBundle(
         session_id=SESSION,
@@ -248,7 +284,7 @@ def test_residual_noise_makes_the_coordinator_bounded() -> None:
     assert mu["outsider"] <= mu["coordinator"] <= mu["coalition:1"]
     layout = Layout.of_tensors(_tensors(0))
     clean = layout.encode(_tensors(0), CODEC)
-    noisy = add_residual_noise(clean, noise, layout, CODEC, rng=np.random.default_rng(3))
+    noisy = add_residual_noise(clean, noise, layout, seed=bytes([93]) * 32, round_index=0)
     assert not np.array_equal(noisy, clean)
 
 
@@ -279,7 +315,7 @@ def test_cape_masks_cancel_exactly() -> None:
     seeds = _seeds(ids)
     layout = Layout.of_tensors(_tensors(0))
     draws = {
-        me: cape_draws(_noise(config, ids, me), layout, CODEC, np.random.default_rng(i))
+        me: cape_draws(_noise(config, ids, me), layout, seed=bytes([90 + i]) * 32, round_index=0)
         for i, me in enumerate(ids)
     }
     blinded = [cape_sum_payload(draws[me], ids, me, seeds[me], layout, round_index=0) for me in ids]

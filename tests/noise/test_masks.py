@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from fractions import Fraction
 from itertools import combinations
 
 import numpy as np
@@ -81,8 +82,11 @@ def test_pairwise_masks_sum_to_zero_bitwise(  # noqa: PLR0917
 def test_cape_masks_sum_to_zero_bitwise(k: int, size: int, tau: float, seed: int) -> None:
     ids = _ids(k)
     seeds = _seeds(ids, b"cape")
-    rng = np.random.default_rng(seed)
-    draws = {n: cape_draw(size, tau, rng, CODEC, tensor="t") for n in ids}
+    variance = Fraction(tau) ** 2 * CODEC.scale**2
+    draws = {
+        n: cape_draw(hashlib.sha256(b"%d" % seed + n.encode()).digest(), variance, size)
+        for n in ids
+    }
     # Secure sum: each blinded share looks uniform; the blinding cancels.
     shares = [
         draws[n] + cape_blinding(ids, n, seeds[n], round_index=3, tensor="t", size=size)
@@ -157,7 +161,7 @@ def test_missing_or_malformed_seed_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="not among the CAPE participants"):
         cape_share_of_sum(np.zeros(2, dtype=np.uint64), ids, "zz")
     with pytest.raises(ValueError, match="must be finite"):
-        cape_draw(3, float("nan"), np.random.default_rng(0), CODEC, tensor="x")
+        cape_draw(bytes(32), float("nan"), 3)
 
 
 @pytest.mark.slow
@@ -189,8 +193,8 @@ def test_empirical_mask_covariance_matches_design(construction: str) -> None:
                 for n in ids
             ]
         else:
-            tau = float(np.sqrt(design.cape_variance))
-            draws = [cape_draw(size, tau, rng, CODEC, tensor="t") for _ in ids]
+            variance = Fraction(design.cape_variance) * CODEC.scale**2
+            draws = [cape_draw(rng.bytes(32), variance, size) for _ in ids]
             total = wrapping_sum(draws)
             masks = [cape_mask(d, total, ids, n) for d, n in zip(draws, ids, strict=True)]
         samples[s * size : (s + 1) * size] = np.stack([CODEC.decode(m) for m in masks], axis=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from fractions import Fraction
 from itertools import combinations
 
 import numpy as np
@@ -78,7 +79,7 @@ def test_cape_sampler_matches_the_cape_protocol() -> None:
     design = cape_design(ids, 3.0)
     seeds = _seeds(ids)
     rng = np.random.default_rng(2)
-    draws = {n: cape_draw(SIZE, 3.0**0.5, rng, CODEC, tensor="t") for n in ids}
+    draws = {n: cape_draw(rng.bytes(32), Fraction(3) * CODEC.scale**2, SIZE) for n in ids}
     blinded = [
         draws[n] + cape_blinding(ids, n, seeds[n], round_index=0, tensor="t", size=SIZE)
         for n in ids
