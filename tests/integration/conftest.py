@@ -231,7 +231,7 @@ class Processes:
         self.spawned: list[Spawned] = []
         self._lock = threading.Lock()
 
-    def zerosum(self, name: str, *argv: str) -> Spawned:
+    def zerosum(self, name: str, *argv: str, env: Mapping[str, str] | None = None) -> Spawned:
         self.logs.mkdir(parents=True, exist_ok=True)
         with self._lock:
             taken = {s.name for s in self.spawned}
@@ -241,14 +241,14 @@ class Processes:
                 unique = f"{name}-{k}"
             out = self.logs / f"{unique}.stdout"
             err = self.logs / f"{unique}.stderr"
-            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            environment = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
             with out.open("wb") as stdout, err.open("wb") as stderr:
                 popen = subprocess.Popen(
                     [sys.executable, "-m", "zerosum.cli", *argv],
                     stdout=stdout,
                     stderr=stderr,
                     stdin=subprocess.DEVNULL,
-                    env=env,
+                    env=environment,
                 )
             spawned = Spawned(unique, tuple(argv), popen, out, err)
             self.spawned.append(spawned)
@@ -525,7 +525,9 @@ class SessionRun:
         """The node's state folder: one per run, as the runs stand for separate deployments."""
         return self.folder / f"state-{node_id}"
 
-    def start_node(self, node_id: str, *, approve: str = "auto") -> Spawned:
+    def start_node(
+        self, node_id: str, *, approve: str = "auto", env: Mapping[str, str] | None = None
+    ) -> Spawned:
         spawned = self.processes.zerosum(
             f"{self.label}-{node_id}",
             "node",
@@ -541,6 +543,7 @@ class SessionRun:
             approve,
             "--coordinator",
             self.node_dials(),
+            env=env,
         )
         self.nodes[node_id] = spawned
         return spawned

@@ -129,9 +129,11 @@ def test_discrete_laplace_fits_exact_pmf(scale: float) -> None:
 
 
 def test_laplace_goodness_of_fit_has_power() -> None:
+    """Against Lap_Z(10.2) and Lap_Z(9.8) (2 % off; 1 % gives p ≈ 1e-3 to 1e-7 at 10^6 draws)."""
     draws = discrete_laplace(_key("gof-laplace-10.0"), 10.0, N)
-    lo, pmf = _laplace_pmf(10.1)
-    assert _chi2_pvalue(draws, lo, pmf) < 1e-12
+    for wrong in (10.2, 9.8):
+        lo, pmf = _laplace_pmf(wrong)
+        assert _chi2_pvalue(draws, lo, pmf) < 1e-12
     # A discrete Gaussian of the same variance (2b²/(1 − …) ≈ 200) is far from it.
     lo, pmf = _gaussian_pmf(float(np.var(draws)))
     assert _chi2_pvalue(draws, lo, pmf) < 1e-12
@@ -140,16 +142,27 @@ def test_laplace_goodness_of_fit_has_power() -> None:
 # --- 2. Large scales: moments and low bits -----------------------------------------------------
 
 
-@pytest.mark.parametrize("scale", [1e6, 5.4e10, 1e14, MAX_SCALE])
-def test_large_scale_moments_and_low_bits(scale: float) -> None:
-    draws = discrete_gaussian(_key(f"large-{scale}"), scale, N)
+@pytest.mark.parametrize(
+    ("scale", "n"),
+    [
+        (1e6, N),
+        (5.4e10, N),
+        (1e14, N),
+        # At σ = 2^50 about e^-4 = 1.8 % of proposals have X ≥ 2^52 and go exact (≈ 9 s per
+        # 10^6 draws), so the largest scale gets 10^5 draws here and 10^6 in the slow test.
+        (MAX_SCALE, N // 10),
+        pytest.param(MAX_SCALE, N, marks=pytest.mark.slow),
+    ],
+)
+def test_large_scale_moments_and_low_bits(scale: float, n: int) -> None:
+    draws = discrete_gaussian(_key(f"large-{scale}-{n}"), scale, n)
     x = draws.astype(np.float64)
     # Mean and variance within 5 standard errors (the fourth moment is 3σ⁴ at these scales).
-    assert abs(x.mean()) < 5 * scale / math.sqrt(N)
-    assert abs(x.var() / scale**2 - 1.0) < 5 * math.sqrt(2.0 / N)
-    # Parity: binomial(N, 1/2) within 5σ.
+    assert abs(x.mean()) < 5 * scale / math.sqrt(n)
+    assert abs(x.var() / scale**2 - 1.0) < 5 * math.sqrt(2.0 / n)
+    # Parity: binomial(n, 1/2) within 5σ.
     odd = int(np.count_nonzero(draws & 1))
-    assert abs(odd - N / 2) < 5 * math.sqrt(N / 4)
+    assert abs(odd - n / 2) < 5 * math.sqrt(n / 4)
     # The low 8 bits are uniform on 256 cells (a float lattice would show here).
     cells = np.bincount((draws & 0xFF).astype(np.intp), minlength=256)
     assert stats.chisquare(cells).pvalue > 1e-6
@@ -187,7 +200,9 @@ def test_different_keys_different_draws() -> None:
     b = discrete_gaussian(_key("b"), 1e6, 1000)
     assert not np.array_equal(a, b)
     assert np.count_nonzero(a == b) < 10  # σ = 10^6: coincidences are rare
-    assert not np.array_equal(discrete_laplace(_key("a"), 3.0, 1000), discrete_laplace(_key("b"), 3.0, 1000))
+    assert not np.array_equal(
+        discrete_laplace(_key("a"), 3.0, 1000), discrete_laplace(_key("b"), 3.0, 1000)
+    )
 
 
 @pytest.mark.parametrize("scale", [0.1, 0.5, 3.0, 1000.5, 5.4e10, 1e14, MAX_SCALE])
@@ -205,7 +220,9 @@ def test_integer_and_float_scales_agree() -> None:
     assert np.array_equal(discrete_gaussian(key, 3, 100), discrete_gaussian(key, 3.0, 100))
     assert np.array_equal(discrete_gaussian_variance(key, 9, 100), discrete_gaussian(key, 3.0, 100))
     assert np.array_equal(discrete_laplace(key, 3, 100), discrete_laplace(key, 3.0, 100))
-    assert np.array_equal(discrete_gaussian(key, 3.0, np.int64(100)), discrete_gaussian(key, 3.0, 100))
+    assert np.array_equal(
+        discrete_gaussian(key, 3.0, np.int64(100)), discrete_gaussian(key, 3.0, 100)
+    )
 
 
 # --- 4. Cancellation --------------------------------------------------------------------------
@@ -279,7 +296,7 @@ def _reference_geometric(big_l: int, word32: int, side: int) -> int:
     with localcontext() as ctx:
         ctx.prec = 100
         z = -_u(word32, side).ln() * big_l
-        assert abs(z - z.to_integral_value()) > Decimal(10) ** -60  # not a near-tie
+        assert z < 0.5 or abs(z - z.to_integral_value()) > Decimal(10) ** -60  # not a near-tie
         return int(z)
 
 
@@ -335,6 +352,7 @@ def test_exact_geometric_resolves_a_near_tie() -> None:
     assert nd._exact_geometric(big_l, word32, side) == v
 
 
+@pytest.mark.slow
 def test_exact_geometric_never_misrounds_a_near_tie() -> None:
     """Whatever the precision defect above, a near-tie is never decided on the wrong side."""
     big_l, v = 45, 3
@@ -393,7 +411,7 @@ def test_exact_accept_edges() -> None:
     assert nd._exact_accept(Fraction(10**6), 0, 1) is False  # p = e^-10^6 < 2^-288
 
 
-def _side_fraction_is_deterministic() -> None:
+def test_side_fraction() -> None:
     key = _key("side")
     assert nd._side_fraction(key, 0, 5, 0) == nd._side_fraction(key, 0, 5, 0)
     distinct = {
@@ -405,10 +423,6 @@ def _side_fraction_is_deterministic() -> None:
     }
     assert len(distinct) == 5
     assert all(0 <= r < TWO256 for r in distinct)
-
-
-def test_side_fraction() -> None:
-    _side_fraction_is_deterministic()
 
 
 Sampler = Callable[[bytes, float, int], NDArray[np.int64]]
@@ -471,7 +485,9 @@ def test_widened_guards_give_identical_draws(
 KEY = _key("bad-input")
 
 
-@pytest.mark.parametrize("sampler", [discrete_gaussian, discrete_laplace, discrete_gaussian_variance])
+@pytest.mark.parametrize(
+    "sampler", [discrete_gaussian, discrete_laplace, discrete_gaussian_variance]
+)
 @pytest.mark.parametrize("key", [KEY[:31], KEY + b"\x00", b"", bytearray(33)])
 def test_wrong_key_length(sampler: Sampler, key: bytes) -> None:
     with pytest.raises(KeyFormatError, match="stream key must be 32 bytes"):
@@ -490,7 +506,7 @@ def test_key_as_bytearray_or_memoryview_is_accepted() -> None:
     assert np.array_equal(discrete_gaussian(memoryview(KEY), 3.0, 50), expected)
 
 
-BAD_SCALES = [0.0, -0.0, float("nan"), float("inf"), float("-inf"), MAX_SCALE * (1 + 2**-52), 1e300]
+BAD_SCALES = [0.0, -0.0, float("nan"), float("inf"), float("-inf"), MAX_SCALE * (1 + 2**-52), 1e150]
 
 
 @pytest.mark.parametrize("sampler", [discrete_gaussian, discrete_laplace])
@@ -504,7 +520,7 @@ def test_bad_scale(sampler: Sampler, scale: float) -> None:
 @pytest.mark.parametrize("scale", [float("nan"), float("inf"), MAX_SCALE * 2])
 def test_bad_scale_message_names_scale(scale: float) -> None:
     for sampler in (discrete_gaussian, discrete_laplace):
-        with pytest.raises(CalibrationError, match="^scale=") as info:
+        with pytest.raises(CalibrationError, match=r"^scale=") as info:
             sampler(KEY, scale, 10)
         assert info.value.parameter == "scale"
 
@@ -514,14 +530,14 @@ def test_bad_scale_message_names_scale(scale: float) -> None:
     reason="defect: discrete_gaussian(key, 0.0, n) reports 'variance=0.0', not the scale passed",
 )
 def test_zero_scale_message_names_scale() -> None:
-    with pytest.raises(CalibrationError, match="^scale=") as info:
+    with pytest.raises(CalibrationError, match=r"^scale=") as info:
         discrete_gaussian(KEY, 0.0, 10)
     assert info.value.parameter == "scale"
 
 
 @pytest.mark.parametrize("scale", [-3.0, -1e14, -0.5])
 def test_negative_laplace_scale(scale: float) -> None:
-    with pytest.raises(CalibrationError, match="^scale="):
+    with pytest.raises(CalibrationError, match=r"^scale="):
         discrete_laplace(KEY, scale, 10)
 
 
@@ -532,7 +548,7 @@ def test_negative_laplace_scale(scale: float) -> None:
 )
 @pytest.mark.parametrize("scale", [-3.0, -1e14])
 def test_negative_gaussian_scale(scale: float) -> None:
-    with pytest.raises(CalibrationError, match="^scale="):
+    with pytest.raises(CalibrationError, match=r"^scale="):
         discrete_gaussian(KEY, scale, 10)
 
 
@@ -552,7 +568,7 @@ def test_bad_variance(variance: Fraction | float | int) -> None:
 
 def test_variance_above_max_scale_squared() -> None:
     assert discrete_gaussian_variance(KEY, Fraction(MAX_SCALE) ** 2, 3).shape == (3,)
-    with pytest.raises(CalibrationError, match="2\\^50"):
+    with pytest.raises(CalibrationError, match=r"2\^50"):
         discrete_gaussian_variance(KEY, Fraction(MAX_SCALE) ** 2 + 1, 3)
 
 
@@ -572,6 +588,22 @@ def test_tiny_scale_is_refused_or_gives_zeros(sampler: Sampler, scale: float) ->
     except CalibrationError:
         return
     assert not out.any()  # P[Y ≠ 0] is below 10^-300
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=OverflowError,
+    reason="defect: for scale > ~1.3e154, building the CalibrationError computes "
+    "math.sqrt(float(variance)) and float(σ²) overflows, so OverflowError escapes instead",
+)
+def test_huge_gaussian_scale_is_refused_with_calibration_error() -> None:
+    with pytest.raises(CalibrationError, match=r"^scale="):
+        discrete_gaussian(KEY, 1e300, 10)
+
+
+def test_huge_laplace_scale_is_refused_with_calibration_error() -> None:
+    with pytest.raises(CalibrationError, match=r"^scale="):
+        discrete_laplace(KEY, 1e300, 10)
 
 
 def test_small_scales_give_zeros() -> None:
@@ -627,7 +659,7 @@ def test_discretisation_tv_covers_true_distance(variance: float) -> None:
 
 @pytest.mark.parametrize("variance", [0.0, -1.0, float("nan"), float("inf")])
 def test_discretisation_tv_refuses_bad_variance(variance: float) -> None:
-    with pytest.raises(CalibrationError, match="^variance="):
+    with pytest.raises(CalibrationError, match=r"^variance="):
         discretisation_tv(variance)
 
 
@@ -638,7 +670,9 @@ def test_sampler_is_exact() -> None:
             assert sampler_delta(draws, epsilon) == 0.0
 
 
-@pytest.mark.parametrize(("draws", "epsilon"), [(-1, 1.0), (True, 1.0), (1.5, 1.0), (10, -0.1), (10, float("nan"))])
+@pytest.mark.parametrize(
+    ("draws", "epsilon"), [(-1, 1.0), (True, 1.0), (1.5, 1.0), (10, -0.1), (10, float("nan"))]
+)
 def test_sampler_delta_refuses_bad_input(draws: int, epsilon: float) -> None:
     with pytest.raises(CalibrationError):
         sampler_delta(draws, epsilon)
