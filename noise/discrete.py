@@ -11,16 +11,18 @@ output grid, so the output has no float-lattice structure at any scale.
 **Target laws.** N_Z(0, σ²) has P[Y = y] ∝ exp(−y²/(2σ²)) on the integers;
 Lap_Z(b) has P[Y = y] ∝ exp(−|y|/b).
 
-**Proposal.** Fix t = 2^k and L = 2^l (l = min(6, k)), so t' = t/L = 2^(k−l).
-Draw U uniform on {0, …, t' − 1} (the top k − l bits of a keystream word), V
-geometric with P[V ≥ j] = e^(−j/L) (one 32-bit uniform compared with the
-integer thresholds ⌊e^(−j/L)·2^32⌋, exact to 40 decimal digits), a sign bit
-S (the word's lowest bit), and set X = U + t'·V, Y = ±X. Then
+**Proposal.** Fix t = L·2^j with L a whole number (32 ≤ L < 64 once the scale
+reaches 64) and t' = t/L = 2^j.
+Draw U uniform on {0, …, t' − 1} (the top j bits of a keystream word), V
+geometric with P[V ≥ v] = e^(−v/L), i.e. V = ⌊−L ln u⌋ for a uniform u whose
+first 32 bits come from the keystream (decided in float64 unless u's cell of
+width 2^-32 straddles a jump of V, then exactly), a sign bit S (the word's
+lowest bit), and set X = U + t'·V, Y = ±X. Then
 P[U = u, V = v] ∝ e^(−v/L) = e^(−t'v/t), so accepting with probability
 e^(−U/t) leaves P[X = x] ∝ e^(−x/t): the proposal is Lap_Z(t) except that 0 is
 reached with either sign, which the sampler rejects once (S = 1, X = 0),
 exactly as in Canonne et al.'s Algorithm 2. Splitting t into L·t' makes the
-first acceptance e^(−U/t) ≥ e^(−1/64): 99.2 % of proposals pass it
+first acceptance e^(−U/t) ≥ e^(−1/L): about 99 % of proposals pass it
 (the undivided U < t passes 63 %).
 
 **Acceptance.** Both Bernoulli steps are folded into one test with
@@ -28,9 +30,9 @@ probability p = exp(−γ):
 
 * discrete Gaussian: γ = U/t + (X − σ²/t)²/(2σ²), so the accepted Y has
   P ∝ e^(−|y|/t)·e^(−(|y| − σ²/t)²/(2σ²)) ∝ e^(−y²/(2σ²)) (Canonne et al.,
-  Algorithm 3, for any t > 0; t = 2^k with 2^(2k) ≤ 2σ² < 2^(2k+2) keeps t
-  within a factor √2 of σ, where 65–76 % of proposals are accepted);
-* discrete Laplace of scale b, with t = 2^k ≥ b: γ = U/t + X·(1/b − 1/t), so
+  Algorithm 3, for any t > 0; t within a few per cent of σ, where about 76 %
+  of proposals are accepted);
+* discrete Laplace of scale b, with b ≤ t ≤ (1 + 1/32)·b: γ = U/t + X·(1/b − 1/t), so
   the accepted Y has P ∝ e^(−|y|/b).
 
 **Exact decisions from floating point.** A test "u < p" takes its uniform u
@@ -57,7 +59,8 @@ this leaves between the sampler and its target law (see :func:`sampler_delta`).
 fraction) and n: draws are made in blocks of :data:`BLOCK` values, block b on
 the keystream whose counter starts at c + b·2^48 (c from the key, as in
 ``noise.stream``), each block in batches whose sizes depend only on how many
-values are still missing. Every floating-point value only chooses between
+values are still missing (whole blocks are independent of n, but the draws
+for n and n' < BLOCK need not share a prefix). Every floating-point value only chooses between
 "decided" and "decide exactly", never the outcome, so two installations with
 different libm or SIMD code draw the same integers.
 """
@@ -83,6 +86,7 @@ from noise.keys import require_bytes
 __all__ = [
     "BLOCK",
     "MAX_SCALE",
+    "MIN_SCALE",
     "SAMPLER_TV_PER_DRAW",
     "as_fraction",
     "discrete_gaussian",
@@ -94,9 +98,11 @@ __all__ = [
 
 #: Values drawn per keystream block (the unit of determinism).
 BLOCK = 1 << 16
-#: Largest scale (σ or b, in grid units) the samplers accept: X and σ²/t stay
-#: below 2^52 in all but a negligible fraction of proposals (those go exact).
+#: Largest scale (σ or b, in grid units) the samplers accept: U stays below 2^45
+#: (exact in float64) and X, σ²/t far below 2^63.
 MAX_SCALE = float(2**50)
+#: Smallest scale accepted: below a thousandth of a grid unit the noise is no noise.
+MIN_SCALE = 1e-3
 #: Total-variation distance between one draw and its target law: 0 for the
 #: sampler itself, which is exact under the stated guard (module docstring).
 SAMPLER_TV_PER_DRAW = 0.0
@@ -110,7 +116,6 @@ _LN_TWO32 = 32.0 * math.log(2.0)
 # L/(2w) bound on the cell's half-width in −L ln u, widened for float error.
 _HALF_WIDTH_SLACK = 0.5 * (1.0 + 2.0**-20) + 2.0**-20
 _TWO32 = float(2**32)
-_FLOAT_EXACT = float(2**52)
 _BATCH = 1 << 14
 _MAX_BATCHES = 10_000
 
@@ -160,14 +165,29 @@ def _split(target: int) -> tuple[int, int]:
     return j, max(1, (target + ((1 << j) >> 1)) >> j)
 
 
-def _gaussian_law(variance: Fraction) -> _Law:
-    if not variance > 0:
-        raise CalibrationError("variance", float(variance), "must be > 0")
-    if variance > Fraction(MAX_SCALE) ** 2:
+def _shown(value: Fraction) -> float:
+    """A fraction as a float for an error message, without overflowing."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+def _check_scale(scale: Fraction, what: str) -> None:
+    if not Fraction(MIN_SCALE) <= scale <= Fraction(MAX_SCALE):
         raise CalibrationError(
-            "scale",
-            math.sqrt(float(variance)),
-            f"must be at most 2^50 = {MAX_SCALE:.4g} grid units",
+            what,
+            _shown(scale),
+            f"must lie between {MIN_SCALE:g} and 2^50 = {MAX_SCALE:.4g} grid units",
+        )
+
+
+def _gaussian_law(variance: Fraction) -> _Law:
+    if not Fraction(MIN_SCALE) ** 2 <= variance <= Fraction(MAX_SCALE) ** 2:
+        raise CalibrationError(
+            "variance",
+            _shown(variance),
+            f"must lie between {MIN_SCALE:g}² and (2^50)² grid units²",
         )
     # t within a few per cent of σ, where Canonne et al.'s acceptance is near its best (76 %).
     j, big_l = _split(math.isqrt(math.floor(variance)))
@@ -175,12 +195,7 @@ def _gaussian_law(variance: Fraction) -> _Law:
 
 
 def _laplace_law(scale: Fraction) -> _Law:
-    if not scale > 0:
-        raise CalibrationError("scale", float(scale), "must be > 0")
-    if scale > Fraction(MAX_SCALE):
-        raise CalibrationError(
-            "scale", float(scale), f"must be at most 2^50 = {MAX_SCALE:.4g} grid units"
-        )
+    _check_scale(scale, "scale")
     # t ≥ b (the proposal must be wider), within 1/32 of it.
     j = max(0, math.ceil(scale).bit_length() - 6)
     big_l = max(1, math.ceil(scale / (1 << j)))
@@ -206,11 +221,13 @@ def _exact_geometric(big_l: int, word32: int, side: int) -> int:
         raise ArithmeticError("a uniform of zero; the keystream is broken")
     precision = 60
     while precision <= 4000:
-        z = _neg_log(numerator, 288, precision) * big_l
-        floor = int(z)  # z > 0
-        margin = Decimal(10) ** (-(precision - 25))
-        if z - floor > margin and floor + 1 - z > margin:
-            return floor
+        with localcontext() as ctx:
+            ctx.prec = precision
+            z = _neg_log(numerator, 288, precision) * big_l
+            floor = int(z)  # z > 0
+            margin = Decimal(10) ** (-(precision - 25))
+            if z - floor > margin and floor + 1 - z > margin:
+                return floor
         precision *= 2
     raise ArithmeticError("an exact comparison did not resolve")  # pragma: no cover
 
@@ -287,7 +304,6 @@ def _proposals(
     np.abs(log_p, out=log_p)
     unsure = log_p < 0.5 + _GUARD32
     unsure |= v_unsure
-    unsure |= xf >= _FLOAT_EXACT
     accepted &= ~unsure
     for i in np.flatnonzero(unsure):
         index = first_index + int(i)
@@ -357,6 +373,7 @@ def discrete_gaussian(key: bytes, scale: float, n: int) -> NDArray[np.int64]:
     key, scale and n give the same int64 array on every installation.
     """
     sigma = as_fraction(scale, "scale")
+    _check_scale(sigma, "scale")
     return _draw(_gaussian_law(sigma * sigma), key, n)
 
 

@@ -1,4 +1,4 @@
-"""The old float noise had a visible lattice defect at the project's scales; the integer sampler has none.
+"""The old float noise had a visible lattice defect at 1e14; the integer sampler has none.
 
 The old pair term was t = rint(2^F · fl(c·z)) = rint(fl(s·z)) (round half to
 even, s = c·2^F ≈ 1e14 grid units) with z from numpy's ziggurat,
