@@ -21,6 +21,7 @@ MODULES: list[str] = [
     "benchmarks.deltab_bench",
     "benchmarks.session_bench",
     "benchmarks.live_bench",
+    "benchmarks.ukb_bench",
 ]
 
 

@@ -1,20 +1,27 @@
-"""Throughput of the keyed Gaussian stream and the fixed-point encoder.
+"""Throughput of the integer noise samplers and the fixed-point encoder.
 
 Each figure is a median over ``repeats`` runs. Every run times the candidate
 and its baseline on 10^6 values each, twice, in A-B-B-A order within the same
 loop iteration, so both see the same machine load; the ratio figures are
 medians of per-run ratios:
 
-* ``mask_gaussians_per_s``: N(0, 1) draws per second from an AES-128-CTR
-  keyed generator (fresh 32-byte key every run) into a preallocated buffer;
-* ``numpy_pcg64_gaussians_per_s``: the same from numpy's default PCG64;
-* ``mask_rate_ratio_vs_pcg64``: per-run AES-CTR rate / PCG64 rate (target ≥ 0.9);
+* ``discrete_gaussians_per_s``: draws per second of ``noise.discrete.discrete_gaussian``
+  at σ = 10^14 grid units (the 2,641-feature scale) from a fresh 32-byte key;
+  ``..._one_thread`` the same with the block threads off;
+* ``numpy_pcg64_gaussians_per_s``: N(0, 1) draws per second from numpy's PCG64
+  into a preallocated buffer;
+* ``discrete_rate_ratio_vs_pcg64`` (target ≥ 0.5) and
+  ``discrete_rate_ratio_vs_pcg64_one_thread``: per-run rate / PCG64 rate;
+* ``rounded_ziggurat_per_s``: the construction the discrete sampler replaced,
+  round(σ·z) with z from numpy's ziggurat on the AES-CTR stream, and
+  ``discrete_rate_ratio_vs_rounded_ziggurat``;
 * ``fixed_point_encode_per_s``: float64 values encoded per second;
 * ``fixed_point_encode_ratio_vs_numpy_multiply``: per-run encode rate / rate of
   a plain ``np.multiply`` of the same array by the scale;
 * ``node_mask_seconds_k10_d1e6``: one node's full pairwise mask for K = 10
-  nodes (complete graph, 9 pair streams), d = 10^6 entries, fixed point
-  included (target ≤ 1.5 s);
+  nodes (complete graph, 9 pair streams of discrete Gaussians), d = 10^6
+  entries (target ≤ 0.3 s), and ``node_mask_seconds_k10_d1e6_rounded_ziggurat``,
+  the same mask built the old way in the same run;
 * ``node_mask_ratio_vs_pcg64_draws``: that time over the time numpy's PCG64
   takes just to draw the same 9·10^6 normals (the floor any mask pays).
 """
@@ -29,10 +36,16 @@ from functools import partial
 
 import numpy as np
 
+from noise import discrete
 from noise.designs import complete_design
+from noise.discrete import discrete_gaussian
 from noise.fixed_point import FixedPointCodec
 from noise.masks import pairwise_mask
+from noise.seeds import stream_key
 from noise.stream import keyed_generator
+
+# σ in grid units of the benchmark's draws: Σxxᵀ's scale at 2,641 features.
+SCALE = 1.0e14
 
 VALUES_PER_RUN = 10**6
 
@@ -54,52 +67,88 @@ def run(repeats: int) -> dict[str, float]:
     values = pcg.uniform(-1.0, 1.0, n)
     scale = codec.scale
 
-    mask_rates: list[float] = []
+    discrete_rates: list[float] = []
+    one_thread_rates: list[float] = []
     pcg_rates: list[float] = []
-    mask_ratios: list[float] = []
+    ratios: list[float] = []
+    one_thread_ratios: list[float] = []
+    zig_rates: list[float] = []
+    zig_ratios: list[float] = []
     encode_rates: list[float] = []
     encode_ratios: list[float] = []
     for attempt in range(repeats + 1):
-        aes = keyed_generator(os.urandom(32))
+        key = os.urandom(32)
         # A-B-B-A order inside each run cancels the advantage of going second
         # (warm caches, settled clock) that a fixed A-B order would give one side.
-        t_mask = _seconds(partial(aes.standard_normal, out=out))
+        t_draw = _seconds(partial(discrete_gaussian, key, SCALE, n))
         t_pcg = _seconds(lambda: pcg.standard_normal(out=out))
         t_pcg += _seconds(lambda: pcg.standard_normal(out=out))
-        t_mask += _seconds(partial(aes.standard_normal, out=out))
+        t_draw += _seconds(partial(discrete_gaussian, key, SCALE, n))
+        t_one = _one_thread(key, n)
+        t_zig = _seconds(partial(_rounded_ziggurat, key, n, out, codec))
+        t_zig += _seconds(partial(_rounded_ziggurat, key, n, out, codec))
+        t_one += _one_thread(key, n)
         t_encode = _seconds(lambda: codec.encode(values, tensor="bench"))
         t_multiply = _seconds(lambda: np.multiply(values, scale))
         t_multiply += _seconds(lambda: np.multiply(values, scale))
         t_encode += _seconds(lambda: codec.encode(values, tensor="bench"))
         if attempt == 0:
             continue  # warm-up: first touches of buffers and code paths
-        mask_rates.append(2 * n / t_mask)
+        discrete_rates.append(2 * n / t_draw)
+        one_thread_rates.append(2 * n / t_one)
         pcg_rates.append(2 * n / t_pcg)
-        mask_ratios.append(t_pcg / t_mask)
+        ratios.append(t_pcg / t_draw)
+        one_thread_ratios.append(t_pcg / t_one)
+        zig_rates.append(2 * n / t_zig)
+        zig_ratios.append(t_zig / t_draw)
         encode_rates.append(2 * n / t_encode)
         encode_ratios.append(t_multiply / t_encode)
 
-    node_mask_seconds, node_mask_ratios = _node_mask(repeats, codec, pcg)
+    node_mask_seconds, node_mask_ratios, old_mask_seconds = _node_mask(repeats, codec, pcg)
     return {
         "node_mask_seconds_k10_d1e6": node_mask_seconds,
+        "node_mask_seconds_k10_d1e6_rounded_ziggurat": old_mask_seconds,
         "node_mask_ratio_vs_pcg64_draws": node_mask_ratios,
-        "mask_gaussians_per_s": statistics.median(mask_rates),
+        "discrete_gaussians_per_s": statistics.median(discrete_rates),
+        "discrete_gaussians_per_s_one_thread": statistics.median(one_thread_rates),
         "numpy_pcg64_gaussians_per_s": statistics.median(pcg_rates),
-        "mask_rate_ratio_vs_pcg64": statistics.median(mask_ratios),
+        "discrete_rate_ratio_vs_pcg64": statistics.median(ratios),
+        "discrete_rate_ratio_vs_pcg64_one_thread": statistics.median(one_thread_ratios),
+        "rounded_ziggurat_per_s": statistics.median(zig_rates),
+        "discrete_rate_ratio_vs_rounded_ziggurat": statistics.median(zig_ratios),
         "fixed_point_encode_per_s": statistics.median(encode_rates),
         "fixed_point_encode_ratio_vs_numpy_multiply": statistics.median(encode_ratios),
     }
 
 
+def _one_thread(key: bytes, n: int) -> float:
+    """Seconds for ``discrete_gaussian`` with the block threads off."""
+    threads = discrete._THREADS
+    discrete._THREADS = 1
+    try:
+        return _seconds(partial(discrete_gaussian, key, SCALE, n))
+    finally:
+        discrete._THREADS = threads
+
+
+def _rounded_ziggurat(key: bytes, n: int, out: np.ndarray, codec: FixedPointCodec) -> np.ndarray:
+    """The replaced construction: round(σ·z), z from the ziggurat on the AES-CTR stream."""
+    keyed_generator(key).standard_normal(out=out)
+    out *= SCALE / codec.scale
+    return codec.encode(out, tensor="bench")
+
+
 def _node_mask(
     repeats: int, codec: FixedPointCodec, pcg: np.random.Generator
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     k, d = 10, 10**6
     ids = [f"tre{i:02d}" for i in range(k)]
-    design = complete_design(ids, 1.0, collusion_threshold=1)
+    # The 2,641-feature scale: σ_t = 10^14 grid units against T = 1 colluder.
+    design = complete_design(ids, (SCALE / codec.scale) ** 2, collusion_threshold=1)
     me = ids[0]
     out = np.empty(d, dtype=np.float64)
     seconds: list[float] = []
+    old_seconds: list[float] = []
     ratios: list[float] = []
     for attempt in range(repeats + 1):
         seeds = {peer: os.urandom(32) for peer in ids[1:]}
@@ -115,11 +164,29 @@ def _node_mask(
                 codec=codec,
             )
         )
+        t_old = _seconds(partial(_old_mask, design, me, seeds, d=d, codec=codec, r=attempt))
         t_draw = 0.0
         for _ in range(k - 1):
             t_draw += _seconds(lambda: pcg.standard_normal(out=out))
         if attempt == 0:
             continue
         seconds.append(t_mask)
+        old_seconds.append(t_old)
         ratios.append(t_mask / t_draw)
-    return statistics.median(seconds), statistics.median(ratios)
+    return statistics.median(seconds), statistics.median(ratios), statistics.median(old_seconds)
+
+
+def _old_mask(
+    design: object, me: str, seeds: dict[str, bytes], *, d: int, codec: FixedPointCodec, r: int
+) -> np.ndarray:
+    """One node's mask as it was built before: Σ ±round(2^F·c·z) over the pair streams."""
+    total = np.zeros(d, dtype=np.uint64)
+    draws = np.empty(d, dtype=np.float64)
+    for peer in sorted(seeds):
+        keyed_generator(stream_key(seeds[peer], round_index=r, tensor="sxx")).standard_normal(
+            out=draws
+        )
+        draws *= design.pair_std(me, peer)  # type: ignore[attr-defined]
+        term = codec.encode(draws, tensor="sxx")
+        total = total + term if me < peer else total - term
+    return total

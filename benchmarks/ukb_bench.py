@@ -59,7 +59,7 @@ def _wait(popen: subprocess.Popen[bytes], deadline: float) -> tuple[int, float]:
             return popen.returncode, usage.ru_maxrss / 1024.0
         if time.monotonic() > deadline:
             popen.kill()
-            raise TimeoutError(f"{popen.args} did not finish within {_TIMEOUT:.0f} s")
+            raise TimeoutError(f"{popen.args!r} did not finish within {_TIMEOUT:.0f} s")
         time.sleep(0.05)
 
 
@@ -93,8 +93,6 @@ def session(work: Path) -> dict[str, float]:
             "300",
             "--round-deadline",
             "600",
-            "--feature-range",
-            "-10,10",
         ),
         check=True,
         capture_output=True,

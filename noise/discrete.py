@@ -70,7 +70,10 @@ from __future__ import annotations
 import hashlib
 import math
 import operator
+import os
 import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
@@ -118,6 +121,8 @@ _HALF_WIDTH_SLACK = 0.5 * (1.0 + 2.0**-20) + 2.0**-20
 _TWO32 = float(2**32)
 _BATCH = 1 << 14
 _MAX_BATCHES = 10_000
+# Threads that draw blocks side by side (the blocks are independent keystreams).
+_THREADS = min(2, os.cpu_count() or 1)
 
 
 def as_fraction(value: float | Fraction | int, what: str) -> Fraction:
@@ -332,6 +337,38 @@ def _block_stream(key: bytes, block: int) -> AESCounter:
     return AESCounter(key=int.from_bytes(key[:16], "little"), counter=counter)
 
 
+def _fill_block(law: _Law, key: bytes, block: int, out: NDArray[np.int64]) -> None:
+    """Fill ``out`` (at most BLOCK values) with block ``block``'s draws."""
+    size = out.size
+    stream = _block_stream(key, block)
+    filled = 0
+    index = 0
+    for _ in range(_MAX_BATCHES):
+        if filled >= size:
+            return
+        need = size - filled
+        m = min(_BATCH, need + need // 2 + 16)
+        taken = _proposals(law, stream.random_raw(2 * m), m, key, block, index)[:need]
+        index += m
+        out[filled : filled + taken.size] = taken
+        filled += taken.size
+    raise ArithmeticError("the discrete sampler did not fill its block")  # pragma: no cover
+
+
+_POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Two worker threads, made on first use (numpy releases the GIL in its loops)."""
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(
+                ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="zerosum-discrete")
+            )
+        return _POOL[0]
+
+
 def _draw(law: _Law, key: bytes, n: int) -> NDArray[np.int64]:
     raw_key = require_bytes(key, _KEY_BYTES, "stream key")
     if isinstance(n, bool):
@@ -340,22 +377,14 @@ def _draw(law: _Law, key: bytes, n: int) -> NDArray[np.int64]:
     if count < 0:
         raise ValueError(f"n must be >= 0; got {count}")
     out = np.empty(count, dtype=np.int64)
-    for block, start in enumerate(range(0, count, BLOCK)):
-        size = min(BLOCK, count - start)
-        stream = _block_stream(raw_key, block)
-        filled = 0
-        index = 0
-        for _ in range(_MAX_BATCHES):
-            if filled >= size:
-                break
-            need = size - filled
-            m = min(_BATCH, need + need // 2 + 16)
-            taken = _proposals(law, stream.random_raw(2 * m), m, raw_key, block, index)[:need]
-            index += m
-            out[start + filled : start + filled + taken.size] = taken
-            filled += taken.size
-        else:  # pragma: no cover - would need ~10^4 batches of bad luck
-            raise ArithmeticError("the discrete sampler did not fill its block")
+    blocks = [(b, out[start : start + BLOCK]) for b, start in enumerate(range(0, count, BLOCK))]
+    if len(blocks) < 2 or _THREADS < 2 or threading.current_thread().name.startswith("zerosum-d"):
+        for block, part in blocks:
+            _fill_block(law, raw_key, block, part)
+        return out
+    # Blocks are independent streams, so the draws are the same however they are shared out.
+    for done in [_pool().submit(_fill_block, law, raw_key, b, part) for b, part in blocks]:
+        done.result()
     return out
 
 
