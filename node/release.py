@@ -45,7 +45,7 @@ from noise.accounting import (
     privacy_report,
 )
 from noise.designs import Design, cape_design, conditional_covariance, remaining_variance
-from noise.discrete import discretisation_tv, sampler_delta
+from noise.discrete import discretisation_tv, sampler_delta, sum_tv
 from noise.exact_noise import ExactNoise, exact_noise
 from noise.policy import NoisePlan, plan_noise, worst_remaining_variance
 from proto.federation import ConfigError, FederationConfig
@@ -324,12 +324,9 @@ class ReleaseNoise:
             residual = float(self.residual_variance_units(t.name))
             if residual > 0:
                 components.append(residual)
-            smallest = min(components)
-            tau = 10.0 * math.fsum(
-                math.exp(-2.0 * math.pi**2 * smallest * k / (k + 1))
-                for k in range(1, len(components))
+            eta += self.sizes.get(t.name, 0) * (
+                sum_tv(components) + discretisation_tv(float(std) ** 2)
             )
-            eta += self.sizes.get(t.name, 0) * (tau + discretisation_tv(float(std) ** 2))
         return min(1.0, (1.0 + math.exp(min(epsilon, 700.0))) * eta)
 
     def receipt(self, cumulative: Sequence[ObserverRelease], releases: int) -> DPReceipt:

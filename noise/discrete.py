@@ -97,6 +97,7 @@ __all__ = [
     "discrete_laplace",
     "discretisation_tv",
     "sampler_delta",
+    "sum_tv",
 ]
 
 #: Values drawn per keystream block (the unit of determinism).
@@ -426,6 +427,28 @@ def discretisation_tv(variance: float) -> float:
     if not (math.isfinite(v) and v > 0.0):
         raise CalibrationError("variance", v, "must be finite and > 0")
     return min(1.0, 1.0 / (8.0 * v))
+
+
+def sum_tv(variances: list[float]) -> float:
+    """TV distance between a sum of independent N_Z(0, v_i) and N_Z(0, Σ v_i) (a bound).
+
+    Kairouz, Liu & Steinke (2021, ICML) bound the distance of a sum of n
+    independent discrete Gaussians from one discrete Gaussian of the summed
+    variance by τ = 10·Σ_{k=1}^{n−1} exp(−2π²v·k/(k + 1)); here v is the smallest
+    of the variances. For v above 40 grid units² τ is below 10^-300.
+    """
+    if not variances:
+        raise CalibrationError("variances", math.nan, "must list at least one variance")
+    smallest = min(float(v) for v in variances)
+    if not (math.isfinite(smallest) and smallest > 0.0):
+        raise CalibrationError("variances", smallest, "must be finite and > 0")
+    return min(
+        1.0,
+        10.0
+        * math.fsum(
+            math.exp(-2.0 * math.pi**2 * smallest * k / (k + 1)) for k in range(1, len(variances))
+        ),
+    )
 
 
 def sampler_delta(draws: int, epsilon: float) -> float:
