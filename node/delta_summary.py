@@ -31,7 +31,8 @@ grid units, so k has L1 sensitivity Δ_g = ⌊Δ/g⌋ + 1 (Δ_g = 1 for the coun
 with b = Δ_g/(ε/3) each release is (ε/3)-DP (the discrete Laplace mechanism,
 Canonne, Kamath & Steinke 2020, §2) and the three together ε-DP (basic
 composition). The released value is g·(k + y): an integer times the grid, so
-no low-order bits of a floating-point sample exist to leak (Mironov 2012, CCS). The variance is max(s̃ − (m̃ − c)², 0), the
+no low-order bits of a floating-point sample exist to leak (Mironov 2012, CCS).
+The variance is max(s̃ − (m̃ − c)², 0), the
 standard deviation its square root, and the quantiles are read off the
 noised histogram (its counts floored at 0, then the cumulative count
 interpolated linearly inside a bin): post-processing, no further cost.

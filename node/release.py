@@ -526,7 +526,7 @@ def _grid_sensitivity(t: TensorSensitivity, size: int, frac_bits: int) -> Tensor
 def pinned_stds(
     config: FederationConfig, round_name: str | None, sensitivities: Sequence[TensorSensitivity]
 ) -> dict[str, int]:
-    """S_t for every tensor of the round, as the config pins them (ConfigError when it pins none)."""
+    """S_t for every tensor of the round, as the config pins them (ConfigError if none)."""
     spec = _round_spec(config, round_name, sensitivities)
     if not spec.pinned:
         raise ConfigError(

@@ -258,7 +258,7 @@ def _exact_accept(gamma: Fraction, word32: int, side: int) -> bool:
     raise ArithmeticError("an exact comparison did not resolve")  # pragma: no cover
 
 
-def _proposals(
+def _proposals(  # noqa: PLR0917 - one call site, every argument needed
     law: _Law,
     words: NDArray[np.uint64],
     m: int,

@@ -160,7 +160,8 @@ def _privacy(manifest: Mapping[str, Any], config: FederationConfig | None) -> li
         on_grid = float(query["sensitivity"])
         if grid > 0:  # the rounded value's sensitivity: ⌊Δ/g⌋ + 1 grid units (counts: Δ)
             units = on_grid / grid
-            on_grid = (units if units.is_integer() and grid == 1.0 else math.floor(units) + 1) * grid
+            whole = units.is_integer() and grid == 1.0
+            on_grid = (units if whole else math.floor(units) + 1) * grid
         recomputed = on_grid / float(query["scale"])
         if not _close(recomputed, float(query["epsilon"])):
             findings.append(

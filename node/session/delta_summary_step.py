@@ -28,6 +28,7 @@ from node.delta_summary import summarise
 from node.errors import EgressIntegrityError, NodeRefused, SessionFailed
 from node.session.context import SessionContext
 from node.session.egress_steps import budget_refusal
+from node.session.self_masking import private_seed
 from node.summary_bundle import (
     MANIFEST,
     SUMMARY_ROUND,
@@ -36,7 +37,6 @@ from node.summary_bundle import (
     summary_folder,
 )
 from noise.keys import key_fingerprint
-from node.session.self_masking import private_seed
 
 __all__ = ["release_delta_summary"]
 

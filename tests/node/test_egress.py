@@ -115,7 +115,8 @@ def test_manifest_declares_layout_noise_and_no_secrets(tmp_path: Path) -> None:
         "sensitivity_derivation": "||x xᵀ||_F <= 16",
         "coalition_sigma": [6.0],
     }
-    assert manifest["dp_receipt"]["mechanism"].startswith("discrete Gaussian on the fixed-point grid")
+    mechanism = manifest["dp_receipt"]["mechanism"]
+    assert mechanism.startswith("discrete Gaussian on the fixed-point grid")
     assert manifest["dp_receipt"]["delta_sampler"] == 0.0
     assert 0.0 <= manifest["dp_receipt"]["delta_discretisation"] < 1e-12
     assert manifest["dp_receipt"]["release"][1]["mu"] == "inf"

@@ -65,7 +65,6 @@ def test_the_key_names_every_slot_and_pair_weight() -> None:
     assert [slot.name for slot, _ in slots] == ["n", "sum_x", "sum_xx"]
     for slot, pairs in slots:
         assert [peer for peer, _ in pairs] == ["a", "c", "d"]
-        design = noise.design(slot.name)
         assert all(
             variance == noise.pair_variances(slot.name)[peer] > 0 for peer, variance in pairs
         )

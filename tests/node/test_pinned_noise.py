@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import node.release as release_module
-import noise.accounting as accounting
 from node.masking import pairwise_masks
 from node.pinned_noise import pin_noise, pinned
 from node.release import plan_release
+from noise import accounting
 from noise.fixed_point import FixedPointCodec
 from proto.federation import ConfigError, config_hash, dump_federation, parse_federation
 from tests.node.test_runner_units import _config, _seeds
