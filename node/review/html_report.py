@@ -90,7 +90,9 @@ def _receipt(review: Review) -> str:
             f"<td class='num'>{_fmt(total.epsilon) if total else '—'}</td></tr>"
         )
     return (
-        f"<p>{html.escape(bundle.dp.mechanism)}, δ = {bundle.dp.delta:g}</p>"
+        f"<p>{html.escape(bundle.dp.mechanism)}, δ = {bundle.dp.delta:g}; "
+        f"δ_sampler = {bundle.dp.delta_sampler:g}, "
+        f"δ_discretisation = {bundle.dp.delta_discretisation:.2g}</p>"
         "<table><tr><th>observer</th><th>μ (this release)</th><th>ε (this release)</th>"
         "<th>ε with the ledger</th></tr>\n" + "\n".join(rows) + "\n</table>"
     )

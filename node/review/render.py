@@ -92,6 +92,11 @@ def _receipt(review: Review) -> list[str]:
     if bundle is None:
         return []
     lines = ["", f"  DP receipt ({bundle.dp.mechanism}, δ = {bundle.dp.delta:g}):"]
+    if bundle.dp.sampler:
+        lines.append(
+            f"    drawn by: {bundle.dp.sampler}; δ_sampler = {bundle.dp.delta_sampler:g}, "
+            f"δ_discretisation = {bundle.dp.delta_discretisation:.2g} (added to δ for one egress)"
+        )
     totals = {(t.observer, t.coalition_size): t for t in bundle.dp.cumulative}
     for release in bundle.dp.release:
         who = release.observer + (f" + {release.coalition_size}" if release.coalition_size else "")
