@@ -330,7 +330,11 @@ class ReleaseNoise:
         return min(1.0, (1.0 + math.exp(min(epsilon, 700.0))) * eta)
 
     def receipt(self, cumulative: Sequence[ObserverRelease], releases: int) -> DPReceipt:
-        epsilon = self.receipt_rows()[0].epsilon if self.tensors else 0.0
+        # The δ terms hold for every one-egress class; (1 + e^ε) is taken at the largest
+        # ε any of them is reported at, so the term covers each.
+        rows = self.receipt_rows()
+        one_egress = [r.epsilon for r in rows if r.observer in ("outsider", "colluders")]
+        epsilon = min(max(one_egress, default=0.0), 700.0)
         return DPReceipt(
             delta=self.delta,
             release=self.receipt_rows(),

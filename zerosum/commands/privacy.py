@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         print("  ".join(f"{c:>13}" for c in cells))
     print(
         f"noise: {GAUSSIAN_MECHANISM}; δ_sampler = 0 (the sampler is exact); each receipt adds "
-        "δ_discretisation = (1 + e^ε)·Σ_t d_t/(8·S_t²) for the grid, below 10^-18 at the scales "
+        "δ_discretisation = (1 + e^ε)·Σ_t d_t/(8·S_t²) for the grid, about 10^-21 at the scales "
         "a federation pins (docs/design.md §6.4)"
     )
     return 0
