@@ -30,7 +30,7 @@ def test_an_approval_prints_the_decision_it_wrote_not_the_report_again(
     lines = out.splitlines()
     assert lines[-1] == "decision: approve written (exit 0)"
     assert lines[-2] == f"  approve signed by J. Smith → {folder}/approval.json"
-    assert "verdict is pass" in lines[0]
+    assert "review verdict pass" in lines[0]
     assert "no decision yet" not in out and "verdict: pass (exit 0)" not in out
     assert read_approval(folder) is not None
 

@@ -262,8 +262,7 @@ def run(args: argparse.Namespace) -> int:
     # what was done, and a last line whose exit status is the command's.
     _say(
         args,
-        f"{folder}: the review's verdict is {review.verdict} (without --approve, --reject, "
-        "--export or --import-decision it prints the full report)",
+        f"{folder}: review verdict {review.verdict} (the full report: run without this option)",
     )
     if args.export is not None:
         return _export(args, folder, review)
