@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from node.approval import read_approval
+from node.approval import read_approval, sign_approval
+from node.egress import EgressBundle
 from tests.node.test_runner_units import _checkers
 from tests.test_review_checks import make_bundle
 from zerosum.cli import main
@@ -47,3 +49,27 @@ def test_a_wrong_key_ends_with_the_exit_status_it_returns(
     assert "(exit 0)" not in captured.out
     assert "not an output checker key of node 'a'" in captured.err
     assert read_approval(folder) is None
+
+
+def test_an_approval_signed_elsewhere_is_imported_only_for_a_bundle_that_passes_here(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "good").mkdir()
+    (tmp_path / "weak").mkdir()
+    good, weak = make_bundle(tmp_path / "good"), make_bundle(tmp_path / "weak", noise_epsilon=4.0)
+    for folder in (good, weak):
+        decision = sign_approval(
+            CHECKER, EgressBundle.manifest_sha256(folder), "approve", reviewer="J. Smith"
+        )
+        (folder.parent / "signed.json").write_text(json.dumps(decision.to_json()))
+    assert main(["review", str(weak)]) == 2  # ε above the cap: this side's review fails
+    capsys.readouterr()
+    assert main(["review", str(weak), "--import-decision", str(weak.parent / "signed.json")]) == 2
+    captured = capsys.readouterr()
+    assert "fails the review here (privacy" in captured.err
+    assert captured.out.splitlines()[-1] == "decision: none written (exit 2)"
+    assert read_approval(weak) is None
+    assert main(["review", str(good), "--import-decision", str(good.parent / "signed.json")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "decision: approve imported (exit 0)"
+    found = read_approval(good)
+    assert found is not None and found.reviewer == "J. Smith"

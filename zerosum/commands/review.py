@@ -287,7 +287,7 @@ def run(args: argparse.Namespace) -> int:
             args, f"{folder} already holds a valid decision; it is final and is left alone"
         )
     if args.import_decision is not None:
-        return _import(args, folder, dict(review.keys), state)
+        return _import(args, folder, review, state)
     if args.approve and review.exit_code == 2:
         failed = next(f for f in review.findings if f.level == "fail")
         return _refuse(
@@ -345,9 +345,13 @@ def _export(args: argparse.Namespace, folder: Path, review: Review | SummaryRevi
 
 
 def _import(
-    args: argparse.Namespace, folder: Path, keys: dict[bytes, str], state: DecisionState
+    args: argparse.Namespace, folder: Path, review: Review | SummaryReview, state: DecisionState
 ) -> int:
-    """Take in a decision a checker signed elsewhere: verified against this bundle, then written."""
+    """Take in a decision a checker signed elsewhere: verified against this bundle, then written.
+
+    An approval is taken in only for a bundle that passes this side's review
+    too, as ``--approve`` signs none for a failing one.
+    """
     from node.approval import read_approval_file, verify_approval, write_approval
     from node.egress import EgressBundle
     from node.errors import ApprovalError
@@ -356,10 +360,19 @@ def _import(
     try:
         approval = read_approval_file(source)
         verify_approval(
-            approval, manifest_sha256=EgressBundle.manifest_sha256(folder), accepted_keys=keys
+            approval,
+            manifest_sha256=EgressBundle.manifest_sha256(folder),
+            accepted_keys=dict(review.keys),
         )
     except (ApprovalError, OSError) as error:
         return _refuse(args, f"{source} is not a valid decision for {folder}: {error}")
+    if approval.decision == "approve" and review.exit_code == 2:
+        failed = next(f for f in review.findings if f.level == "fail")
+        return _refuse(
+            args,
+            f"{folder} fails the review here ({failed.check}: {failed.message}), so the "
+            f"approval in {source} is not imported",
+        )
     path = write_approval(folder, approval)
     replaced = " (replacing the refused file)" if state.state == "refused" else ""
     _say(
