@@ -404,7 +404,8 @@ def _show_summary(
 
         page = (
             "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>zerosum review: {html.escape(str(folder))}</title></head><body>"
+            f"<title>zerosum review: {html.escape(str(folder))}</title>"
+            "<style>pre { white-space: pre-wrap; overflow-wrap: anywhere; }</style></head><body>"
             f"<pre>{html.escape(summary_text(review))}</pre></body></html>\n"
         )
         args.html.write_text(page, encoding="utf-8")
