@@ -70,6 +70,7 @@ __all__ = [
     "approval_message",
     "check_checker_keys",
     "read_approval",
+    "read_approval_file",
     "sign_approval",
     "verify_approval",
     "write_approval",
@@ -200,12 +201,19 @@ def write_approval(folder: Path, approval: Approval) -> Path:
 
 def read_approval(folder: Path) -> Approval | None:
     """The approval in an egress folder, or None when there is none yet."""
-    path = Path(folder) / APPROVAL
+    try:
+        return read_approval_file(Path(folder) / APPROVAL)
+    except FileNotFoundError:
+        return None
+
+
+def read_approval_file(path: Path) -> Approval:
+    """The approval in ``path`` (FileNotFoundError when there is none); not yet verified."""
     try:
         # Written by the TRE's output checkers, not by the node: bounded and depth-checked.
         text = read_limited_text(path, _APPROVAL_BYTES, what="approval")
     except FileNotFoundError:
-        return None
+        raise
     except LocalFileError as exc:
         raise ApprovalError(str(exc)) from None
     try:

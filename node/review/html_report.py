@@ -26,11 +26,11 @@ __all__ = ["review_html"]
 _LEVEL_TEXT = {"pass": "ok", "note": "note", "look": "LOOK", "fail": "FAIL"}
 # Points drawn per plot at most (evenly spaced entries of larger tensors).
 _MAX_POINTS = 400
-_SIZE = 220
-_PAD = 34
+_SIZE = 270  # each plot's width and height, px
+_PAD_LEFT, _PAD_RIGHT, _PAD_TOP = 52, 10, 10  # room for the y tick values; the x ticks below
 
 _STYLE = """
-body { font-family: sans-serif; margin: 2em; max-width: 70em; color: #222; }
+body { font-family: sans-serif; margin: 2em; max-width: 72em; color: #222; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
 .verdict { font-size: 1.2em; padding: 0.5em 0.8em; display: inline-block; border-radius: 4px; }
 .v0 { background: #e3f4e3; } .v1 { background: #fff2d6; } .v2 { background: #fbe0e0; }
@@ -39,9 +39,11 @@ table { border-collapse: collapse; } td, th { padding: 0.25em 0.7em; text-align:
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.fail td.level { color: #b00; font-weight: bold; } tr.look td.level { color: #a60;
   font-weight: bold; } tr.pass td.level { color: #070; }
-pre { background: #f6f6f6; padding: 1em; overflow-x: auto; font-size: 0.85em; }
-.plots { display: flex; flex-wrap: wrap; gap: 1em; }
-figure { margin: 0; } figcaption { font-size: 0.85em; max-width: 230px; }
+pre { background: #f6f6f6; padding: 1em; font-size: 0.85em; white-space: pre-wrap;
+  overflow-wrap: anywhere; }
+.plots { display: flex; flex-wrap: wrap; gap: 1.2em; }
+figure { margin: 0; } figcaption { font-size: 0.8em; max-width: 270px; color: #444; }
+svg text { fill: #333; }
 """
 
 
@@ -113,10 +115,35 @@ def _noise_table(review: Review) -> str:
     )
 
 
+def _ticks(lo: float, hi: float) -> list[float]:
+    """At least three round values in [lo, hi]: the largest step of 1, 2 or 5 × 10^k that fits.
+
+    Steps fall by at most a factor 2.5, so the count stays at eight or fewer.
+    """
+    power = 10.0 ** math.floor(math.log10(hi - lo))
+    values: list[float] = []
+    for step in (m * power for m in (5.0, 2.0, 1.0, 0.5, 0.2, 0.1)):
+        first = math.ceil(lo / step) * step
+        values = [first + i * step for i in range(int((hi - first) / step + 1e-9) + 1)]
+        if len(values) >= 3:
+            break
+    return values
+
+
+def _tick_label(value: float) -> str:
+    return f"{value:.4g}" if abs(value) > 1e-12 else "0"
+
+
 def _scatter(
     name: str, local: NDArray[np.float64], released: NDArray[np.float64], sigma: float
 ) -> str:
-    """One SVG scatter of released against local values with y = x and a ±2σ band."""
+    """One SVG scatter of released against local values with y = x and a ±2σ band.
+
+    Both axes share one scale (so y = x is the diagonal) with round tick
+    values; everything drawn is clipped to the frame, and the range is
+    padded so that no point sits on the frame's edge.
+    """
+    shown = local.size
     if local.size > _MAX_POINTS:
         keep = np.linspace(0, local.size - 1, _MAX_POINTS).astype(int)
         local, released = local[keep], released[keep]
@@ -124,13 +151,17 @@ def _scatter(
     lo, hi = float(values.min()), float(values.max())
     if not hi > lo:
         lo, hi = lo - 1.0, hi + 1.0
-    span = _SIZE - 2 * _PAD
+    margin = 0.04 * (hi - lo)
+    lo, hi = lo - margin, hi + margin
+    left, top = _PAD_LEFT, _PAD_TOP
+    span = _SIZE - _PAD_LEFT - _PAD_RIGHT
+    bottom = top + span
 
     def x(v: float) -> float:
-        return _PAD + (v - lo) / (hi - lo) * span
+        return left + (v - lo) / (hi - lo) * span
 
     def y(v: float) -> float:
-        return _SIZE - _PAD - (v - lo) / (hi - lo) * span
+        return bottom - (v - lo) / (hi - lo) * span
 
     band = (
         f"{x(lo):.1f},{y(lo + 2 * sigma):.1f} {x(hi - 2 * sigma):.1f},{y(hi):.1f} "
@@ -141,24 +172,41 @@ def _scatter(
         f"<circle cx='{x(a):.1f}' cy='{y(b):.1f}' r='1.8'/>"
         for a, b in zip(local.tolist(), released.tolist(), strict=True)
     )
-    ticks = (
-        f"<text x='{_PAD}' y='{_SIZE - 8}' font-size='9'>{_fmt(lo)}</text>"
-        f"<text x='{_SIZE - _PAD}' y='{_SIZE - 8}' font-size='9' "
-        f"text-anchor='end'>{_fmt(hi)}</text>"
-        f"<text x='{_SIZE / 2}' y='{_SIZE - 2}' font-size='9' text-anchor='middle'>local</text>"
-        f"<text x='8' y='{_SIZE / 2}' font-size='9' transform='rotate(-90 8 {_SIZE / 2})' "
-        "text-anchor='middle'>released</text>"
+    marks = []
+    for value in _ticks(lo, hi):
+        label = html.escape(_tick_label(value))
+        marks.append(
+            f"<line x1='{x(value):.1f}' y1='{bottom}' x2='{x(value):.1f}' y2='{bottom + 4}' "
+            "stroke='#666'/>"
+            f"<text x='{x(value):.1f}' y='{bottom + 14}' text-anchor='middle'>{label}</text>"
+            f"<line x1='{left - 4}' y1='{y(value):.1f}' x2='{left}' y2='{y(value):.1f}' "
+            "stroke='#666'/>"
+            f"<text x='{left - 6}' y='{y(value) + 3:.1f}' text-anchor='end'>{label}</text>"
+        )
+    middle = left + span / 2
+    axes = (
+        "".join(marks)
+        + f"<text x='{middle:.1f}' y='{bottom + 30}' text-anchor='middle'>local value</text>"
+        + f"<text x='12' y='{top + span / 2:.1f}' text-anchor='middle' "
+        f"transform='rotate(-90 12 {top + span / 2:.1f})'>released value</text>"
     )
+    clip = f"clip-{html.escape(name)}"
     return (
         f"<figure><svg xmlns='http://www.w3.org/2000/svg' width='{_SIZE}' height='{_SIZE}' "
+        f"viewBox='0 0 {_SIZE} {_SIZE}' font-size='10' font-family='sans-serif' "
         f"role='img' aria-label='{html.escape(name)}: released against local values'>"
-        f"<rect x='{_PAD}' y='{_PAD}' width='{span}' height='{span}' fill='none' stroke='#999'/>"
+        f"<defs><clipPath id='{clip}'><rect x='{left}' y='{top}' width='{span}' "
+        f"height='{span}'/></clipPath></defs>"
+        f"<g clip-path='url(#{clip})'>"
         f"<polygon points='{band}' fill='#cfe3ff' opacity='0.6'/>"
         f"<line x1='{x(lo):.1f}' y1='{y(lo):.1f}' x2='{x(hi):.1f}' y2='{y(hi):.1f}' "
         "stroke='#36c'/>"
-        f"<g fill='#c33'>{dots}</g>{ticks}</svg>"
-        f"<figcaption><b>{html.escape(name)}</b> ({local.size if local.size else 0} shown): "
-        f"released vs local, band ±2σ, σ = {_fmt(sigma)}</figcaption></figure>"
+        f"<g fill='#c33'>{dots}</g></g>"
+        f"<rect x='{left}' y='{top}' width='{span}' height='{span}' fill='none' stroke='#999'/>"
+        f"{axes}</svg>"
+        f"<figcaption><b>{html.escape(name)}</b>: released vs local, band ±2σ "
+        f"(σ = {_fmt(sigma)}) about the line y = x; {local.size} of {shown} entries, "
+        "in the units sent (sums of values pre-scaled to [-1, 1])</figcaption></figure>"
     )
 
 

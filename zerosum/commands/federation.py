@@ -15,6 +15,8 @@ Writes, under the output folder::
                                     (0600; hand it to that TRE's checker, not the node)
     checkers/<id>/checker.pub       its public half (pinned in federation.toml)
     holdout.csv                     with --synthetic: held-out subjects
+    kits/<party>/                   one kit per party, holding exactly its files
+                                    (zerosum/commands/init_kits.py)
 
 ``--checker-key NODE=PUBFILE`` (repeatable) pins a checker's existing public
 key instead; a node given one gets no generated checker key. Everything is
@@ -50,7 +52,7 @@ from proto.federation import (
 )
 from zerosum import pki
 from zerosum.commands import init_inputs as inputs
-from zerosum.commands import init_logreg
+from zerosum.commands import init_kits, init_logreg
 from zerosum.commands import revoke as revoke_command
 from zerosum.commands.init_inputs import InitError
 
@@ -434,6 +436,17 @@ def _plan(args: argparse.Namespace) -> _Plan:
     comments = DeltabSettings.comments() if config.plan.name == "deltab" else {}
     text = dump_federation(config, comments=comments)
     files[out / CONFIG_NAME] = (text.encode("utf-8"), False)
+    kit_files = init_kits.kit_files(out, files, config)
+    readmes = init_kits.readme_texts(
+        config, generated_checkers=frozenset(checkers), synthetic=bool(cohorts) or bool(extra)
+    )
+    for name, readme in readmes.items():
+        kit_files[out / init_kits.KITS_FOLDER / name / "README.txt"] = (readme.encode(), False)
+    # The kits go before the main federation.toml, which stays the last file written.
+    config_entry = files.pop(out / CONFIG_NAME)
+    files.update(kit_files)
+    files[out / CONFIG_NAME] = config_entry
+    cohorts.update(init_kits.kit_files(out, cohorts, config))
     return _Plan(config, files, cohorts, seed, frozenset(checkers))
 
 
@@ -538,11 +551,16 @@ def _summary(plan: _Plan, out: Path) -> str:
             )
         else:
             lines.append(f"  output checker of {node_id!r}: the key given with --checker-key")
+    kits = ", ".join(init_kits.kit_names(config))
+    lines.append(
+        f"  {init_kits.KITS_FOLDER}/<party>/: one folder per party holding exactly its files, "
+        f"with a README.txt of its commands: {kits}"
+    )
     if plan.cohorts:
         counts = ", ".join(
             f"{path.parent.name}={cohort.n_subjects}"
             for path, cohort in plan.cohorts.items()
-            if path.name == "data.csv"
+            if path.name == "data.csv" and path.parent.parent == out / "nodes"
         )
         lines.append(f"  synthetic cohorts (seed {plan.seed}): {counts}; holdout.csv")
     return "\n".join(lines)

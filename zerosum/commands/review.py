@@ -14,7 +14,10 @@ exits 0 (pass), 1 (needs a human look) or 2 (fail). With ``--approve`` or
 node before signing anything, never approves a bundle that fails, and writes
 the signed decision. A valid decision is final; an ``approval.json`` the node
 refuses (another key, a bad signature, another bundle) may be replaced with
-``--replace``.
+``--replace``. For a checker under another account or on another machine,
+``--export DIR`` (the node's operator) copies the verified bundle to a folder
+others can read, and ``--import-decision FILE`` takes the decision the
+checker signed on that copy back in, verified against the node's own bundle.
 """
 
 from __future__ import annotations
@@ -45,10 +48,23 @@ approval.json the node refuses can be replaced with --replace.
 """
 
 EPILOG = """\
-exit status: 0 every check passes (or the decision was signed); 1 something
-needs a human look (the reason is named); 2 a check fails, or the bundle, key
-or arguments are bad, the key is not a checker key of the bundle's node, or
-the folder already holds a valid decision.
+With --approve, --reject, --export or --import-decision it prints the
+review's verdict in one line, what it did, and last "decision: ... (exit N)"
+with the command's exit status.
+
+exit status: 0 every check passes (or the decision was signed, the bundle
+exported, the decision imported); 1 something needs a human look (the reason
+is named); 2 a check fails, or the bundle, key or arguments are bad, the key
+is not a checker key of the bundle's node, or the folder already holds a
+valid decision.
+
+the airlock, when the checker works under another account or on another
+machine (docs/output-checking.md):
+  (node's operator)  zerosum review OUT/egress/round-0 --export /exchange/round-0
+  (checker)          cp -r /exchange/round-0 round-0
+                     zerosum review round-0 --federation kit/federation.toml --approve \\
+                         --key kit/checkers/site-a/checker.pem --reviewer "J. Smith"
+  (node's operator)  zerosum review OUT/egress/round-0 --import-decision round-0/approval.json
 
 examples:
   zerosum review fed/nodes/site-a/out/egress/round-0
@@ -73,6 +89,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     decision = parser.add_mutually_exclusive_group()
     decision.add_argument("--approve", action="store_true", help="sign an approval")
     decision.add_argument("--reject", action="store_true", help="sign a rejection")
+    decision.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="(the node's operator) copy the verified bundle, without approval.json, to a new "
+        "folder DIR readable by others, for an output checker to take away",
+    )
+    decision.add_argument(
+        "--import-decision",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="(the node's operator) take in an approval.json the checker signed on a copy: "
+        "verified against this bundle and the node's checker keys, then written into it",
+    )
     parser.add_argument(
         "--key",
         type=Path,
@@ -141,22 +173,26 @@ def _decide(
     from proto.files import KIB, read_secret
 
     if args.key is None or not args.reviewer:
-        return _fail("a decision needs --key (the checker's Ed25519 PEM) and --reviewer (a name)")
+        return _refuse(
+            args, "a decision needs --key (the checker's Ed25519 PEM) and --reviewer (a name)"
+        )
     try:
         identity = IdentityKey.from_pem(read_secret(args.key, 16 * KIB, what="checker key"))
     except (NoiseError, ValueError, OSError) as error:
-        return _fail(f"cannot read the key {args.key}: {error}")
+        return _refuse(args, f"cannot read the key {args.key}: {error}")
     if identity.public_bytes() not in keys:
         listed = ", ".join(key_fingerprint(k) for k in keys) or "none"
-        return _fail(
+        return _refuse(
+            args,
             f"the key {args.key} (fingerprint {key_fingerprint(identity.public_bytes())}) is not "
             f"an output checker key of node {node_id!r} (its checker keys: {listed}); "
-            "nothing was signed"
+            "nothing was signed",
         )
     if state.state == "refused" and not args.replace:
-        return _fail(
+        return _refuse(
+            args,
             f"{folder}/approval.json is not a valid decision ({state.reason}); add --replace "
-            "to replace it with your signed decision"
+            "to replace it with your signed decision",
         )
     decision: Literal["approve", "reject"] = "approve" if args.approve else "reject"
     approval = sign_approval(
@@ -169,15 +205,16 @@ def _decide(
     path = write_approval(folder, approval)
     replaced = " (replacing the refused file)" if state.state == "refused" else ""
     _say(args, f"  {decision} signed by {args.reviewer}{replaced} → {path}")
+    _say(args, f"decision: {decision} written (exit 0)")
     return 0
 
 
-def _show(args: argparse.Namespace, review: Review) -> None:
+def _show(args: argparse.Namespace, review: Review, *, full: bool) -> None:
     from node.review.render import review_html, review_json, review_text
 
     if args.json:
         print(json.dumps(review_json(review), indent=2, ensure_ascii=False))
-    else:
+    elif full:
         print(review_text(review, all_values=args.values), end="")
     if args.html is not None:
         args.html.write_text(review_html(review), encoding="utf-8")
@@ -192,53 +229,165 @@ def _say(args: argparse.Namespace, line: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from node.review.report import review_bundle
     from node.review.sdc import ACRO_DEFAULTS, SDCFileError, read_sdc_file
+    from node.summary_bundle import SummaryBundle
 
     folder: Path = args.folder
     deciding = bool(args.approve or args.reject)
-    if not (folder / "manifest.json").is_file():
+    acting = deciding or args.export is not None or args.import_decision is not None
+    try:
+        is_bundle = (folder / "manifest.json").is_file()
+    except PermissionError:
+        return _fail(
+            f"{folder} is not readable from this account (the node's files are private to its "
+            "own); the node's operator can export a copy for review with "
+            f"`zerosum review {folder} --export DIR`"
+        )
+    if not is_bundle:
         return _fail(f"{folder} holds no manifest.json; it is not an egress folder")
     try:
         thresholds = ACRO_DEFAULTS if args.sdc is None else read_sdc_file(args.sdc)
     except SDCFileError as error:
         return _fail(str(error))
-    from node.summary_bundle import SummaryBundle
-
+    review: Review | SummaryReview
     if SummaryBundle.is_summary(folder):
-        return _run_summary(args, folder, thresholds, deciding)
-    review = review_bundle(
-        folder, federation=args.federation, thresholds=thresholds, audit=args.audit
-    )
-    _show(args, review)
-    if not deciding:
+        review = _show_summary(args, folder, thresholds, full=not acting)
+    else:
+        review = review_bundle(
+            folder, federation=args.federation, thresholds=thresholds, audit=args.audit
+        )
+        _show(args, review, full=not acting)
+    if not acting:
         return review.exit_code
+    # Acting: the full report is what the read-only review is for; here one line of it,
+    # what was done, and a last line whose exit status is the command's.
+    _say(
+        args,
+        f"{folder}: review verdict {review.verdict} (the full report: run without this option)",
+    )
+    if args.export is not None:
+        return _export(args, folder, review)
     broken = [f for f in review.findings if f.level == "fail" and f.check in _INTEGRITY]
     if review.bundle is None or broken:
         reason = broken[0].message if broken else "it cannot be read"
-        return _fail(f"{folder} does not verify, so nothing may be signed for it: {reason}")
+        return _refuse(args, f"{folder} does not verify, so nothing may be signed for it: {reason}")
     if review.config is None:
         config_fault = [
             f.message for f in review.findings if f.check == "config" and f.level == "fail"
         ]
         if config_fault:
-            return _fail(config_fault[0])
-        return _fail(
+            return _refuse(args, config_fault[0])
+        return _refuse(
+            args,
             f"no {CONFIG_NAME} found above {folder}; pass the federation config with "
-            "--federation so the node's checker keys are known"
-        )
-    if args.approve and review.exit_code == 2:
-        failed = next(f for f in review.findings if f.level == "fail")
-        return _fail(
-            f"{folder} fails the review ({failed.check}: {failed.message}); an approval is not "
-            "signed (a rejection may be)"
+            "--federation so the node's checker keys are known",
         )
     state = review.decision
     if state.state == "valid":
-        return _fail(f"{folder} already holds a valid decision; it is final and is left alone")
+        return _refuse(
+            args, f"{folder} already holds a valid decision; it is final and is left alone"
+        )
+    if args.import_decision is not None:
+        return _import(args, folder, review, state)
+    if args.approve and review.exit_code == 2:
+        failed = next(f for f in review.findings if f.level == "fail")
+        return _refuse(
+            args,
+            f"{folder} fails the review ({failed.check}: {failed.message}); an approval is not "
+            "signed (a rejection may be)",
+        )
     return _decide(args, folder, review.bundle.node_id, dict(review.keys), state)
 
 
-def _run_summary(args: argparse.Namespace, folder: Path, thresholds: object, deciding: bool) -> int:
-    """The same review and decision for a delta-summary bundle (node.summary_bundle)."""
+def _refuse(args: argparse.Namespace, message: str) -> int:
+    """A refused action: the reason on stderr, and the last line saying nothing was written."""
+    _fail(message)
+    _say(args, "decision: none written (exit 2)")
+    return 2
+
+
+def _export(args: argparse.Namespace, folder: Path, review: Review | SummaryReview) -> int:
+    """Copy a verified bundle (without approval.json) to a new folder its checker can take away.
+
+    The node's own files are private to its account (mode 0600); the copy is
+    readable by others (files 0644, folders 0755) so that an output checker
+    under another account, or on another machine, can read it. It holds
+    exactly what would leave the TRE, never the audit record.
+    """
+    import os
+    import shutil
+
+    from node.egress import APPROVAL
+
+    target: Path = args.export
+    broken = [f for f in review.findings if f.level == "fail" and f.check in _INTEGRITY]
+    if review.bundle is None or broken:
+        reason = broken[0].message if broken else "it cannot be read"
+        return _refuse(args, f"{folder} does not verify, so it is not exported: {reason}")
+    if target.exists():
+        return _refuse(args, f"{target} exists already; export into a new folder")
+    try:
+        shutil.copytree(
+            folder, target, ignore=shutil.ignore_patterns(APPROVAL), copy_function=shutil.copyfile
+        )
+        for root, _folders, files in os.walk(target):
+            os.chmod(root, 0o755)
+            for name in files:
+                os.chmod(Path(root) / name, 0o644)
+    except OSError as error:
+        return _refuse(args, f"cannot export {folder} to {target}: {error}")
+    _say(
+        args,
+        f"  exported for review → {target} (the checker reviews and signs it there, then returns "
+        f"{target.name}/{APPROVAL}; import it with --import-decision)",
+    )
+    _say(args, "decision: none yet; bundle exported (exit 0)")
+    return 0
+
+
+def _import(
+    args: argparse.Namespace, folder: Path, review: Review | SummaryReview, state: DecisionState
+) -> int:
+    """Take in a decision a checker signed elsewhere: verified against this bundle, then written.
+
+    An approval is taken in only for a bundle that passes this side's review
+    too, as ``--approve`` signs none for a failing one.
+    """
+    from node.approval import read_approval_file, verify_approval, write_approval
+    from node.egress import EgressBundle
+    from node.errors import ApprovalError
+
+    source: Path = args.import_decision
+    try:
+        approval = read_approval_file(source)
+        verify_approval(
+            approval,
+            manifest_sha256=EgressBundle.manifest_sha256(folder),
+            accepted_keys=dict(review.keys),
+        )
+    except (ApprovalError, OSError) as error:
+        return _refuse(args, f"{source} is not a valid decision for {folder}: {error}")
+    if approval.decision == "approve" and review.exit_code == 2:
+        failed = next(f for f in review.findings if f.level == "fail")
+        return _refuse(
+            args,
+            f"{folder} fails the review here ({failed.check}: {failed.message}), so the "
+            f"approval in {source} is not imported",
+        )
+    path = write_approval(folder, approval)
+    replaced = " (replacing the refused file)" if state.state == "refused" else ""
+    _say(
+        args,
+        f"  {approval.decision} by {approval.reviewer} at {approval.timestamp}, verified and "
+        f"imported{replaced} → {path}",
+    )
+    _say(args, f"decision: {approval.decision} imported (exit 0)")
+    return 0
+
+
+def _show_summary(
+    args: argparse.Namespace, folder: Path, thresholds: object, *, full: bool
+) -> SummaryReview:
+    """The review of a delta-summary bundle (node.summary_bundle), shown like a round's."""
     from node.review.sdc import SDCThresholds
     from node.review.summary_review import review_summary, summary_text
 
@@ -248,30 +397,20 @@ def _run_summary(args: argparse.Namespace, folder: Path, thresholds: object, dec
     )
     if args.json:
         print(json.dumps(_summary_json(review), indent=2, ensure_ascii=False))
-    else:
+    elif full:
         print(summary_text(review), end="")
     if args.html is not None:
         import html
 
         page = (
             "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-            f"<title>zerosum review: {html.escape(str(folder))}</title></head><body>"
+            f"<title>zerosum review: {html.escape(str(folder))}</title>"
+            "<style>pre { white-space: pre-wrap; overflow-wrap: anywhere; }</style></head><body>"
             f"<pre>{html.escape(summary_text(review))}</pre></body></html>\n"
         )
         args.html.write_text(page, encoding="utf-8")
         _say(args, f"  report written to {args.html}")
-    if not deciding:
-        return review.exit_code
-    if review.bundle is None:
-        return _fail(f"{folder} does not verify, so nothing may be signed for it")
-    if review.config is None:
-        return _fail(f"no {CONFIG_NAME} found above {folder}; pass it with --federation")
-    if args.approve and review.exit_code == 2:
-        failed = next(f for f in review.findings if f.level == "fail")
-        return _fail(f"{folder} fails the review ({failed.check}: {failed.message}); not approved")
-    if review.decision.state == "valid":
-        return _fail(f"{folder} already holds a valid decision; it is final and is left alone")
-    return _decide(args, folder, review.bundle.node_id, dict(review.keys), review.decision)
+    return review
 
 
 def _summary_json(review: SummaryReview) -> dict[str, object]:
