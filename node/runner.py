@@ -155,8 +155,12 @@ class NodeRunner:
     def say(self, message: str) -> None:
         self._progress(f"zerosum node {self.node_id}: {message}")
 
-    def prepare(self) -> LocalSetup:
-        """Load and check everything local; raises SetupError before any network contact."""
+    def prepare(self, *, verbose: bool = False) -> LocalSetup:
+        """Load and check everything local; raises SetupError before any network contact.
+
+        The cohort's pre-flight report is said line by line (every column with
+        ``verbose``, else the clipped ones).
+        """
         if self.setup is None:
             setup = prepare(
                 self.federation,
@@ -165,6 +169,7 @@ class NodeRunner:
                 out=self.out,
                 state=self.state,
                 say=self.say,
+                verbose=verbose,
             )
             check_checker_keys(setup.config, self.node_id, self.options.approve)
             self.setup = setup

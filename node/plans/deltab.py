@@ -39,6 +39,7 @@ from node.deltab.sums import DERIVATIONS, MEANS, SUMS, plan_shapes, sensitivity
 from node.errors import LocalDataError, ModelFitError
 from node.plans.deltab_settings import DeltabSettings
 from node.plans.interface import PlanDefinition
+from node.preflight import ClipShare, CohortPreflight
 from node.release import TensorSensitivity
 from noise.layout import Layout
 from proto.federation import ConfigError, FederationConfig, PlanSpec, RoundSpec
@@ -150,14 +151,6 @@ class DeltabPlan:
         self.config = config
         self.settings = plan_settings(config)
         self.cohort = cohort
-        used = self.n_used()
-        if used < config.min_cohort_size:
-            raise LocalDataError(
-                f"{cohort.path}: only {used} of {cohort.n_subjects} subjects have every feature "
-                f"value, and plan.model.nan_policy = 'drop' leaves the others out; the "
-                f"federation requires at least {config.min_cohort_size} per node "
-                "(min_cohort_size)"
-            )
         self.round_names: tuple[str, ...] = config.plan.round_names
         self.state = deltab_plan.NodeState(settings=self.settings)
         self._tensors: dict[str, dict[str, NDArray[np.float64]]] = {}
@@ -171,8 +164,45 @@ class DeltabPlan:
     def n_subjects(self) -> int:
         return self.cohort.n_subjects
 
+    def preflight(self) -> CohortPreflight:
+        """The cohort against the bounds and the minimum (``node.preflight``; stays local)."""
+        clipping = DeltabSettings.from_tables(self.config.plan.settings).clipping
+        features = self.cohort.features
+        used: NDArray[np.bool_] = np.ones(features.shape[0], dtype=bool)
+        if self.settings.nan_policy == "drop":
+            used = np.asarray(~np.isnan(features).any(axis=1))
+        n_used = int(used.sum())
+
+        def share(name: str, values: NDArray[np.float64], low: float, high: float) -> ClipShare:
+            kept = values[used]
+            with np.errstate(invalid="ignore"):
+                below, above = int(np.sum(kept < low)), int(np.sum(kept > high))
+            return ClipShare(name, low, high, below, above, n_used)
+
+        columns = [share("age", self.cohort.age, clipping.age_low, clipping.age_high)]
+        for j, name in enumerate(self.cohort.feature_names):
+            low, high = clipping.feature_low[j], clipping.feature_high[j]
+            columns.append(share(name, features[:, j], low, high))
+        return CohortPreflight(
+            source=str(self.cohort.path),
+            n_read=self.cohort.n_subjects,
+            n_used=n_used,
+            nan_policy=self.settings.nan_policy,
+            min_cohort_size=self.config.min_cohort_size,
+            columns=tuple(columns),
+            max_clipped_fraction=clipping.max_clipped_fraction,
+        )
+
     def tensors(self, round_name: str) -> dict[str, NDArray[np.float64]]:
         """This node's contribution to ``round_name`` (computed once, then reused)."""
+        used = self.n_used()
+        if used < self.config.min_cohort_size:
+            # The pre-flight refuses this before joining; never release a smaller cohort.
+            raise LocalDataError(
+                f"{self.cohort.path}: only {used} of {self.cohort.n_subjects} subjects are used "
+                f"under plan.model.nan_policy = {self.settings.nan_policy!r}; the federation "
+                f"requires at least {self.config.min_cohort_size} per node (min_cohort_size)"
+            )
         if round_name not in self._tensors:
             computed = deltab_plan.round_tensors(
                 round_name, self.cohort.features, self.cohort.age, self.state
@@ -210,7 +240,8 @@ class DeltabPlan:
         counts = self.state.clipped.get(round_name)
         if counts is None:
             return {}
-        out = {"total": counts.total, "age": int(counts.age)}
+        # "subjects": how many the counts are out of (the review's clipping check).
+        out = {"total": counts.total, "subjects": self.n_used(), "age": int(counts.age)}
         for name, n in zip(self.cohort.feature_names, counts.features, strict=True):
             if n:
                 out[f"feature:{name}"] = int(n)

@@ -238,7 +238,11 @@ def _run_session(federation: Path, node_ids: list[str], out: Path, timeout: floa
     started = time.monotonic()
     coordinator = spawn(["coordinator", "--federation", str(federation)], logs / "coordinator.log")
     nodes = {
-        n: spawn(["node", "--federation", str(federation), "--node-id", n], logs / f"{n}.log")
+        # The demo has no output checkers: it asks for automatic release explicitly.
+        n: spawn(
+            ["node", "--federation", str(federation), "--node-id", n, "--approve", "auto"],
+            logs / f"{n}.log",
+        )
         for n in node_ids
     }
     everyone: dict[str, subprocess.Popen[bytes]] = {"coordinator": coordinator, **nodes}
