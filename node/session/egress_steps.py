@@ -185,6 +185,7 @@ def release(
         ),
         payload=egress,
         config_hash=ctx.config_hash.hex(),
+        approval_mode=ctx.options.approve,
     )
     folder = bundle.write(ctx.out)
     _write_audit(ctx, index, name, bundle, clean)
