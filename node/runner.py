@@ -202,6 +202,8 @@ class NodeRunner:
                     model, predictions = write_results(ctx.out, ctx.plan)
                 ctx.state.record_end(ctx.session_id, "completed")
                 self.say(f"model written to {model}; predictions to {predictions}")
+                if ctx.plan.prediction_note is not None:
+                    self.say(f"note: {ctx.plan.prediction_note}")
                 release_delta_summary(ctx, model)
                 return RunOutcome(
                     ctx.session_id,

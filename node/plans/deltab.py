@@ -33,7 +33,8 @@ from node.atomic import atomic_write_text
 from node.cohort import LocalCohort, load_cohort
 from node.deltab import plan as deltab_plan
 from node.deltab.cells import spreadsheet_safe
-from node.deltab.persist import save_model, set_feature_names
+from node.deltab.out_of_range import fit_to_training_bounds
+from node.deltab.persist import save_model, set_feature_names, set_training_bounds
 from node.deltab.plan import PlanSettings
 from node.deltab.sums import DERIVATIONS, MEANS, SUMS, plan_shapes, sensitivity
 from node.errors import LocalDataError, ModelFitError
@@ -155,6 +156,8 @@ class DeltabPlan:
         self.state = deltab_plan.NodeState(settings=self.settings)
         self._tensors: dict[str, dict[str, NDArray[np.float64]]] = {}
         self._received: set[str] = set()
+        # After predict(): a sentence on subjects outside the training bounds, if any.
+        self.prediction_note: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -283,8 +286,12 @@ class DeltabPlan:
         if self.state.model is None:
             raise RuntimeError("the model is not fitted: the sums round has not been received")
         # Every node's columns are the same features in the same order; keep this
-        # node's names so that predicting from its tables matches columns by name.
-        save_model(set_feature_names(self.state.model, self.cohort.feature_names), path)
+        # node's names so that predicting from its tables matches columns by name,
+        # and the public bounds, outside which the model has seen no value.
+        model = set_feature_names(self.state.model, self.cohort.feature_names)
+        bounds = self.settings.bounds
+        assert bounds is not None
+        save_model(set_training_bounds(model, bounds.feature_lo, bounds.feature_hi), path)
 
     def write_outputs(self, out: Path) -> tuple[Path, Path]:
         """``OUT/model.json`` and ``OUT/predictions.csv`` (id, age, brain_age, delta)."""
@@ -303,11 +310,32 @@ class DeltabPlan:
         return model_path, predictions
 
     def predict(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """(brain age, delta) in years for this node's own subjects."""
+        """(brain age, delta) in years for this node's own subjects.
+
+        Features are clipped to the public bounds first, as they were for the
+        fit (``node.deltab.out_of_range``); ``prediction_note`` says how many
+        subjects and features that touched.
+        """
         model = self.state.model
         if model is None:
             raise RuntimeError("the model is not fitted: the sums round has not been received")
-        delta = np.asarray(model.predict_delta(self.cohort.features, self.cohort.age))
+        bounds = self.settings.bounds
+        assert bounds is not None
+        features, outside = fit_to_training_bounds(
+            self.cohort.features,
+            (bounds.feature_lo, bounds.feature_hi),
+            self.cohort.feature_names,
+        )
+        self.prediction_note = (
+            outside.sentence(
+                str(self.cohort.path),
+                "predictions.csv predicts them from values clipped to the bounds, as the fit "
+                "did (without the clipping the model extrapolates).",
+            )
+            if outside.any
+            else None
+        )
+        delta = np.asarray(model.predict_delta(features, self.cohort.age))
         return self.cohort.age + delta, delta
 
 

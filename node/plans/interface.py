@@ -41,6 +41,8 @@ class ModelPlan(Protocol):
     """One node's side of a plan, bound to its local data."""
 
     round_names: tuple[str, ...]
+    # After write_outputs: a sentence on subjects predicted from clipped values, if any.
+    prediction_note: str | None
 
     @property
     def complete(self) -> bool:

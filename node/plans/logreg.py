@@ -262,6 +262,7 @@ class LogregPlan:
             )
         self.round_names: tuple[str, ...] = config.plan.round_names
         self.delta_summary = None
+        self.prediction_note: str | None = None
         self._x = self.settings.prescale(table.features)
         self.theta = np.zeros(self.settings.n_features + 1)
         self.n_total: float | None = None
