@@ -77,7 +77,7 @@ def real_federation(
     seed: int = 3,
     extra: Sequence[str] = (),
 ) -> Path:
-    """``zerosum federation init`` for nodes a, b, … with real-unit cohorts in nodes/<id>/data.csv."""
+    """``zerosum federation init`` for nodes a, b, …; real-unit cohorts in nodes/<id>/data.csv."""
     nodes = [chr(ord("a") + i) for i in range(len(sizes))]
     out.parent.mkdir(parents=True, exist_ok=True)
     bounds = bounds_csv(out.parent / f"{out.name}-bounds.csv", fitted=fitted)

@@ -264,4 +264,3 @@ def test_the_node_waits_for_a_checker_unless_told_otherwise() -> None:
     assert args.approve == "manual"
     assert NodeOptions().approve == "manual"
     assert parser.parse_args(["--federation", "f", "--node-id", "a", "--approve", "auto"]).approve
-
