@@ -243,8 +243,7 @@ class DeltabPlan:
         counts = self.state.clipped.get(round_name)
         if counts is None:
             return {}
-        # "subjects": how many the counts are out of (the review's clipping check).
-        out = {"total": counts.total, "subjects": self.n_used(), "age": int(counts.age)}
+        out = {"total": counts.total, "age": int(counts.age)}
         for name, n in zip(self.cohort.feature_names, counts.features, strict=True):
             if n:
                 out[f"feature:{name}"] = int(n)

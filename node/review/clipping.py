@@ -4,8 +4,8 @@ Bounds that do not fit the data are invisible in the release itself: the
 sums are sums of values flattened to the bounds, with exactly the declared
 noise, and every other check passes. What shows it is the count of values the
 node clipped, which stays inside the TRE in the round's audit record
-(``node.audit``; the brain-age plan records ``age``, ``feature:<name>`` and
-``subjects``, the number the counts are out of). With that record
+(``node.audit``: the brain-age plan's counts of ``age`` and each
+``feature:<name>``, and ``subjects``, the number they are out of). With that record
 (``zerosum review --audit``) this check fails any column — age or a feature,
 named as in ``plan.clipping.feature_names`` — clipped for more than
 ``plan.clipping.max_clipped_fraction`` of the subjects, the same rule the
@@ -85,7 +85,8 @@ def clipping_table(
     except ConfigError:
         return None
     counts = record.clipped
-    subjects = int(counts.get("subjects", bundle.sdc.n_subjects))
+    # Records written before they held the count: the N the bundle declares.
+    subjects = record.subjects if record.subjects is not None else bundle.sdc.n_subjects
     names = ("age", *clipping.feature_names)
     keys = ("age", *(f"feature:{name}" for name in clipping.feature_names))
     columns = tuple(

@@ -150,6 +150,7 @@ def _write_audit(
             payload=clean,
             clipped=ctx.plan.clipped(name),
             egress_payload_sha256=bundle.payload_sha256,
+            subjects=ctx.plan.n_used(),
         ),
     )
 

@@ -129,8 +129,10 @@ def test_the_command_prints_text_or_json_and_exits_2_without_a_state(
     assert (
         federation_command.run(
             parser.parse_args(
-                ["init", "--nodes", "a,b", "--out", str(out), "--feature-range=-1,1"]
-                + ["--feature-names", "x1,x2", "--n-components", "1"]
+                [
+                    *("init", "--nodes", "a,b", "--out", str(out), "--feature-range=-1,1"),
+                    *("--feature-names", "x1,x2", "--n-components", "1"),
+                ]
             )
         )
         == 0

@@ -333,7 +333,8 @@ def _node_summary(out: Path, node_id: str) -> NodeSummary:
     clipped = 0
     for folder in (base / "audit").glob("round-*"):
         audit = json.loads((folder / "audit.json").read_text())
-        clipped = max(clipped, sum(int(v) for v in audit.get("clipped", {}).values()))
+        # "total" is the sum of the per-column counts beside it.
+        clipped = max(clipped, int(audit.get("clipped", {}).get("total", 0)))
     return NodeSummary(node_id, n_subjects, sigma, outsider, clipped)
 
 
