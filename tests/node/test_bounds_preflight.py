@@ -90,6 +90,28 @@ def test_init_refuses_a_real_cohort_without_bounds(
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--feature-names", "x,y,x"], "--feature-names names 'x' more than once"),
+        (["--feature-names", "x,,y"], "has an empty name"),
+        (["--feature-names", "x,age"], "'age', which is the cohort's age column"),
+        (["--feature-names", "x,y", "--n-features", "3"], "lists 2 features for --n-features 3"),
+        (["--feature-names", "x,y", "--max-clipped-fraction", "1.5"], "must be a fraction"),
+    ],
+)
+def test_bad_feature_names_are_named_and_nothing_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], words: str
+) -> None:
+    parser = argparse.ArgumentParser()
+    federation_command.add_arguments(parser)
+    out = tmp_path / "fed"
+    argv = ["init", "--nodes", "a,b", "--out", str(out), "--feature-range=-1,1"]
+    assert federation_command.run(parser.parse_args([*argv, "--n-components", "1", *extra])) == 2
+    assert words in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_bounds_are_stored_with_their_feature_names(tmp_path: Path) -> None:
     fed = real_federation(tmp_path / "fed", fitted=True)
     config = load_federation(fed / "federation.toml")

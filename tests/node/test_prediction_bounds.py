@@ -129,3 +129,13 @@ def test_zerosum_predict_clips_by_default_and_refuses_when_asked(
                              tmp_path / "r.csv", "--out-of-range", "refuse")  # fmt: skip
     assert code == 0 and "note" not in printed, printed
     assert np.isfinite([float(r["delta"]) for r in _rows(tmp_path / "r.csv")]).all()
+
+    # deltab --load predicts within the bounds too, and says so.
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        code = main(["deltab", "--load", str(out / "model.json"), "--predict-features", str(new),
+                     "--predict-output", str(tmp_path / "d.txt")])  # fmt: skip
+    assert code == 0, printed.getvalue()
+    assert "1 of 120 subjects" in printed.getvalue() and "total_grey_mm3 1" in printed.getvalue()
+    loaded = [float(v) for v in (tmp_path / "d.txt").read_text().split()]
+    assert loaded[7] == pytest.approx(float(want[7]["delta"]), abs=1e-6)
