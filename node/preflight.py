@@ -144,8 +144,6 @@ class CohortPreflight:
         lines += [f"  {c.line()}" for c in shown]
         hidden = len(self.columns) - len(shown)
         if hidden:
-            lines.append(
-                f"  {'no value' if not shown else f'the other {hidden} columns'}: 0 % clipped"
-                + (f" ({hidden} columns)" if not shown else "")
-            )
+            which = f"the other {hidden} columns" if shown else f"all {hidden} columns"
+            lines.append(f"  {which}: 0 % clipped")
         return lines

@@ -25,7 +25,7 @@ from pathlib import Path
 from node.errors import PreflightRefused, SetupError
 from node.plans.interface import ModelPlan
 from node.plans.registry import plan_for
-from node.preflight import CohortPreflight, check_stream
+from node.preflight import check_stream
 from noise.errors import NoiseError
 from noise.fixed_point import FixedPointCodec
 from noise.keys import IdentityKey
@@ -53,7 +53,6 @@ class LocalSetup:
     plan: ModelPlan
     out: Path
     state: Path  # the node's state folder (node.state_folder): its ledger and sessions
-    preflight: CohortPreflight | None = None
 
 
 def _check_tls(tls: tuple[Path, Path, Path], node_id: str, revoked: tuple[str, ...]) -> None:
@@ -157,5 +156,4 @@ def prepare(
         plan=plan,
         out=out_path,
         state=state_path,
-        preflight=report,
     )
