@@ -76,15 +76,14 @@ examples:
   zerosum federation init --nodes site-a,site-b,site-c --out fed --synthetic --seed 7
   zerosum federation init --nodes a,b,c,d --out fed --construction cape --residual-dp
   zerosum federation init --nodes a,b --out fed --feature-bounds bounds.csv --age-range 45,80
-  zerosum federation init --nodes a,b --out fed --feature-range=-4,4 \
-      --feature-names thickness_l,thickness_r,volume_icv
+  zerosum federation init --nodes a,b --out fed --feature-range=-4,4 --feature-names l,r,icv
+  zerosum federation init --nodes a,b --out fed --checker-key a=a-checker.pub
 
 A real cohort needs public bounds that fit its data: --feature-bounds (a CSV
 feature,low,high, one row per feature column, in the cohorts' column order) or
 --feature-range with --feature-names. Each bound is stored with its feature's
 name; every node checks its header against them and refuses to start when a
 feature is clipped for more than --max-clipped-fraction of its subjects.
-  zerosum federation init --nodes a,b --out fed --checker-key a=a-checker.pub
 """
 
 CONFIG_NAME = "federation.toml"
