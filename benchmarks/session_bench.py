@@ -171,6 +171,12 @@ def _make_federation(
         str(deadline_seconds),
         "--round-deadline",
         str(deadline_seconds),
+        # The benchmark's nodes run no model plan; init still asks for named bounds.
+        "--feature-range=-1,1",
+        "--feature-names",
+        "x",
+        "--n-components",
+        "1",
     ]
     with contextlib.redirect_stdout(io.StringIO()):
         code = zerosum_main(arguments)

@@ -3,11 +3,12 @@
 ``OUT/audit/round-<r>/payload.npy`` holds the node's contribution *before*
 masking and residual noise, in exactly the layout of the round's egress, and
 ``audit.json`` the per-tensor counts of values clipped to the public bounds
-(SDC facts that must not leave the TRE). Subtracting it from the egress
-payload leaves the node's mask plus residual noise, which lets a reviewer
-confirm that noise of the declared scale is really present (docs/design.md §8), and
-summing every node's audit payload gives the same exact aggregate as summing
-their egresses when residual noise is off (the masks cancel, Σ_k m_k = 0).
+and the number of subjects they are out of (SDC facts that must not leave
+the TRE). Subtracting it from the egress payload leaves the node's mask plus
+residual noise, which lets a reviewer confirm that noise of the declared scale
+is really present (docs/design.md §8), and summing every node's audit payload
+gives the same exact aggregate as summing their egresses when residual noise
+is off (the masks cancel, Σ_k m_k = 0).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class AuditRecord:
     payload: NDArray[np.uint64] = field(repr=False)
     clipped: Mapping[str, int] = field(default_factory=dict)
     egress_payload_sha256: str = ""
+    subjects: int | None = None  # the subjects the clipped counts are out of (N used)
 
     def decoded(self) -> dict[str, NDArray[np.float64]]:
         return entries_layout(self.tensors).decode(
@@ -89,6 +91,7 @@ def write_audit(out: Path, record: AuditRecord) -> Path:
             "fixed_point_bits": record.fixed_point_bits,
             "tensors": [t.to_json() for t in record.tensors],
             "clipped": {name: int(n) for name, n in record.clipped.items()},
+            **({"subjects": int(record.subjects)} if record.subjects is not None else {}),
             "payload_sha256": payload_digest(record.payload).hex(),
             "egress_payload_sha256": record.egress_payload_sha256,
         },
@@ -120,6 +123,7 @@ def read_audit(out: Path, round_index: int) -> AuditRecord:
         payload=payload,
         clipped={str(k): int(v) for k, v in meta["clipped"].items()},
         egress_payload_sha256=str(meta.get("egress_payload_sha256", "")),
+        subjects=int(meta["subjects"]) if isinstance(meta.get("subjects"), int) else None,
     )
 
 

@@ -3,7 +3,10 @@
 A node refuses to start — before it opens a connection — when its data could
 not take part correctly: the file is unreadable or ragged, there is no age
 column or an age is missing, the number of features differs from the
-federation's model, a feature has no observed value at all, or the cohort is
+federation's model, the feature columns are not those the bounds name
+(``plan.clipping.feature_names``: a missing, an extra or a misplaced column
+is named — bounds in another order would apply to the wrong features), a
+feature has no observed value at all, or the cohort is
 smaller than ``min_cohort_size`` (the N ≥ 100 rule for UK TREs; δ ≤ 1/N² is
 calibrated for it). Missing feature values are allowed: the plan leaves their
 subjects out (``nan_policy = "drop"``, and then checks the cohort size on the
@@ -25,7 +28,7 @@ from node.errors import LocalDataError
 from node.plans.deltab_settings import DeltabSettings
 from proto.federation import FederationConfig
 
-__all__ = ["LocalCohort", "LocalDataError", "load_cohort"]
+__all__ = ["LocalCohort", "LocalDataError", "check_columns", "load_cohort"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,6 +44,42 @@ class LocalCohort:
     @property
     def n_subjects(self) -> int:
         return int(self.features.shape[0])
+
+
+def _listed(names: list[str], shown: int = 4) -> str:
+    text = ", ".join(repr(n) for n in names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def check_columns(path: Path, columns: tuple[str, ...], declared: tuple[str, ...]) -> None:
+    """Refuse feature columns other than ``declared``, in that order, naming the difference."""
+    if columns == declared:
+        return
+    present, wanted = set(columns), set(declared)
+    missing = [n for n in declared if n not in present]
+    extra = [n for n in columns if n not in wanted]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"lacks {_listed(missing)}")
+        if extra:
+            parts.append(f"has {_listed(extra)}, which the federation's bounds do not name")
+        raise LocalDataError(
+            f"{path} {' and '.join(parts)} (plan.clipping.feature_names lists {len(declared)} "
+            f"features, the file has {len(columns)} feature columns); give exactly the features "
+            "the federation declared bounds for."
+        )
+    misplaced = [(j, name) for j, name in enumerate(columns) if declared[j] != name]
+    shown = ", ".join(
+        f"{name!r} is feature column {j + 1} but its bounds are for column "
+        f"{declared.index(name) + 1}"
+        for j, name in misplaced[:3]
+    )
+    raise LocalDataError(
+        f"{path} has the declared features in another order ({shown}"
+        f"{', …' if len(misplaced) > 3 else ''}); the bounds in plan.clipping follow "
+        "plan.clipping.feature_names, so put the columns in that order."
+    )
 
 
 def load_cohort(path: Path, config: FederationConfig) -> LocalCohort:
@@ -66,7 +105,9 @@ def load_cohort(path: Path, config: FederationConfig) -> LocalCohort:
         raise LocalDataError(
             f"{path}: line {line} has no age; every subject needs an age ({lacking})."
         )
-    expected = DeltabSettings.from_tables(config.plan.settings).n_features
+    settings = DeltabSettings.from_tables(config.plan.settings)
+    check_columns(path, table.feature_names, settings.clipping.feature_names)
+    expected = settings.n_features
     if table.n_features != expected:
         raise LocalDataError(
             f"{path} has {table.n_features} feature columns but the federation's model uses "

@@ -29,8 +29,10 @@ One folder per node and round, ``OUT/egress/round-<r>/`` (docs/design.md §8):
     the masking facts (construction, graph, K, collusion profile — never seeds),
     the DP receipt (mechanism, μ/ε/δ per observer class for this release and the
     cumulative ledger totals), SDC evidence (N, residual degrees of freedom) and
-    SHA-256 checksums of the other three files. Its own SHA-256 is what a
-    reviewer signs to approve the release.
+    SHA-256 checksums of the other three files, and ``approval_mode``: how the
+    node was told to release it — "manual" (it waits for an output checker's
+    signed decision, the default) or "auto" (released without one; demos and
+    tests). Its own SHA-256 is what a reviewer signs to approve the release.
 
 The un-noised counterpart of each bundle lives in ``OUT/audit/round-<r>/``
 (node/audit.py) and never leaves the TRE.
@@ -140,8 +142,13 @@ class EgressBundle:
     payload: NDArray[np.uint64] = field(repr=False)
     config_hash: str = ""
     created: str = ""
+    approval_mode: str = ""  # "manual" or "auto"; "" in bundles written before it was recorded
 
     def __post_init__(self) -> None:
+        if self.approval_mode not in ("", "manual", "auto"):
+            raise EgressError(
+                f"approval_mode must be 'manual' or 'auto'; got {self.approval_mode!r}"
+            )
         payload = np.asarray(self.payload)
         if payload.dtype != np.uint64 or payload.ndim != 1:
             raise EgressError(
@@ -318,6 +325,7 @@ class EgressBundle:
             "masking": self.masking.to_json(),
             "dp_receipt": self.dp.to_json(),
             "sdc": self.sdc.to_json(),
+            **({"approval_mode": self.approval_mode} if self.approval_mode else {}),
             "checksums": dict(checksums),
         }
 
@@ -417,6 +425,7 @@ class EgressBundle:
                 payload=payload,
                 config_hash=str(manifest.get("config_hash", "")),
                 created=str(manifest.get("created", "")),
+                approval_mode=str(manifest.get("approval_mode", "")),
             )
         except KeyError as exc:
             raise EgressError(f"{folder / MANIFEST} lacks the field {exc.args[0]!r}") from exc

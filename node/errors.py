@@ -28,6 +28,7 @@ __all__ = [
     "ModelFitError",
     "NodeError",
     "NodeRefused",
+    "PreflightRefused",
     "RosterError",
     "SessionFailed",
     "SessionStateError",
@@ -46,6 +47,14 @@ class SetupError(NodeError):
 
 class LocalDataError(SetupError, ValueError):
     """The node's own cohort cannot be used; the message is one sentence saying why."""
+
+
+class PreflightRefused(LocalDataError):
+    """The cohort does not fit the federation's bounds or minimum; one sentence per problem."""
+
+    def __init__(self, problems: tuple[str, ...]) -> None:
+        super().__init__(" ".join(problems))
+        self.problems = problems
 
 
 class SessionFailed(NodeError):

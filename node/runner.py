@@ -155,8 +155,12 @@ class NodeRunner:
     def say(self, message: str) -> None:
         self._progress(f"zerosum node {self.node_id}: {message}")
 
-    def prepare(self) -> LocalSetup:
-        """Load and check everything local; raises SetupError before any network contact."""
+    def prepare(self, *, verbose: bool = False) -> LocalSetup:
+        """Load and check everything local; raises SetupError before any network contact.
+
+        The cohort's pre-flight report is said line by line (every column with
+        ``verbose``, else the clipped ones).
+        """
         if self.setup is None:
             setup = prepare(
                 self.federation,
@@ -165,6 +169,7 @@ class NodeRunner:
                 out=self.out,
                 state=self.state,
                 say=self.say,
+                verbose=verbose,
             )
             check_checker_keys(setup.config, self.node_id, self.options.approve)
             self.setup = setup
@@ -197,6 +202,8 @@ class NodeRunner:
                     model, predictions = write_results(ctx.out, ctx.plan)
                 ctx.state.record_end(ctx.session_id, "completed")
                 self.say(f"model written to {model}; predictions to {predictions}")
+                if ctx.plan.prediction_note is not None:
+                    self.say(f"note: {ctx.plan.prediction_note}")
                 release_delta_summary(ctx, model)
                 return RunOutcome(
                     ctx.session_id,

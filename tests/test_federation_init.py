@@ -42,10 +42,19 @@ FAST = [
 ]
 
 
-def init(*argv: str) -> int:
+# Bounds for a federation of real cohorts (four named features), which init requires.
+REAL = ["--feature-range=-5,5", "--feature-names", "a1,a2,a3,a4", "--n-components", "2"]
+
+
+def init(*argv: str, real: bool = True) -> int:
+    """``zerosum federation init``; with REAL bounds unless the call brings its own (or ``real``
+    is False)."""
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)
-    return command.run(parser.parse_args(["init", *argv]))
+    own = {"--synthetic", "--feature-bounds", "--feature-range", "--plan"}
+    given = [a for a in argv if a.split("=")[0] in own]
+    extra = REAL if real and not given else []
+    return command.run(parser.parse_args(["init", *argv, *extra]))
 
 
 @pytest.fixture(scope="module")

@@ -99,7 +99,7 @@ def _run(
             fed,
             node,
             out=tmp_path / f"out-{node}",
-            options=NodeOptions(poll_seconds=0.02),
+            options=NodeOptions(approve="auto", poll_seconds=0.02),
             progress=lambda _line: None,
             gateway=gateway,
         )

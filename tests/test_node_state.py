@@ -145,7 +145,7 @@ def _run(
             node,
             out=folder / f"out-{node}",
             state=folder / f"state-{node}" if node in fresh_state else None,
-            options=NodeOptions(poll_seconds=0.02, address=coordinator.address),
+            options=NodeOptions(approve="auto", poll_seconds=0.02, address=coordinator.address),
             progress=lambda _line: None,
             gateway=(gateways or {}).get(node, grpc_gateway),
         )

@@ -102,7 +102,7 @@ def finished(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
         runner = NodeRunner(
             fed,
             node,
-            options=NodeOptions(poll_seconds=0.02),
+            options=NodeOptions(approve="auto", poll_seconds=0.02),
             progress=lambda _line: None,
             gateway=gateway,
         )

@@ -84,8 +84,8 @@ def test_real_units_are_the_sums_of_the_values_themselves() -> None:
         # Fixed point with 32 fraction bits, then sums of up to 4th powers of ~80.
         assert got == pytest.approx(list(want), rel=1e-7), name
     assert views["sum_y"].rows[0].unit == "years"
-    assert views["sum_xy"].rows[2].label == "feature 2 × age"
-    assert views["sum_xx"].rows[1].label == "feature 0 × feature 1"
+    assert views["sum_xy"].rows[2].label == "x3 × age"  # the bounds' feature names
+    assert views["sum_xx"].rows[1].label == "x1 × x2"
     assert views["n"].meaning == "number of subjects, noised"
     # The scaled value sent stays beside it: the ages' sum in [-1, 1] units.
     assert views["sum_y"].rows[0].scaled == pytest.approx(_scaled(ages, *AGE).sum(), abs=1e-8)

@@ -15,6 +15,7 @@ Layout (format_version 1)::
                  "variance_explained": ..., "kaiser_guttman": ..., "nan_policy": ...},
       "n_features_in": P, "n_confounds": C, "n_components": k, "n_subjects": N,
       "feature_names": [P distinct column names]   (optional),
+      "training_bounds": {"feature_low": [P], "feature_high": [P]}   (optional),
       "age_mean": ..., "age_scale": ..., "agesq_orth": ..., "total_variance": ...,
       "arrays": {"feature_fill": [P], "feature_mean": [P], "feature_scale": [P],
                  "support": [indices of the P' features in the model],
@@ -32,6 +33,13 @@ is written when the model carries them — :func:`set_feature_names` attaches
 them as ``feature_names_in_``, the scikit-learn name — so that a prediction
 can match a table's columns by name; files without it (older files, models
 trained on headerless tables) load as before and are matched by position.
+
+``training_bounds`` are the public bounds every training value was clipped to
+(a federated model's ``[plan.clipping]``), attached by
+:func:`set_training_bounds` as ``feature_bounds_``: the model has never seen a
+value outside them, so a prediction clips to them, or refuses, and says how
+many subjects and features lay outside (``node.deltab.out_of_range``). Files
+without them load as before.
 """
 
 from __future__ import annotations
@@ -66,6 +74,8 @@ __all__ = [
     "model_to_dict",
     "save_model",
     "set_feature_names",
+    "set_training_bounds",
+    "training_bounds_of",
 ]
 
 FORMAT = "zerosum-deltab"
@@ -92,8 +102,18 @@ _ARRAYS = (
     "gamma",
     "gammasq",
 )
-_TOP_KEYS = {"format", "format_version", "params", "arrays", "feature_names", *_SCALARS, *_COUNTS}
+_TOP_KEYS = {
+    "format",
+    "format_version",
+    "params",
+    "arrays",
+    "feature_names",
+    "training_bounds",
+    *_SCALARS,
+    *_COUNTS,
+}
 _NAMES_ATTRIBUTE = "feature_names_in_"
+_BOUNDS_ATTRIBUTE = "feature_bounds_"
 
 
 def _check_names(names: object, n_features: int) -> tuple[str, ...]:
@@ -119,6 +139,41 @@ def set_feature_names(model: BrainAgeModel, names: Sequence[str]) -> BrainAgeMod
     return model
 
 
+def _check_bounds(low: object, high: object, n_features: int) -> tuple[FloatArray, FloatArray]:
+    """(low, high) as P finite floats each with low < high, or ValueError."""
+    arrays = []
+    for name, value in (("feature_low", low), ("feature_high", high)):
+        if not isinstance(value, list | tuple | np.ndarray):
+            raise ValueError(f"'training_bounds.{name}' must be a list of {n_features} numbers.")
+        if any(isinstance(v, bool) or not isinstance(v, int | float | np.floating) for v in value):
+            raise ValueError(f"'training_bounds.{name}' must hold numbers only.")
+        array = np.asarray(value, dtype=np.float64)
+        if array.shape != (n_features,) or not np.isfinite(array).all():
+            raise ValueError(
+                f"'training_bounds.{name}' must be {n_features} finite numbers; got {array.size}."
+            )
+        arrays.append(array)
+    if not (arrays[0] < arrays[1]).all():
+        j = int(np.flatnonzero(~(arrays[0] < arrays[1]))[0])
+        raise ValueError(f"'training_bounds' of feature {j}: the low bound must be below the high.")
+    return arrays[0], arrays[1]
+
+
+def set_training_bounds(
+    model: BrainAgeModel, low: Sequence[float] | FloatArray, high: Sequence[float] | FloatArray
+) -> BrainAgeModel:
+    """Attach the bounds every training value was clipped to (saved with the model)."""
+    model._check_fitted()
+    setattr(model, _BOUNDS_ATTRIBUTE, _check_bounds(list(low), list(high), model.n_features_in_))
+    return model
+
+
+def training_bounds_of(model: BrainAgeModel) -> tuple[FloatArray, FloatArray] | None:
+    """The (low, high) feature bounds the model was trained within, if it carries them."""
+    bounds = getattr(model, _BOUNDS_ATTRIBUTE, None)
+    return None if bounds is None else (bounds[0], bounds[1])
+
+
 def feature_names_of(model: BrainAgeModel) -> tuple[str, ...] | None:
     """The column names the model was trained on, if it carries them."""
     names = getattr(model, _NAMES_ATTRIBUTE, None)
@@ -140,6 +195,10 @@ def _header(model: BrainAgeModel) -> dict[str, Any]:
     if names is not None:
         # Checked again here: a refit with another number of features leaves stale names.
         document["feature_names"] = list(_check_names(names, int(model.n_features_in_)))
+    bounds = training_bounds_of(model)
+    if bounds is not None:
+        low, high = _check_bounds(*bounds, int(model.n_features_in_))
+        document["training_bounds"] = {"feature_low": low.tolist(), "feature_high": high.tolist()}
     return document
 
 
@@ -372,4 +431,15 @@ def model_from_dict(document: object) -> BrainAgeModel:
         except ValueError as exc:
             raise ModelFileError(str(exc)) from None
         setattr(model, _NAMES_ATTRIBUTE, names)
+    if "training_bounds" in document:
+        bounds = document["training_bounds"]
+        if not isinstance(bounds, dict) or set(bounds) != {"feature_low", "feature_high"}:
+            raise ModelFileError(
+                "'training_bounds' must be an object with exactly feature_low and feature_high."
+            )
+        try:
+            checked = _check_bounds(bounds["feature_low"], bounds["feature_high"], p)
+        except ValueError as exc:
+            raise ModelFileError(str(exc)) from None
+        setattr(model, _BOUNDS_ATTRIBUTE, checked)
     return model

@@ -33,12 +33,14 @@ from node.atomic import atomic_write_text
 from node.cohort import LocalCohort, load_cohort
 from node.deltab import plan as deltab_plan
 from node.deltab.cells import spreadsheet_safe
-from node.deltab.persist import save_model, set_feature_names
+from node.deltab.out_of_range import fit_to_training_bounds
+from node.deltab.persist import save_model, set_feature_names, set_training_bounds
 from node.deltab.plan import PlanSettings
 from node.deltab.sums import DERIVATIONS, MEANS, SUMS, plan_shapes, sensitivity
 from node.errors import LocalDataError, ModelFitError
 from node.plans.deltab_settings import DeltabSettings
 from node.plans.interface import PlanDefinition
+from node.preflight import ClipShare, CohortPreflight
 from node.release import TensorSensitivity
 from noise.layout import Layout
 from proto.federation import ConfigError, FederationConfig, PlanSpec, RoundSpec
@@ -150,18 +152,12 @@ class DeltabPlan:
         self.config = config
         self.settings = plan_settings(config)
         self.cohort = cohort
-        used = self.n_used()
-        if used < config.min_cohort_size:
-            raise LocalDataError(
-                f"{cohort.path}: only {used} of {cohort.n_subjects} subjects have every feature "
-                f"value, and plan.model.nan_policy = 'drop' leaves the others out; the "
-                f"federation requires at least {config.min_cohort_size} per node "
-                "(min_cohort_size)"
-            )
         self.round_names: tuple[str, ...] = config.plan.round_names
         self.state = deltab_plan.NodeState(settings=self.settings)
         self._tensors: dict[str, dict[str, NDArray[np.float64]]] = {}
         self._received: set[str] = set()
+        # After predict(): a sentence on subjects outside the training bounds, if any.
+        self.prediction_note: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -171,8 +167,45 @@ class DeltabPlan:
     def n_subjects(self) -> int:
         return self.cohort.n_subjects
 
+    def preflight(self) -> CohortPreflight:
+        """The cohort against the bounds and the minimum (``node.preflight``; stays local)."""
+        clipping = DeltabSettings.from_tables(self.config.plan.settings).clipping
+        features = self.cohort.features
+        used: NDArray[np.bool_] = np.ones(features.shape[0], dtype=bool)
+        if self.settings.nan_policy == "drop":
+            used = np.asarray(~np.isnan(features).any(axis=1))
+        n_used = int(used.sum())
+
+        def share(name: str, values: NDArray[np.float64], low: float, high: float) -> ClipShare:
+            kept = values[used]
+            with np.errstate(invalid="ignore"):
+                below, above = int(np.sum(kept < low)), int(np.sum(kept > high))
+            return ClipShare(name, low, high, below, above, n_used)
+
+        columns = [share("age", self.cohort.age, clipping.age_low, clipping.age_high)]
+        for j, name in enumerate(self.cohort.feature_names):
+            low, high = clipping.feature_low[j], clipping.feature_high[j]
+            columns.append(share(name, features[:, j], low, high))
+        return CohortPreflight(
+            source=str(self.cohort.path),
+            n_read=self.cohort.n_subjects,
+            n_used=n_used,
+            nan_policy=self.settings.nan_policy,
+            min_cohort_size=self.config.min_cohort_size,
+            columns=tuple(columns),
+            max_clipped_fraction=clipping.max_clipped_fraction,
+        )
+
     def tensors(self, round_name: str) -> dict[str, NDArray[np.float64]]:
         """This node's contribution to ``round_name`` (computed once, then reused)."""
+        used = self.n_used()
+        if used < self.config.min_cohort_size:
+            # The pre-flight refuses this before joining; never release a smaller cohort.
+            raise LocalDataError(
+                f"{self.cohort.path}: only {used} of {self.cohort.n_subjects} subjects are used "
+                f"under plan.model.nan_policy = {self.settings.nan_policy!r}; the federation "
+                f"requires at least {self.config.min_cohort_size} per node (min_cohort_size)"
+            )
         if round_name not in self._tensors:
             computed = deltab_plan.round_tensors(
                 round_name, self.cohort.features, self.cohort.age, self.state
@@ -252,8 +285,12 @@ class DeltabPlan:
         if self.state.model is None:
             raise RuntimeError("the model is not fitted: the sums round has not been received")
         # Every node's columns are the same features in the same order; keep this
-        # node's names so that predicting from its tables matches columns by name.
-        save_model(set_feature_names(self.state.model, self.cohort.feature_names), path)
+        # node's names so that predicting from its tables matches columns by name,
+        # and the public bounds, outside which the model has seen no value.
+        model = set_feature_names(self.state.model, self.cohort.feature_names)
+        bounds = self.settings.bounds
+        assert bounds is not None
+        save_model(set_training_bounds(model, bounds.feature_lo, bounds.feature_hi), path)
 
     def write_outputs(self, out: Path) -> tuple[Path, Path]:
         """``OUT/model.json`` and ``OUT/predictions.csv`` (id, age, brain_age, delta)."""
@@ -272,11 +309,32 @@ class DeltabPlan:
         return model_path, predictions
 
     def predict(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        """(brain age, delta) in years for this node's own subjects."""
+        """(brain age, delta) in years for this node's own subjects.
+
+        Features are clipped to the public bounds first, as they were for the
+        fit (``node.deltab.out_of_range``); ``prediction_note`` says how many
+        subjects and features that touched.
+        """
         model = self.state.model
         if model is None:
             raise RuntimeError("the model is not fitted: the sums round has not been received")
-        delta = np.asarray(model.predict_delta(self.cohort.features, self.cohort.age))
+        bounds = self.settings.bounds
+        assert bounds is not None
+        features, outside = fit_to_training_bounds(
+            self.cohort.features,
+            (bounds.feature_lo, bounds.feature_hi),
+            self.cohort.feature_names,
+        )
+        self.prediction_note = (
+            outside.sentence(
+                str(self.cohort.path),
+                "predictions.csv predicts them from values clipped to the bounds, as the fit "
+                "did (without the clipping the model extrapolates).",
+            )
+            if outside.any
+            else None
+        )
+        delta = np.asarray(model.predict_delta(features, self.cohort.age))
         return self.cohort.age + delta, delta
 
 

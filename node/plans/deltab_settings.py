@@ -13,7 +13,16 @@ them (proto/federation); the brain-age plan reads its own:
 ``[plan.clipping]``
     ``age_low``/``age_high`` and ``feature_low``/``feature_high`` (one number
     for all features, or one per feature): the public bounds every value is
-    clipped to, which fix every tensor's sensitivity.
+    clipped to, which fix every tensor's sensitivity; ``feature_names``, the
+    feature each bound belongs to, in the order of the cohorts' columns (a
+    node refuses a cohort whose header differs, ``node.cohort``); and
+    ``max_clipped_fraction`` (default 0.05), the largest share of a node's
+    subjects any one feature (or age) may be clipped for before the node
+    refuses to take part (``node.preflight``) and the review fails
+    (``node.review.clipping``). Bounds that clip most subjects do not fail
+    loudly anywhere else: the fit runs on values flattened to the bounds.
+    A config without ``feature_names`` (written before bounds were tied to
+    names) is refused with a sentence saying so.
 ``[plan.delta_summary]`` (optional, off unless present with ``enabled = true``)
     each node's Laplace-noised summary of its subjects' delta, released as a
     reviewed output of its own after the model (``node.delta_summary``).
@@ -35,11 +44,14 @@ from node.deltab._params import MODELS
 from node.deltab.scaling import Bounds
 from proto.federation.checks import MISSING, ConfigError, choice, finite, whole
 
-__all__ = ["NAN_POLICIES", "ClippingBounds", "DeltabSettings"]
+__all__ = ["DEFAULT_MAX_CLIPPED_FRACTION", "NAN_POLICIES", "ClippingBounds", "DeltabSettings"]
 
 NAN_POLICIES: Final = ("drop", "mean")
 _MODEL_KEYS: Final = ("kind", "n_features", "n_components", "nan_policy")
 _CLIPPING_KEYS: Final = ("age_low", "age_high", "feature_low", "feature_high")
+_OPTIONAL_CLIPPING_KEYS: Final = ("feature_names", "max_clipped_fraction")
+# A feature (or age) clipped for more than this share of a node's subjects stops the node.
+DEFAULT_MAX_CLIPPED_FRACTION: Final = 0.05
 
 FeatureBound = float | tuple[float, ...]
 
@@ -60,25 +72,72 @@ def _bound(name: str, value: object) -> FeatureBound:
     return finite(name, value)
 
 
+def _names(name: str, value: object, n_features: int) -> tuple[str, ...]:
+    if value is MISSING:
+        raise ConfigError(
+            name,
+            MISSING,
+            "is required: every bound must name the feature it belongs to, so that each node "
+            "can check its columns against them (this config was written before bounds were "
+            "tied to feature names; make a new one with `zerosum federation init "
+            "--feature-bounds`)",
+        )
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(name, value, "must be a list of non-empty column names")
+    if len(value) != n_features:
+        raise ConfigError(name, list(value), f"lists {len(value)} names for {n_features} features")
+    seen: set[str] = set()
+    for index, item in enumerate(value):
+        if item in seen:
+            raise ConfigError(f"{name}[{index}]", item, "names a feature twice")
+        seen.add(item)
+    return tuple(value)
+
+
+def _fraction(name: str, value: object) -> float:
+    number = finite(name, value)
+    if not 0.0 <= number < 1.0:
+        raise ConfigError(name, value, "must be a fraction in [0, 1), e.g. 0.05 for 5 %")
+    return number
+
+
 @dataclass(frozen=True)
 class ClippingBounds:
-    """Public clipping bounds: age to [age_low, age_high], each feature to its [low, high]."""
+    """Public clipping bounds: age to [age_low, age_high], each named feature to its [low, high].
+
+    ``feature_names[j]`` is the column whose bounds are ``feature_low[j]``,
+    ``feature_high[j]``; ``max_clipped_fraction`` is the refusal threshold of
+    the pre-flight and the review.
+    """
 
     age_low: float
     age_high: float
     feature_low: tuple[float, ...]
     feature_high: tuple[float, ...]
+    feature_names: tuple[str, ...] = ()
+    max_clipped_fraction: float = DEFAULT_MAX_CLIPPED_FRACTION
+
+    def __post_init__(self) -> None:
+        if self.feature_names and len(self.feature_names) != len(self.feature_low):
+            raise ValueError(
+                f"{len(self.feature_names)} feature names for {len(self.feature_low)} bounds"
+            )
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any], n_features: int) -> ClippingBounds:
         """Validate ``[plan.clipping]`` for a model of ``n_features`` features."""
         name = "plan.clipping"
-        _known(table, name, _CLIPPING_KEYS)
+        _known(table, name, _CLIPPING_KEYS + _OPTIONAL_CLIPPING_KEYS)
         values = {}
         for key in _CLIPPING_KEYS:
             if key not in table:
                 raise ConfigError(f"{name}.{key}", MISSING, "is required")
             values[key] = table[key]
+        names = _names(f"{name}.feature_names", table.get("feature_names", MISSING), n_features)
+        threshold = _fraction(
+            f"{name}.max_clipped_fraction",
+            table.get("max_clipped_fraction", DEFAULT_MAX_CLIPPED_FRACTION),
+        )
         low = finite(f"{name}.age_low", values["age_low"])
         high = finite(f"{name}.age_high", values["age_high"])
         if high <= low:
@@ -94,7 +153,7 @@ class ClippingBounds:
                 raise ConfigError(
                     f"{name}.feature_high{where}", hi, f"must exceed the lower bound {lo!r}"
                 )
-        return cls(low, high, lows, highs)
+        return cls(low, high, lows, highs, names, threshold)
 
     @staticmethod
     def _expand(name: str, value: object, n_features: int) -> tuple[float, ...]:
@@ -113,12 +172,17 @@ class ClippingBounds:
         def compact(values: tuple[float, ...]) -> float | list[float]:
             return values[0] if len(set(values)) == 1 else list(values)
 
-        return {
+        table: dict[str, Any] = {
             "age_low": self.age_low,
             "age_high": self.age_high,
+            "feature_names": list(self.feature_names),
             "feature_low": compact(self.feature_low),
             "feature_high": compact(self.feature_high),
+            "max_clipped_fraction": self.max_clipped_fraction,
         }
+        if not self.feature_names:
+            del table["feature_names"]
+        return table
 
     def bounds(self) -> Bounds:
         """The bounds as the brain-age code takes them."""
@@ -207,7 +271,13 @@ class DeltabSettings:
                 '"drop": leave out subjects with a missing value; "mean": impute global means'
             ),
             "plan.clipping.age_low": "public bounds every value is clipped to; they fix the noise",
+            "plan.clipping.feature_names": (
+                "the feature each bound belongs to, in the order of every cohort's columns"
+            ),
             "plan.clipping.feature_low": "one number for all features, or one per feature",
+            "plan.clipping.max_clipped_fraction": (
+                "a node refuses to start when a feature is clipped for more of its subjects"
+            ),
             "plan.delta_summary.enabled": (
                 "release each node's Laplace-noised delta mean, SD and quantiles after the model"
             ),

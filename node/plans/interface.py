@@ -30,6 +30,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from node.preflight import CohortPreflight
 from node.release import TensorSensitivity
 from proto.federation import FederationConfig, PlanSpec
 
@@ -40,6 +41,8 @@ class ModelPlan(Protocol):
     """One node's side of a plan, bound to its local data."""
 
     round_names: tuple[str, ...]
+    # After write_outputs: a sentence on subjects predicted from clipped values, if any.
+    prediction_note: str | None
 
     @property
     def complete(self) -> bool:
@@ -69,6 +72,10 @@ class ModelPlan(Protocol):
 
     def n_used(self) -> int:
         """Subjects that contribute to the release (the SDC evidence)."""
+        ...
+
+    def preflight(self) -> CohortPreflight:
+        """The local data against the public bounds and the minimum, before joining."""
         ...
 
     def residual_dof(self, round_name: str) -> int | None:

@@ -39,6 +39,7 @@ from numpy.typing import NDArray
 from node.atomic import atomic_write_json, atomic_write_text
 from node.errors import LocalDataError
 from node.plans.interface import PlanDefinition
+from node.preflight import ClipShare, CohortPreflight
 from node.release import TensorSensitivity
 from noise.layout import Layout
 from proto.federation import ConfigError, FederationConfig, PlanSpec, RoundSpec
@@ -263,6 +264,7 @@ class LogregPlan:
             )
         self.round_names: tuple[str, ...] = config.plan.round_names
         self.delta_summary = None
+        self.prediction_note: str | None = None
         self._x = self.settings.prescale(table.features)
         self.theta = np.zeros(self.settings.n_features + 1)
         self.n_total: float | None = None
@@ -326,6 +328,31 @@ class LogregPlan:
 
     def n_used(self) -> int:
         return self.n_subjects
+
+    def preflight(self) -> CohortPreflight:
+        """Subjects read and the share clipped per feature (reported; this plan does not refuse).
+
+        The size check is made when the plan is opened; the shares are shown
+        for the operator, without a threshold of the plan's own.
+        """
+        features, n = self.table.features, self.n_subjects
+        names = self.table.feature_names
+        columns = []
+        for j in range(self.settings.n_features):
+            low, high = self.settings.feature_low[j], self.settings.feature_high[j]
+            below = int(np.sum(features[:, j] < low))
+            above = int(np.sum(features[:, j] > high))
+            name = names[j] if j < len(names) else f"feature {j + 1}"
+            columns.append(ClipShare(name, low, high, below, above, n))
+        return CohortPreflight(
+            source=str(self.table.path),
+            n_read=n,
+            n_used=n,
+            nan_policy="none",
+            min_cohort_size=self.config.min_cohort_size,
+            columns=tuple(columns),
+            max_clipped_fraction=None,
+        )
 
     def residual_dof(self, round_name: str) -> int | None:
         return None

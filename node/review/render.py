@@ -13,6 +13,11 @@ from node.review.report import Review
 __all__ = ["review_html", "review_json", "review_text"]
 
 _MARK = {"pass": "ok  ", "note": "note", "look": "LOOK", "fail": "FAIL"}
+_APPROVAL_MODES = {
+    "manual": "manual (the node sends it only with an output checker's signed approval.json)",
+    "auto": "auto (the node released it without waiting for an output checker: demo or test use)",
+    "": "not recorded (a bundle written before the mode was)",
+}
 # Entries of each tensor printed on a terminal unless every value is asked for.
 _SHOWN = 3
 
@@ -48,6 +53,8 @@ def _header(review: Review) -> list[str]:
             else ""
         ),
     ]
+    mode = bundle.approval_mode
+    lines.append(f"  approval mode: {_APPROVAL_MODES.get(mode, mode)}")
     if review.config_path is not None:
         lines.append(f"  federation config: {_shown(review.config_path)} (config hash matches)")
     return lines
@@ -72,7 +79,10 @@ def _tensors(review: Review, *, all_values: bool = False) -> list[str]:
             lines.append(
                 f"      … {len(view.rows) - len(shown)} more (--values, --json or --html list all)"
             )
-    lines.append("  " + _clipped_line(review))
+    if review.clipping is not None:
+        lines += ["  " + line for line in review.clipping.lines()]
+    else:
+        lines.append("  " + _clipped_line(review))
     return lines
 
 
@@ -205,6 +215,8 @@ def review_json(review: Review) -> dict[str, Any]:
                 for view in review.views
             ],
             "clipped": None if review.clipped is None else dict(review.clipped),
+            "clipping": None if review.clipping is None else review.clipping.to_json(),
+            "approval_mode": bundle.approval_mode or None,
         }
     if review.figures is not None:
         figures = review.figures

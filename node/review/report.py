@@ -27,6 +27,7 @@ from node.review.checks import (
     check_sdc,
     guarantee,
 )
+from node.review.clipping import ClippingTable, check_clipping, clipping_table
 from node.review.decision import (
     DecisionState,
     ReviewKeyError,
@@ -35,7 +36,7 @@ from node.review.decision import (
     decision_finding,
     federation_for,
 )
-from node.review.findings import Finding, exit_code, fail, passed
+from node.review.findings import Finding, exit_code, fail, note, passed
 from node.review.noise_test import NoiseTest, audit_record, noise_findings, noise_tests
 from node.review.sdc import ACRO_DEFAULTS, SDCThresholds
 from node.review.units import TensorView, real_units
@@ -60,6 +61,7 @@ class Review:
     decision: DecisionState = field(default_factory=lambda: DecisionState("none"))
     keys: Mapping[bytes, str] = field(default_factory=dict)
     views: tuple[TensorView, ...] = ()
+    clipping: ClippingTable | None = None  # by feature name, with an audit record
 
     @property
     def clipped(self) -> Mapping[str, int] | None:
@@ -139,6 +141,15 @@ def review_bundle(
             findings += noise_findings(bundle, record)
             if not [f for f in findings if f.check == "noise" and "audit record" in f.message]:
                 tests = noise_tests(bundle, record)
+    findings += check_clipping(bundle, config, record)
+    if bundle.approval_mode == "auto":
+        findings.append(
+            note(
+                "approval",
+                "the node was run with --approve auto: it released this bundle without waiting "
+                "for an output checker's decision",
+            )
+        )
     keys = checker_keys(config, bundle.node_id) if config is not None else {}
     decision = current_decision(folder, keys) if config is not None else DecisionState("none")
     findings.append(decision_finding(decision, config, bundle.node_id))
@@ -155,4 +166,5 @@ def review_bundle(
         decision=decision,
         keys=keys,
         views=real_units(bundle, config),
+        clipping=clipping_table(bundle, config, record),
     )

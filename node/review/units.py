@@ -88,6 +88,7 @@ class _Deltab:
     def __init__(self, settings: DeltabSettings, tensors: dict[str, NDArray[np.float64]]) -> None:
         bounds = settings.clipping
         self.p = settings.n_features
+        self.names = bounds.feature_names or tuple(f"feature {j}" for j in range(self.p))
         low = np.asarray(bounds.feature_low, dtype=np.float64)
         high = np.asarray(bounds.feature_high, dtype=np.float64)
         self.cx, self.hx = (low + high) / 2, (high - low) / 2
@@ -102,7 +103,7 @@ class _Deltab:
     def real(self, name: str) -> tuple[NDArray[np.float64] | None, list[str], str]:
         """Real-unit values of tensor ``name``, per-entry labels, and the unit."""
         t, p = self.t, self.p
-        features = [f"feature {j}" for j in range(p)]
+        features = list(self.names)
         n = self._scalar("n")
         sy = [self._scalar(f"sum_y{k}" if k > 1 else "sum_y") for k in range(1, 5)]
         if name in ("n", "count_x"):

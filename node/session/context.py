@@ -35,7 +35,8 @@ __all__ = ["NodeOptions", "SessionContext"]
 class NodeOptions:
     """How the runner behaves; the defaults suit a real deployment."""
 
-    approve: Literal["auto", "manual"] = "auto"
+    # Nothing leaves before its output checker has signed it; "auto" is for demos and tests.
+    approve: Literal["auto", "manual"] = "manual"
     poll_seconds: float = 0.2
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     approval_timeout: float | None = None

@@ -150,6 +150,7 @@ def _write_audit(
             payload=clean,
             clipped=ctx.plan.clipped(name),
             egress_payload_sha256=bundle.payload_sha256,
+            subjects=ctx.plan.n_used(),
         ),
     )
 
@@ -185,6 +186,7 @@ def release(
         ),
         payload=egress,
         config_hash=ctx.config_hash.hex(),
+        approval_mode=ctx.options.approve,
     )
     folder = bundle.write(ctx.out)
     _write_audit(ctx, index, name, bundle, clean)

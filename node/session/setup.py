@@ -7,10 +7,13 @@ TLS credentials (``proto.tls.check_node_credentials``: issued directly by the
 federation CA to this node, matching their key, not revoked; the keys private
 to their owner), finds the installed plan the config names and checks its
 version and code digest (``node.plans.registry``), opens it on the local data,
-and settles
-the output folder OUT and the state folder STATE (``node.state_folder``). Every
-problem is a :class:`~node.errors.SetupError` with one sentence (the command
-exits 2), found before a connection is opened.
+runs the cohort's pre-flight (``node.preflight``: subjects read and used,
+the share clipped per feature, refused past ``plan.clipping.max_clipped_fraction``
+or below ``min_cohort_size``), and settles the output folder OUT and the state
+folder STATE (``node.state_folder``). Every problem is a
+:class:`~node.errors.SetupError` with one sentence (the command exits 2;
+:class:`~node.errors.PreflightRefused` carries one sentence per problem),
+found before a connection is opened.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.errors import SetupError
+from node.errors import PreflightRefused, SetupError
 from node.plans.interface import ModelPlan
 from node.plans.registry import plan_for
 from node.preflight import check_stream
@@ -84,8 +87,12 @@ def prepare(
     out: Path | None,
     say: Callable[[str], None],
     state: Path | None = None,
+    verbose: bool = False,
 ) -> LocalSetup:
-    """Load and check everything local (raises :class:`SetupError` naming the fault)."""
+    """Load and check everything local (raises :class:`SetupError` naming the fault).
+
+    ``verbose`` reports the share clipped of every column, not only of those clipped.
+    """
     config_path = _config_path(Path(federation))
     try:
         config = load_federation(config_path)
@@ -126,6 +133,11 @@ def prepare(
     except ConfigError as error:
         raise SetupError(str(error)) from None
     say(f"{plan.n_subjects} subjects from {data_path} (plan {definition.name!r})")
+    report = plan.preflight()
+    for line in report.lines(every_column=verbose):
+        say(line)
+    if not report.passed:
+        raise PreflightRefused(report.problems())
     out_path = Path(out) if out is not None else node_dir / "out"
     state_path = Path(state) if state is not None else node_dir / "state"
     if out_path.resolve() == state_path.resolve():

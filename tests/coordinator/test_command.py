@@ -57,6 +57,8 @@ def federation_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "127.0.0.1:50999",
             "--nan-policy",
             "mean",  # two rounds: "means", then "sums"
+            *("--feature-range=-10,10", "--feature-names", "x1,x2,x3,x4"),
+            *("--n-components", "2"),
         ]
     )
     assert federation_command.run(args) == 0

@@ -127,7 +127,14 @@ def test_the_command_prints_text_or_json_and_exits_2_without_a_state(
     federation_command.add_arguments(parser)
     out = tmp_path / "fed"
     assert (
-        federation_command.run(parser.parse_args(["init", "--nodes", "a,b", "--out", str(out)]))
+        federation_command.run(
+            parser.parse_args(
+                [
+                    *("init", "--nodes", "a,b", "--out", str(out), "--feature-range=-1,1"),
+                    *("--feature-names", "x1,x2", "--n-components", "1"),
+                ]
+            )
+        )
         == 0
     )
     capsys.readouterr()

@@ -178,7 +178,7 @@ def _context(
     lines: list[str] = []
     ctx = SessionContext(
         setup=setup,
-        options=options or NodeOptions(poll_seconds=0.0),
+        options=options or NodeOptions(approve="auto", poll_seconds=0.0),
         gateway=coordinator,
         session_id=SESSION,
         ephemeral=keys[me],

@@ -25,6 +25,7 @@ def tables(**changes: Any) -> dict[str, dict[str, Any]]:
     clipping: dict[str, Any] = {
         "age_low": 45.0,
         "age_high": 85.0,
+        "feature_names": ["f1", "f2", "f3", "f4"],
         "feature_low": -5.0,
         "feature_high": [5.0, 6.0, 7.0, 8.5],
     }
@@ -131,5 +132,5 @@ def test_the_plan_spec_declares_every_round_and_layout_from_the_settings() -> No
 
 
 def test_clipping_bounds_built_in_code_match_the_table_form() -> None:
-    built = ClippingBounds(40.0, 90.0, (-1.0, -2.0), (1.0, 2.0))
+    built = ClippingBounds(40.0, 90.0, (-1.0, -2.0), (1.0, 2.0), ("a", "b"), 0.1)
     assert ClippingBounds.from_table(built.to_table(), 2) == built

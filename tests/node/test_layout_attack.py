@@ -108,7 +108,7 @@ def test_a_wrong_layout_sent_first_is_refused_to_its_sender_alone(tmp_path: Path
             fed,
             node,
             out=tmp_path / f"out-{node}",
-            options=NodeOptions(poll_seconds=0.05, address=address),
+            options=NodeOptions(approve="auto", poll_seconds=0.05, address=address),
             progress=lambda _line: None,
             gateway=honest_gateway,
         )

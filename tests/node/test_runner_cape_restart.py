@@ -148,7 +148,9 @@ class CapeSession:
             self.fed,
             node,
             out=self.out(node),
-            options=NodeOptions(poll_seconds=0.05, address=f"127.0.0.1:{self.server.port}"),
+            options=NodeOptions(
+                approve="auto", poll_seconds=0.05, address=f"127.0.0.1:{self.server.port}"
+            ),
             progress=progress,
             gateway=gateway,
         )

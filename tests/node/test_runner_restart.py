@@ -428,7 +428,7 @@ def _join(
     """Node a joins over ``out``, knowing nothing but what that folder holds."""
     say = NodeRunner(out, "a", progress=(lines if lines is not None else []).append).say
     setup = local_setup(out, _config(IDS, threshold=1))
-    return join(setup, coordinator, NodeOptions(), say, lambda: None)
+    return join(setup, coordinator, NodeOptions(approve="auto"), say, lambda: None)
 
 
 def test_the_key_is_saved_before_the_join_and_reused_after_a_restart(tmp_path: Path) -> None:

@@ -115,7 +115,7 @@ def _runner(
         fed,
         node,
         out=tmp / f"out-{node}",
-        options=NodeOptions(poll_seconds=0.05, address=f"127.0.0.1:{port}"),
+        options=NodeOptions(approve="auto", poll_seconds=0.05, address=f"127.0.0.1:{port}"),
         progress=lambda _line: None,
         gateway=gateway,
     )

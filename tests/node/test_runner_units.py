@@ -90,6 +90,7 @@ def _config(
                     "clipping": {
                         "age_low": 45.0,
                         "age_high": 80.0,
+                        "feature_names": ["x1", "x2", "x3", "x4"],
                         "feature_low": -4.0,
                         "feature_high": 4.0,
                     },

@@ -28,7 +28,8 @@ from node.deltab.io import (
     write_values,
 )
 from node.deltab.model import BrainAgeModel
-from node.deltab.persist import feature_names_of, save_model, set_feature_names
+from node.deltab.out_of_range import fit_to_training_bounds
+from node.deltab.persist import feature_names_of, save_model, set_feature_names, training_bounds_of
 from zerosum.commands._deltab_input import Subjects, load_subjects
 from zerosum.commands._deltab_report import (
     check_interpolation,
@@ -474,6 +475,18 @@ def _run(args: argparse.Namespace) -> int:
             subjects.features,
             named=subjects.named,
         )
+        # A federated model carries its training bounds: predict within them, as zerosum
+        # predict does (node.deltab.out_of_range), and say what was clipped.
+        features, outside = fit_to_training_bounds(
+            features, training_bounds_of(model), feature_names_of(model) or subjects.feature_names
+        )
+        if outside.any:
+            _say(
+                "note: "
+                + outside.sentence(
+                    str(subjects.source), "they were clipped to the bounds before predicting."
+                )
+            )
     elif training is not None:
         subjects = training
         features = training.features

@@ -238,7 +238,11 @@ def _run_session(federation: Path, node_ids: list[str], out: Path, timeout: floa
     started = time.monotonic()
     coordinator = spawn(["coordinator", "--federation", str(federation)], logs / "coordinator.log")
     nodes = {
-        n: spawn(["node", "--federation", str(federation), "--node-id", n], logs / f"{n}.log")
+        # The demo has no output checkers: it asks for automatic release explicitly.
+        n: spawn(
+            ["node", "--federation", str(federation), "--node-id", n, "--approve", "auto"],
+            logs / f"{n}.log",
+        )
         for n in node_ids
     }
     everyone: dict[str, subprocess.Popen[bytes]] = {"coordinator": coordinator, **nodes}
@@ -329,7 +333,8 @@ def _node_summary(out: Path, node_id: str) -> NodeSummary:
     clipped = 0
     for folder in (base / "audit").glob("round-*"):
         audit = json.loads((folder / "audit.json").read_text())
-        clipped = max(clipped, sum(int(v) for v in audit.get("clipped", {}).values()))
+        # "total" is the sum of the per-column counts beside it.
+        clipped = max(clipped, int(audit.get("clipped", {}).get("total", 0)))
     return NodeSummary(node_id, n_subjects, sigma, outsider, clipped)
 
 

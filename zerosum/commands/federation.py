@@ -37,7 +37,11 @@ from typing import TYPE_CHECKING
 
 from node.pinned_noise import pin_noise
 from node.plans.deltab import deltab_plan_spec
-from node.plans.deltab_settings import ClippingBounds, DeltabSettings
+from node.plans.deltab_settings import (
+    DEFAULT_MAX_CLIPPED_FRACTION,
+    ClippingBounds,
+    DeltabSettings,
+)
 from noise.keys import IdentityKey
 from noise.stream import stream_fingerprint
 from proto.federation import (
@@ -74,9 +78,15 @@ EPILOG = """\
 examples:
   zerosum federation init --nodes site-a,site-b,site-c --out fed --synthetic --seed 7
   zerosum federation init --nodes a,b,c,d --out fed --construction cape --residual-dp
-  zerosum federation init --nodes a,b --out fed --feature-range=-4,4 --age-range 45,80
-  zerosum federation init --nodes a,b --out fed --n-features 3 --feature-bounds bounds.csv
+  zerosum federation init --nodes a,b --out fed --feature-bounds bounds.csv --age-range 45,80
+  zerosum federation init --nodes a,b --out fed --feature-range=-4,4 --feature-names l,r,icv
   zerosum federation init --nodes a,b --out fed --checker-key a=a-checker.pub
+
+A real cohort needs public bounds that fit its data: --feature-bounds (a CSV
+feature,low,high, one row per feature column, in the cohorts' column order) or
+--feature-range with --feature-names. Each bound is stored with its feature's
+name; every node checks its header against them and refuses to start when a
+feature is clipped for more than --max-clipped-fraction of its subjects.
 """
 
 CONFIG_NAME = "federation.toml"
@@ -181,7 +191,13 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
         "--min-nodes", type=int, default=2, help="fewest survivors per round (default 2)"
     )
     model = parser.add_argument_group("model")
-    model.add_argument("--n-features", type=int, default=40, help="features P (default 40)")
+    model.add_argument(
+        "--n-features",
+        type=int,
+        default=None,
+        help="features P (default: the number of --feature-bounds rows or --feature-names; "
+        "40 with --synthetic)",
+    )
     model.add_argument("--n-components", type=int, default=10, help="components J (default 10)")
     model.add_argument(
         "--model-kind",
@@ -205,7 +221,14 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
         "--feature-range",
         default=None,
         metavar="LO,HI",
-        help="public bounds for every feature, e.g. --feature-range=-5,5 (default -10,10)",
+        help="public bounds shared by every feature, e.g. --feature-range=-5,5 (with "
+        "--feature-names)",
+    )
+    model.add_argument(
+        "--feature-names",
+        default=None,
+        metavar="NAME,...",
+        help="the cohorts' feature columns, in order, for --feature-range",
     )
     model.add_argument(
         "--feature-bounds",
@@ -213,7 +236,15 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="CSV",
         help="public bounds per feature instead: a CSV with the header feature,low,high and "
-        "one row per feature, in the order of the data's feature columns",
+        "one row per feature, named as the data's columns and in their order",
+    )
+    model.add_argument(
+        "--max-clipped-fraction",
+        type=float,
+        default=DEFAULT_MAX_CLIPPED_FRACTION,
+        metavar="F",
+        help="a node refuses to start when any feature (or age) is clipped to the bounds for "
+        f"more than this share of its subjects (default {DEFAULT_MAX_CLIPPED_FRACTION:g})",
     )
     summary = parser.add_argument_group("delta summary (off by default)")
     summary.add_argument(
@@ -292,9 +323,56 @@ def _synthetic(
         age_high=float(5 * math.ceil(max(ages) / 5)),
         feature_low=tuple(lows),
         feature_high=tuple(highs),
+        feature_names=tuple(federation.sites[0].feature_names),
+        max_clipped_fraction=args.max_clipped_fraction,
     )
     by_node = dict(zip(node_ids, federation.sites, strict=True))
     return by_node, federation.holdout, clipping, seed
+
+
+def _declared_clipping(args: argparse.Namespace) -> ClippingBounds:
+    """The bounds of a real cohort, each with its feature's name; there is no default.
+
+    Bounds that do not fit the data clip most values flat and the fit runs
+    on what is left, so a federation without --synthetic must declare them.
+    """
+    if args.feature_bounds is None and args.feature_range is None:
+        raise InitError(
+            "a real cohort needs public bounds that fit its data: give --feature-bounds CSV "
+            "(feature,low,high, one row per feature column) or --feature-range LO,HI with "
+            "--feature-names; --synthetic makes synthetic cohorts with bounds of their own."
+        )
+    names: list[str]
+    low: float | list[float]
+    high: float | list[float]
+    if args.feature_bounds is not None:
+        names, low, high = inputs.feature_bounds(args.feature_bounds, args.n_features)
+    else:
+        if args.feature_names is None:
+            raise InitError(
+                "--feature-range needs --feature-names NAME,... (the cohorts' feature columns, "
+                "in order), so that every node can check its columns against the bounds."
+            )
+        names = inputs.feature_names(args.feature_names)
+        low, high = inputs.pair("--feature-range", args.feature_range)
+    if args.n_features is None:
+        args.n_features = len(names)
+    elif args.n_features != len(names):
+        raise InitError(
+            f"--feature-names lists {len(names)} features for --n-features {args.n_features}."
+        )
+    age = inputs.pair("--age-range", args.age_range or "18,100")
+    return ClippingBounds.from_table(
+        {
+            "age_low": age[0],
+            "age_high": age[1],
+            "feature_names": names,
+            "feature_low": low,
+            "feature_high": high,
+            "max_clipped_fraction": args.max_clipped_fraction,
+        },
+        args.n_features,
+    )
 
 
 def _deltab_spec(args: argparse.Namespace, clipping: ClippingBounds) -> PlanSpec:
@@ -342,6 +420,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
     extra: dict[Path, bytes] = {}
     if args.feature_bounds is not None and args.feature_range is not None:
         raise InitError("give --feature-range or --feature-bounds, not both.")
+    if args.feature_names is not None and args.feature_bounds is not None:
+        raise InitError("--feature-bounds names its features; drop --feature-names.")
     logreg = None
     if args.plan == "logreg":
         spec, logreg, extra, seed = init_logreg.build(args, node_ids, out)
@@ -355,21 +435,15 @@ def _plan(args: argparse.Namespace) -> _Plan:
                 "--synthetic sets its own clipping bounds; drop --age-range/--feature-range/"
                 "--feature-bounds."
             )
+        if args.feature_names is not None:
+            raise InitError("--synthetic names its own features; drop --feature-names.")
+        if args.n_features is None:
+            args.n_features = 40
         by_node, holdout, clipping, seed = _synthetic(args, node_ids)
         cohorts = {out / "nodes" / n / "data.csv": c for n, c in by_node.items()}
         cohorts[out / "holdout.csv"] = holdout
     else:
-        age = inputs.pair("--age-range", args.age_range or "18,100")
-        low: float | list[float]
-        high: float | list[float]
-        if args.feature_bounds is not None:
-            low, high = inputs.feature_bounds(args.feature_bounds, args.n_features)
-        else:
-            low, high = inputs.pair("--feature-range", args.feature_range or "-10,10")
-        clipping = ClippingBounds.from_table(
-            {"age_low": age[0], "age_high": age[1], "feature_low": low, "feature_high": high},
-            args.n_features,
-        )
+        clipping = _declared_clipping(args)
     if logreg is None:
         spec = _deltab_spec(args, clipping)
     spec = _pinned(spec)
@@ -556,6 +630,15 @@ def _summary(plan: _Plan, out: Path) -> str:
         f"  {init_kits.KITS_FOLDER}/<party>/: one folder per party holding exactly its files, "
         f"with a README.txt of its commands: {kits}"
     )
+    if config.plan.name == "deltab":
+        clipping = DeltabSettings.from_tables(config.plan.settings).clipping
+        names = clipping.feature_names
+        shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+        lines.append(
+            f"  bounds for {len(names)} features, by name ({shown}); "
+            f"a node refuses a feature clipped for more than {clipping.max_clipped_fraction:.0%} "
+            "of its subjects (check first: zerosum node --check)"
+        )
     if plan.cohorts:
         counts = ", ".join(
             f"{path.parent.name}={cohort.n_subjects}"

@@ -22,6 +22,7 @@ __all__ = [
     "InitError",
     "checker_keys",
     "feature_bounds",
+    "feature_names",
     "node_ids",
     "pair",
     "sizes",
@@ -77,8 +78,32 @@ def pair(option: str, text: str) -> tuple[float, float]:
     return low, high
 
 
-def feature_bounds(path: Path, n_features: int) -> tuple[list[float], list[float]]:
-    """(lows, highs) from a bounds CSV: header feature,low,high, one row per feature."""
+def feature_names(text: str) -> list[str]:
+    """``--feature-names a,b,c``: the cohort's feature columns, in order, each named once."""
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        raise InitError(f"--feature-names {text!r} has an empty name; give NAME,NAME,...")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise InitError(f"--feature-names names {', '.join(map(repr, repeated))} more than once.")
+    reserved = [n for n in names if n.lower() in ("id", "age")]
+    if reserved:
+        raise InitError(
+            f"--feature-names lists {reserved[0]!r}, which is the cohort's {reserved[0].lower()} "
+            "column, not a feature."
+        )
+    return names
+
+
+def feature_bounds(
+    path: Path, n_features: int | None
+) -> tuple[list[str], list[float], list[float]]:
+    """(names, lows, highs) from a bounds CSV: header feature,low,high, one row per feature.
+
+    The ``feature`` column names the cohort's column each bound belongs to;
+    the rows are in the order of the cohort's feature columns. ``n_features``
+    (from --n-features, when given) must match the number of rows.
+    """
     option = f"--feature-bounds {path}"
     try:
         text = read_limited_text(path, 1 << 20, what="bounds file")
@@ -92,17 +117,31 @@ def feature_bounds(path: Path, n_features: int) -> tuple[list[float], list[float
             f"{option}: the first line must be the header feature,low,high; got "
             f"{','.join(rows[0]) if rows else 'an empty file'!r}."
         )
-    if len(rows) - 1 != n_features:
+    if len(rows) < 2:
+        raise InitError(f"{option}: no feature rows after the header; give one row per feature.")
+    if n_features is not None and len(rows) - 1 != n_features:
         raise InitError(
             f"{option}: {len(rows) - 1} feature row(s) for a model of --n-features "
             f"{n_features}; give one row per feature."
         )
+    names: list[str] = []
     lows: list[float] = []
     highs: list[float] = []
     for line, row in enumerate(rows[1:], start=2):
         if len(row) != 3:
             raise InitError(f"{option}, line {line}: 3 fields feature,low,high; got {len(row)}.")
-        name = row[0].strip() or f"feature {line - 1}"
+        name = row[0].strip()
+        if not name:
+            raise InitError(
+                f"{option}, line {line}: the feature column is empty; name the cohort column "
+                "this bound belongs to."
+            )
+        if name in names:
+            raise InitError(
+                f"{option}, line {line}: feature {name!r} already has bounds on line "
+                f"{names.index(name) + 2}."
+            )
+        names.append(name)
         for column, cell, into in (("low", row[1], lows), ("high", row[2], highs)):
             try:
                 value = float(cell)
@@ -120,7 +159,7 @@ def feature_bounds(path: Path, n_features: int) -> tuple[list[float], list[float
                 f"{option}, line {line} ({name!r}): high {highs[-1]:g} must exceed low "
                 f"{lows[-1]:g}."
             )
-    return lows, highs
+    return names, lows, highs
 
 
 def sizes(text: str | None, count: int) -> list[int]:

@@ -191,9 +191,9 @@ def build(
         low, high = list(data.low), list(data.high)
         n_features = data.n_features
     else:
-        n_features = args.n_features
+        n_features = args.n_features if args.n_features is not None else 40
         if args.feature_bounds is not None:
-            low, high = inputs.feature_bounds(args.feature_bounds, n_features)
+            _, low, high = inputs.feature_bounds(args.feature_bounds, n_features)
         else:
             pair = inputs.pair("--feature-range", args.feature_range or "-10,10")
             low, high = [pair[0]] * n_features, [pair[1]] * n_features

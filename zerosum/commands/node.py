@@ -29,8 +29,20 @@ session, unless this node resumes it with the key saved in OUT. OUT/ledger.json
 is a copy of the ledger for the session's record; a ledger kept in OUT by an
 older version is imported into STATE once.
 
---approve manual waits for OUT/egress/round-<r>/approval.json signed by one of
-this node's output checker keys (pinned in its [[nodes]] entry) before anything is sent.
+Before joining, the node runs its pre-flight inside the TRE: it prints how many
+subjects it read and how many the missing-value policy leaves, and the share of
+them clipped to the public bounds for age and every feature (by name); it
+refuses to start (exit 2, one sentence per problem) when a feature is clipped
+for more than plan.clipping.max_clipped_fraction of the subjects or fewer than
+min_cohort_size are left. --check runs everything local (config, keys,
+certificates, cohort and pre-flight, listing every feature), prints it and
+stops: exit 0 when the node could start, 2 when it would refuse.
+
+By default (--approve manual) the node waits for
+OUT/egress/round-<r>/approval.json signed by one of this node's output checker
+keys (pinned in its [[nodes]] entry) before anything is sent. --approve auto
+releases each egress without a checker (for the demo and tests only); the mode
+is written into every bundle's manifest and shown by `zerosum review`.
 
 After a crash (kill, power loss, TRE VM restart) run the same command again: the
 node rejoins the same session with the key it saved in OUT/session.key (mode
@@ -52,8 +64,9 @@ anyone.
 
 EPILOG = """\
 examples:
+  zerosum node --federation fed/federation.toml --node-id site-a --check
   zerosum node --federation fed/federation.toml --node-id site-a
-  zerosum node --federation fed --node-id site-b --data site-b.csv --out out-b --approve manual
+  zerosum node --federation fed --node-id site-b --data site-b.csv --out out-b
   zerosum node --federation fed --node-id site-b --out runs/2026-03 --state /tre/zerosum-state
 """
 
@@ -93,8 +106,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--approve",
         choices=["auto", "manual"],
-        default="auto",
-        help="release each egress automatically, or wait for a signed approval.json (default auto)",
+        default="manual",
+        help="wait for an output checker's signed approval.json before each egress leaves "
+        "(manual, the default), or release without one (auto: demo and tests only)",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="check everything local (config, keys, certificates, the cohort against the "
+        "bounds), print the pre-flight and stop: exit 0 if the node could start, 2 if not",
     )
     parser.add_argument(
         "--coordinator",
@@ -106,7 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here so `zerosum --help` never loads grpc.
-    from node.errors import ApprovalRejected, NodeError, SetupError
+    from node.errors import ApprovalRejected, NodeError, PreflightRefused, SetupError
     from node.runner import NodeOptions, NodeRunner
     from noise.errors import NoiseError
 
@@ -120,10 +140,17 @@ def run(args: argparse.Namespace) -> int:
         options=NodeOptions(approve=args.approve, address=args.coordinator),
     )
     try:
-        runner.prepare()
+        runner.prepare(verbose=args.check)
+    except PreflightRefused as error:
+        for problem in error.problems:
+            print(f"{prefix}: refused: {problem}", file=sys.stderr)
+        return 2
     except NodeError as error:
         print(f"{prefix}: {_sentence(error)}", file=sys.stderr)
         return 2
+    if args.check:
+        print(f"{prefix}: pre-flight passed; the node can join a session", file=sys.stderr)
+        return 0
     try:
         outcome = runner.run()
     except ApprovalRejected as error:

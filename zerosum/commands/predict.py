@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,8 @@ from node.deltab.io import (
     read_table,
     write_table,
 )
+from node.deltab.out_of_range import OUT_OF_RANGE_CHOICES, fit_to_training_bounds
+from node.deltab.persist import feature_names_of, training_bounds_of
 from zerosum.commands._model_io import features_for_model, load_model_file
 from zerosum.commands.deltab import MODEL_KINDS, fail, in_flag_terms, warnings_on_stderr
 
@@ -30,6 +33,13 @@ a header knows its feature names: columns in another order are matched by name
 (with a note), other columns are refused, naming them. The output table has
 the columns id (when --data has one), age, brain_age and delta, where
 delta = brain_age - age.
+
+A federated model carries the public bounds its training values were clipped
+to: it has seen no value outside them, and beyond them it extrapolates (one
+feature ten times its usual size can move delta by decades). By default
+(--out-of-range clip) such values are clipped to the bounds, as the fit did,
+and a note says how many subjects and which features were affected;
+--out-of-range refuse stops instead (exit 2), naming them.
 """
 
 EPILOG = """\
@@ -38,7 +48,8 @@ examples:
   zerosum predict --model global.json --data clinic.tsv --output out.tsv \\
       --model-kind unbiased
 
-exit status: 0 on success, 2 on bad input (with one sentence saying why).
+exit status: 0 on success, 2 on bad input or, with --out-of-range refuse, values
+outside the training bounds (with one sentence saying why).
 """
 
 
@@ -63,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="which of the Smith et al. (2019) models predicts (default: the kind the model "
         "was saved with)",
+    )
+    parser.add_argument(
+        "--out-of-range",
+        choices=OUT_OF_RANGE_CHOICES,
+        default="clip",
+        help="features outside the model's training bounds: clip them to the bounds, with a "
+        "note (default), or refuse the table",
     )
     parser.add_argument(
         "--overwrite", action="store_true", help="replace --output if it already exists"
@@ -102,6 +120,24 @@ def _run(args: argparse.Namespace) -> int:
         raise DeltabInputError(
             f"{table.path}: line {table.lines[int(missing[0])]}: the age is missing; every "
             "subject to predict needs a true age."
+        )
+    names = feature_names_of(model) or table.feature_names
+    features, outside = fit_to_training_bounds(
+        features,
+        training_bounds_of(model),
+        names,
+        policy=args.out_of_range,
+        source=str(table.path),
+    )
+    if outside.any:
+        print(
+            f"{PROG}: note: "
+            + outside.sentence(
+                str(table.path),
+                "they were clipped to the bounds before predicting, as the fit did "
+                "(--out-of-range refuse stops instead).",
+            ),
+            file=sys.stderr,
         )
     delta = np.asarray(model.predict_delta(features, table.age), dtype=np.float64)
     columns: list[tuple[str, tuple[str, ...] | np.ndarray]] = []

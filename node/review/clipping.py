@@ -1,0 +1,140 @@
+"""The review's clipping check: the share of subjects clipped per feature, against the threshold.
+
+Bounds that do not fit the data are invisible in the release itself: the
+sums are sums of values flattened to the bounds, with exactly the declared
+noise, and every other check passes. What shows it is the count of values the
+node clipped, which stays inside the TRE in the round's audit record
+(``node.audit``: the brain-age plan's counts of ``age`` and each
+``feature:<name>``, and ``subjects``, the number they are out of). With that record
+(``zerosum review --audit``) this check fails any column — age or a feature,
+named as in ``plan.clipping.feature_names`` — clipped for more than
+``plan.clipping.max_clipped_fraction`` of the subjects, the same rule the
+node's pre-flight refuses to start on (``node.preflight``). Without the
+record the check says it was not made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from node.audit import AuditRecord
+from node.egress import EgressBundle
+from node.plans.deltab_settings import DeltabSettings
+from node.review.findings import Finding, fail, note, passed
+from proto.federation import ConfigError, FederationConfig
+
+__all__ = ["ClippingTable", "ColumnClipping", "check_clipping", "clipping_table"]
+
+
+@dataclass(frozen=True)
+class ColumnClipping:
+    """One column's clipped count and its share of the subjects."""
+
+    name: str
+    clipped: int
+    fraction: float
+
+
+@dataclass(frozen=True)
+class ClippingTable:
+    """Every column's clipping in a round, with the threshold it is held to."""
+
+    subjects: int
+    threshold: float
+    columns: tuple[ColumnClipping, ...]
+
+    def over(self) -> tuple[ColumnClipping, ...]:
+        return tuple(c for c in self.columns if c.fraction > self.threshold)
+
+    def lines(self) -> list[str]:
+        """For the terminal: the clipped columns by name, or one line when none was."""
+        head = f"clipped to the public bounds (audit record, share of {self.subjects} subjects"
+        head += f"; fails above {self.threshold:.1%})"
+        clipped = [c for c in self.columns if c.clipped]
+        if not clipped:
+            return [f"{head}: 0 % for age and every feature"]
+        lines = [f"{head}:"]
+        for column in clipped:
+            mark = "  FAIL" if column.fraction > self.threshold else ""
+            lines.append(
+                f"  {column.name:<28} {column.fraction:>7.1%} ({column.clipped} values){mark}"
+            )
+        rest = len(self.columns) - len(clipped)
+        if rest:
+            lines.append(f"  the other {rest} columns: 0 %")
+        return lines
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "subjects": self.subjects,
+            "max_clipped_fraction": self.threshold,
+            "columns": [
+                {"name": c.name, "clipped": c.clipped, "fraction": c.fraction} for c in self.columns
+            ],
+        }
+
+
+def clipping_table(
+    bundle: EgressBundle, config: FederationConfig | None, record: AuditRecord | None
+) -> ClippingTable | None:
+    """The round's clipping by column name; None without a record or a brain-age config."""
+    if record is None or config is None or config.plan.name != "deltab":
+        return None
+    try:
+        clipping = DeltabSettings.from_tables(config.plan.settings).clipping
+    except ConfigError:
+        return None
+    counts = record.clipped
+    # Records written before they held the count: the N the bundle declares.
+    subjects = record.subjects if record.subjects is not None else bundle.sdc.n_subjects
+    names = ("age", *clipping.feature_names)
+    keys = ("age", *(f"feature:{name}" for name in clipping.feature_names))
+    columns = tuple(
+        ColumnClipping(name, int(counts.get(key, 0)), int(counts.get(key, 0)) / max(subjects, 1))
+        for name, key in zip(names, keys, strict=True)
+    )
+    return ClippingTable(subjects, clipping.max_clipped_fraction, columns)
+
+
+def check_clipping(
+    bundle: EgressBundle, config: FederationConfig | None, record: AuditRecord | None
+) -> list[Finding]:
+    """Fail each column clipped past the threshold; note when the counts are not at hand."""
+    if config is None or config.plan.name != "deltab":
+        return []
+    if record is None:
+        return [
+            note(
+                "clipping",
+                "not checked: the counts of clipped values stay in the TRE's audit record; "
+                "pass --audit OUT/audit to check them against plan.clipping.max_clipped_fraction",
+            )
+        ]
+    table = clipping_table(bundle, config, record)
+    if table is None:
+        return []
+    over = table.over()
+    if over:
+        return [
+            fail(
+                "clipping",
+                f"{c.name!r} was clipped to the public bounds for {c.fraction:.1%} of the "
+                f"{table.subjects} subjects ({c.clipped} values), more than "
+                f"plan.clipping.max_clipped_fraction = {table.threshold:g}: the bounds do not "
+                "fit these data, and the release sums values flattened to the bounds",
+            )
+            for c in over
+        ]
+    worst = max(table.columns, key=lambda c: c.fraction)
+    detail = (
+        f"at most {worst.fraction:.1%} ({worst.name!r})"
+        if worst.clipped
+        else "0 % for age and every feature"
+    )
+    return [
+        passed(
+            "clipping",
+            f"clipped to the public bounds: {detail} of the {table.subjects} subjects, within "
+            f"plan.clipping.max_clipped_fraction = {table.threshold:g}",
+        )
+    ]
