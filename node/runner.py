@@ -104,6 +104,7 @@ def grpc_gateway(
         client_key=key,
         retry=options.retry,
         progress=say,
+        revoked=setup.config.revoked,
     )
 
 
