@@ -14,9 +14,10 @@ operator likes); what must outlive it lives in the state folder STATE
     taken part in, the session id, the federation config hash, the public
     session key it joined with, its OUT folder, when it joined, when the
     record last changed, how far it got (``joined``, ``released``,
-    ``completed`` or ``failed``), the round indices it released and, for a
-    failure, why; and (``imported``) the sessions whose ledger entries came
-    from an older ledger in OUT with no record of their own.
+    ``completed`` or ``failed``), the round indices it released, for a
+    failure why, and the roster it verified (node id → session key); and
+    (``imported``) the sessions whose ledger entries came from an older
+    ledger in OUT with no record of their own.
 ``STATE/node.lock``
     Held with an exclusive ``flock`` by the one process running the node on
     this state folder (two processes would each rewrite the ledger from
@@ -55,9 +56,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -110,8 +111,11 @@ class SessionEntry:
     stage: Stage
     released: tuple[int, ...] = ()
     reason: str = ""
+    # node id -> hex X25519 session key of the roster this node verified (once final).
+    roster: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"roster": dict(sorted(self.roster.items()))} if self.roster else {}
         return {
             "session_id": self.session_id,
             "config_hash": self.config_hash,
@@ -122,6 +126,7 @@ class SessionEntry:
             "stage": self.stage,
             "released": list(self.released),
             "reason": self.reason,
+            **extra,
         }
 
     @classmethod
@@ -154,10 +159,19 @@ class SessionEntry:
         reason = data.get("reason", "")
         if not isinstance(reason, str):
             raise SessionStateError(f"{where}: field 'reason' must be a string; got {reason!r}")
+        roster = data.get("roster", {})
+        if not isinstance(roster, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in roster.items()
+        ):
+            raise SessionStateError(
+                f"{where}: session {fields['session_id']} field 'roster' must map node ids to "
+                f"64 hex digits; got {roster!r}"
+            )
         return cls(
             stage=stage,
             released=tuple(released),
             reason=reason,
+            roster=dict(roster),
             **fields,
         )
 
@@ -487,6 +501,11 @@ class NodeState:
         if found is not None and round_index in found.released and found.stage == "released":
             return
         self._update(session_id, change)
+
+    def record_roster(self, session_id: str, public_keys: Mapping[str, bytes]) -> None:
+        """Record the roster this node verified for ``session_id`` (once, before it uploads)."""
+        roster = {node: bytes(key).hex() for node, key in sorted(public_keys.items())}
+        self._update(session_id, lambda e: replace(e, roster=roster, updated=_now()))
 
     def record_end(self, session_id: str, stage: Stage, reason: str = "") -> None:
         """Record that the session completed or failed at this node (``reason`` for a failure)."""
