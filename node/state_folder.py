@@ -319,8 +319,8 @@ class NodeState:
                 "start until the session list is restored. Nothing was sent"
             )
         for position, found in enumerate(releases):
-            entry = recorded.get(found.session_id)
-            if entry is None or found.round_index in entry.released:
+            listed = recorded.get(found.session_id)
+            if listed is None or found.round_index in listed.released:
                 continue
             if position == len(releases) - 1:
                 say(
@@ -333,7 +333,7 @@ class NodeState:
             raise SessionStateError(
                 f"the privacy ledger {self.ledger_path} records the release of round "
                 f"{found.round_index} of session {found.session_id}, but {self.sessions_path} "
-                f"does not ({entry.progress()}): the session list is older than the ledger "
+                f"does not ({listed.progress()}): the session list is older than the ledger "
                 "(restored from a backup?). The node does not start until it is restored. "
                 "Nothing was sent"
             )
