@@ -73,6 +73,9 @@ def _federation(out: Path, budget: float) -> Path:
             "60",
             "--join-deadline",
             "60",
+            # One release per session exactly: the tests count sessions against the budget.
+            "--max-reruns",
+            "0",
         ]
     )
     assert federation_command.run(args) == 0

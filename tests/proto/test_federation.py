@@ -266,6 +266,7 @@ MUTATIONS: dict[str, Callable[[FederationConfig], FederationConfig]] = {
     "session.round_deadline_seconds": lambda c: dataclasses.replace(
         c, session=SessionTimings(120, 601)
     ),
+    "session.max_reruns": lambda c: dataclasses.replace(c, session=SessionTimings(120, 600, 3)),
 }
 
 
