@@ -447,9 +447,7 @@ TOML_ERRORS: list[tuple[str, str, str]] = [
         "must be between 0 and 10",
     ),
     (
-        edited(
-            "round_deadline_seconds = 600.0", "round_deadline_seconds = 600.0\nmax_reruns = 2.0"
-        ),
+        edited("max_reruns = 2", "max_reruns = 2.0"),
         "session.max_reruns",
         "must be a whole number",
     ),
