@@ -8,7 +8,7 @@ survived to that node (which then reveals its self-mask seed) and as dropped
 to the others (who then reveal their pair terms with it): with both, the
 node's upload would be stripped of its noise. The protection holds only if
 no honest node ever signs two sets for one round index, so this node keeps
-the set it signed in ``OUT/survivor-sets.json`` (written atomically *before*
+the set it signed in ``STATE/survivor-sets.json`` (written atomically *before*
 the signature leaves) and refuses any other set for that index, also after a
 restart (the consistency round of Bonawitz et al. 2017, ACM CCS §4, where
 each user signs once).
