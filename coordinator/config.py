@@ -78,6 +78,8 @@ class SessionConfig:
     construction: str = "pairwise"
     unmask_timeout_ms: int | None = None
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    # Superseded attempts allowed per plan round (session.max_reruns).
+    max_reruns: int = 2
     node_ids: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -158,4 +160,5 @@ class SessionConfig:
             rounds={spec.name: spec.layout for spec in config.plan.rounds},
             fixed_point_bits=config.fixed_point_bits,
             max_payload_bytes=max_payload_bytes,
+            max_reruns=config.session.max_reruns,
         )

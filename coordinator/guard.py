@@ -13,7 +13,10 @@ reflection):
 3. a stream from the caller is read under the first-message and
    message-gap deadlines: a stream that stays silent is ended with
    DEADLINE_EXCEEDED and its slot is free again;
-4. an exception no step meant (anything but a refusal already sent) is
+4. request bytes that do not decode as the method's message are answered
+   INVALID_ARGUMENT with a sentence naming the method and the message type
+   (gRPC itself would answer INTERNAL, as if the coordinator had failed);
+5. an exception no step meant (anything but a refusal already sent) is
    logged with its traceback and answered INTERNAL with a sentence, never
    gRPC's UNKNOWN — except a full or failing disk, answered UNAVAILABLE (the
    call kept nothing, and nodes retry UNAVAILABLE, so the session resumes
@@ -110,6 +113,41 @@ def _end_with_status(context: grpc.ServicerContext, code: grpc.StatusCode, sente
         context.cancel()  # type: ignore[no-untyped-call]
 
 
+class _Undecodable:
+    """What a request's bytes became when they do not decode as the method's message."""
+
+    def __init__(self, size: int, error: Exception) -> None:
+        self.size = size
+        self.error = error
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserializer``, returning an :class:`_Undecodable` instead of raising.
+
+    gRPC answers a deserializer's exception with INTERNAL before any handler
+    runs; the handler refuses an :class:`_Undecodable` with INVALID_ARGUMENT.
+    """
+    if deserializer is None:
+        return None
+
+    def decode(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as error:
+            return _Undecodable(len(data), error)
+
+    return decode
+
+
+def _refuse_undecodable(context: grpc.ServicerContext, method: str, message: Any) -> None:
+    if isinstance(message, _Undecodable):
+        context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{method}: the request's {message.size} bytes do not decode as the method's "
+            f"message ({type(message.error).__name__}: {str(message.error)[:200]}).",
+        )
+
+
 class _TimedMessages(Iterator[Any]):
     """A stream's incoming messages, each awaited under its deadline."""
 
@@ -154,6 +192,7 @@ class _TimedMessages(Iterator[Any]):
         finally:
             self._guard.watchdog.disarm(token)
         self._count += 1
+        _refuse_undecodable(self._context, self._what, message)
         return message
 
 
@@ -201,24 +240,24 @@ class CallGuard(_Interceptor):
             inner = handler.stream_stream
             return grpc.stream_stream_rpc_method_handler(
                 self._streaming(inner, name, protocol, streaming_in=True),
-                handler.request_deserializer,
+                _tolerant(handler.request_deserializer),
                 handler.response_serializer,
             )
         if handler.request_streaming:
             return grpc.stream_unary_rpc_method_handler(
                 self._unary(handler.stream_unary, name, protocol, streaming_in=True),
-                handler.request_deserializer,
+                _tolerant(handler.request_deserializer),
                 handler.response_serializer,
             )
         if handler.response_streaming:
             return grpc.unary_stream_rpc_method_handler(
                 self._streaming(handler.unary_stream, name, protocol, streaming_in=False),
-                handler.request_deserializer,
+                _tolerant(handler.request_deserializer),
                 handler.response_serializer,
             )
         return grpc.unary_unary_rpc_method_handler(
             self._unary(handler.unary_unary, name, protocol, streaming_in=False),
-            handler.request_deserializer,
+            _tolerant(handler.request_deserializer),
             handler.response_serializer,
         )
 
@@ -284,6 +323,8 @@ class CallGuard(_Interceptor):
             try:
                 if streaming_in:
                     request = self._messages(request, context, method, caller)
+                else:
+                    _refuse_undecodable(context, method, request)
                 return behaviour(request, context)
             except Exception as error:
                 self._failed(context, method, error)
@@ -300,6 +341,8 @@ class CallGuard(_Interceptor):
             try:
                 if streaming_in:
                     request = self._messages(request, context, method, caller)
+                else:
+                    _refuse_undecodable(context, method, request)
                 responses = behaviour(request, context)
                 if responses is not None:
                     yield from responses

@@ -97,14 +97,18 @@ def one_session(
     """One full session's composed cost per observer class, the worst over the nodes.
 
     Every node of the federation takes part and every plan round in
-    ``rounds`` is released once, and each Laplace release in ``laplace`` (ε,
-    seen by every class; the delta summary) too: what the first session costs
-    a node whose ledger is empty.
+    ``rounds`` is released ``session.max_reruns`` + 1 times (the worst case
+    the rerun cap allows: every attempt but the last superseded), and each
+    Laplace release in ``laplace`` (ε, seen by every class; the delta
+    summary) once: what the first session may cost a node whose ledger is
+    empty.
     """
+    attempts = config.session.max_reruns + 1
     worst: dict[str, ObserverTotal] = {}
     for node_id in config.node_ids:
         costs = session_cost(config, config.node_ids, node_id, rounds)
-        for total in standalone_totals(list(costs.values()), config.privacy.delta):
+        releases = [mu for mu in costs.values() for _ in range(attempts)]
+        for total in standalone_totals(releases, config.privacy.delta):
             if total.label not in worst or total.mu > worst[total.label].mu:
                 worst[total.label] = total
     pure = math.fsum(laplace)

@@ -36,6 +36,7 @@ import grpc
 import numpy as np
 from numpy.typing import NDArray
 
+from node.coordinator_certificate import verify_coordinator
 from node.errors import (
     AlreadyJoined,
     CoordinatorRefused,
@@ -254,6 +255,20 @@ def _unmask_request(message: pb.UnmaskRequest) -> UnmaskRequest | None:
     )
 
 
+class _HandshakeFailed(grpc.RpcError):
+    """A handshake of the certificate check that did not complete: retried like UNAVAILABLE."""
+
+    def __init__(self, details: str) -> None:
+        super().__init__(details)
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return self._details
+
+
 class GrpcGateway:
     """Typed, retrying calls to the coordinator over one mutual-TLS channel."""
 
@@ -270,8 +285,11 @@ class GrpcGateway:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         progress: Callable[[str], None] | None = None,
+        server_check: Callable[[float], str] | None = None,
     ) -> None:
         self.address = address
+        # Checks the coordinator's certificate before the first call (returns its fingerprint).
+        self._server_check = server_check
         self._node_id = node_id
         self.retry = retry or RetryPolicy()
         self._retrier = Retrier(
@@ -298,15 +316,32 @@ class GrpcGateway:
         client_key: Path,
         retry: RetryPolicy | None = None,
         progress: Callable[[str], None] | None = None,
+        revoked: tuple[str, ...] = (),
     ) -> GrpcGateway:
-        """A gateway with the node's TLS files, checked first (SetupError naming the fault)."""
+        """A gateway with the node's TLS files, checked first (SetupError naming the fault).
+
+        Before its first call the gateway checks the certificate the
+        coordinator presents against ``revoked`` (``node.coordinator_certificate``).
+        """
         ca = _read_credential(ca_certificate, "CA certificate")
         certificate = _read_credential(client_certificate, "client certificate")
         key = _read_credential(client_key, "client key", secret=True)
         try:
-            check_node_credentials(ca, certificate, key, node_id)
+            check_node_credentials(ca, certificate, key, node_id, revoked=revoked)
         except CertificateError as error:
             raise SetupError(f"{client_certificate}: {error}") from None
+
+        def server_check(timeout: float) -> str:
+            return verify_coordinator(
+                address,
+                ca_pem=ca,
+                ca_certificate=ca_certificate,
+                client_certificate=client_certificate,
+                client_key=client_key,
+                revoked=revoked,
+                timeout=timeout,
+            )
+
         return cls(
             address,
             node_id=node_id,
@@ -315,6 +350,7 @@ class GrpcGateway:
             private_key=key,
             retry=retry,
             progress=progress,
+            server_check=server_check,
         )
 
     @property
@@ -331,7 +367,23 @@ class GrpcGateway:
         self.close()
 
     def _call(self, method: str, attempt: Callable[[float], _R]) -> _R:
+        if self._server_check is not None:
+            self._retrier.run("the TLS handshake checking its certificate", self._check_server)
         return self._retrier.run(method, attempt)
+
+    def _check_server(self, timeout: float) -> None:
+        check = self._server_check
+        if check is None:
+            return
+        try:
+            check(timeout)
+        except OSError as error:
+            raise _HandshakeFailed(f"{type(error).__name__}: {error}") from None
+        except CertificateError as error:
+            raise SetupError(
+                f"refusing the coordinator at {self.address}: {error} Nothing was sent"
+            ) from None
+        self._server_check = None
 
     # -- calls ----------------------------------------------------------
 

@@ -70,6 +70,7 @@ from node.session.joining import join
 from node.session.model_round import prefetch_mask, run_model_round
 from node.session.outputs import write_results
 from node.session.progress import RoundProgress
+from node.session.reruns import attempts_note, check_rerun_cap
 from node.session.resume import catch_up, take_aggregated
 from node.session.setup import LocalSetup, prepare
 from node.session.unmask_answers import CAPE_SUM_PREFIX
@@ -104,6 +105,7 @@ def grpc_gateway(
         client_key=key,
         retry=options.retry,
         progress=say,
+        revoked=setup.config.revoked,
     )
 
 
@@ -281,6 +283,11 @@ class NodeRunner:
                 progress.unsent = index  # what a refusal withdraws from
                 check_session_budget(ctx, participants)
                 budget_checked = True
+            try:
+                check_rerun_cap(ctx, status, index, name)
+            except NodeRefused:
+                progress.unsent = index
+                raise
             if name.startswith(CAPE_SUM_PREFIX):
                 run_cape_sum_round(ctx, progress, index=index, name=name, participants=participants)
             elif name in plan.round_names:
@@ -289,6 +296,8 @@ class NodeRunner:
                 )
                 if outcome is not None:
                     prefetch_mask(ctx, masks, index + 1, outcome.survivors)
+                    if note := attempts_note(ctx, status, index, name):
+                        self.say(f"round {index} ({name!r}): {note}")
             else:
                 raise SessionFailed(
                     f"the coordinator opened round {index} named {name!r}, which is not part of "

@@ -14,8 +14,10 @@ operator likes); what must outlive it lives in the state folder STATE
     taken part in, the session id, the federation config hash, the public
     session key it joined with, its OUT folder, when it joined, when the
     record last changed, how far it got (``joined``, ``released``,
-    ``completed`` or ``failed``), the round indices it released and, for a
-    failure, why.
+    ``completed`` or ``failed``), the round indices it released, for a
+    failure why, and the roster it verified (node id → session key); and
+    (``imported``) the sessions whose ledger entries came from an older
+    ledger in OUT with no record of their own.
 ``STATE/node.lock``
     Held with an exclusive ``flock`` by the one process running the node on
     this state folder (two processes would each rewrite the ledger from
@@ -33,6 +35,16 @@ such a session unless this node is resuming it from its own saved state, the
 session key in OUT (``node.session_state``) whose public key is the one
 recorded here; a completed session is refused always.
 
+**One story.** The ledger and the session list are checked against each
+other before the node joins (:meth:`NodeState.check_records`): a round the
+list records as released must have its release in the ledger, and a session
+the ledger holds entries of must be in the list, each release among its
+released rounds. A ledger missing or older than the list would restart the
+ε budget below what was spent; a list missing or older than the ledger
+would let a replayed session through; either stops the node with a
+sentence. Only the ledger's latest release missing from the list (a stop
+between the two writes, the ledger written first) is repaired.
+
 **Import.** A ledger this node kept in OUT before it had a state folder
 (``OUT/ledger.json``, ledger version 1 or 2) is read, and every entry of it the
 state ledger lacks is added once (:meth:`NodeState.open_ledger`); entries are
@@ -44,9 +56,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -99,8 +111,11 @@ class SessionEntry:
     stage: Stage
     released: tuple[int, ...] = ()
     reason: str = ""
+    # node id -> hex X25519 session key of the roster this node verified (once final).
+    roster: Mapping[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {"roster": dict(sorted(self.roster.items()))} if self.roster else {}
         return {
             "session_id": self.session_id,
             "config_hash": self.config_hash,
@@ -111,6 +126,7 @@ class SessionEntry:
             "stage": self.stage,
             "released": list(self.released),
             "reason": self.reason,
+            **extra,
         }
 
     @classmethod
@@ -143,10 +159,19 @@ class SessionEntry:
         reason = data.get("reason", "")
         if not isinstance(reason, str):
             raise SessionStateError(f"{where}: field 'reason' must be a string; got {reason!r}")
+        roster = data.get("roster", {})
+        if not isinstance(roster, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and len(v) == 64 for k, v in roster.items()
+        ):
+            raise SessionStateError(
+                f"{where}: session {fields['session_id']} field 'roster' must map node ids to "
+                f"64 hex digits; got {roster!r}"
+            )
         return cls(
             stage=stage,
             released=tuple(released),
             reason=reason,
+            roster=dict(roster),
             **fields,
         )
 
@@ -237,16 +262,97 @@ class NodeState:
                     f"{copy} into {self.ledger_path}"
                     + (" (the node's ledger across sessions from now on)" if fresh else "")
                 )
+                self._note_imported(older.session_ids())
+        self.check_records(ledger, say)
         return ledger
+
+    def _note_imported(self, session_ids: frozenset[str]) -> None:
+        """Keep the sessions of an imported ledger the session list does not record."""
+        entries, imported = self._document()
+        unrecorded = session_ids - {e.session_id for e in entries} - imported
+        if unrecorded:
+            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            self._save(entries, imported | unrecorded)
+
+    def check_records(self, ledger: PrivacyLedger, say: Callable[[str], None]) -> None:
+        """Refuse (SessionStateError) a ledger and a session list that do not tell one story.
+
+        Every round ``sessions.json`` records as released must have its
+        release in the ledger: a ledger missing, or older than the session
+        list (restored from a backup), would let the ε budget start again
+        below what was spent. And every session the ledger holds entries of
+        must be in the session list (or imported from an older ledger), each
+        release among its released rounds: a session list missing or older
+        than the ledger would let a replayed session through. One exception
+        is repaired, not refused: the ledger's latest release alone missing
+        from the session list is a crash between the two writes (the ledger
+        is written first), and is added to the list.
+        """
+        entries, imported = self._document()
+        where = (
+            f"the privacy ledger {self.ledger_path}"
+            if self.ledger_path.exists()
+            else f"the privacy ledger {self.ledger_path} does not exist, and so"
+        )
+        for entry in entries:
+            for index in entry.released:
+                if not ledger.has_release(entry.session_id, index):
+                    raise SessionStateError(
+                        f"{self.sessions_path} records that this node released round {index} of "
+                        f"session {entry.session_id} ({entry.progress()}), but {where} holds no "
+                        "release of it: the ledger is missing or older than the session record "
+                        "(restored from a backup?), and the ε budget would start again below "
+                        "what this node has spent. The node does not start until the ledger is "
+                        "restored. Nothing was sent"
+                    )
+        recorded = {e.session_id: e for e in entries}
+        releases = [e for e in ledger.entries if e.kind == "release"]
+        for found in ledger.entries:
+            if found.session_id in recorded or found.session_id in imported:
+                continue
+            held = "holds no record of it" if self.sessions_path.exists() else "does not exist"
+            raise SessionStateError(
+                f"the privacy ledger {self.ledger_path} holds entries of session "
+                f"{found.session_id}, but {self.sessions_path} {held}: the session list is "
+                "missing or older than the ledger (restored from a backup?), and without it "
+                "this node could not refuse that session presented again. The node does not "
+                "start until the session list is restored. Nothing was sent"
+            )
+        for position, found in enumerate(releases):
+            listed = recorded.get(found.session_id)
+            if listed is None or found.round_index in listed.released:
+                continue
+            if position == len(releases) - 1:
+                say(
+                    f"{self.sessions_path} lacked the release of round {found.round_index} of "
+                    f"session {found.session_id} that the ledger records (the node stopped "
+                    "between the two writes); recorded now"
+                )
+                self.record_release(found.session_id, found.round_index)
+                continue
+            raise SessionStateError(
+                f"the privacy ledger {self.ledger_path} records the release of round "
+                f"{found.round_index} of session {found.session_id}, but {self.sessions_path} "
+                f"does not ({listed.progress()}): the session list is older than the ledger "
+                "(restored from a backup?). The node does not start until it is restored. "
+                "Nothing was sent"
+            )
 
     # -- the sessions ---------------------------------------------------
 
     def sessions(self) -> tuple[SessionEntry, ...]:
         """Every session recorded in ``STATE/sessions.json`` (none when it does not exist)."""
+        return self._document()[0]
+
+    def imported_sessions(self) -> frozenset[str]:
+        """Sessions whose ledger entries were imported from an older OUT ledger, unrecorded."""
+        return self._document()[1]
+
+    def _document(self) -> tuple[tuple[SessionEntry, ...], frozenset[str]]:
         try:
             text = read_limited_text(self.sessions_path, _SESSIONS_BYTES, what="session list")
         except FileNotFoundError:
-            return ()
+            return (), frozenset()
         except LocalFileError as exc:
             raise SessionStateError(str(exc)) from None
         try:
@@ -274,7 +380,13 @@ class NodeState:
         rows = data.get("sessions")
         if not isinstance(rows, list):
             raise SessionStateError(f"{self.sessions_path}: 'sessions' must be a list")
-        return tuple(SessionEntry.from_json(row, self.sessions_path) for row in rows)
+        imported = data.get("imported", [])
+        if not isinstance(imported, list) or not all(isinstance(i, str) for i in imported):
+            raise SessionStateError(
+                f"{self.sessions_path}: 'imported' must be a list of session ids; got {imported!r}"
+            )
+        entries = tuple(SessionEntry.from_json(row, self.sessions_path) for row in rows)
+        return entries, frozenset(imported)
 
     def entry(self, session_id: str) -> SessionEntry | None:
         for found in self.sessions():
@@ -282,16 +394,20 @@ class NodeState:
                 return found
         return None
 
-    def _save(self, entries: tuple[SessionEntry, ...]) -> None:
-        atomic_write_json(
-            self.sessions_path,
-            {
-                "format": SESSIONS_FORMAT,
-                "version": SESSIONS_VERSION,
-                "node_id": self.node_id,
-                "sessions": [e.to_json() for e in entries],
-            },
-        )
+    def _save(
+        self, entries: tuple[SessionEntry, ...], imported: frozenset[str] | None = None
+    ) -> None:
+        if imported is None:
+            imported = self.imported_sessions()
+        document: dict[str, Any] = {
+            "format": SESSIONS_FORMAT,
+            "version": SESSIONS_VERSION,
+            "node_id": self.node_id,
+            "sessions": [e.to_json() for e in entries],
+        }
+        if imported:
+            document["imported"] = sorted(imported)
+        atomic_write_json(self.sessions_path, document)
 
     def _update(self, session_id: str, change: Callable[[SessionEntry], SessionEntry]) -> None:
         entries = self.sessions()
@@ -385,6 +501,11 @@ class NodeState:
         if found is not None and round_index in found.released and found.stage == "released":
             return
         self._update(session_id, change)
+
+    def record_roster(self, session_id: str, public_keys: Mapping[str, bytes]) -> None:
+        """Record the roster this node verified for ``session_id`` (once, before it uploads)."""
+        roster = {node: bytes(key).hex() for node, key in sorted(public_keys.items())}
+        self._update(session_id, lambda e: replace(e, roster=roster, updated=_now()))
 
     def record_end(self, session_id: str, stage: Stage, reason: str = "") -> None:
         """Record that the session completed or failed at this node (``reason`` for a failure)."""

@@ -8,29 +8,41 @@ survived to that node (which then reveals its self-mask seed) and as dropped
 to the others (who then reveal their pair terms with it): with both, the
 node's upload would be stripped of its noise. The protection holds only if
 no honest node ever signs two sets for one round index, so this node keeps
-the set it signed in ``OUT/survivor-sets.json`` (written atomically *before*
+the set it signed in ``STATE/survivor-sets.json`` (written atomically *before*
 the signature leaves) and refuses any other set for that index, also after a
 restart (the consistency round of Bonawitz et al. 2017, ACM CCS §4, where
 each user signs once).
+
+The record lives in the node's state folder, ``STATE/survivor-sets.json``
+(format ``zerosum-survivor-sets`` version 2: per session id, per round
+index, the set signed and, once the answer is sent, the round's challenge
+key κ), beside the ledger and ``sessions.json``, not in ``OUT``: an ``OUT``
+folder restored from a backup taken before the signature still holds the
+saved session key, so a node resuming from it would otherwise sign a second
+set for the same index. A record version 1 kept in ``OUT`` (one session) is
+read as well and its sets taken into STATE; two different sets for one
+index in the two records stop the node.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from node.atomic import atomic_write_json
 from node.errors import SessionStateError
 from proto.files import LocalFileError, read_limited_text
 from proto.nesting import parse_json
 
-# One signed survivor set (node ids and a signature) per round.
-_RECORD_BYTES = 16 << 20
+# One signed survivor set (node ids, a hash, κ) per round of every session.
+_RECORD_BYTES = 64 << 20
 
 __all__ = ["SURVIVOR_SETS", "SignedSet", "SurvivorSets"]
 
 SURVIVOR_SETS = "survivor-sets.json"
 _FORMAT = "zerosum-survivor-sets"
+_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -50,43 +62,103 @@ class SignedSet:
         )
 
 
-class SurvivorSets:
-    """The record of signed survivor sets of one session in ``OUT``."""
+def _entry_from_json(entry: Any) -> SignedSet:
+    return SignedSet(
+        bytes.fromhex(entry["survivor_hash"]),
+        tuple(str(n) for n in entry["survivors"]),
+        tuple(str(n) for n in entry["dropped"]),
+        None if entry.get("challenge_key") is None else bytes.fromhex(entry["challenge_key"]),
+    )
 
-    def __init__(self, out: Path, session_id: str) -> None:
-        self.path = Path(out) / SURVIVOR_SETS
+
+def _entry_to_json(entry: SignedSet) -> dict[str, Any]:
+    return {
+        "survivor_hash": entry.survivor_hash.hex(),
+        "survivors": list(entry.survivors),
+        "dropped": list(entry.dropped),
+        "challenge_key": None if entry.challenge_key is None else entry.challenge_key.hex(),
+    }
+
+
+def _read(path: Path) -> Any:
+    try:
+        text = read_limited_text(path, _RECORD_BYTES, what="survivor-set record")
+    except FileNotFoundError:
+        return None
+    except LocalFileError as error:
+        raise SessionStateError(str(error)) from None
+    try:
+        return parse_json(text, what=f"survivor-set record {path}")
+    except ValueError as error:
+        raise _damaged(path, error) from None
+
+
+def _damaged(path: Path, error: object) -> SessionStateError:
+    return SessionStateError(
+        f"{path} is damaged ({error}); it records which survivor sets this node "
+        "signed, so the node cannot safely answer unmask requests without it: restore it"
+    )
+
+
+def _rounds(document: Any, path: Path) -> dict[int, SignedSet]:
+    try:
+        return {int(index): _entry_from_json(e) for index, e in document["rounds"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise _damaged(path, error) from None
+
+
+class SurvivorSets:
+    """The record of the survivor sets this node signed, in ``STATE`` (module docstring).
+
+    ``state`` is the node's state folder; ``legacy_out``, if given, the OUT
+    folder whose version-1 record (of ``session_id``) is taken in.
+    """
+
+    def __init__(self, state: Path, session_id: str, *, legacy_out: Path | None = None) -> None:
+        self.path = Path(state) / SURVIVOR_SETS
         self.session_id = session_id
+        self._others: dict[str, Any] = {}
         self._signed = self._load()
+        if legacy_out is not None:
+            self._take_legacy(Path(legacy_out) / SURVIVOR_SETS)
 
     def _load(self) -> dict[int, SignedSet]:
-        try:
-            text = read_limited_text(self.path, _RECORD_BYTES, what="survivor-set record")
-        except FileNotFoundError:
+        document = _read(self.path)
+        if document is None:
             return {}
-        except LocalFileError as error:
-            raise SessionStateError(str(error)) from None
-        try:
-            document = parse_json(text, what=f"survivor-set record {self.path}")
-            if document.get("format") != _FORMAT:
-                raise ValueError(f"format is {document.get('format')!r}, not {_FORMAT!r}")
-            if document.get("session_id") != self.session_id:
-                return {}  # another session's record: this one has signed nothing yet
-            return {
-                int(index): SignedSet(
-                    bytes.fromhex(entry["survivor_hash"]),
-                    tuple(str(n) for n in entry["survivors"]),
-                    tuple(str(n) for n in entry["dropped"]),
-                    None
-                    if entry.get("challenge_key") is None
-                    else bytes.fromhex(entry["challenge_key"]),
+        if not isinstance(document, dict) or document.get("format") != _FORMAT:
+            raise _damaged(self.path, f"it is not a {_FORMAT} file")
+        if document.get("version") != _VERSION:
+            raise _damaged(self.path, f"version {document.get('version')!r}, not {_VERSION}")
+        sessions = document.get("sessions")
+        if not isinstance(sessions, dict):
+            raise _damaged(self.path, "'sessions' must be an object")
+        self._others = {k: v for k, v in sessions.items() if k != self.session_id}
+        mine = sessions.get(self.session_id)
+        return {} if mine is None else _rounds(mine, self.path)
+
+    def _take_legacy(self, legacy: Path) -> None:
+        document = _read(legacy)
+        if document is None:
+            return
+        if not isinstance(document, dict) or document.get("format") != _FORMAT:
+            raise _damaged(legacy, f"it is not a {_FORMAT} file")
+        if document.get("session_id") != self.session_id:
+            return  # another session's record: it binds nothing here
+        merged = dict(self._signed)
+        for index, entry in _rounds(document, legacy).items():
+            kept = merged.get(index)
+            if kept is not None and not kept.same_set(entry):
+                raise SessionStateError(
+                    f"{self.path} and {legacy} record different survivor sets signed for round "
+                    f"{index} of session {self.session_id}; a node signs one set per round, so "
+                    "one of these files is not this node's own record: the node does not answer "
+                    "unmask requests until that is resolved"
                 )
-                for index, entry in document["rounds"].items()
-            }
-        except (ValueError, KeyError, TypeError, AttributeError) as error:
-            raise SessionStateError(
-                f"{self.path} is damaged ({error}); it records which survivor sets this node "
-                "signed, so the node cannot safely answer unmask requests without it"
-            ) from None
+            if kept is None or (kept.challenge_key is None and entry.challenge_key is not None):
+                merged[index] = entry
+        if merged != self._signed:
+            self._write(merged)
 
     def signed(self, round_index: int) -> SignedSet | None:
         """The set signed for ``round_index``, or None."""
@@ -116,22 +188,14 @@ class SurvivorSets:
         self._write({**self._signed, round_index: updated})
 
     def _write(self, rounds: dict[int, SignedSet]) -> None:
+        mine = {"rounds": {str(index): _entry_to_json(e) for index, e in sorted(rounds.items())}}
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         atomic_write_json(
             self.path,
             {
                 "format": _FORMAT,
-                "session_id": self.session_id,
-                "rounds": {
-                    str(index): {
-                        "survivor_hash": entry.survivor_hash.hex(),
-                        "survivors": list(entry.survivors),
-                        "dropped": list(entry.dropped),
-                        "challenge_key": None
-                        if entry.challenge_key is None
-                        else entry.challenge_key.hex(),
-                    }
-                    for index, entry in sorted(rounds.items())
-                },
+                "version": _VERSION,
+                "sessions": {**self._others, self.session_id: mine},
             },
         )
         self._signed = rounds

@@ -45,6 +45,7 @@ __all__ = [
     "PeerVerifier",
     "RevokedCertificateError",
     "certificate_fingerprint",
+    "check_coordinator_certificate",
     "check_node_credentials",
     "check_server_credentials",
     "node_id_from_auth_context",
@@ -266,6 +267,28 @@ def check_server_credentials(
     _check_usage(certificate, ExtendedKeyUsageOID.SERVER_AUTH, "server")
     _check_validity(certificate, "server")
     _check_revoked(certificate, revoked, "the coordinator")
+
+
+def check_coordinator_certificate(
+    ca_pem: bytes, certificate_der: bytes, *, revoked: Iterable[str] = ()
+) -> str:
+    """Refuse the certificate a coordinator presented unless the federation would issue it.
+
+    A node's TLS handshake has checked the chain to the federation CA; this
+    adds what the node's side of gRPC cannot: the leaf was signed by the CA's
+    own key, is no CA, is for server authentication, and its fingerprint is
+    not in ``revoked``. Returns the fingerprint; raises
+    :class:`CertificateError` (:class:`RevokedCertificateError`) naming it.
+    """
+    ca = _load_ca(ca_pem)
+    try:
+        leaf = x509.load_der_x509_certificate(certificate_der)
+    except ValueError:
+        raise CertificateError("the coordinator's certificate cannot be read.") from None
+    _check_leaf(ca, leaf, "coordinator's certificate")
+    _check_usage(leaf, ExtendedKeyUsageOID.SERVER_AUTH, "coordinator")
+    _check_revoked(leaf, revoked, "the coordinator")
+    return certificate_fingerprint(leaf)
 
 
 class PeerVerifier:

@@ -359,9 +359,30 @@ def test_a_budget_below_one_session_is_refused_naming_the_class(
     from noise.accounting import gaussian_epsilon, gaussian_mu
 
     out = tmp_path / "fed"
-    # Two releases (means, sums) that each meet (1, 1e-6) against one colluding node.
+    # With the default rerun cap (2) each of the two plan rounds (means, sums)
+    # may be released 3 times: 6 releases that each meet (1, 1e-6) against one
+    # colluding node are charged.
+    worst = gaussian_epsilon(gaussian_mu(1.0, 1e-6) * 6**0.5, 1e-6)
+    assert (
+        init(
+            "--nodes",
+            "a,b,c,d",
+            "--out",
+            str(out),
+            "--nan-policy",
+            "mean",
+            "--epsilon-budget",
+            "2.5",
+        )
+        == 2
+    )
+    assert (
+        "--epsilon-budget 2.5 is below the cost of one session against an outsider with 1 "
+        f"colluding node (colluders:1): ε = {worst:.4g} over 6 releases at δ = 1e-06"
+    ) in capsys.readouterr().err
+    # Without reruns (--max-reruns 0): two releases.
     one_session = gaussian_epsilon(gaussian_mu(1.0, 1e-6) * 2**0.5, 1e-6)
-    common = ["--nodes", "a,b,c,d", "--out", str(out), "--nan-policy", "mean"]
+    common = ["--nodes", "a,b,c,d", "--out", str(out), "--nan-policy", "mean", "--max-reruns", "0"]
     assert init(*common, "--epsilon-budget", "1.4") == 2
     err = capsys.readouterr().err
     assert (

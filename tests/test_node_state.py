@@ -73,6 +73,9 @@ def _federation(out: Path, budget: float) -> Path:
             "60",
             "--join-deadline",
             "60",
+            # One release per session exactly: the tests count sessions against the budget.
+            "--max-reruns",
+            "0",
         ]
     )
     assert federation_command.run(args) == 0
@@ -361,3 +364,32 @@ def test_the_records_are_on_disk_before_the_key_and_the_bytes_leave(tmp_path: Pa
         "session recorded before its key was sent",
         "release recorded before its bytes left",
     ]
+
+
+def test_a_ledger_or_session_list_lost_after_a_session_stops_the_node(tmp_path: Path) -> None:
+    """STATE/ledger.json deleted (a) or STATE/sessions.json deleted (b): refused before joining.
+
+    Each OUT is made afresh for the second session, so no copy of the ledger
+    in OUT can stand in for the lost file.
+    """
+    fed = _federation(tmp_path / "fed", budget=4.0)
+    with _coordinator(fed, tmp_path / "s1.sqlite") as first:
+        done = _completed(_run(fed, first, tmp_path / "s1"))
+    _state(fed, "a").ledger_path.unlink()
+    _state(fed, "b").sessions_path.unlink()
+    with _coordinator(fed, tmp_path / "s2.sqlite") as second:
+        outcomes = _run(fed, second, tmp_path / "s2", nodes=("a", "b"))
+        assert second.store.members() == []
+    lost_ledger, lost_sessions = outcomes["a"], outcomes["b"]
+    assert isinstance(lost_ledger, SessionFailed), lost_ledger
+    text = str(lost_ledger)
+    assert f"records that this node released round 0 of session {done} " in text, text
+    assert "does not exist, and so holds no release of it" in text, text
+    assert "the ε budget would start again below what this node has spent" in text, text
+    assert isinstance(lost_sessions, SessionFailed), lost_sessions
+    text = str(lost_sessions)
+    assert f"holds entries of session {done}, but " in text, text
+    assert "sessions.json does not exist" in text and "Nothing was sent" in text, text
+    # Neither file was rewritten to fit the other.
+    assert not _state(fed, "a").ledger_path.exists()
+    assert not _state(fed, "b").sessions_path.exists()

@@ -15,8 +15,10 @@ with a fake clock) and applies every deadline that has passed:
 * unmask deadline: the survivors that did not answer are dropped and the
   round is superseded: it is rerun under the next index among those that
   answered (a CAPE model round from its CAPE sum), or the session fails when
-  fewer than ``min_nodes`` remain. The unmask request of a round index is
-  never changed (see :meth:`Deadlines._unmask_deadline`).
+  fewer than ``min_nodes`` remain or the plan round was superseded
+  ``max_reruns`` times already (each attempt is another release of the same
+  data; the reason names the silent nodes and the earlier attempts). The
+  unmask request of a round index is never changed (see :meth:`Deadlines._unmask_deadline`).
 
 Each of these is one transition: the dropped nodes and the status change
 commit together.
@@ -24,7 +26,7 @@ commit together.
 
 from __future__ import annotations
 
-from coordinator.config import is_cape_sum_round
+from coordinator.config import CAPE_SUM_PREFIX, is_cape_sum_round
 from coordinator.context import SessionContext, node_list
 from coordinator.events import (
     CapeModelDropout,
@@ -138,10 +140,19 @@ class Deadlines:
         if ctx.config.construction == "cape" and not is_cape_sum_round(name):
             rerun = ctx.config.next_round_name(name, superseded=True)
             assert rerun is not None
+            capped = self._rerun_cap(index, name, f"{node_list(missing)} dropped")
+            if capped is not None:
+                with ctx.transition():
+                    for node_id in late:
+                        ctx.store.drop_member(node_id, index, why)
+                    self.changes.apply_to_round(index, TooFewUploaded(capped), now=now)
+                ctx.forget_sum()
+                return
             reason = (
                 f"{node_list(missing)} dropped after the CAPE sum of round {name!r}; "
                 f"their CAPE noise would not cancel, so {rerun!r} and {name!r} are "
                 f"rerun among the {len(survivors)} survivors from round {index + 1}"
+                f"{self._attempt(name)}"
             )
             with ctx.transition():
                 for node_id in late:
@@ -161,6 +172,40 @@ class Deadlines:
                 else NobodyAwaited(survivors, dropped),
                 now=now,
             )
+
+    def _superseded(self, name: str) -> list[RoundRow]:
+        """The superseded attempts so far of ``name``'s plan round (CAPE sums included)."""
+        base = name.removeprefix(CAPE_SUM_PREFIX)
+        return [
+            r
+            for r in self.ctx.store.rounds()
+            if r.status == RoundStatus.SUPERSEDED and r.name.removeprefix(CAPE_SUM_PREFIX) == base
+        ]
+
+    def _attempt(self, name: str) -> str:
+        """ "; attempt 2 of plan round 'sums' (at most 3)": the rerun about to open."""
+        rerun = len(self._superseded(name)) + 2
+        base, most = name.removeprefix(CAPE_SUM_PREFIX), self.ctx.config.max_reruns + 1
+        return f"; attempt {rerun} of plan round {base!r} (at most {most})"
+
+    def _rerun_cap(self, index: int, name: str, why: str) -> str | None:
+        """The session's failure reason when ``name``'s plan round has no rerun left, else None.
+
+        Every attempt is another release of the same data by each node
+        (session.max_reruns, docs/design.md §4.6); the nodes stop there too.
+        """
+        earlier = self._superseded(name)
+        if len(earlier) < self.ctx.config.max_reruns:
+            return None
+        base = name.removeprefix(CAPE_SUM_PREFIX)
+        rounds = ", ".join(str(r.round_index) for r in earlier) or "none"
+        return (
+            f"round {index} ({name!r}) would need another rerun ({why}), but plan round "
+            f"{base!r} was superseded {len(earlier)} time{'s' if len(earlier) != 1 else ''} "
+            f"already (rounds {rounds}), the most session.max_reruns = "
+            f"{self.ctx.config.max_reruns} allows: each attempt is another release of the "
+            "same data by every node"
+        )
 
     def _unmask_deadline(self, round_row: RoundRow, request: UnmaskRow, now: int) -> None:
         """Survivors were silent: rerun the round among those that spoke, or fail.
@@ -198,10 +243,18 @@ class Deadlines:
         cape_model = ctx.config.construction == "cape" and not is_cape_sum_round(name)
         rerun = ctx.config.next_round_name(name, superseded=True) if cape_model else name
         assert rerun is not None
+        capped = self._rerun_cap(index, name, f"{node_list(laggards)} silent")
+        if capped is not None:
+            with ctx.transition():
+                for node_id in sorted(laggards):
+                    ctx.store.drop_member(node_id, index, why)
+                self.changes.apply_to_round(index, TooFewAnswered(capped), now=now)
+            ctx.forget_sum()
+            return
         reason = (
             f"{node_list(laggards)} did not answer the unmask request of round {index} "
             f"({name!r}); the round is rerun as {rerun!r} among {node_list(list(survivors))} "
-            f"from round {index + 1}, with fresh keys"
+            f"from round {index + 1}, with fresh keys{self._attempt(name)}"
         )
         with ctx.transition():
             for node_id in sorted(laggards):

@@ -183,6 +183,25 @@ def _lock_exclusively(state_path: Path) -> int:
     return fd
 
 
+def _make_private(path: Path) -> None:
+    """Create ``path`` mode 0600 (or take an existing one to 0600), with its WAL and journal.
+
+    The state holds every session key, upload statement and unmask answer. SQLite
+    gives the ``-wal``, ``-shm`` and ``-journal`` files it creates the mode of
+    the database file, so a private database keeps them private too; any left
+    by an earlier, more open run are taken to 0600 as well.
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm", "-journal"):
+        companion = path.with_name(path.name + suffix)
+        if companion.is_file() and not companion.is_symlink():
+            os.chmod(companion, 0o600)
+
+
 def open_state_database(path: Path, *, read_only: bool) -> tuple[sqlite3.Connection, int]:
     """The connection to the state file at ``path`` and the lock's descriptor (-1: none).
 
@@ -205,6 +224,7 @@ def open_state_database(path: Path, *, read_only: bool) -> tuple[sqlite3.Connect
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
         owner = _lock_exclusively(path)
+        _make_private(path)
         db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
         if not read_only:

@@ -11,7 +11,7 @@ round therefore carries a secret linear check (``noise.aggregate_check``):
    forms κ and the challenge vectors ρ, and sends its tags ⟨ρ, v_k⟩ of its
    contribution to the aggregate (its egress less the pair terms it reveals;
    in a CAPE-sum round its draw q(ê_k)), blinded by pads that cancel over the
-   survivors; κ is kept in ``OUT/survivor-sets.json`` first;
+   survivors; κ is kept in ``STATE/survivor-sets.json`` first;
 3. when the aggregate A is published with every survivor's blinded tags, it
    checks Σ blinded ≡ ⟨ρ, A⟩ (mod 2^128) for each of the four vectors: a
    forged A passes with probability at most 2^-64 (docs/design.md §4.5).

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -97,20 +98,24 @@ def check_budget(ctx: SessionContext, index: int, name: str, mu: dict[str, float
 
 
 def check_session_budget(ctx: SessionContext, participants: tuple[str, ...]) -> None:
-    """Refuse (NodeRefused) a session whose remaining releases would pass the budget.
+    """Refuse (NodeRefused) a session whose remaining releases could pass the budget.
 
-    Every plan round this session has not released yet (by the ledger) is
-    planned among ``participants`` and composed with everything the ledger
-    holds; checked before this node's first release or share of the session
-    (and again after a restart).
+    The worst case the rerun cap allows: each plan round released
+    ``session.max_reruns`` + 1 times in all (every attempt but the last
+    superseded), less the attempts the ledger already holds for this
+    session, planned among ``participants`` and composed with everything
+    the ledger holds; checked before this node's first release or share of
+    the session (and again after a restart).
     """
     plan = ctx.plan
-    released = {
+    attempts = ctx.config.session.max_reruns + 1
+    released = Counter(
         e.round_name
         for e in ctx.ledger.entries
         if e.kind == "release" and e.session_id == ctx.session_id
-    }
-    rounds = {name: plan.sensitivities(name) for name in plan.round_names if name not in released}
+    )
+    left = {name: max(0, attempts - released[name]) for name in plan.round_names}
+    rounds = {name: plan.sensitivities(name) for name in plan.round_names if left[name]}
     # The delta summary after the model is part of the session's cost.
     summary = getattr(plan, "delta_summary", None)
     laplace = (
@@ -124,13 +129,20 @@ def check_session_budget(ctx: SessionContext, participants: tuple[str, ...]) -> 
     if not rounds and not laplace:
         return
     costs = budget.session_cost(ctx.config, participants, ctx.node_id, rounds)
+    releases = [mu for name, mu in costs.items() for _ in range(left[name])]
     names = [*costs, *(["delta summary"] if laplace else [])]
-    count = len(names)
+    count = len(releases) + len(laplace)
+    cap = (
+        f", each plan round at most {attempts} times (session.max_reruns = "
+        f"{ctx.config.session.max_reruns})"
+        if attempts > 1
+        else ""
+    )
     budget_refusal(
         ctx,
         f"session {ctx.session_id} ({count} release{'s' if count != 1 else ''} among "
-        f"{len(participants)} nodes: {', '.join(names)})",
-        list(costs.values()),
+        f"{len(participants)} nodes: {', '.join(names)}{cap})",
+        releases,
         laplace=laplace,
     )
 

@@ -14,12 +14,14 @@
    key) and post it. The same key signed again gives the same bundle (X25519
    and Ed25519 are deterministic), so a restarted node is answered "rejoined".
 4. Wait until the roster is final, verify every bundle against the pinned
-   identities (``node.roster.verify_roster``) and derive the pairwise seeds.
+   identities (``node.roster.verify_roster``), record it in the session's
+   entry of ``STATE/sessions.json`` — or, resuming, stop on any difference
+   from the one recorded — and derive the pairwise seeds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from node.cape_state import CapeStore
 from node.errors import AlreadyJoined, RosterError, SessionFailed, SessionStateError
@@ -30,13 +32,56 @@ from node.session.outputs import archive_previous
 from node.session.setup import LocalSetup
 from node.session_state import SessionStore
 from node.state_folder import NodeState
-from noise.keys import EphemeralKey, sign_key_bundle
+from noise.keys import EphemeralKey, key_fingerprint, sign_key_bundle
 
 __all__ = ["join"]
 
 
 def _names(nodes: tuple[str, ...] | list[str]) -> str:
     return "{" + ", ".join(sorted(nodes)) + "}"
+
+
+def _same_roster(
+    state: NodeState, session_id: str, public_keys: Mapping[str, bytes], *, resuming: bool
+) -> None:
+    """Record the roster verified for ``session_id``, or stop if it differs from the recorded one.
+
+    A roster is final once and for all, so a resuming node must be shown the
+    very roster it verified before. Every bundle in a changed one may still
+    be validly signed (a node that lost its key and joined again, accepted by
+    a lying coordinator): the seeds with that node would change mid-session,
+    and the coordinator could hold both. Raises SessionFailed naming every
+    difference.
+    """
+    entry = state.entry(session_id)
+    if entry is None:
+        return
+    if not entry.roster:
+        state.record_roster(session_id, public_keys)
+        return
+    shown = {node: bytes(key).hex() for node, key in public_keys.items()}
+    changes = []
+    for node in sorted(set(entry.roster) | set(shown)):
+        before, now = entry.roster.get(node), shown.get(node)
+        if before == now:
+            continue
+        if before is None:
+            changes.append(f"{node} was not on it")
+        elif now is None:
+            changes.append(f"{node} is missing")
+        else:
+            changes.append(
+                f"{node}'s session key is {key_fingerprint(bytes.fromhex(now))}, verified as "
+                f"{key_fingerprint(bytes.fromhex(before))}"
+            )
+    if changes:
+        when = "before the restart" if resuming else "earlier"
+        raise SessionFailed(
+            f"the roster of session {session_id} differs from the one this node verified "
+            f"{when} ({'; '.join(changes)}), though every bundle in it may be validly signed; "
+            "a final roster never changes, so the coordinator is showing this node another "
+            "roster than before. The node stops; nothing more was sent"
+        )
 
 
 def join(
@@ -153,6 +198,10 @@ def join(
             min_nodes=setup.config.min_nodes,
         )
     except RosterError as error:
+        raise SessionFailed(str(error)) from None
+    try:
+        _same_roster(state, session_id, verified.public_keys, resuming=resuming)
+    except SessionStateError as error:
         raise SessionFailed(str(error)) from None
     seeds = derive_seeds(verified, ephemeral, node_id=setup.node_id, config_hash=config_hash)
     excluded = f"; excluded: {_names(verified.excluded)}" if verified.excluded else ""

@@ -71,7 +71,9 @@ def _refuse(ctx: SessionContext, request: UnmaskRequest, reason: str) -> NoRetur
 def _survivor_sets(ctx: SessionContext, progress: RoundProgress) -> SurvivorSets:
     if progress.survivor_sets is None:
         try:
-            progress.survivor_sets = SurvivorSets(ctx.out, ctx.session_id)
+            progress.survivor_sets = SurvivorSets(
+                ctx.state.folder, ctx.session_id, legacy_out=ctx.out
+            )
         except SessionStateError as error:
             raise SessionFailed(str(error)) from None
     return progress.survivor_sets

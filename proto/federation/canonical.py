@@ -69,6 +69,7 @@ def _document(config: FederationConfig) -> dict[str, object]:
         "session": {
             "join_deadline_seconds": config.session.join_deadline_seconds,
             "round_deadline_seconds": config.session.round_deadline_seconds,
+            "max_reruns": config.session.max_reruns,
         },
         "plan": {
             "name": plan.name,

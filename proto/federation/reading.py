@@ -55,7 +55,7 @@ _TOP_KEYS: Final = (
 )
 _PRIVACY_KEYS: Final = ("epsilon", "delta", "epsilon_budget", "residual_dp", "collusion_threshold")
 _DESIGN_KEYS: Final = ("construction", "graph", "degree", "target_std")
-_SESSION_KEYS: Final = ("join_deadline_seconds", "round_deadline_seconds")
+_SESSION_KEYS: Final = ("join_deadline_seconds", "round_deadline_seconds", "max_reruns")
 _ROUND_KEYS: Final = ("name", "tensors", "noise_std")
 
 

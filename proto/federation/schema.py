@@ -269,14 +269,26 @@ class PrivacyPolicy:
             raise ConfigError("privacy.noise_design", self.noise_design, "must be a table")
 
 
+# Reruns of one plan round: each is another release of the same data.
+MAX_RERUNS = 10
+
+
 @dataclass(frozen=True)
 class SessionTimings:
-    """How long the coordinator waits for joins and for each round's uploads."""
+    """How long the coordinator waits for joins and for each round's uploads; how often it reruns.
+
+    ``max_reruns`` R: at most R superseded attempts of one plan round (a
+    round rerun after silent survivors), so at most R + 1 releases of it per
+    session, each a counted release of the same data; the budget pre-check
+    charges all R + 1.
+    """
 
     join_deadline_seconds: float = 120.0
     round_deadline_seconds: float = 600.0
+    max_reruns: int = 2
 
     def __post_init__(self) -> None:
+        whole("session.max_reruns", self.max_reruns, 0, MAX_RERUNS)
         for name in ("join_deadline_seconds", "round_deadline_seconds"):
             value = positive(f"session.{name}", getattr(self, name))
             if not MIN_DEADLINE_SECONDS <= value <= MAX_DEADLINE_SECONDS:

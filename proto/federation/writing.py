@@ -185,6 +185,8 @@ def dump_federation(config: FederationConfig, *, comments: Mapping[str, str] | N
         "# seconds the coordinator waits for every node to join, and for each round",
         f"join_deadline_seconds = {toml_value(config.session.join_deadline_seconds)}",
         f"round_deadline_seconds = {toml_value(config.session.round_deadline_seconds)}",
+        "# superseded attempts allowed per plan round, each a counted release of the same data",
+        f"max_reruns = {config.session.max_reruns}",
     ]
     lines += _plan_lines(config.plan, comments or {})
     for entry in config.nodes:

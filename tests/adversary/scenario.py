@@ -95,7 +95,7 @@ class Attack:
     def coordinator(self) -> LyingCoordinator:
         return self.serving.coordinator
 
-    def start(self, node_ids: Iterable[str] | None = None) -> None:
+    def start(self, node_ids: Iterable[str] | None = None, *, approve: str = "auto") -> None:
         for node in node_ids or self.federation.node_ids:
             self.nodes[node] = self.processes.zerosum(
                 f"node-{node}",
@@ -107,7 +107,7 @@ class Attack:
                 "--out",
                 str(self.out(node)),
                 "--approve",
-                "auto",
+                approve,
                 "--coordinator",
                 self.serving.address,
             )

@@ -6,18 +6,24 @@ does not publish; it issues a second request for the same round index to b
 and c, now saying a dropped (D = {a}). Had they answered, their pair terms
 with a plus a's seed already received would strip a's upload to its clean
 values. A node signs one survivor set per round index, ever, and keeps it in
-OUT/survivor-sets.json (node/survivor_sets.py), so both refuse ("signed once
+STATE/survivor-sets.json (node/survivor_sets.py), so both refuse ("signed once
 per round"); b is killed and restarted between the two requests, so its
-refusal comes from that file, not from memory.
+refusal comes from that file, not from memory. In the *restored* variant b's
+OUT folder is also put back as it was before b signed anything (a copy taken
+once its upload was in): it still holds b's session key, so b resumes the
+session, and the record in STATE alone makes it refuse.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from node.approval import sign_approval, write_approval
+from node.egress import EgressBundle
 from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
 from tests.adversary.reconstruct import floors, leftover, stripped
 from tests.adversary.scenario import Attack, Processes, ledger_gaps, make_federation
@@ -28,7 +34,21 @@ NODES = ("a", "b", "c")
 VICTIM = "a"
 ASKED_AGAIN = ("b", "c")
 RESTARTED = "b"
+HELD = "c"
 END = "the test coordinator ends the session after asking twice"
+
+
+def _approve(attack: Attack, node: str) -> None:
+    """As the node's output checker: approve its round-0 bundle once it is written."""
+    folder = attack.out(node) / "egress" / "round-0"
+    attack.wait_for(f"{node}'s round-0 bundle", (folder / "manifest.json").exists)
+    signed = sign_approval(
+        attack.federation.checker(node),
+        EgressBundle.manifest_sha256(folder),
+        "approve",
+        reviewer="output checker",
+    )
+    write_approval(folder, signed)
 
 
 class SecondRequest(Script):
@@ -50,13 +70,27 @@ class SecondRequest(Script):
         return record.index != 0
 
 
+@pytest.mark.parametrize("restored", [False, True], ids=["restarted", "restored"])
 def test_a_second_survivor_set_for_an_answered_round_is_refused(
-    tmp_path: Path, processes: Processes
+    tmp_path: Path, processes: Processes, restored: bool
 ) -> None:
     federation = make_federation(tmp_path / "fed", NODES)
     script = SecondRequest()
     attack = Attack(federation, tmp_path / "run", processes, script)
-    attack.start()
+    backup = tmp_path / "backup"
+    if restored:
+        # c waits at its approval gate until b's OUT is copied: b has uploaded,
+        # and the round cannot reach its unmask step, so b has signed nothing yet.
+        attack.start([n for n in NODES if n != HELD])
+        attack.start([HELD], approve="manual")
+        attack.wait_for(
+            "b's upload",
+            lambda: (r := attack.coordinator.round(0)) is not None and RESTARTED in r.uploads,
+        )
+        shutil.copytree(attack.out(RESTARTED), backup, ignore=shutil.ignore_patterns("node.lock"))
+        _approve(attack, HELD)
+    else:
+        attack.start()
     record: RoundRecord = attack.wait_for(
         "every node's answer to the first request",
         lambda: (
@@ -68,6 +102,9 @@ def test_a_second_survivor_set_for_an_answered_round_is_refused(
 
     # b is killed after its answer and started again; then b and c are asked again.
     attack.nodes[RESTARTED].kill()
+    if restored:
+        shutil.rmtree(attack.out(RESTARTED))
+        shutil.copytree(backup, attack.out(RESTARTED))
     polled = record.polls[RESTARTED]
     attack.start([RESTARTED])
     attack.wait_for(

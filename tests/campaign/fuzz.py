@@ -70,9 +70,9 @@ _REFUSALS = {
     S.NOT_FOUND,
     S.RESOURCE_EXHAUSTED,
 }
-# Per RPC: OK and the refusals it may give. INTERNAL is allowed only for bytes
-# that do not parse as the request type: that is gRPC's own answer
-# ("Exception deserializing request!") before the servicer runs.
+# Per RPC: OK and the refusals it may give. Bytes that do not parse as the
+# request type must be INVALID_ARGUMENT (the call guard's answer, in place of
+# gRPC's own INTERNAL "Exception deserializing request!").
 ALLOWED: dict[str, frozenset[grpc.StatusCode]] = {
     "Join": frozenset({S.OK, S.ALREADY_EXISTS, *_REFUSALS}),
     "GetRoster": frozenset({S.OK, *_REFUSALS}),
@@ -270,7 +270,7 @@ class CampaignReport:
 def _settled(target: Coordinator, before: str) -> str:
     """The state digest once a refused call's handler has finished (at most 2 s).
 
-    gRPC answers a request it cannot parse (INTERNAL) as soon as parsing
+    The guard answers a request it cannot parse (INVALID_ARGUMENT) as soon as parsing
     fails, while the handler of a stream may still be removing the partial
     file of the upload it had begun: that file is no change, its staying is.
     """
@@ -304,7 +304,7 @@ def run_campaign(target: Coordinator, spec: RpcSpec, count: int, seed: int) -> C
             problems.append(f"took {elapsed:.1f} s")
         allowed = ALLOWED[spec.name]
         if not _parses(spec.request, case.messages):
-            allowed = allowed | {S.INTERNAL}
+            allowed = allowed | {S.INVALID_ARGUMENT}
         if code not in allowed:
             problems.append(f"status {code.name} ({details!r})")
         if not target.alive():

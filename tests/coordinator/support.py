@@ -94,6 +94,7 @@ def make_federation(
     fixed_point_bits: int = 32,
     rounds: Sequence[str] = ("moments", "scatter"),
     layout: Layout | None = None,
+    max_reruns: int = 2,
 ) -> Federation:
     identities = {n: IdentityKey.generate() for n in node_ids}
     _IDENTITIES.update({k.public_bytes(): k for k in identities.values()})
@@ -107,6 +108,7 @@ def make_federation(
         rounds={name: layout or PLAN_LAYOUT for name in rounds},
         construction=construction,
         fixed_point_bits=fixed_point_bits,
+        max_reruns=max_reruns,
     )
     return Federation(tuple(sorted(node_ids)), identities, config)
 

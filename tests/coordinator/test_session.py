@@ -636,7 +636,8 @@ def test_survivor_silent_at_the_unmask_deadline_supersedes_the_round_and_reruns_
     ]
     assert status.rounds[0].reason == (
         "c did not answer the unmask request of round 0 ('moments'); the round is rerun as "
-        "'moments' among a, b from round 1, with fresh keys"
+        "'moments' among a, b from round 1, with fresh keys; attempt 2 of plan round 'moments' "
+        "(at most 3)"
     )
     assert [(d.node_id, d.round_index) for d in status.dropped_nodes] == [("c", 0), ("d", 0)]
     assert status.dropped_nodes[0].reason == (
@@ -671,6 +672,40 @@ def test_survivor_silent_at_the_unmask_deadline_supersedes_the_round_and_reruns_
     assert session.state() == SessionState.COMPLETED
 
 
+def test_the_rerun_cap_fails_the_session_instead_of_another_attempt(
+    clock: FakeClock, state_path: Path
+) -> None:
+    """max_reruns = 1: the first stall reruns the round, the second fails the session."""
+    fed = make_federation(("a", "b", "c", "d", "e"), min_nodes=2, max_reruns=1)
+    session = Session(Store(state_path), fed.config, clock=clock)
+    join_all(fed, session)
+    for index, (silent, speakers) in enumerate(
+        [("e", ["a", "b", "c", "d"]), ("d", ["a", "b", "c"])]
+    ):
+        data = zero_sum([*speakers, silent], N_WORDS, seed=30 + index)
+        for node in (*speakers, silent):
+            upload(session, node, index, data.payloads[node])
+        request = session.unmask_request(session.session_id, index, caller="a")
+        for node in speakers:  # the silent node never attests
+            session.attest(
+                fed.attestation(node, session.session_id, index, request.survivor_hash),
+                caller=node,
+            )
+        session.tick(clock.advance(60_000))
+    status = session.status(session.session_id)
+    assert [(r.round_name, r.status) for r in status.rounds] == [
+        ("moments", RoundStatus.SUPERSEDED),
+        ("moments", RoundStatus.FAILED),
+    ]
+    assert status.rounds[0].reason.endswith("attempt 2 of plan round 'moments' (at most 2)")
+    assert session.state() == SessionState.FAILED
+    assert session.reason() == (
+        "round 1 ('moments') would need another rerun (d silent), but plan round 'moments' was "
+        "superseded 1 time already (rounds 0), the most session.max_reruns = 1 allows: each "
+        "attempt is another release of the same data by every node"
+    )
+
+
 def test_a_survivor_that_never_attested_is_dropped_and_the_attesters_rerun_the_round(
     fed: Federation, session: Session, clock: FakeClock
 ) -> None:
@@ -692,7 +727,8 @@ def test_a_survivor_that_never_attested_is_dropped_and_the_attesters_rerun_the_r
     ]
     assert status.rounds[0].reason == (
         "c did not answer the unmask request of round 0 ('moments'); the round is rerun as "
-        "'moments' among a, b from round 1, with fresh keys"
+        "'moments' among a, b from round 1, with fresh keys; attempt 2 of plan round 'moments' "
+        "(at most 3)"
     )
     assert session.store.result(0) is None
     assert session.store.round(1).participants == ("a", "b")  # type: ignore[union-attr]

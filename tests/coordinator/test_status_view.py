@@ -105,7 +105,8 @@ def test_the_status_shows_the_unmask_step_and_a_round_superseded_by_its_rerun(
     text = render_status(status)
     assert (
         "c did not answer the unmask request of round 0 ('moments'); the round is rerun as "
-        "'moments' among a, b from round 1, with fresh keys" in text
+        "'moments' among a, b from round 1, with fresh keys; attempt 2 of plan round 'moments' "
+        "(at most 3)" in text
     )
     assert "0 of 2 submitted; awaiting a, b until" in text
     store.close()

@@ -111,7 +111,7 @@ def _vouched(node: Node, result: RoundResult) -> RoundResult:
 
     Only their sum is checked, so one survivor carries the whole tag.
     """
-    signed = SurvivorSets(node.ctx.out, SESSION).signed(result.round_index)
+    signed = SurvivorSets(node.ctx.state.folder, SESSION).signed(result.round_index)
     assert signed is not None and signed.challenge_key is not None
     assert result.aggregate is not None
     rho = challenge_vectors(signed.challenge_key, LAYOUT.size, round_index=result.round_index)
@@ -234,7 +234,7 @@ def test_a_round_aggregated_while_down_with_my_bundle_is_taken(tmp_path: Path) -
         take_aggregated(node.ctx, node.progress, node.coordinator.status_reply)
     assert plan.received == []
     # Answered before going down: the record kept the survivor set and its challenge key.
-    sets = SurvivorSets(node.ctx.out, SESSION)
+    sets = SurvivorSets(node.ctx.state.folder, SESSION)
     sets.sign(1, SignedSet(b"\x01" * 32, tuple(IDS), ()))
     sets.note_challenge(1, b"\x02" * 32)
     again = _node(tmp_path, plan=plan, status=_aggregated_while_down())

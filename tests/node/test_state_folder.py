@@ -174,6 +174,8 @@ def test_a_version_1_ledger_in_out_is_imported_once(tmp_path: Path) -> None:
     assert ledger.total("outsider").mu == pytest.approx(0.8)
     assert ledger.total("outsider").releases == 1
     assert json.loads(state.ledger_path.read_text())["version"] == 2
+    # Its sessions have no record of their own: the session list names them imported.
+    assert state.imported_sessions() == {"old"}
     # OUT now holds the copy; opening again imports nothing more.
     again: list[str] = []
     reopened = state.open_ledger(DELTA, out, again.append)
@@ -192,3 +194,69 @@ def test_an_unreadable_ledger_in_out_stops_the_node(tmp_path: Path) -> None:
     with pytest.raises(SessionStateError, match="ledger version 7"):
         NodeState(tmp_path / "state", "a").open_ledger(DELTA, out, lambda _line: None)
     assert not (tmp_path / "state" / "ledger.json").exists()
+
+
+def _opened(state: NodeState, out: Path, lines: list[str] | None = None) -> PrivacyLedger:
+    return state.open_ledger(DELTA, out, (lines if lines is not None else []).append)
+
+
+def test_a_ledger_older_than_the_session_list_is_refused(tmp_path: Path) -> None:
+    state = NodeState(tmp_path / "state", "a")
+    _joined(state, tmp_path / "out")
+    ledger = _opened(state, tmp_path / "out")
+    _release(ledger, SESSION, 0, "22" * 32)
+    state.record_release(SESSION, 0)
+    older = state.ledger_path.read_bytes()
+    _release(ledger, SESSION, 1, "33" * 32)
+    state.record_release(SESSION, 1)
+    state.ledger_path.write_bytes(older)  # restored from a backup
+    with pytest.raises(SessionStateError) as refused:
+        _opened(state, tmp_path / "fresh-out")
+    assert (
+        f"records that this node released round 1 of session {SESSION} (released rounds 0, 1)"
+        f", but the privacy ledger {state.ledger_path} holds no release of it"
+    ) in str(refused.value)
+
+
+def test_a_session_list_older_than_the_ledger_is_refused(tmp_path: Path) -> None:
+    state = NodeState(tmp_path / "state", "a")
+    _joined(state, tmp_path / "out")
+    ledger = _opened(state, tmp_path / "out")
+    _release(ledger, SESSION, 0, "22" * 32)
+    state.record_release(SESSION, 0)
+    older = state.sessions_path.read_bytes()
+    _release(ledger, SESSION, 1, "33" * 32)
+    state.record_release(SESSION, 1)
+    _joined(state, tmp_path / "out", session="1e" * 16)
+    _release(ledger, "1e" * 16, 0, "44" * 32)
+    state.record_release("1e" * 16, 0)
+    state.sessions_path.write_bytes(older)  # restored from a backup
+    with pytest.raises(SessionStateError, match=f"holds entries of session {'1e' * 16}, but"):
+        _opened(state, tmp_path / "fresh-out")
+    # The same list with the newer session but not round 1 of the first.
+    entries = json.loads(older)
+    entries["sessions"].append(json.loads(state.sessions_path.read_text())["sessions"][0])
+    entries["sessions"][-1]["session_id"] = "1e" * 16
+    entries["sessions"][-1]["released"] = [0]
+    state.sessions_path.write_text(json.dumps(entries))
+    with pytest.raises(SessionStateError) as refused:
+        _opened(state, tmp_path / "fresh-out")
+    assert (
+        f"records the release of round 1 of session {SESSION}, but {state.sessions_path} "
+        "does not (released round 0)"
+    ) in str(refused.value)
+
+
+def test_a_crash_between_the_ledger_and_the_session_list_is_repaired(tmp_path: Path) -> None:
+    state = NodeState(tmp_path / "state", "a")
+    _joined(state, tmp_path / "out")
+    ledger = _opened(state, tmp_path / "out")
+    _release(ledger, SESSION, 0, "22" * 32)  # the node stops before record_release
+    lines: list[str] = []
+    _opened(state, tmp_path / "out", lines)
+    assert lines == [
+        f"{state.sessions_path} lacked the release of round 0 of session {SESSION} that the "
+        "ledger records (the node stopped between the two writes); recorded now"
+    ]
+    entry = state.entry(SESSION)
+    assert entry is not None and entry.released == (0,) and entry.stage == "released"

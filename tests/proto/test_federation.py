@@ -266,6 +266,7 @@ MUTATIONS: dict[str, Callable[[FederationConfig], FederationConfig]] = {
     "session.round_deadline_seconds": lambda c: dataclasses.replace(
         c, session=SessionTimings(120, 601)
     ),
+    "session.max_reruns": lambda c: dataclasses.replace(c, session=SessionTimings(120, 600, 3)),
 }
 
 
@@ -440,6 +441,16 @@ TOML_ERRORS: list[tuple[str, str, str]] = [
         "session.round_deadline_seconds",
         "(30 days)",
     ),
+    (
+        edited("max_reruns = 2", "max_reruns = 11"),
+        "session.max_reruns",
+        "must be between 0 and 10",
+    ),
+    (
+        edited("max_reruns = 2", "max_reruns = 2.0"),
+        "session.max_reruns",
+        "must be a whole number",
+    ),
     (edited('federation_id = "trial-1"', 'federation_id = "../x"'), "federation_id", "1 to 64"),
     (
         edited('coordinator_address = "coord.example.org:50051"', 'coordinator_address = "coord"'),
@@ -554,6 +565,7 @@ def test_message_shows_the_bad_value() -> None:
             lambda: SessionTimings(round_deadline_seconds=float("inf")),
             "session.round_deadline_seconds",
         ),
+        (lambda: SessionTimings(max_reruns=-1), "session.max_reruns"),
         (lambda: make_config(nodes=["alpha"]), "nodes"),
         (lambda: make_config(nodes=(NodeEntry("a", KEYS["alpha"]),)), "nodes"),
         (lambda: make_config(plan="big"), "plan"),

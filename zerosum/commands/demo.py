@@ -167,8 +167,11 @@ def _init_federation(args: argparse.Namespace, node_ids: list[str], port: int) -
     if args.residual_dp:
         argv.append("--residual-dp")
     if args.plan == "logreg":
-        # T + 1 releases compose; this budget admits the default 20 steps at ε = 1 each.
+        # T + 1 releases compose; this budget admits the default 20 steps at ε = 1 each
+        # when no step may be rerun (a demo's shortcut: a real federation keeps the
+        # default cap, and its budget check charges every attempt the cap allows).
         argv += ["--plan", "logreg", "--rounds", str(args.rounds), "--epsilon-budget", "8"]
+        argv += ["--max-reruns", "0"]
     if args.delta_summary is not None:
         argv += ["--delta-summary", repr(args.delta_summary)]
     captured = io.StringIO()

@@ -267,6 +267,13 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     timing = parser.add_argument_group("session deadlines")
     timing.add_argument("--join-deadline", type=float, default=120.0, help="seconds (default 120)")
     timing.add_argument("--round-deadline", type=float, default=600.0, help="seconds (default 600)")
+    timing.add_argument(
+        "--max-reruns",
+        type=int,
+        default=SessionTimings.max_reruns,
+        help="superseded attempts allowed per plan round, each a counted release of the same "
+        "data; the budget check charges them all (default %(default)s)",
+    )
 
 
 @dataclass(frozen=True)
@@ -474,7 +481,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         ),
         min_cohort_size=args.min_cohort_size,
         min_nodes=args.min_nodes,
-        session=SessionTimings(args.join_deadline, args.round_deadline),
+        session=SessionTimings(args.join_deadline, args.round_deadline, args.max_reruns),
         stream_check=stream_fingerprint(),
         base_dir=out,
     )
