@@ -40,6 +40,7 @@ from node.errors import LocalDataError, ModelFitError
 from node.plans.deltab_settings import DeltabSettings
 from node.plans.interface import PlanDefinition
 from node.release import TensorSensitivity
+from noise.fixed_point import FixedPointCodec
 from noise.layout import Layout
 from proto.federation import ConfigError, FederationConfig, PlanSpec, RoundSpec
 
@@ -162,6 +163,7 @@ class DeltabPlan:
         self.state = deltab_plan.NodeState(settings=self.settings)
         self._tensors: dict[str, dict[str, NDArray[np.float64]]] = {}
         self._received: set[str] = set()
+        self._aggregates: dict[str, dict[str, NDArray[np.float64]]] = {}
 
     @property
     def complete(self) -> bool:
@@ -202,6 +204,9 @@ class DeltabPlan:
                 f"{error}" + (" (the aggregate carries residual DP noise)" if noisy else "")
             ) from error
         self._received.add(round_name)
+        self._aggregates[round_name] = {
+            k: np.asarray(v, dtype=np.float64) for k, v in aggregate.items()
+        }
 
     # -- local facts for the audit record and the SDC evidence ---------
 
@@ -278,6 +283,43 @@ class DeltabPlan:
             raise RuntimeError("the model is not fitted: the sums round has not been received")
         delta = np.asarray(model.predict_delta(self.cohort.features, self.cohort.age))
         return self.cohort.age + delta, delta
+
+    def summary_deltas(self) -> NDArray[np.float64]:
+        """This node's deltas (years) under the model fitted *without* its own subjects.
+
+        The delta summary (docs/design.md §8) scores this node's subjects with
+        the model of the others: the sums aggregate less this node's own
+        fixed-point contribution, q(x_k). Both are integers times 2^-F decoded
+        exactly in float64 (well inside 2^53), so the difference is exactly
+        Σ_{j≠k} q(x_j) (plus the residual noise, if any), which does not depend
+        on this node's subjects: one of them added or removed changes its own
+        delta only. Under nan_policy "mean" the others' sums depend on this
+        node through the imputation means, so it is refused.
+        """
+        if self.settings.nan_policy != "drop":
+            raise ModelFitError(
+                "the delta summary needs plan.model.nan_policy = 'drop': under mean imputation "
+                "the other nodes' sums depend on this node's subjects through the global means"
+            )
+        aggregate = self._aggregates.get(SUMS)
+        if aggregate is None:
+            raise RuntimeError("the model is not fitted: the sums round has not been received")
+        codec = FixedPointCodec(self.config.fixed_point_bits)
+        layout = {r.name: r.layout for r in self.config.plan.rounds}[SUMS]
+        own = layout.decode(layout.encode(self.tensors(SUMS), codec), codec)
+        others = {name: aggregate[name] - own[name] for name in aggregate}
+        state = deltab_plan.NodeState(settings=self.settings)
+        try:
+            deltab_plan.receive(SUMS, others, state, noisy=self.config.privacy.residual_dp)
+        except ValueError as error:
+            raise ModelFitError(
+                f"the other nodes' sums cannot fit the configured model for the delta summary: "
+                f"{error}"
+            ) from error
+        assert state.model is not None
+        return np.asarray(
+            state.model.predict_delta(self.cohort.features, self.cohort.age), dtype=np.float64
+        )
 
 
 def _cell(value: float) -> str:
