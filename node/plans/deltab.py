@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 PLAN_NAME: Final = "deltab"
-PLAN_VERSION: Final = "2"
+PLAN_VERSION: Final = "3"
 
 
 def deltab_rounds(settings: DeltabSettings) -> tuple[RoundSpec, ...]:
@@ -245,9 +245,9 @@ class DeltabPlan:
             )
             if MEANS in self.round_names:
                 notes.append(
-                    "Missing feature values are replaced by the global means released in round "
-                    "'means', so these sums depend on the other nodes' data through those means "
-                    "(their noise scale does not: it follows from the public bounds)."
+                    "Missing feature values count as 0 in these sums; the global means of round "
+                    "'means' fill them in after aggregation, so no value here depends on another "
+                    "node's data."
                 )
         return tuple(notes)
 
@@ -288,34 +288,31 @@ class DeltabPlan:
         """This node's deltas (years) under the model fitted *without* its own subjects.
 
         The delta summary (docs/design.md §8) scores this node's subjects with
-        the model of the others: the sums aggregate less this node's own
-        fixed-point contribution, q(x_k). Both are integers times 2^-F decoded
+        the model of the others: each round's aggregate less this node's own
+        fixed-point contribution q(x_k). Both are integers times 2^-F decoded
         exactly in float64 (well inside 2^53), so the difference is exactly
         Σ_{j≠k} q(x_j) (plus the residual noise, if any), which does not depend
         on this node's subjects: one of them added or removed changes its own
-        delta only. Under nan_policy "mean" the others' sums depend on this
-        node through the imputation means, so it is refused.
+        delta only. Under nan_policy "mean" the others' zero-filled sums are
+        completed with the others' own means (from their ``means`` round),
+        so that holds there too.
         """
-        if self.settings.nan_policy != "drop":
-            raise ModelFitError(
-                "the delta summary needs plan.model.nan_policy = 'drop': under mean imputation "
-                "the other nodes' sums depend on this node's subjects through the global means"
-            )
-        aggregate = self._aggregates.get(SUMS)
-        if aggregate is None:
-            raise RuntimeError("the model is not fitted: the sums round has not been received")
         codec = FixedPointCodec(self.config.fixed_point_bits)
-        layout = {r.name: r.layout for r in self.config.plan.rounds}[SUMS]
-        own = layout.decode(layout.encode(self.tensors(SUMS), codec), codec)
-        others = {name: aggregate[name] - own[name] for name in aggregate}
+        layouts = {r.name: r.layout for r in self.config.plan.rounds}
         state = deltab_plan.NodeState(settings=self.settings)
-        try:
-            deltab_plan.receive(SUMS, others, state, noisy=self.config.privacy.residual_dp)
-        except ValueError as error:
-            raise ModelFitError(
-                f"the other nodes' sums cannot fit the configured model for the delta summary: "
-                f"{error}"
-            ) from error
+        for name in self.round_names:
+            aggregate = self._aggregates.get(name)
+            if aggregate is None:
+                raise RuntimeError(f"the model is not fitted: round {name!r} has not been received")
+            own = layouts[name].decode(layouts[name].encode(self.tensors(name), codec), codec)
+            others = {key: aggregate[key] - own[key] for key in aggregate}
+            try:
+                deltab_plan.receive(name, others, state, noisy=self.config.privacy.residual_dp)
+            except ValueError as error:
+                raise ModelFitError(
+                    "the other nodes' sums cannot fit the configured model for the delta "
+                    f"summary: {error}"
+                ) from error
         assert state.model is not None
         return np.asarray(
             state.model.predict_delta(self.cohort.features, self.cohort.age), dtype=np.float64

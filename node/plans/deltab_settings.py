@@ -177,17 +177,6 @@ class DeltabSettings:
         summary = None
         if "delta_summary" in tables:
             summary = DeltaSummarySettings.from_table(tables["delta_summary"])
-            if summary.enabled and nan_policy != "drop":
-                # The summary scores a node's subjects with the model fitted without
-                # them (docs/design.md §8); under "mean" that model still depends on
-                # them through the imputation means every node used.
-                raise ConfigError(
-                    "plan.delta_summary.enabled",
-                    True,
-                    f"needs plan.model.nan_policy = 'drop' (it is {nan_policy!r}): with mean "
-                    "imputation the other nodes' sums depend on this node's subjects through "
-                    "the global means, so no model is free of them",
-                )
         return cls(kind, n_features, n_components, nan_policy, clipping, summary)
 
     def to_tables(self) -> dict[str, dict[str, Any]]:
