@@ -21,6 +21,13 @@ at the ledger's δ (Dong, Roth & Su 2022, Corollary 3.3; Balle & Wang 2018).
 :func:`session_cost` gives the μ of each of a session's plan rounds among its
 participants; :func:`over_budget` composes prospective releases with the
 ledger and returns every checked class above the cap.
+
+An unmask answer with pair terms is a release too: it raises the μ of the
+round's release for the coalition classes (``ReleaseNoise.mu_after_unmask``).
+:func:`reveal_excess` composes the ledger with the release raised that way
+and returns every checked class that would pass the cap — an unbounded class
+(μ = ∞, no noise left against it) always does — so that the node refuses
+before the answer is recorded or sent (docs/design.md §4.6).
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ __all__ = [
     "excess_sentence",
     "one_session",
     "over_budget",
+    "reveal_excess",
+    "reveal_sentence",
     "session_cost",
     "standalone_totals",
     "unbounded_note",
@@ -205,4 +214,69 @@ def unbounded_note(labels: Collection[str], residual_dp: bool) -> str:
     return (
         f"not held to the budget: {', '.join(free)} (without residual noise the coordinator "
         "learns the exact sums, ε = ∞ by design; privacy.residual_dp bounds it)"
+    )
+
+
+def reveal_excess(
+    ledger: PrivacyLedger,
+    *,
+    session_id: str,
+    round_index: int,
+    after: Mapping[str, float],
+    budget: float,
+    residual_dp: bool,
+) -> list[ClassExcess]:
+    """Every checked class an unmask answer would take above ``budget``.
+
+    ``after`` is the μ per class of the round's release once the answer's
+    pair terms are revealed; the ledger's latest release of (session, round)
+    is raised to it, as the unmask entry would raise it once recorded.
+    """
+    before = {t.label: t for t in ledger.totals()}
+    out = []
+    for total in ledger.totals(unmask=(session_id, round_index, after)):
+        if not checked(total.label, residual_dp):
+            continue
+        if math.isinf(total.mu) or total.epsilon > budget * (1.0 + BUDGET_RTOL):
+            prior = before.get(total.label)
+            out.append(
+                ClassExcess(
+                    label=total.label,
+                    epsilon=total.epsilon,
+                    releases=total.releases,
+                    before_epsilon=prior.epsilon if prior else 0.0,
+                    before_releases=prior.releases if prior else 0,
+                )
+            )
+    return out
+
+
+def reveal_sentence(
+    excess: ClassExcess,
+    *,
+    before: Mapping[str, float],
+    after: Mapping[str, float],
+    delta: float,
+    budget: float,
+) -> str:
+    """Why an unmask answer is refused for one class, with the numbers.
+
+    ``before``/``after``: the release's μ per class without and with the
+    answer's pair terms revealed.
+    """
+    was, then = before.get(excess.label, 0.0), after.get(excess.label, 0.0)
+
+    def eps(mu: float) -> str:
+        return "inf" if math.isinf(mu) else f"{gaussian_epsilon(mu, delta):.4g}"
+
+    left = (
+        "no noise at all (μ = inf)"
+        if math.isinf(then)
+        else f"μ = {then:.4g} (ε = {eps(then)} for this release, was {eps(was)})"
+    )
+    total = "inf" if math.isinf(excess.epsilon) else f"{excess.epsilon:.4g}"
+    return (
+        f"{describe(excess.label)} ({excess.label}) would face {left}, bringing its total to "
+        f"ε = {total} over {excess.releases} release{'s' if excess.releases != 1 else ''} "
+        f"(the ledger holds ε = {excess.before_epsilon:.4g}), above the budget of {budget:g}"
     )

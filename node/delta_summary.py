@@ -37,10 +37,11 @@ standard deviation its square root, and the quantiles are read off the
 noised histogram (its counts floored at 0, then the cumulative count
 interpolated linearly inside a bin): post-processing, no further cost.
 
-The deltas come from the federated model, itself a function of released
-aggregates: for any fixed model the summary is ε-DP in the cohort, so it
-composes adaptively with the model's releases (the ledger adds its ε to
-theirs).
+These bounds need a model that does not depend on the subject: the node
+passes the deltas under the model fitted on the other nodes' sums (the plan's
+``summary_deltas``, docs/design.md §8), so one subject changes its own delta
+only and the summary is ε-DP in the cohort against any observer (the ledger
+adds its ε to every class).
 
 Limits. The noise scale uses N₀, not the node's own N:
 a node with N ≫ N₀ pays more noise than its N would need, the price of a

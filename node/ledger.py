@@ -275,13 +275,25 @@ class PrivacyLedger:
         *,
         extras: Sequence[Mapping[str, float]] = (),
         laplace: Sequence[float] = (),
+        unmask: tuple[str, int, Mapping[str, float]] | None = None,
     ) -> tuple[ObserverTotal, ...]:
         """Composed μ and ε per observer class.
 
         ``extra``/``extras`` add prospective Gaussian releases (μ per class),
-        ``laplace`` prospective Laplace releases (ε, seen by every class).
+        ``laplace`` prospective Laplace releases (ε, seen by every class), and
+        ``unmask`` = (session id, round index, μ) a prospective unmask answer:
+        it raises the round's latest release to that μ, as
+        :meth:`record_unmask` would.
         """
-        per_release = list(self.release_mu().values())
+        by_release = self.release_mu()
+        if unmask is not None:
+            session_id, round_index, raised = unmask
+            release = self.release_entry(session_id, round_index)
+            key = (
+                release.release_key if release is not None else (session_id, round_index, "unmask")
+            )
+            _raise_to(by_release.setdefault(key, {}), check_mu(raised))
+        per_release = list(by_release.values())
         prospective = ([extra] if extra is not None else []) + list(extras)
         per_release.extend(check_mu(mu) for mu in prospective)
         pure = [*self.laplace_releases().values(), *(float(e) for e in laplace)]

@@ -16,11 +16,12 @@ round's bundle (``node.egress``) so the same review, approval and viewers work:
     SHA-256 (which model the deltas come from), the public delta range, N₀,
     each query's sensitivity, ε and scale with its derivation, the statistics,
     the receipt (this release's ε and the node's composed totals after it),
-    the SDC evidence (N) and the SHA-256 of the other files. Its own SHA-256 is
+    the SDC evidence (N ≥ N₀ only: the exact N is not DP, so no file of the
+    bundle holds it) and the SHA-256 of the other files. Its own SHA-256 is
     what a checker signs.
 
-The exact values, the histogram before and after noise and the count of
-clipped deltas stay in ``OUT/audit/delta-summary/audit.json``.
+The exact N, the exact values, the histogram before and after noise and the
+count of clipped deltas stay in ``OUT/audit/delta-summary/audit.json``.
 """
 
 from __future__ import annotations
@@ -189,7 +190,9 @@ class SummaryBundle:
         rows = _statistic_rows(summary)
         settings = summary.settings
         values = cls.values_csv(rows)
-        where = f"node {node_id!r}, session {session_id}, N={summary.n_subjects} subjects"
+        # No exact N in the bundle: it leaves the TRE whole, and N is not DP (the
+        # noised histogram's total is the DP estimate). Only N ≥ N₀, public.
+        where = f"node {node_id!r}, session {session_id}, N ≥ {summary.n_floor} subjects"
         privacy = (
             f"Laplace mechanism, ε = {settings.epsilon:g} in all (ε/3 each for the mean, the "
             "second moment and the histogram the quantiles are read from); neighbouring "
@@ -203,7 +206,7 @@ class SummaryBundle:
             "method": "zerosum delta summary",
             "session_id": session_id,
             "node_id": node_id,
-            "n_subjects": summary.n_subjects,
+            "n_at_least": summary.n_floor,
             "epsilon": settings.epsilon,
         }
         results = {
@@ -215,7 +218,7 @@ class SummaryBundle:
                 "files": [{"name": name, "sdc": {}}],
                 "outcome": {},
                 "command": f"zerosum node --node-id {node_id} (delta summary)",
-                "summary": f"review; Laplace-noised delta summary, N={summary.n_subjects}",
+                "summary": f"review; Laplace-noised delta summary, N ≥ {summary.n_floor}",
                 "timestamp": created,
                 "comments": [what, where, privacy],
                 "exception": (
@@ -277,7 +280,10 @@ class SummaryBundle:
                     for t in totals
                 ],
             },
-            "sdc": {"n_subjects": summary.n_subjects},
+            "sdc": {
+                "n_at_least": summary.n_floor,
+                "n_subjects": "withheld (not DP); a node releases nothing below N₀",
+            },
             "checksums": checksums,
         }
         manifest_bytes = atomic_write_json(folder / MANIFEST, manifest)
@@ -292,6 +298,7 @@ class SummaryBundle:
                 "session_id": session_id,
                 "node_id": node_id,
                 "manifest_sha256": checksums_all[MANIFEST],
+                "n_subjects": summary.n_subjects,
                 "exact": dict(summary.exact),
                 "released": dict(summary.released),
                 "clipped": summary.clipped,

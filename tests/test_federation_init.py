@@ -329,28 +329,43 @@ def test_a_20_mb_upload_streams_under_the_default_message_limit(
 
 
 @pytest.mark.parametrize(
-    ("nodes", "extra", "says"),
+    ("nodes", "extra", "expected"),
     [
-        ("a,b,c", [], "no node may drop out before the last round (min_nodes = 2 allows more)"),
-        ("a,b,c,d", [], "at most 1 node may drop out"),
-        ("a,b,c", ["--min-nodes", "3"], None),
-        ("a,b,c", ["--collusion-threshold", "0"], None),
-        ("a,b", [], None),
+        ("a,b,c", [], (3, "with 3 nodes no node may drop out")),
+        ("a,b,c,d", [], (3, "with 4 nodes at most 1 node may drop out of a round")),
+        ("a,b,c,d,e", ["--collusion-threshold", "2"], (4, "at most 1 node may drop out")),
+        ("a,b,c,d", ["--min-nodes", "4"], (4, "with 4 nodes no node may drop out")),
+        ("a,b,c", ["--collusion-threshold", "0"], (2, "at most 1 node may drop out")),
+        ("a,b,c,d,e,f", ["--graph", "harary", "--degree", "4"], (4, "at most 2 nodes")),
+        ("a,b", [], (2, "with 2 nodes no node may drop out")),
     ],
 )
-def test_init_says_when_a_dropout_cannot_be_survived(
+def test_init_sets_min_nodes_so_no_dropout_leaves_a_class_unbounded(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     nodes: str,
     extra: list[str],
-    says: str | None,
+    expected: tuple[int, str],
 ) -> None:
+    min_nodes, says = expected
     assert init("--nodes", nodes, "--out", str(tmp_path / "fed"), *extra) == 0
+    out = capsys.readouterr().out
+    config = load_federation(tmp_path / "fed" / "federation.toml")
+    assert config.min_nodes == min_nodes
+    line = [x for x in out.splitlines() if x.startswith(f"min_nodes = {min_nodes}:")]
+    assert len(line) == 1 and "no dropout leaves an observer class without noise" in line[0]
+    assert says in line[0]
+
+
+def test_init_refuses_a_min_nodes_that_lets_a_dropout_unbound_a_class(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The old default: 3 nodes, T = 1, min_nodes = 2. A survivor of one dropout
+    # would reveal its pair term with it, and one colluder holds the other.
+    assert init("--nodes", "a,b,c", "--out", str(tmp_path / "fed"), "--min-nodes", "2") == 2
     err = capsys.readouterr().err
-    if says is None:
-        assert "note:" not in err
-    else:
-        assert "every round needs at least" in err and says in err
+    assert "--min-nodes 2 is below 3" in err and "collusion threshold 1" in err
+    assert not (tmp_path / "fed" / "federation.toml").exists()
 
 
 def test_a_budget_below_one_session_is_refused_naming_the_class(

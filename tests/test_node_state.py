@@ -212,10 +212,17 @@ def test_the_budget_binds_across_sessions_and_the_second_is_refused_at_start(
         # Without residual noise the coordinator is unbounded by design: listed, not checked.
         assert "not held to the budget: coordinator, coalition:1" in text
         assert "nothing was sent" in text
-        # Nothing of a's data left; it withdrew, and the others finished without it.
+        # Nothing of a's data left; it withdrew. The others, fresh ledgers and all, do
+        # not reveal their pair terms with a either: one colluder holding an answer
+        # would know two of a survivor's three terms, ε = _epsilon(2) > 1.2 for one release.
         assert "a" not in second.uploaders(0)
-        for node in "bcd":
-            assert isinstance(outcomes[node], RunOutcome), outcomes[node]
+        assert _epsilon(2) > 1.2
+        assert not [n for n in "bcd" if isinstance(outcomes[n], RunOutcome)], outcomes
+        reasons = [str(outcomes[n]) for n in "bcd" if isinstance(outcomes[n], NodeRefused)]
+        assert reasons, outcomes
+        for reason in reasons:
+            assert "revealing my pair terms with {a} in round 0" in reason, reason
+            assert "(colluders:1)" in reason and "above the budget of 1.2" in reason
         dropped = {d.node_id: d.reason for d in second.session.status().dropped_nodes}
         assert "above the budget" in dropped["a"]
     record = _state(fed).entry(session_id)

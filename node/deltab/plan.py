@@ -9,10 +9,12 @@ One-release plan (the default), ``rounds_for(settings.nan_policy)``:
   node) centres the total exactly and solves for the model, which equals the
   pooled fit on the concatenated data. Noise scales follow from the public
   bounds alone (``sums.sensitivity``).
-* ``nan_policy="mean"``: ``("means", "sums")``. After the ``means`` round
-  every node holds the global means of the observed values
-  (``receive("means", ...)``) and fills its missing values with them before
-  computing its sums.
+* ``nan_policy="mean"``: ``("means", "sums")``. The ``means`` round gives
+  the counts and sums of the observed values and the missingness cross-sums,
+  the ``sums`` round the sums of the zero-filled data; neither depends on the
+  other. ``receive("sums", ...)`` fills the gaps in the aggregated sums with
+  the global means (``uncentred.complete_sums``), so no node's release depends
+  on another node's data.
 
 Centred two-round plan, ``ROUNDS = ("moments", "scatter")``: the global
 means first, then sums of values centred by them (``stats``). Its centring and
@@ -54,7 +56,13 @@ from node.deltab.stats import (
     standardisation_from_moments,
 )
 from node.deltab.sums import MEANS, SUMS, rounds_for
-from node.deltab.uncentred import imputation_values, local_means, local_sums, model_from_sums
+from node.deltab.uncentred import (
+    complete_sums,
+    imputation_values,
+    local_means,
+    local_sums,
+    model_from_sums,
+)
 
 __all__ = [
     "KNOWN_ROUNDS",
@@ -115,10 +123,11 @@ class PlanSettings:
 class NodeState:
     """One node's memory between rounds (confounds are the node's own data).
 
-    ``fill`` is the pre-scaled imputation of missing feature values (after the
-    ``means`` round); ``standardisation`` the global means of the centred plan
-    (after ``moments``); ``model`` the fitted model (after ``sums`` or
-    ``scatter``).
+    ``fill`` is the pre-scaled imputation of missing feature values and
+    ``means`` the aggregate it came from (after the ``means`` round; the sums
+    round's aggregate is completed with both); ``standardisation`` the global
+    means of the centred plan (after ``moments``); ``model`` the fitted model
+    (after ``sums`` or ``scatter``).
     """
 
     settings: PlanSettings = field(default_factory=PlanSettings)
@@ -127,6 +136,7 @@ class NodeState:
     model: BrainAgeModel | None = None
     clipped: dict[str, ClipCounts] = field(default_factory=dict)
     fill: FloatArray | None = None
+    means: dict[str, ArrayLike] | None = None
 
 
 def _unknown(round_name: str) -> ValueError:
@@ -145,14 +155,8 @@ def round_tensors(round_name: str, X: ArrayLike, age: ArrayLike, state: NodeStat
             X, age, bounds, confounds=state.confounds, nan_policy=policy
         )
     if round_name == SUMS:
-        if policy == "mean" and state.fill is None:
-            raise ValueError(
-                "the sums round under nan_policy='mean' fills missing values with the global "
-                "means; call receive('means', aggregate, state) first."
-            )
-        return local_sums(
-            X, age, confounds=state.confounds, bounds=bounds, nan_policy=policy, fill=state.fill
-        )
+        # Under "mean" the zero-filled sums: the imputation follows aggregation.
+        return local_sums(X, age, confounds=state.confounds, bounds=bounds, nan_policy=policy)
     if round_name == MEANS:
         if policy != "mean":
             raise ValueError(
@@ -195,7 +199,15 @@ def receive(
     settings = state.settings
     if round_name == MEANS:
         state.fill = imputation_values(aggregate, settings.bounds)
+        state.means = dict(aggregate)
     elif round_name == SUMS:
+        if settings.nan_policy == "mean":
+            if state.fill is None or state.means is None:
+                raise ValueError(
+                    "the sums round under nan_policy='mean' is completed with the global "
+                    "means; call receive('means', aggregate, state) first."
+                )
+            aggregate = complete_sums(aggregate, state.means, state.fill)
         state.model = model_from_sums(
             aggregate, settings.bounds, fill=state.fill, noisy=noisy, **settings.model_params()
         )
@@ -223,11 +235,11 @@ def finish(
     settings = PlanSettings() if settings is None else settings
     if SUMS in aggregates:
         fill = None
+        sums = aggregates[SUMS]
         if MEANS in aggregates:
             fill = imputation_values(aggregates[MEANS], settings.bounds)
-        return model_from_sums(
-            aggregates[SUMS], settings.bounds, fill=fill, **settings.model_params()
-        )
+            sums = complete_sums(sums, aggregates[MEANS], fill)
+        return model_from_sums(sums, settings.bounds, fill=fill, **settings.model_params())
     if MOMENTS in aggregates and SCATTER in aggregates:
         standardisation = standardisation_from_moments(aggregates[MOMENTS], settings.bounds)
         return model_from_scatter(aggregates[SCATTER], standardisation, **settings.model_params())

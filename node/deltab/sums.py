@@ -15,13 +15,28 @@ diagonal included (its diagonal is Σx²); ``sum_xc`` is Σ x kᵀ.
 Missing feature values. With ``nan_policy="drop"`` each node leaves out its
 subjects with any missing value, and complete data need nothing else: one
 round, one release. With ``nan_policy="mean"`` a missing value is replaced by
-the global mean of the observed values, which needs a first round
+the global mean m of the observed values. No node's release may depend on
+that mean: it is a function of every node's exact first-round aggregate, so a
+release computed from it would depend on each subject through the mean too,
+beyond its declared sensitivity (docs/design.md §7.3). The imputation is
+therefore applied after aggregation, like the centring. With o the indicator
+of an observed value and x₀ the features with missing values set to 0, the
+sums of the completed data x̃ = x₀ + (1 − o)∘m are
+
+    Σx̃ = Σx₀ + m∘M           Σx̃x̃ᵀ = Σx₀x₀ᵀ + W diag(m) + diag(m) Wᵀ + diag(m) Q diag(m)
+    Σx̃y = Σx₀y + m∘Σ(1−o)y   Σx̃y² = Σx₀y² + m∘Σ(1−o)y²   Σx̃kᵀ = Σx₀kᵀ + diag(m) Σ(1−o)kᵀ
+
+with W = Σx₀(1 − o)ᵀ, Q = Σ(1 − o)(1 − o)ᵀ and M = diag Q, the missing
+counts. So a first round
 
 ``"means"``: count_x (P,), sum_x (P,) — per feature, the number and the sum of
-the observed pre-scaled values,
+the observed pre-scaled values — and sum_x_miss (P, P) = W, count_miss
+(P(P+1)/2,) = Q packed, sum_y_miss (P,), sum_y2_miss (P,) (with confounds
+sum_c_miss (P, C)),
 
-after which every node fills its gaps with clamp(sum_x / count_x, -1, 1) and
-sends its ``"sums"`` of the completed data.
+and the ``"sums"`` round of the zero-filled data x₀; neither depends on the
+other, and the completion (``uncentred.complete_sums``) is post-processing of
+the two aggregates.
 
 Nothing here depends on data: names, shapes and sensitivities are functions
 of the public settings (P, C, the policy and the bounds), so every node, the
@@ -74,7 +89,17 @@ def round_shapes(
     _check_round(round_name)
     p, c = n_features, n_confounds
     if round_name == MEANS:
-        return {"count_x": (p,), "sum_x": (p,)}
+        means: dict[str, tuple[int, ...]] = {
+            "count_x": (p,),
+            "sum_x": (p,),
+            "sum_x_miss": (p, p),
+            "count_miss": (packed_size(p),),
+            "sum_y_miss": (p,),
+            "sum_y2_miss": (p,),
+        }
+        if c:
+            means["sum_c_miss"] = (p, c)
+        return means
     shapes: dict[str, tuple[int, ...]] = {
         "n": (),
         "sum_x": (p,),
@@ -126,14 +151,16 @@ def sensitivity(round_name: str, bounds: Bounds) -> dict[str, float]:
       ‖x‖‖k‖ ≤ √(PC); sum_yc, sum_y2c → ‖y k‖, ‖y² k‖ ≤ √C.
 
     means: count_x → ‖indicator of observed values‖ ≤ √P; sum_x → √P over
-    the observed values.
+    the observed values; sum_x_miss → ‖x₀ (1 − o)ᵀ‖_F = ‖x₀‖‖1 − o‖ ≤
+    √(a(P − a)) with a the subject's observed count, at most √(⌊P/2⌋⌈P/2⌉);
+    count_miss → the packed triangle of (1 − o)(1 − o)ᵀ, √(P(P+1)/2) (every
+    value missing); sum_y_miss, sum_y2_miss → √P; sum_c_miss → √(PC).
 
-    Under ``nan_policy="mean"`` the "sums" round runs on completed data whose
-    filled-in values are global means clamped into [-1, 1], so the same cube,
-    and the same figures, hold. (Conditioning the second release on the first
-    one's output is sound under adaptive composition.) Unlike the centred
-    two-round plan (``stats.sensitivity``), no figure depends on a mean
-    derived from other nodes' data.
+    Under ``nan_policy="mean"`` the "sums" round runs on the zero-filled data,
+    so the same cube, and the same figures, hold, and no figure — nor any
+    released value — depends on a mean derived from other nodes' data (the
+    imputation is applied to the aggregates: module docstring). The two
+    releases are independent mechanisms and compose as such.
 
     The whole round's sensitivity is the L2 norm of these figures
     (:func:`round_sensitivity`).
@@ -142,7 +169,17 @@ def sensitivity(round_name: str, bounds: Bounds) -> dict[str, float]:
     p, c = bounds.n_features, bounds.n_confounds
     root_p = math.sqrt(p)
     if round_name == MEANS:
-        return {"count_x": root_p, "sum_x": root_p}
+        means = {
+            "count_x": root_p,
+            "sum_x": root_p,
+            "sum_x_miss": math.sqrt((p // 2) * (p - p // 2)),
+            "count_miss": math.sqrt(packed_size(p)),
+            "sum_y_miss": root_p,
+            "sum_y2_miss": root_p,
+        }
+        if c:
+            means["sum_c_miss"] = math.sqrt(p * c)
+        return means
     out = {
         "n": 1.0,
         "sum_x": root_p,
@@ -178,6 +215,13 @@ DERIVATIONS: dict[str, dict[str, str]] = {
     MEANS: {
         "count_x": "√P (the count of observed values per feature: one indicator per feature)",
         "sum_x": "√P (the sum of the observed pre-scaled feature values, each in [-1, 1])",
+        "sum_x_miss": "√(⌊P/2⌋⌈P/2⌉) (Σ x₀(1 − o)ᵀ: each observed value times each missing "
+        "indicator, a·(P − a) products in [-1, 1] for a observed values)",
+        "count_miss": "√(P(P+1)/2) (the packed upper triangle of Σ (1 − o)(1 − o)ᵀ: pairs of "
+        "missing indicators)",
+        "sum_y_miss": "√P (Σ (1 − o)·y: the pre-scaled age per missing feature, in [-1, 1])",
+        "sum_y2_miss": "√P (Σ (1 − o)·y²: per missing feature, in [0, 1])",
+        "sum_c_miss": "√(PC) (Σ (1 − o)kᵀ: P·C products, each in [-1, 1])",
     },
     SUMS: {
         "n": "1 (the number of subjects: its own count)",

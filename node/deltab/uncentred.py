@@ -52,10 +52,13 @@ its mean by less than the fixed-point resolution is not caught by this
 relative rule, but then its sums carry no information either.
 
 Missing values (``nan_policy="mean"``): the ``means`` round gives per feature
-the count and the sum of the observed values (:func:`local_means`); every node
-fills its gaps with the clamped global mean (:func:`imputation_values`) and
-sends the sums of the completed data. ``BrainAgeModel(nan_policy="mean")``
-applies the same rule to pooled data.
+the count and the sum of the observed values and the missingness cross-sums
+(:func:`local_means`), the ``sums`` round the sums of the zero-filled data
+(:func:`local_sums`); after aggregation the clamped global mean
+(:func:`imputation_values`) fills the gaps in the sums themselves
+(:func:`complete_sums`, the identities in ``sums``), so no node's release
+depends on it. ``BrainAgeModel(nan_policy="mean")`` applies the same rule to
+pooled data.
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ IndexArray = NDArray[np.intp]
 __all__ = [
     "CANCELLATION_RTOL",
     "centred_from_sums",
+    "complete_sums",
     "imputation_values",
     "local_means",
     "local_sums",
@@ -107,13 +111,22 @@ def local_means(
     not imputed).
     """
     features, ages, conf = _validated(X, age, confounds, "mean")
-    features, _, _ = _prescale(features, ages, conf, bounds)
+    features, y, k = _prescale(features, ages, conf, bounds)
     observed = ~np.isnan(features)
     filled = features if observed.all() else np.where(observed, features, 0.0)
-    return {
+    missing = (~observed).astype(np.float64)
+    tensors: Tensors = {
         "count_x": observed.sum(axis=0).astype(np.float64),
         "sum_x": filled.sum(axis=0),
+        # What completing the zero-filled sums after aggregation needs (sums module).
+        "sum_x_miss": filled.T @ missing,
+        "count_miss": pack_symmetric(missing.T @ missing),
+        "sum_y_miss": missing.T @ y,
+        "sum_y2_miss": missing.T @ (y * y),
     }
+    if k.shape[1]:
+        tensors["sum_c_miss"] = missing.T @ k
+    return tensors
 
 
 def imputation_values(means: Mapping[str, ArrayLike], bounds: Bounds | None = None) -> FloatArray:
@@ -125,7 +138,14 @@ def imputation_values(means: Mapping[str, ArrayLike], bounds: Bounds | None = No
     ``sums`` round relies on).
     """
     p = int(np.shape(means["sum_x"])[0]) if "sum_x" in means else 0
-    tensors = check_tensors(MEANS, means, p)
+    # Only the counts and sums are needed here (the cross-sums complete the sums).
+    tensors = {
+        name: value
+        for name, value in check_tensors(
+            MEANS, _with_cross_sums(means, p), p, _confounds_of(means)
+        ).items()
+        if name in ("count_x", "sum_x")
+    }
     if bounds is not None:
         bounds.check_shapes(p, bounds.n_confounds)
     count = tensors["count_x"]
@@ -150,20 +170,16 @@ def local_sums(
     """The ``sums`` round of one node (names and shapes: ``sums.round_shapes``).
 
     ``nan_policy="drop"`` leaves out the node's subjects with any missing
-    value; ``"mean"`` replaces a missing feature value by ``fill`` (from
-    :func:`imputation_values`, in pre-scaled units).
+    value; ``"mean"`` replaces a missing feature value by ``fill`` (in
+    pre-scaled units), by 0 when ``fill`` is None: the zero-filled sums a
+    node releases, completed after aggregation by :func:`complete_sums`.
     """
     check_nan_policy(nan_policy, NAN_POLICIES)
     features, ages, conf = _validated(X, age, confounds, nan_policy)
     x, y, k = _prescale(features, ages, conf, bounds)
     missing = np.isnan(x)
     if missing.any():
-        if fill is None:
-            raise ValueError(
-                "some feature values are missing; nan_policy='mean' fills them with the global "
-                "means, so the 'means' round must be received first."
-            )
-        values = np.asarray(fill, dtype=np.float64)
+        values = np.zeros(x.shape[1]) if fill is None else np.asarray(fill, dtype=np.float64)
         if values.shape != (x.shape[1],):
             raise ValueError(
                 f"fill has shape {values.shape}; expected one value per feature, ({x.shape[1]},)."
@@ -190,6 +206,52 @@ def local_sums(
             "sum_y2c": k.T @ y2,
         }
     return tensors
+
+
+def _confounds_of(means: Mapping[str, ArrayLike]) -> int:
+    return int(np.shape(means["sum_c_miss"])[1]) if "sum_c_miss" in means else 0
+
+
+def _with_cross_sums(means: Mapping[str, ArrayLike], p: int) -> dict[str, ArrayLike]:
+    """``means`` with zero cross-sums where absent (counts and sums alone: no gaps to fill)."""
+    out = dict(means)
+    for name, shape in (
+        ("sum_x_miss", (p, p)),
+        ("count_miss", (p * (p + 1) // 2,)),
+        ("sum_y_miss", (p,)),
+        ("sum_y2_miss", (p,)),
+    ):
+        out.setdefault(name, np.zeros(shape))
+    return out
+
+
+def complete_sums(
+    sums: Mapping[str, ArrayLike], means: Mapping[str, ArrayLike], fill: ArrayLike
+) -> Tensors:
+    """The ``sums`` of the mean-imputed data from those of the zero-filled data.
+
+    ``sums``: the aggregated ``sums`` round (zero-filled data x₀); ``means``:
+    the aggregated ``means`` round (its missingness cross-sums W, Q, Σ(1−o)y,
+    Σ(1−o)y², Σ(1−o)kᵀ); ``fill``: the pre-scaled imputation m
+    (:func:`imputation_values`). The identities of the ``sums`` module:
+    post-processing of the two aggregates, exact up to float64 rounding.
+    """
+    m = np.asarray(fill, dtype=np.float64)
+    p = m.shape[0]
+    out: Tensors = {name: np.array(value, dtype=np.float64) for name, value in sums.items()}
+    w = np.asarray(means["sum_x_miss"], dtype=np.float64).reshape(p, p)
+    q = unpack_symmetric(np.asarray(means["count_miss"], dtype=np.float64), p)
+    out["sum_x"] = out["sum_x"] + m * np.diag(q)
+    xx = unpack_symmetric(out["sum_xx"], p)
+    xx = xx + w * m[None, :] + m[:, None] * w.T + q * np.outer(m, m)
+    out["sum_xx"] = pack_symmetric(xx)
+    out["sum_xy"] = out["sum_xy"] + m * np.asarray(means["sum_y_miss"], dtype=np.float64)
+    out["sum_xy2"] = out["sum_xy2"] + m * np.asarray(means["sum_y2_miss"], dtype=np.float64)
+    if "sum_xc" in out and "sum_c_miss" in means:
+        out["sum_xc"] = out["sum_xc"] + m[:, None] * np.asarray(
+            means["sum_c_miss"], dtype=np.float64
+        )
+    return out
 
 
 def _central_powers(raw: list[float], b: float) -> list[float]:

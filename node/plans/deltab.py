@@ -42,6 +42,7 @@ from node.plans.deltab_settings import DeltabSettings
 from node.plans.interface import PlanDefinition
 from node.preflight import ClipShare, CohortPreflight
 from node.release import TensorSensitivity
+from noise.fixed_point import FixedPointCodec
 from noise.layout import Layout
 from proto.federation import ConfigError, FederationConfig, PlanSpec, RoundSpec
 
@@ -58,7 +59,7 @@ __all__ = [
 ]
 
 PLAN_NAME: Final = "deltab"
-PLAN_VERSION: Final = "2"
+PLAN_VERSION: Final = "3"
 
 
 def deltab_rounds(settings: DeltabSettings) -> tuple[RoundSpec, ...]:
@@ -158,6 +159,7 @@ class DeltabPlan:
         self._received: set[str] = set()
         # After predict(): a sentence on subjects outside the training bounds, if any.
         self.prediction_note: str | None = None
+        self._aggregates: dict[str, dict[str, NDArray[np.float64]]] = {}
 
     @property
     def complete(self) -> bool:
@@ -235,6 +237,9 @@ class DeltabPlan:
                 f"{error}" + (" (the aggregate carries residual DP noise)" if noisy else "")
             ) from error
         self._received.add(round_name)
+        self._aggregates[round_name] = {
+            k: np.asarray(v, dtype=np.float64) for k, v in aggregate.items()
+        }
 
     # -- local facts for the audit record and the SDC evidence ---------
 
@@ -273,9 +278,9 @@ class DeltabPlan:
             )
             if MEANS in self.round_names:
                 notes.append(
-                    "Missing feature values are replaced by the global means released in round "
-                    "'means', so these sums depend on the other nodes' data through those means "
-                    "(their noise scale does not: it follows from the public bounds)."
+                    "Missing feature values count as 0 in these sums; the global means of round "
+                    "'means' fill them in after aggregation, so no value here depends on another "
+                    "node's data."
                 )
         return tuple(notes)
 
@@ -336,6 +341,40 @@ class DeltabPlan:
         )
         delta = np.asarray(model.predict_delta(features, self.cohort.age))
         return self.cohort.age + delta, delta
+
+    def summary_deltas(self) -> NDArray[np.float64]:
+        """This node's deltas (years) under the model fitted *without* its own subjects.
+
+        The delta summary (docs/design.md §8) scores this node's subjects with
+        the model of the others: each round's aggregate less this node's own
+        fixed-point contribution q(x_k). Both are integers times 2^-F decoded
+        exactly in float64 (well inside 2^53), so the difference is exactly
+        Σ_{j≠k} q(x_j) (plus the residual noise, if any), which does not depend
+        on this node's subjects: one of them added or removed changes its own
+        delta only. Under nan_policy "mean" the others' zero-filled sums are
+        completed with the others' own means (from their ``means`` round),
+        so that holds there too.
+        """
+        codec = FixedPointCodec(self.config.fixed_point_bits)
+        layouts = {r.name: r.layout for r in self.config.plan.rounds}
+        state = deltab_plan.NodeState(settings=self.settings)
+        for name in self.round_names:
+            aggregate = self._aggregates.get(name)
+            if aggregate is None:
+                raise RuntimeError(f"the model is not fitted: round {name!r} has not been received")
+            own = layouts[name].decode(layouts[name].encode(self.tensors(name), codec), codec)
+            others = {key: aggregate[key] - own[key] for key in aggregate}
+            try:
+                deltab_plan.receive(name, others, state, noisy=self.config.privacy.residual_dp)
+            except ValueError as error:
+                raise ModelFitError(
+                    "the other nodes' sums cannot fit the configured model for the delta "
+                    f"summary: {error}"
+                ) from error
+        assert state.model is not None
+        return np.asarray(
+            state.model.predict_delta(self.cohort.features, self.cohort.age), dtype=np.float64
+        )
 
 
 def _cell(value: float) -> str:

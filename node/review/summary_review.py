@@ -8,7 +8,9 @@ look, 2 fail). Checks:
 * ``integrity`` — every SHA-256 and ``values.csv`` against the manifest;
 * ``config`` — the manifest's ε, delta range, bins, quantiles and N₀ are the
   federation's ``[plan.delta_summary]`` and ``min_cohort_size``;
-* ``sdc`` — N at least the SDC minimum (ACRO's 10 by default) and N₀;
+* ``sdc`` — the bundle states only N ≥ N₀ (an exact N in it fails: not DP),
+  at least the SDC minimum (ACRO's 10 by default); with ``--audit`` the exact
+  N of the audit record as well;
 * ``privacy`` — every sensitivity recomputed from the range and N₀, every
   scale as sensitivity/ε, the shares adding up to the release's ε, ε within
   the budget, and the receipt's composed totals within it;
@@ -125,15 +127,43 @@ def _config(manifest: Mapping[str, Any], config: FederationConfig) -> list[Findi
 
 
 def _sdc(
-    manifest: Mapping[str, Any], thresholds: SDCThresholds, config: FederationConfig | None
+    manifest: Mapping[str, Any],
+    thresholds: SDCThresholds,
+    config: FederationConfig | None,
+    record: Mapping[str, Any] | None,
 ) -> list[Finding]:
-    n = int(manifest["sdc"]["n_subjects"])
+    """N against the SDC minimum: the manifest's public N ≥ N₀, the exact N from the audit.
+
+    The bundle leaves the TRE whole, so it carries no exact N (not DP); with
+    ``--audit`` the reviewer checks the exact N kept in the TRE as well.
+    """
+    sdc = manifest["sdc"]
+    if isinstance(sdc.get("n_subjects"), int | float) and not isinstance(
+        sdc.get("n_subjects"), bool
+    ):
+        return [fail("sdc", "the manifest holds the exact N, which is not DP; it must not leave")]
+    floor = int(sdc["n_at_least"])
     need = max(
         thresholds.safe_threshold, config.min_cohort_size if config else 0, int(manifest["n_floor"])
     )
+    if floor < need:
+        return [fail("sdc", f"the bundle states N ≥ {floor}, below the minimum {need}")]
+    if record is None:
+        return [
+            passed(
+                "sdc",
+                f"N ≥ {floor} (minimum {need}; {thresholds.source}); the exact N is in the "
+                "audit record (--audit)",
+            )
+        ]
+    if not isinstance(record.get("n_subjects"), int):
+        return [look("sdc", f"N ≥ {floor}; the audit record holds no exact N to check")]
+    n = int(record["n_subjects"])
     if n < need:
-        return [fail("sdc", f"N = {n} subjects is below the minimum {need}")]
-    return [passed("sdc", f"N = {n} subjects (minimum {need}; {thresholds.source})")]
+        return [fail("sdc", f"N = {n} subjects (audit record) is below the minimum {need}")]
+    return [
+        passed("sdc", f"N = {n} subjects in the audit record (minimum {need}; {thresholds.source})")
+    ]
 
 
 def _privacy(manifest: Mapping[str, Any], config: FederationConfig | None) -> list[Finding]:
@@ -282,12 +312,13 @@ def review_summary(
     if found is not None:
         config = found[0]
         findings += _config(manifest, config)
-    findings += _sdc(manifest, thresholds, config)
-    findings += _privacy(manifest, config)
     record = None
+    more: list[Finding] = []
     if audit is not None:
         more, record = _audit(Path(audit), manifest)
-        findings += more
+    findings += _sdc(manifest, thresholds, config, record)
+    findings += _privacy(manifest, config)
+    findings += more
     keys = checker_keys(config, bundle.node_id) if config is not None else {}
     decision = current_decision(folder, keys) if config is not None else DecisionState("none")
     findings.append(decision_finding(decision, config, bundle.node_id))
@@ -301,7 +332,7 @@ def summary_text(review: SummaryReview) -> str:
     if bundle is not None:
         m = bundle.manifest
         lines += [
-            f"  node {m['node_id']!r}, session {m['session_id']}, N = {m['sdc']['n_subjects']}; "
+            f"  node {m['node_id']!r}, session {m['session_id']}, N ≥ {m['sdc']['n_at_least']}; "
             f"Laplace, ε = {m['epsilon']:g} (neighbours: {m['adjacency']})",
             f"  deltas clipped to the declared range [{m['delta_range'][0]:g}, "
             f"{m['delta_range'][1]:g}] years; N₀ = {m['n_floor']}",

@@ -1,13 +1,15 @@
 """The delta summary after the model: budget, noised statistics, bundle, approval, ledger.
 
 When ``[plan.delta_summary]`` is enabled the node, once its model is written,
-summarises its own subjects' deltas (``node.delta_summary``) and writes the
-bundle of ``node.summary_bundle``. As for a round's egress the budget is
-checked first (the summary's ε is seen by every observer class), the output
-checker's decision is awaited (the same gate and checker keys), and the
-ledger records the release before it may leave. A bundle already on disk
-(a restart after it was written) is verified and taken as it is: drawing new
-noise would be a second release.
+summarises its own subjects' deltas under the model fitted without them (the
+plan's ``summary_deltas``: the others' sums, so the summary is ε-DP in this
+node's cohort whatever else is known; docs/design.md §8) with
+``node.delta_summary`` and writes the bundle of ``node.summary_bundle``. As
+for a round's egress the budget is checked first (the summary's ε is seen
+by every observer class), the output checker's decision is awaited (the
+same gate and checker keys), and the ledger records the release before it
+may leave. A bundle already on disk (a restart after it was written) is
+verified and taken as it is: drawing new noise would be a second release.
 
 The ledger entry is written before the bundle, not after the approval: once
 the bundle is on disk a checker may approve it and the TRE export it while
@@ -25,7 +27,7 @@ import numpy as np
 
 from node.approval import ApprovalGate
 from node.delta_summary import summarise
-from node.errors import EgressIntegrityError, NodeRefused, SessionFailed
+from node.errors import EgressIntegrityError, ModelFitError, NodeRefused, SessionFailed
 from node.session.context import SessionContext
 from node.session.egress_steps import budget_refusal
 from node.session.self_masking import private_seed
@@ -44,8 +46,9 @@ __all__ = ["release_delta_summary"]
 def release_delta_summary(ctx: SessionContext, model_path: Path) -> Path | None:
     """Write, get approved and record this node's delta summary; its folder (None if off)."""
     settings = getattr(ctx.plan, "delta_summary", None)
-    predict = getattr(ctx.plan, "predict", None)
-    if settings is None or predict is None:
+    # The deltas under the model fitted without this node's subjects (docs/design.md §8).
+    summary_deltas = getattr(ctx.plan, "summary_deltas", None)
+    if settings is None or summary_deltas is None:
         return None
     folder = summary_folder(ctx.out)
     if (folder / MANIFEST).exists():
@@ -64,7 +67,10 @@ def release_delta_summary(ctx: SessionContext, model_path: Path) -> Path | None:
         ctx.say(f"delta summary: taking the bundle written before the restart, {folder}")
     else:
         budget_refusal(ctx, "releasing the delta summary", [], laplace=[settings.epsilon])
-        _, deltas = predict()
+        try:
+            deltas = summary_deltas()
+        except ModelFitError as error:
+            raise NodeRefused(f"the delta summary cannot be released: {error}") from None
         deltas = deltas[np.isfinite(deltas)]
         try:
             summary = summarise(

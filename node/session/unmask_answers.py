@@ -7,10 +7,15 @@ every survivor attested the same set — send this node's self-mask seed and,
 if nodes dropped, its pair terms with them (under CAPE, in a CAPE-sum round,
 its pads with them), or refuse with a sentence. The rules are those of
 ``node.unmask`` (consistent request, enough survivors, every attestation
-verified, answers of earlier attempts respected) and the noise floor: what is
+verified, answers of earlier attempts respected), the noise floor — what is
 left on this node's egress once the terms are revealed must stay at or above
-it. Everything an answer reveals is recorded in the ledger before it leaves,
-and counted as revealed from then on, whether or not the coordinator takes it.
+it — and the budget: pair terms raise the round's release for the coalition
+classes (``ReleaseNoise.mu_after_unmask``), so the ledger with the release
+raised that way must keep every class the policy bounds finite and within
+``privacy.epsilon_budget`` (``node.budget.reveal_excess``), or the node refuses
+with a sentence naming the class and the numbers. Everything an answer
+reveals is recorded in the ledger before it leaves, and counted as revealed
+from then on, whether or not the coordinator takes it.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import NoReturn
 import numpy as np
 from numpy.typing import NDArray
 
+from node import budget
 from node.errors import GatewayError, NodeRefused, SessionFailed, SessionStateError
 from node.gateway import UnmaskRequest
 from node.masking import unmask_corrections
@@ -262,14 +268,18 @@ def _corrections(
         shortfall = noise.floor_shortfall(revealed)
         if shortfall is not None:
             _refuse(ctx, request, shortfall)
+        after = noise.mu_after_unmask(revealed)
         if not _recorded(ctx, index, revealed, request):
+            excess = _reveal_excess(ctx, index, revealed, noise.mu(), after)
+            if excess is not None:
+                _refuse(ctx, request, excess)
             ctx.ledger.record_unmask(
                 session_id=ctx.session_id,
                 round_index=index,
                 round_name=request.round_name,
                 dropped=sorted(revealed),
                 survivors=request.survivors,
-                mu=noise.mu_after_unmask(revealed),
+                mu=after,
             )
         corrections = unmask_corrections(
             noise, ctx.seeds, layout, request.dropped, round_index=index, codec=ctx.codec
@@ -281,6 +291,42 @@ def _corrections(
     earlier.dropped |= revealed
     earlier.survivors |= set(request.survivors)
     return corrections
+
+
+def _reveal_excess(
+    ctx: SessionContext,
+    index: int,
+    revealed: set[str],
+    before: dict[str, float],
+    after: dict[str, float],
+) -> str | None:
+    """Why revealing pair terms with ``revealed`` would pass the budget of a class, or None.
+
+    Every class the policy bounds (``node.budget.checked``) is composed with
+    the ledger, the round's release raised to ``after``; a class left with no
+    noise at all is refused whatever the budget.
+    """
+    privacy = ctx.config.privacy
+    excess = budget.reveal_excess(
+        ctx.ledger,
+        session_id=ctx.session_id,
+        round_index=index,
+        after=after,
+        budget=privacy.epsilon_budget,
+        residual_dp=privacy.residual_dp,
+    )
+    if not excess:
+        return None
+    classes = "; ".join(
+        budget.reveal_sentence(
+            e, before=before, after=after, delta=privacy.delta, budget=privacy.epsilon_budget
+        )
+        for e in excess
+    )
+    return (
+        f"revealing my pair terms with {_names(revealed)} in round {index}: {classes} "
+        "(privacy.epsilon_budget, over every session in my ledger); nothing was revealed"
+    )
 
 
 def _cape_pads(

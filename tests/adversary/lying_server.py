@@ -545,6 +545,9 @@ class LyingCoordinator:
                 raise Refused(grpc.StatusCode.INVALID_ARGUMENT, str(error)) from None
         with self.lock:
             record.answers[caller] = Answer(caller, header, corrections)
+            # The answering node waits for this receipt: whatever the script
+            # reads of it now, the node wrote before its answer left.
+            self.script.answered(self, record, record.answers[caller])
             self._maybe_publish(record)
             return pb.UnmaskReceipt(
                 session_id=self.session_id,

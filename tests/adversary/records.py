@@ -118,6 +118,9 @@ class Script:
         by_node = record.attestations.get(shown.survivor_hash, {})
         return [by_node[n] for n in sorted(by_node)]
 
+    def answered(self, server: LyingCoordinator, record: RoundRecord, answer: Answer) -> None:
+        """Called as ``answer`` arrives, before its node gets the receipt (honest: nothing)."""
+
     def publish(
         self, server: LyingCoordinator, record: RoundRecord, view: Shown, *, unanimous: bool
     ) -> bool:

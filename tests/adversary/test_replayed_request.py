@@ -2,11 +2,11 @@
 
 Round 0 runs honestly up to its unmask answers: everyone survived (D = ∅),
 every node attests that set and sends its self-mask seed. The coordinator
-does not publish; it issues a second request for the same round index to b
-and c, now saying a dropped (D = {a}). Had they answered, their pair terms
+does not publish; it issues a second request for the same round index to b,
+c and d, now saying a dropped (D = {a}). Had they answered, their pair terms
 with a plus a's seed already received would strip a's upload to its clean
 values. A node signs one survivor set per round index, ever, and keeps it in
-STATE/survivor-sets.json (node/survivor_sets.py), so both refuse ("signed once
+STATE/survivor-sets.json (node/survivor_sets.py), so all three refuse ("signed once
 per round"); b is killed and restarted between the two requests, so its
 refusal comes from that file, not from memory. In the *restored* variant b's
 OUT folder is also put back as it was before b signed anything (a copy taken
@@ -30,9 +30,11 @@ from tests.adversary.scenario import Attack, Processes, ledger_gaps, make_federa
 
 pytestmark = pytest.mark.integration
 
-NODES = ("a", "b", "c")
+# Four nodes: with T = 1 a round needs T + 2 = 3 survivors (min_nodes), so the
+# second request's set of three is refused for being a second set, not a small one.
+NODES = ("a", "b", "c", "d")
 VICTIM = "a"
-ASKED_AGAIN = ("b", "c")
+ASKED_AGAIN = ("b", "c", "d")
 RESTARTED = "b"
 HELD = "c"
 END = "the test coordinator ends the session after asking twice"
@@ -100,7 +102,7 @@ def test_a_second_survivor_set_for_an_answered_round_is_refused(
     first = record.shown[VICTIM][0]
     assert first.dropped == () and all(record.attested(n) == {first.survivor_hash} for n in NODES)
 
-    # b is killed after its answer and started again; then b and c are asked again.
+    # b is killed after its answer and started again; then b, c and d are asked again.
     attack.nodes[RESTARTED].kill()
     if restored:
         shutil.rmtree(attack.out(RESTARTED))
@@ -133,7 +135,7 @@ def test_a_second_survivor_set_for_an_answered_round_is_refused(
         assert "Traceback" not in text, text
         assert (
             f"zerosum node {node}: failed: refused to unmask round 0 ('sums'): I already "
-            "signed survivors {a, b, c} (dropped {}) for round 0" in text
+            "signed survivors {a, b, c, d} (dropped {}) for round 0" in text
         ), text
     assert codes == dict.fromkeys(NODES, 1), attack.describe()
     # Every seed reached the server, no pair term did: each upload keeps its mask.

@@ -1,13 +1,13 @@
 """A coordinator replays a whole session id to collect what one run of it withheld.
 
-First run: the coordinator tells b and c that a dropped (they send their
+First run: the coordinator tells b, c and d that a dropped (they send their
 seeds and pair terms with a) and tells a that everyone survived (a attests,
-but never sees b's and c's signatures of that set, so it keeps its seed). It
-publishes the sum over {b, c}, so b and c complete the session. Second run,
+but never sees the others' signatures of that set, so it keeps its seed). It
+publishes the sum over {b, c, d}, so b, c and d complete the session. Second run,
 under the *same* session id: the nodes are started again and the coordinator
 shows everyone the set "all survived" for round 0 — if a now revealed the
 seed of an upload carrying the same egress, the pair terms from the first run
-would strip it. What b and c recorded of the session in their node state
+would strip it. What b, c and d recorded of the session in their node state
 folders stops them: they refuse the replayed session id at the join
 (node/state_folder.py), so a never sees the signatures it waits for. (Were they to
 rejoin, the record of pair terms already revealed would still stop a second,
@@ -27,9 +27,11 @@ from tests.adversary.scenario import Attack, Processes, ledger_gaps, make_federa
 
 pytestmark = pytest.mark.integration
 
-NODES = ("a", "b", "c")
+# Four nodes: with T = 1 a round needs T + 2 = 3 survivors (min_nodes), so the
+# others answer a dropped set of one.
+NODES = ("a", "b", "c", "d")
 VICTIM = "a"
-OTHERS = ("b", "c")
+OTHERS = ("b", "c", "d")
 END = "the test coordinator ends the replayed session"
 
 
@@ -63,7 +65,7 @@ def test_a_replayed_session_id_gets_no_second_survivor_set(
     floor = floors(attack.manifest(VICTIM, 0))
     key = attack.session_key(VICTIM)
     beta = attack.self_mask_seed(VICTIM, 0, key)
-    assert first_codes == {"a": 1, "b": 0, "c": 0}, attack.describe()
+    assert first_codes == {"a": 1, **dict.fromkeys(OTHERS, 0)}, attack.describe()
     assert first.result is not None and first.result.survivors == OTHERS
     assert VICTIM not in first.answers
     # The victim learnt that its upload was left out of the published sum.
@@ -77,7 +79,7 @@ def test_a_replayed_session_id_gets_no_second_survivor_set(
     attack.coordinator.new_session(session_id)
     attack.coordinator.script = Script()
     attack.start()
-    # b and c stop on their own, at the join or at the unmask step.
+    # b, c and d stop on their own, at the join or at the unmask step.
     others = {n: attack.nodes[n].wait(60) for n in OTHERS}
     record = attack.coordinator.round(0)
     if record is not None:

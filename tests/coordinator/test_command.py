@@ -359,6 +359,6 @@ def test_a_failed_session_exits_1_with_the_reason(
     assert coordinator.finish() == 1
     assert coordinator.seen[-1].endswith(
         f"session {session_id} failed: only 1 of 3 nodes joined before the join deadline "
-        "(b, c missing); the federation requires at least 2"
+        "(b, c missing); the federation requires at least 3"
     )
     assert (tmp_path / "coordinator" / "state.sqlite").is_file()

@@ -14,11 +14,11 @@ with exactly the same command line:
 (c) ``uploaded``: ``a`` approves automatically while ``b`` waits for manual
     approval; ``a`` is killed once its round-0 upload is recorded, and again
     once its round-1 upload is recorded (round 0 aggregated in between);
-(d) ``unmask``: ``c`` is killed for good at its round-1 gate and ``b`` is
-    frozen (SIGSTOP) after its round-1 upload; at the round deadline the
-    coordinator asks ``a`` and ``b`` to unmask ``c``; ``a`` attests the
-    survivor set and is killed; restarted, it attests again, ``b`` is thawed,
-    and both send their pair terms with ``c``.
+(d) ``unmask`` (four nodes): ``c`` is killed for good at its round-1 gate and
+    ``b`` is frozen (SIGSTOP) after its round-1 upload; at the round deadline
+    the coordinator asks ``a``, ``b`` and ``d`` to unmask ``c``; ``a`` attests
+    the survivor set and is killed; restarted, it attests again, ``b`` is
+    thawed, and all three send their pair terms with ``c``.
 
 Residual noise is off, so each published aggregate is exact: in (a)–(c) every
 node's model.json must be the very same bytes in every scenario, the
@@ -60,6 +60,10 @@ from tests.integration.conftest import (
 pytestmark = pytest.mark.integration
 
 NODES = ("a", "b", "c")
+# (d) runs four nodes: with T = 1 a round needs T + 2 = 3 survivors (min_nodes),
+# so that revealing pair terms with c leaves every observer class some noise.
+UNMASK_NODES = ("a", "b", "c", "d")
+SURVIVORS = ("a", "b", "d")
 VICTIM = "a"
 FULL = ("joined", "at-gate", "uploaded")  # every node takes part in both rounds
 # The unmask scenario waits for a round deadline, so it starts first.
@@ -68,8 +72,8 @@ SCENARIOS = ("unmask", *FULL)
 # outlast a node's restart on a loaded two-core machine.
 DEADLINE = 30.0
 # In (d) round 1 waits out its deadline for c; the unmask deadline (the same
-# length) must outlast a's restart.
-UNMASK_DEADLINE = 10.0
+# length) must outlast a's restart, with four node processes on the machine.
+UNMASK_DEADLINE = 20.0
 
 
 @dataclass
@@ -176,19 +180,19 @@ def _uploaded(run: SessionRun, turns: Turns) -> Finished:
 
 def _unmask(run: SessionRun, turns: Turns) -> Finished:
     restarts: list[Spawned] = []
-    _start(run, turns, {"a": "auto", "b": "auto", "c": "manual"})
+    _start(run, turns, {"a": "auto", "b": "auto", "c": "manual", "d": "auto"})
     run.approve("c", 0)
     run.at_gate("c", 1)
     run.nodes["c"].kill()
     wait_until(
-        lambda: {"a", "b"} <= run.state.uploads(1),
-        what="the round-1 uploads of a and b",
-        alive=[run.coordinator, run.nodes["a"], run.nodes["b"]],
+        lambda: set(SURVIVORS) <= run.state.uploads(1),
+        what="the round-1 uploads of a, b and d",
+        alive=[run.coordinator, *(run.nodes[n] for n in SURVIVORS)],
     )
     frozen = run.nodes["b"]
     frozen.freeze()
     try:
-        attested = "round 1 ('sums'): attested survivors {a, b} (dropped {c})"
+        attested = "round 1 ('sums'): attested survivors {a, b, d} (dropped {c})"
         wait_until(
             lambda: attested in run.nodes[VICTIM].stderr(),
             what="node a to attest the survivor set",
@@ -206,7 +210,7 @@ def _unmask(run: SessionRun, turns: Turns) -> Finished:
         # The process is this test's child; SIGCONT lets it answer (or be killed at teardown).
         os.kill(frozen.pid, signal.SIGCONT)
     codes = {"coordinator": run.coordinator.wait(120)}
-    for node in ("a", "b"):
+    for node in SURVIVORS:
         codes[node] = run.nodes[node].wait(30)
     codes["c"] = run.nodes["c"].kill()
     found = run.state.session()
@@ -226,16 +230,19 @@ STEPS: dict[str, Callable[[SessionRun, Turns], Finished]] = {
 def federations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Federation]:
     root = tmp_path_factory.mktemp("restart")
 
-    def make(name: str, deadline: float) -> Federation:
+    def make(name: str, nodes: tuple[str, ...], deadline: float) -> Federation:
         return init_federation(
             root / name,
-            NODES,
-            cohort_sizes=(150, 120, 130),
+            nodes,
+            cohort_sizes=(150, 120, 130, 140)[: len(nodes)],
             join_deadline=DEADLINE,
             round_deadline=deadline,
         )
 
-    return {"full": make("full", DEADLINE), "unmask": make("unmask", UNMASK_DEADLINE)}
+    return {
+        "full": make("full", NODES, DEADLINE),
+        "unmask": make("unmask", UNMASK_NODES, UNMASK_DEADLINE),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -288,14 +295,14 @@ def test_a_node_restarted_during_unmask_answers_once_and_finishes_exactly(
 ) -> None:
     done = outcome(sessions, "unmask")
     run = done.run
-    assert done.codes == {"coordinator": 0, "a": 0, "b": 0, "c": -9}, run.describe()
+    assert done.codes == {"coordinator": 0, "a": 0, "b": 0, "d": 0, "c": -9}, run.describe()
     published = run.state.result(1)
     assert published is not None
-    assert published[0] == ("a", "b")
-    assert [len(attempt[0]) for attempt in run.state.unmask_attempts(1)] == [2]
-    assert _model(run.out("a")) == _model(run.out("b"))
+    assert published[0] == SURVIVORS
+    assert [len(attempt[0]) for attempt in run.state.unmask_attempts(1)] == [3]
+    assert _model(run.out("a")) == _model(run.out("b")) == _model(run.out("d"))
     federation = federations["unmask"]
-    expected = reference_model(federation, NODES, ("a", "b"))
+    expected = reference_model(federation, UNMASK_NODES, SURVIVORS)
     assert relative_difference(run.model(VICTIM), expected, federation.holdout()) <= 1e-9
     unmask = [e for e in run.ledger(VICTIM)["entries"] if e["kind"] == "unmask"]
     assert [(e["round_index"], e["details"]["dropped"]) for e in unmask] == [(1, ["c"])]

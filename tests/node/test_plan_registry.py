@@ -32,7 +32,7 @@ def test_both_plans_are_announced_as_entry_points_and_built_in() -> None:
     announced = {e.name for e in entry_points(group=registry.ENTRY_POINT_GROUP)}
     assert {"deltab", "logreg"} <= announced
     plans = installed_plans()
-    assert plans["deltab"].version == "2" and plans["logreg"].version == "1"
+    assert plans["deltab"].version == "3" and plans["logreg"].version == "1"
     assert len(plans["deltab"].digest()) == 64
 
 
@@ -65,7 +65,7 @@ def test_an_unknown_plan_or_version_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PlanMismatch, match=r"no such plan is installed here \(installed: .*deltab"):
         plan_for(other)
     old = dataclasses.replace(config, plan=dataclasses.replace(config.plan, version="1"))
-    with pytest.raises(PlanMismatch, match="has plan 'deltab' version '2' installed"):
+    with pytest.raises(PlanMismatch, match="has plan 'deltab' version '3' installed"):
         plan_for(old)
 
 

@@ -282,7 +282,15 @@ def test_shapes_from_the_settings_are_the_shapes_of_the_local_tensors(
         assert expected_shapes(round_name, 7, n_confounds) == shapes
         receive(round_name, combine([tensors]), state)
     assert round_shapes(SUMS, 7)["sum_xx"] == (28,)
-    assert round_shapes(MEANS, 7) == {"count_x": (7,), "sum_x": (7,)}
+    assert round_shapes(MEANS, 7) == {
+        "count_x": (7,),
+        "sum_x": (7,),
+        "sum_x_miss": (7, 7),
+        "count_miss": (28,),
+        "sum_y_miss": (7,),
+        "sum_y2_miss": (7,),
+    }
+    assert round_shapes(MEANS, 7, 2)["sum_c_miss"] == (7, 2)
     with pytest.raises(ValueError, match="round_name must be one of"):
         round_shapes("moments", 7)
     with pytest.raises(ValueError, match="nan_policy must be one of"):
@@ -369,7 +377,14 @@ def test_sensitivity_bounds_adding_a_subject_to_a_cohort(cohort_factory: CohortF
 def test_means_round_sensitivity_over_every_pattern_of_missing_values() -> None:
     bounds = Bounds(np.array([0.0, -2.0, 10.0]), np.array([1.0, 2.0, 20.0]), 40, 90)
     limits = sensitivity(MEANS, bounds)
-    assert limits == {"count_x": math.sqrt(3), "sum_x": math.sqrt(3)}
+    assert limits == {
+        "count_x": math.sqrt(3),
+        "sum_x": math.sqrt(3),
+        "sum_x_miss": math.sqrt(2),  # one observed and two missing, or two and one
+        "count_miss": math.sqrt(6),  # every value missing
+        "sum_y_miss": math.sqrt(3),
+        "sum_y2_miss": math.sqrt(3),
+    }
     worst = dict.fromkeys(limits, 0.0)
     for corner in itertools.product([0, 1, 2], repeat=3):  # lower bound, upper bound, missing
         x = np.array(
@@ -380,9 +395,10 @@ def test_means_round_sensitivity_over_every_pattern_of_missing_values() -> None:
                 ]
             ]
         )
-        for name, norm in _term_norms(local_means(x, [50.0], bounds=bounds)).items():
-            assert norm <= limits[name] * (1 + 1e-12)
-            worst[name] = max(worst[name], norm)
+        for age in (40.0, 65.0, 90.0):  # the age bounds and the middle
+            for name, norm in _term_norms(local_means(x, [age], bounds=bounds)).items():
+                assert norm <= limits[name] * (1 + 1e-12)
+                worst[name] = max(worst[name], norm)
     assert worst == pytest.approx(limits, rel=1e-12)
 
 
@@ -499,8 +515,10 @@ def test_malformed_sums_and_means_are_refused(cohort: Cohort) -> None:
         imputation_values(empty)
     gappy = cohort.X.copy()
     gappy[3, 4] = np.nan
-    with pytest.raises(ValueError, match="the 'means' round must be received first"):
-        local_sums(gappy, cohort.age, nan_policy="mean")
+    # Without a fill the missing values count as 0: the zero-filled sums a node releases.
+    zero = local_sums(gappy, cohort.age, nan_policy="mean")
+    filled = local_sums(np.nan_to_num(gappy), cohort.age, nan_policy="mean")
+    assert all(np.array_equal(zero[k], filled[k]) for k in zero)
     with pytest.raises(ValueError, match=r"fill has shape \(3,\); expected one value per feature"):
         local_sums(gappy, cohort.age, nan_policy="mean", fill=np.zeros(3))
     with pytest.raises(ValueError, match="nan_policy must be one of"):

@@ -31,7 +31,8 @@ def read_summaries(out: Path, node_ids: list[str]) -> list[dict[str, Any]]:
             {
                 "node_id": node_id,
                 "epsilon": manifest["epsilon"],
-                "n_subjects": manifest["sdc"]["n_subjects"],
+                # The bundle holds no exact N (not DP); the demo reads the audit record.
+                "n_subjects": audit["n_subjects"],
                 "scales": {q["name"]: q["scale"] for q in manifest["queries"]},
                 "released": {s["name"]: s["value"] for s in manifest["statistics"]},
                 "exact": audit["exact"],

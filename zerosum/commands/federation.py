@@ -188,7 +188,11 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     )
     privacy.add_argument("--min-cohort-size", type=int, default=100, help="(default 100)")
     privacy.add_argument(
-        "--min-nodes", type=int, default=2, help="fewest survivors per round (default 2)"
+        "--min-nodes",
+        type=int,
+        default=None,
+        help="fewest survivors per round (default and least allowed: the fewest with which no "
+        "dropout leaves an observer class without noise, T + 2 on the complete graph)",
     )
     model = parser.add_argument_group("model")
     model.add_argument(
@@ -480,7 +484,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
             ),
         ),
         min_cohort_size=args.min_cohort_size,
-        min_nodes=args.min_nodes,
+        min_nodes=_min_nodes(args, len(node_ids), threshold),
         session=SessionTimings(args.join_deadline, args.round_deadline, args.max_reruns),
         stream_check=stream_fingerprint(),
         base_dir=out,
@@ -678,33 +682,64 @@ def run(args: argparse.Namespace) -> int:
             return 2
     _write(plan, force=args.force)
     print(_summary(plan, out))
-    note = dropout_note(plan.config)
-    if note is not None:
-        print(f"zerosum federation init: note: {note}", file=sys.stderr)
+    print(survivors_line(plan.config))
     return 0
 
 
-def dropout_note(config: FederationConfig) -> str | None:
-    """A warning when a dropout cannot be survived although ``min_nodes`` suggests it can.
+def safe_min_nodes(
+    node_count: int, threshold: int, *, construction: str, graph: str, degree: int | None
+) -> int:
+    """The fewest survivors with which no dropout leaves an observer class without noise.
 
-    Every round's design needs at least T + 2 participants: each node must
-    keep a partner outside any coalition of T others (noise.designs). With
-    fewer nodes than that left, the next round cannot be planned, whatever
-    ``min_nodes`` allows.
+    Pairwise, complete graph: a survivor shares a pair term with each of the
+    other K − 1 nodes; its unmask answer reveals those with the |D| dropped
+    nodes, and T colluders pool theirs, so K − 1 − |D| − T terms are left,
+    at least one exactly when |S| = K − |D| ≥ T + 2. Harary graph of degree d:
+    in the worst case every dropped node is a neighbour, so d − |D| − T ≥ 1,
+    |S| ≥ K − d + T + 1. CAPE reveals no pair terms (a round with dropouts is
+    rerun among S), and T colluders among |S| nodes leave τ²(1 − 1/(|S| − T)),
+    positive exactly when |S| ≥ T + 2. Never below 2 (the config's least).
     """
-    threshold = config.privacy.collusion_threshold
-    need = threshold + 2
-    count = len(config.nodes)
-    if config.min_nodes >= need or count <= config.min_nodes:
-        return None
-    survivable = count - need
-    if survivable <= 0:
-        lost = "no node may drop out"
+    if construction == "pairwise" and graph == "harary" and degree is not None:
+        need = node_count - degree + threshold + 1
     else:
-        lost = f"at most {survivable} node{'s' if survivable > 1 else ''} may drop out"
+        need = threshold + 2
+    return max(need, 2)
+
+
+def _min_nodes(args: argparse.Namespace, node_count: int, threshold: int) -> int:
+    """``--min-nodes``, or the safe default; refused below the safe value (InitError)."""
+    need = safe_min_nodes(
+        node_count,
+        threshold,
+        construction=args.construction,
+        graph=args.graph,
+        degree=args.degree,
+    )
+    # Above K the design itself is infeasible, which the noise design's check names.
+    need = min(need, node_count)
+    if args.min_nodes is None:
+        return need
+    if args.min_nodes < need:
+        raise InitError(
+            f"--min-nodes {args.min_nodes} is below {need}, the fewest survivors with which "
+            f"revealing pair terms with the dropped nodes (collusion threshold {threshold}) "
+            "never leaves an observer class without noise; pass --min-nodes "
+            f"{need} or more, or lower --collusion-threshold"
+        )
+    return int(args.min_nodes)
+
+
+def survivors_line(config: FederationConfig) -> str:
+    """One line on what ``min_nodes`` means for dropouts in this federation."""
+    count = len(config.nodes)
+    lost = count - config.min_nodes
+    if lost <= 0:
+        may = "no node may drop out (the session stops at the first dropout)"
+    else:
+        may = f"at most {lost} node{'s' if lost > 1 else ''} may drop out of a round"
     return (
-        f"with collusion threshold {threshold} every round needs at least {need} nodes, so "
-        f"{lost} before the last round (min_nodes = {config.min_nodes} allows more); add "
-        "nodes, lower --collusion-threshold, or pass --min-nodes "
-        f"{need} to make the coordinator stop at once when a session cannot finish"
+        f"min_nodes = {config.min_nodes}: every round needs that many survivors, so that no "
+        f"dropout leaves an observer class without noise (collusion threshold "
+        f"{config.privacy.collusion_threshold}); with {count} nodes {may}."
     )
