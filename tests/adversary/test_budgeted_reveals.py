@@ -220,7 +220,9 @@ class DroppedOne(Script):
 def test_a_reveal_is_in_the_ledger_before_it_leaves_or_refused_with_the_numbers(
     tmp_path: Path, processes: Processes, budget: float
 ) -> None:
-    federation = make_federation(tmp_path / "fed", FOUR, extra=["--epsilon-budget", str(budget)])
+    federation = make_federation(
+        tmp_path / "fed", FOUR, extra=["--epsilon-budget", str(budget), "--max-reruns", "0"]
+    )
     assert federation.config.min_nodes == 3
     script = DroppedOne(federation)
     attack = Attack(federation, tmp_path / "run", processes, script)
