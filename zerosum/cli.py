@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
-from collections.abc import Sequence
-from typing import Protocol, cast
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Protocol, TextIO, cast
 
 from zerosum import __version__
 
@@ -90,6 +93,39 @@ def _top_help() -> str:
     return "\n".join(lines)
 
 
+@contextmanager
+def _warnings_as_lines(name: str) -> Iterator[None]:
+    """Show each Python warning as one line in the tool's words, for operator logs.
+
+    Python's default shows the file, line number, category and source line of
+    the code that warned (``…/plan.py:199: DeltabWarning: …``); an operator
+    needs the sentence only: ``zerosum node: warning: <message>``. Filters
+    (``-W``, ``PYTHONWARNINGS``, pytest's) still decide whether a warning is
+    shown or raised; only how a shown one looks changes.
+    """
+
+    def show(  # noqa: PLR0917 (the signature of warnings.showwarning)
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        text = " ".join(str(message).split())  # one line, whatever the message holds
+        stream = file if file is not None else sys.stderr
+        # A closed stream: the warning has nowhere to go.
+        with suppress(OSError, ValueError):
+            print(f"zerosum {name}: warning: {text}", file=stream, flush=True)
+
+    previous = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in {"-h", "--help", "help"}:
@@ -99,6 +135,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(__version__)
         return 0
     name = args[0]
+    # gRPC's C core prints its informational lines (a failed TLS handshake,
+    # with source file and thread id) on stderr; the node and the coordinator
+    # say what went wrong in their own sentences instead. An operator who wants
+    # the C core's lines sets GRPC_VERBOSITY themselves.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     if name not in SUBCOMMANDS:
         print(f"zerosum: unknown command {name!r}.\n", file=sys.stderr)
         print(_top_help(), file=sys.stderr)
@@ -112,12 +153,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     module.add_arguments(parser)
     ns = parser.parse_args(args[1:])
     try:
-        return module.run(ns)
+        with _warnings_as_lines(name):
+            return module.run(ns)
     except BrokenPipeError:  # e.g. `zerosum privacy | head`: the reader left, not an error
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
-        print(f"zerosum {name}: interrupted", file=sys.stderr)
+        # A command that can be resumed says how (its module's RESUME_HINT).
+        hint = getattr(module, "RESUME_HINT", "")
+        print(f"zerosum {name}: interrupted{'; ' + hint if hint else ''}", file=sys.stderr)
         return 130
 
 

@@ -50,6 +50,12 @@ printed); 2 bad local input (data, config or key files) found before contacting
 anyone.
 """
 
+# Printed after "interrupted" on Ctrl-C (zerosum.cli).
+RESUME_HINT = (
+    "run the same command again to resume: the node rejoins its session with the key saved "
+    "in OUT and sends nothing twice"
+)
+
 EPILOG = """\
 examples:
   zerosum node --federation fed/federation.toml --node-id site-a
