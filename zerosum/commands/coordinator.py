@@ -246,7 +246,12 @@ def _check_listen(listen: str) -> None:
 
 
 def _ended_session(state_path: Path) -> tuple[str, str, str] | None:
-    """(session id, state, reason) of the state file's session if it has ended, else None."""
+    """(session id, state, reason) of the state file's session if it is over, else None.
+
+    A completed session whose final result some live node has not fetched yet
+    is not over: a coordinator killed while it lingered is started again with
+    the same arguments to hand it out.
+    """
     from coordinator.store import Store
 
     if not state_path.exists():
@@ -254,10 +259,14 @@ def _ended_session(state_path: Path) -> tuple[str, str, str] | None:
     store = Store(state_path, read_only=True)
     try:
         row = store.session()
+        if row is None or row.state not in ("completed", "failed"):
+            return None
+        if row.state == "completed" and row.current_round is not None:
+            undelivered = store.live_node_ids() - store.deliveries(row.current_round)
+            if undelivered:
+                return None
     finally:
         store.close()
-    if row is None or row.state not in ("completed", "failed"):
-        return None
     return row.session_id, row.state, row.reason
 
 
