@@ -151,6 +151,7 @@ class NodeRunner:
         self._progress = progress
         self._gateway = gateway
         self.setup: LocalSetup | None = None
+        self._session_id = ""  # once joined, for the record of a failure
 
     def say(self, message: str) -> None:
         self._progress(f"zerosum node {self.node_id}: {message}")
@@ -178,8 +179,9 @@ class NodeRunner:
         setup = self.prepare()
         gateway = self._gateway(setup, self.options, self.say)
         try:
-            with self._hold(setup.state, setup.out):
+            with self._hold(setup.state, setup.out), self._noting_failure(setup):
                 ctx = join(setup, gateway, self.options, self.say, self._sleep)
+                self._session_id = ctx.session_id
                 progress = RoundProgress.from_ledger(ctx.ledger, ctx.session_id)
                 with self._recording(ctx), MaskPrefetch(ctx.seeds, ctx.codec) as masks:
                     try:
@@ -227,6 +229,22 @@ class NodeRunner:
                 yield
         except SessionStateError as error:
             raise SessionFailed(str(error)) from None
+
+    @contextmanager
+    def _noting_failure(self, setup: LocalSetup) -> Iterator[None]:
+        """Keep in STATE/last-failure.json why the node stopped (``zerosum node --status``)."""
+        self._session_id = ""
+        try:
+            yield
+        except (NodeError, InfeasibleDesignError) as error:
+            reason = str(error)
+            if isinstance(error, GatewayError) and not isinstance(error, CoordinatorUnreachable):
+                reason = f"the coordinator refused a request: {error}"
+            try:
+                NodeState(setup.state, self.node_id).record_failure(reason, self._session_id)
+            except (NodeError, OSError) as failure:
+                self.say(f"could not record the failure in {setup.state}: {failure}")
+            raise
 
     @contextmanager
     def _recording(self, ctx: SessionContext) -> Iterator[None]:
