@@ -135,16 +135,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(__version__)
         return 0
     name = args[0]
-    # gRPC's C core prints its informational lines (a failed TLS handshake,
-    # with source file and thread id) on stderr; the node and the coordinator
-    # say what went wrong in their own sentences instead. An operator who wants
-    # the C core's lines sets GRPC_VERBOSITY themselves.
-    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     if name not in SUBCOMMANDS:
         print(f"zerosum: unknown command {name!r}.\n", file=sys.stderr)
         print(_top_help(), file=sys.stderr)
         return 2
     module = cast(_Subcommand, importlib.import_module(SUBCOMMANDS[name][0]))
+    # gRPC's C core prints lines of its own on stderr (a failed TLS handshake,
+    # with source file and thread id). A command that talks gRPC names the
+    # level it wants (its GRPC_VERBOSITY): the node says what went wrong in its
+    # own sentence instead, the coordinator turns them into its log lines
+    # (coordinator.logs). An operator's own GRPC_VERBOSITY wins; ours is undone
+    # when the command returns, so it never passes to another command.
+    verbosity = getattr(module, "GRPC_VERBOSITY", None)
+    ours = verbosity is not None and "GRPC_VERBOSITY" not in os.environ
+    if ours:
+        os.environ["GRPC_VERBOSITY"] = str(verbosity)
     parser = argparse.ArgumentParser(
         prog=f"zerosum {name}",
         description=module.DESCRIPTION,
@@ -163,6 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = getattr(module, "RESUME_HINT", "")
         print(f"zerosum {name}: interrupted{'; ' + hint if hint else ''}", file=sys.stderr)
         return 130
+    finally:
+        if ours:
+            os.environ.pop("GRPC_VERBOSITY", None)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,6 +14,7 @@ file is opened, so a port in use leaves no state behind.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -67,6 +68,9 @@ mutual TLS, e.g.
 """
 
 _PREFIX = "zerosum coordinator"
+# The C core's level for this command (zerosum.cli): it reports a refused TLS
+# handshake only at INFO, and coordinator.logs.CoreLogRelay makes it a log line.
+GRPC_VERBOSITY = "INFO"
 # The limits' defaults, for --help without importing the coordinator package.
 DEFAULT_CALLS_PER_NODE = 4
 DEFAULT_FIRST_MESSAGE_SECONDS = 5.0
@@ -310,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
     from coordinator.config import SessionConfig
     from coordinator.errors import StateFileError
     from coordinator.limits import LimitsError, ServerLimits
-    from coordinator.logs import CoordinatorLog
+    from coordinator.logs import CoordinatorLog, CoreLogRelay
     from coordinator.server import start_server
     from coordinator.session import Session
     from coordinator.store import Store
@@ -413,6 +417,8 @@ def run(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    relay = CoreLogRelay(log, keep_info="GRPC_TRACE" in os.environ)
+    relay.start()
     try:
         try:
             server = start_server(session, tls, listen=listen, limits=limits, log=log)
@@ -447,6 +453,7 @@ def run(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         store.close()
+        relay.stop()
 
     if state == "completed":
         log.event("exit", f"session {session_id} completed")

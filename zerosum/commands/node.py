@@ -56,6 +56,8 @@ printed); 2 bad local input (data, config or key files) found before contacting
 anyone.
 """
 
+# The gRPC C core's level (zerosum.cli): the node says what failed in its own words.
+GRPC_VERBOSITY = "ERROR"
 # Printed after "interrupted" on Ctrl-C (zerosum.cli).
 RESUME_HINT = (
     "run the same command again to resume: the node rejoins its session with the key saved "
