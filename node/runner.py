@@ -127,6 +127,48 @@ def _names(nodes: tuple[str, ...]) -> str:
     return "{" + ", ".join(sorted(nodes)) + "}"
 
 
+@contextmanager
+def _who_is_missing(
+    ctx: SessionContext, index: int, name: str, participants: tuple[str, ...]
+) -> Iterator[None]:
+    """Say who is missing when a round has too few nodes for the noise design.
+
+    With collusion threshold T every node needs at least T + 1 partners the
+    coalition does not know, so a round of the complete design needs T + 2
+    nodes. When nodes that did not join (or were dropped) leave fewer, the
+    design's "no pair left" becomes a refusal naming them and the number
+    needed; it withdraws like any refusal, nothing released.
+    """
+    try:
+        yield
+    except InfeasibleDesignError:
+        threshold = ctx.config.privacy.collusion_threshold
+        needed = threshold + 2
+        if len(participants) >= needed:
+            raise
+        joined = set(ctx.roster.node_ids)
+        absent = [n for n in ctx.config.node_ids if n not in joined]
+        dropped = [n for n in ctx.roster.node_ids if n not in participants]
+        missing = []
+        if absent:
+            missing.append(f"{_list(absent)} did not join before the join deadline")
+        if dropped:
+            missing.append(f"{_list(dropped)} {'was' if len(dropped) == 1 else 'were'} dropped")
+        who = " and ".join(missing) or "too few nodes take part"
+        raise NodeRefused(
+            f"{who}, so round {index} ({name!r}) has {len(participants)} node"
+            f"{'s' if len(participants) != 1 else ''} ({', '.join(participants)}); with "
+            f"collusion threshold {threshold} the noise design needs at least {needed} (each "
+            f"node paired with at least {threshold + 1} others the coalition does not know), so "
+            "this node releases nothing; start the session again when every node can join, "
+            "or lower privacy.collusion_threshold"
+        ) from None
+
+
+def _list(nodes: list[str]) -> str:
+    return ", ".join(nodes)
+
+
 class NodeRunner:
     """Runs one node of a federation session (see the module docstring)."""
 
@@ -290,14 +332,19 @@ class NodeRunner:
                 )
             if not budget_checked:
                 progress.unsent = index  # what a refusal withdraws from
-                check_session_budget(ctx, participants)
+                with _who_is_missing(ctx, index, name, participants):
+                    check_session_budget(ctx, participants)
                 budget_checked = True
             if name.startswith(CAPE_SUM_PREFIX):
-                run_cape_sum_round(ctx, progress, index=index, name=name, participants=participants)
+                with _who_is_missing(ctx, index, name, participants):
+                    run_cape_sum_round(
+                        ctx, progress, index=index, name=name, participants=participants
+                    )
             elif name in plan.round_names:
-                outcome = run_model_round(
-                    ctx, progress, masks, index=index, name=name, participants=participants
-                )
+                with _who_is_missing(ctx, index, name, participants):
+                    outcome = run_model_round(
+                        ctx, progress, masks, index=index, name=name, participants=participants
+                    )
                 if outcome is not None:
                     prefetch_mask(ctx, masks, index + 1, outcome.survivors)
             else:

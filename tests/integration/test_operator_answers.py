@@ -20,6 +20,7 @@ import pytest
 from tests.integration.conftest import (
     Federation,
     Processes,
+    SessionRun,
     free_port,
     init_federation,
     wait_until,
@@ -170,3 +171,35 @@ def test_ctrl_c_on_the_coordinator_says_the_same_command_resumes(
     assert last.endswith(
         "stopped by SIGINT; start again with the same arguments to resume the session"
     )
+
+
+def test_a_node_missing_the_join_deadline_is_named_with_what_the_design_needs(
+    tmp_path: Path, processes: Processes
+) -> None:
+    # Collusion threshold 1 (the default): every round needs 3 of the 3 nodes; c never starts.
+    federation = init_federation(
+        tmp_path / "fed",
+        ["a", "b", "c"],
+        cohort_sizes=[110, 110, 110],
+        join_deadline=4.0,
+        round_deadline=4.0,
+        nan_policy="drop",
+    )
+    run = SessionRun(federation, tmp_path / "run", processes)
+    run.start_coordinator()
+    nodes = {n: run.start_node(n) for n in ("a", "b")}
+    for node_id, node in nodes.items():
+        assert node.wait(90) == 1, node.describe()
+        failed = [line for line in node.stderr().splitlines() if ": failed: " in line]
+        # The first to fail withdraws; the other may hear the session end with that reason.
+        assert len(failed) == 1, node.stderr()
+        assert (
+            "c did not join before the join deadline, so round 0 ('sums') has 2 nodes (a, b); "
+            "with collusion threshold 1 the noise design needs at least 3 (each node paired with "
+            "at least 2 others the coalition does not know), so this node releases nothing"
+        ) in failed[0]
+        assert "no pair left" not in node.stderr()
+        assert not (run.out(node_id) / "egress" / "round-0" / "payload.npy").exists()
+    assert run.coordinator.wait(60) == 1
+    logged = run.coordinator.stderr()
+    assert "c did not join before the join deadline" in logged
