@@ -106,3 +106,16 @@ def test_status_of_an_unknown_node_lists_the_valid_ones(
     assert main(["node", "--federation", str(federation), "--node-id", "z", "--status"]) == 2
     err = capsys.readouterr().err
     assert "node 'z' is not part of federation 'test-fed'; its nodes are a, b, c" in err
+
+
+def test_running_an_unknown_node_lists_the_valid_ones(
+    federation: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["node", "--federation", str(federation), "--node-id", "site-z"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "zerosum node site-z: node 'site-z' is not part of federation 'test-fed'; its nodes "
+        "are a, b, c"
+    )
+    assert not (tmp_path / "out").exists()
