@@ -91,6 +91,24 @@ def test_new_session_is_refused_while_the_session_has_not_ended(
     assert state.read_bytes() == before
 
 
+def test_a_completed_session_whose_result_a_node_lacks_is_resumed_to_hand_it_out(
+    federation: Federation, processes: Processes, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    state = tmp_path / "state.sqlite"
+    assert _coordinator(processes, federation, state).startswith("1\n")
+    # As if it completed and was killed while lingering, before node a fetched the result.
+    with sqlite3.connect(state) as db:
+        db.execute(
+            "INSERT INTO roster (node_id, public_key, signature, joined_ms, status) "
+            "VALUES ('a', x'00', x'00', 0, 'live')"
+        )
+        db.execute("UPDATE session SET state = 'completed', current_round = 0")
+    out = _coordinator(processes, federation, state)
+    assert "resumed session" in out and "an ended session is not started again" not in out
+
+
 def test_a_port_in_use_fails_before_any_state_is_written(
     federation: Federation, processes: Processes, tmp_path: Path
 ) -> None:
