@@ -75,6 +75,7 @@ def test_an_ended_session_is_not_started_again_without_new_session(
     assert second_id != session_id
 
 
+@pytest.mark.slow
 def test_new_session_is_refused_while_the_session_has_not_ended(
     federation: Federation, processes: Processes, tmp_path: Path
 ) -> None:
@@ -91,6 +92,7 @@ def test_new_session_is_refused_while_the_session_has_not_ended(
     assert state.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_a_completed_session_whose_result_a_node_lacks_is_resumed_to_hand_it_out(
     federation: Federation, processes: Processes, tmp_path: Path
 ) -> None:
