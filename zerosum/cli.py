@@ -14,8 +14,8 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
-from typing import Protocol, TextIO, cast
+from contextlib import contextmanager
+from typing import Protocol, cast
 
 from zerosum import __version__
 
@@ -104,26 +104,24 @@ def _warnings_as_lines(name: str) -> Iterator[None]:
     shown or raised; only how a shown one looks changes.
     """
 
-    def show(  # noqa: PLR0917 (the signature of warnings.showwarning)
+    def one_line(
         message: Warning | str,
         category: type[Warning],
         filename: str,
         lineno: int,
-        file: TextIO | None = None,
         line: str | None = None,
-    ) -> None:
+    ) -> str:
+        # Replacing the format, not the display, leaves warnings.catch_warnings'
+        # recording (pytest.warns, a caller's own) as it is.
         text = " ".join(str(message).split())  # one line, whatever the message holds
-        stream = file if file is not None else sys.stderr
-        # A closed stream: the warning has nowhere to go.
-        with suppress(OSError, ValueError):
-            print(f"zerosum {name}: warning: {text}", file=stream, flush=True)
+        return f"zerosum {name}: warning: {text}\n"
 
-    previous = warnings.showwarning
-    warnings.showwarning = show
+    previous = warnings.formatwarning
+    warnings.formatwarning = one_line
     try:
         yield
     finally:
-        warnings.showwarning = previous
+        warnings.formatwarning = previous
 
 
 def main(argv: Sequence[str] | None = None) -> int:
