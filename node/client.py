@@ -12,9 +12,14 @@ in [0, min(cap, base·2^n)] (Brooker 2015, "Exponential Backoff And Jitter",
 AWS Architecture Blog), so restarted nodes do not reconnect in lock step.
 While it retries it reports progress every few seconds; retries stop after a
 bounded total time with :class:`~node.errors.CoordinatorUnreachable` ("did
-not answer"). Every other status is a decision of the coordinator and is
-raised at once as :class:`~node.errors.CoordinatorRefused` (or
-:class:`~node.errors.AlreadyJoined`) with its code and sentence.
+not answer"). A handshake that fails on a certificate also reads UNAVAILABLE;
+so on UNAVAILABLE the gateway makes one TLS handshake of its own
+(``node.tls_probe``, at most every few seconds), and a certificate that does
+not match ends the call at once with :class:`~node.errors.TlsMismatch`, one
+sentence naming the certificate, instead of minutes of retries. Every other
+status is a decision of the coordinator and is raised at once as
+:class:`~node.errors.CoordinatorRefused` (or :class:`~node.errors.AlreadyJoined`)
+with its code and sentence.
 
 Payloads travel as client or server streams of chunks of at most 1 MiB
 (``proto.chunks``). A streamed upload is re-sent from its first chunk on each
@@ -42,6 +47,7 @@ from node.errors import (
     CoordinatorRefused,
     CoordinatorUnreachable,
     SetupError,
+    TlsMismatch,
 )
 from node.gateway import (
     Attestation,
@@ -58,6 +64,7 @@ from node.gateway import (
     UploadStatement,
     WithdrawReceipt,
 )
+from node.tls_probe import tls_mismatch
 from noise.keys import KeyBundle
 from noise.layout import Layout
 from proto.chunks import (
@@ -89,6 +96,8 @@ _CREDENTIAL_BYTES: Final = 64 * KIB
 _REASON_CHARACTERS: Final = 1000
 # How often a node that keeps retrying says so.
 _PROGRESS_SECONDS: Final = 10.0
+# How often, at most, an UNAVAILABLE call is followed by a TLS handshake of the node's own.
+_DIAGNOSE_SECONDS: Final = 2.0
 
 _R = TypeVar("_R")
 
@@ -150,9 +159,13 @@ class Retrier:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         progress: Callable[[str], None] | None = None,
+        diagnose: Callable[[], str | None] | None = None,
     ) -> None:
         self.policy = policy
         self.address = address
+        # Says why the coordinator cannot be reached when a retry would not help.
+        self._diagnose = diagnose
+        self._diagnosed: float | None = None
         # Jitter needs no secrecy, only independence between nodes.
         self._rng = rng or random.SystemRandom()
         self._sleep = sleep
@@ -179,6 +192,16 @@ class Retrier:
                         kind = AlreadyJoined
                     raise kind(method, code.name, details) from None
                 now = self._clock()
+                if (
+                    code == grpc.StatusCode.UNAVAILABLE
+                    and self._diagnose is not None
+                    and (self._diagnosed is None or now - self._diagnosed >= _DIAGNOSE_SECONDS)
+                ):
+                    self._diagnosed = now
+                    mismatch = self._diagnose()
+                    if mismatch is not None:
+                        raise TlsMismatch(mismatch) from None
+                    now = self._clock()
                 elapsed = now - started
                 pause = self.policy.backoff(tries - 1, self._rng)
                 if elapsed + pause > self.policy.total_seconds:
@@ -286,14 +309,33 @@ class GrpcGateway:
         clock: Callable[[], float] = time.monotonic,
         progress: Callable[[str], None] | None = None,
         server_check: Callable[[float], str] | None = None,
+        tls_files: tuple[Path, Path, Path] | None = None,
     ) -> None:
         self.address = address
         # Checks the coordinator's certificate before the first call (returns its fingerprint).
         self._server_check = server_check
         self._node_id = node_id
         self.retry = retry or RetryPolicy()
+        diagnose = None
+        if tls_files is not None:
+            ca_path, certificate_path, key_path = tls_files
+
+            def diagnose() -> str | None:
+                return tls_mismatch(
+                    address,
+                    ca_certificate=ca_path,
+                    client_certificate=certificate_path,
+                    client_key=key_path,
+                )
+
         self._retrier = Retrier(
-            self.retry, address=address, rng=rng, sleep=sleep, clock=clock, progress=progress
+            self.retry,
+            address=address,
+            rng=rng,
+            sleep=sleep,
+            clock=clock,
+            progress=progress,
+            diagnose=diagnose,
         )
         credentials = grpc.ssl_channel_credentials(
             root_certificates=root_certificate,
@@ -351,6 +393,7 @@ class GrpcGateway:
             retry=retry,
             progress=progress,
             server_check=server_check,
+            tls_files=(ca_certificate, client_certificate, client_key),
         )
 
     @property

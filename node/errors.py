@@ -34,6 +34,7 @@ __all__ = [
     "SessionStateError",
     "SetupError",
     "StatementError",
+    "TlsMismatch",
 ]
 
 
@@ -105,6 +106,10 @@ class CoordinatorUnreachable(GatewayError):
             f"{method}: the coordinator did not answer after {attempts} attempts over "
             f"{seconds:.1f} s (last status {code}: {details})",
         )
+
+
+class TlsMismatch(SessionFailed):
+    """The TLS handshake with the coordinator fails on a certificate; names which (not retried)."""
 
 
 class RosterError(NodeError):

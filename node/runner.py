@@ -129,6 +129,48 @@ def _names(nodes: tuple[str, ...]) -> str:
     return "{" + ", ".join(sorted(nodes)) + "}"
 
 
+@contextmanager
+def _who_is_missing(
+    ctx: SessionContext, index: int, name: str, participants: tuple[str, ...]
+) -> Iterator[None]:
+    """Say who is missing when a round has too few nodes for the noise design.
+
+    With collusion threshold T every node needs at least T + 1 partners the
+    coalition does not know, so a round of the complete design needs T + 2
+    nodes. When nodes that did not join (or were dropped) leave fewer, the
+    design's "no pair left" becomes a refusal naming them and the number
+    needed; it withdraws like any refusal, nothing released.
+    """
+    try:
+        yield
+    except InfeasibleDesignError:
+        threshold = ctx.config.privacy.collusion_threshold
+        needed = threshold + 2
+        if len(participants) >= needed:
+            raise
+        joined = set(ctx.roster.node_ids)
+        absent = [n for n in ctx.config.node_ids if n not in joined]
+        dropped = [n for n in ctx.roster.node_ids if n not in participants]
+        missing = []
+        if absent:
+            missing.append(f"{_list(absent)} did not join before the join deadline")
+        if dropped:
+            missing.append(f"{_list(dropped)} {'was' if len(dropped) == 1 else 'were'} dropped")
+        who = " and ".join(missing) or "too few nodes take part"
+        raise NodeRefused(
+            f"{who}, so round {index} ({name!r}) has {len(participants)} node"
+            f"{'s' if len(participants) != 1 else ''} ({', '.join(participants)}); with "
+            f"collusion threshold {threshold} the noise design needs at least {needed} (each "
+            f"node paired with at least {threshold + 1} others the coalition does not know), so "
+            "this node releases nothing; start the session again when every node can join, "
+            "or lower privacy.collusion_threshold"
+        ) from None
+
+
+def _list(nodes: list[str]) -> str:
+    return ", ".join(nodes)
+
+
 class NodeRunner:
     """Runs one node of a federation session (see the module docstring)."""
 
@@ -153,6 +195,7 @@ class NodeRunner:
         self._progress = progress
         self._gateway = gateway
         self.setup: LocalSetup | None = None
+        self._session_id = ""  # once joined, for the record of a failure
 
     def say(self, message: str) -> None:
         self._progress(f"zerosum node {self.node_id}: {message}")
@@ -185,8 +228,9 @@ class NodeRunner:
         setup = self.prepare()
         gateway = self._gateway(setup, self.options, self.say)
         try:
-            with self._hold(setup.state, setup.out):
+            with self._hold(setup.state, setup.out), self._noting_failure(setup):
                 ctx = join(setup, gateway, self.options, self.say, self._sleep)
+                self._session_id = ctx.session_id
                 progress = RoundProgress.from_ledger(ctx.ledger, ctx.session_id)
                 with self._recording(ctx), MaskPrefetch(ctx.seeds, ctx.codec) as masks:
                     try:
@@ -238,6 +282,22 @@ class NodeRunner:
             raise SessionFailed(str(error)) from None
 
     @contextmanager
+    def _noting_failure(self, setup: LocalSetup) -> Iterator[None]:
+        """Keep in STATE/last-failure.json why the node stopped (``zerosum node --status``)."""
+        self._session_id = ""
+        try:
+            yield
+        except (NodeError, InfeasibleDesignError) as error:
+            reason = str(error)
+            if isinstance(error, GatewayError) and not isinstance(error, CoordinatorUnreachable):
+                reason = f"the coordinator refused a request: {error}"
+            try:
+                NodeState(setup.state, self.node_id).record_failure(reason, self._session_id)
+            except (NodeError, OSError) as failure:
+                self.say(f"could not record the failure in {setup.state}: {failure}")
+            raise
+
+    @contextmanager
     def _recording(self, ctx: SessionContext) -> Iterator[None]:
         """Record in the state folder why the session stopped at this node, if it did."""
         try:
@@ -281,7 +341,8 @@ class NodeRunner:
                 )
             if not budget_checked:
                 progress.unsent = index  # what a refusal withdraws from
-                check_session_budget(ctx, participants)
+                with _who_is_missing(ctx, index, name, participants):
+                    check_session_budget(ctx, participants)
                 budget_checked = True
             try:
                 check_rerun_cap(ctx, status, index, name)
@@ -289,11 +350,15 @@ class NodeRunner:
                 progress.unsent = index
                 raise
             if name.startswith(CAPE_SUM_PREFIX):
-                run_cape_sum_round(ctx, progress, index=index, name=name, participants=participants)
+                with _who_is_missing(ctx, index, name, participants):
+                    run_cape_sum_round(
+                        ctx, progress, index=index, name=name, participants=participants
+                    )
             elif name in plan.round_names:
-                outcome = run_model_round(
-                    ctx, progress, masks, index=index, name=name, participants=participants
-                )
+                with _who_is_missing(ctx, index, name, participants):
+                    outcome = run_model_round(
+                        ctx, progress, masks, index=index, name=name, participants=participants
+                    )
                 if outcome is not None:
                     prefetch_mask(ctx, masks, index + 1, outcome.survivors)
                     if note := attempts_note(ctx, status, index, name):

@@ -18,6 +18,11 @@ operator likes); what must outlive it lives in the state folder STATE
     failure why, and the roster it verified (node id → session key); and
     (``imported``) the sessions whose ledger entries came from an older
     ledger in OUT with no record of their own.
+``STATE/last-failure.json``
+    Why the node last stopped without completing a session, when, and in
+    which session (if it had one yet): the one sentence it printed, so that
+    ``zerosum node --status`` can say it later, also for a failure before
+    joining (a TLS mismatch, an unreachable coordinator).
 ``STATE/node.lock``
     Held with an exclusive ``flock`` by the one process running the node on
     this state folder (two processes would each rewrite the ledger from
@@ -74,6 +79,7 @@ from proto.nesting import NestingError, parse_json
 _SESSIONS_BYTES = 64 << 20
 
 __all__ = [
+    "FAILURE_FILE",
     "LEDGER_FILE",
     "LOCK_FILE",
     "SESSIONS_FILE",
@@ -89,6 +95,8 @@ SESSIONS_VERSION = 1
 LEDGER_FILE = "ledger.json"
 SESSIONS_FILE = "sessions.json"
 LOCK_FILE = "node.lock"
+FAILURE_FILE = "last-failure.json"
+FAILURE_FORMAT = "zerosum-node-last-failure"
 
 Stage = Literal["joined", "released", "completed", "failed"]
 _STAGES: tuple[str, ...] = get_args(Stage)
@@ -199,6 +207,7 @@ class NodeState:
         self.ledger_path = self.folder / LEDGER_FILE
         self.sessions_path = self.folder / SESSIONS_FILE
         self.lock_path = self.folder / LOCK_FILE
+        self.failure_path = self.folder / FAILURE_FILE
 
     # -- the lock -------------------------------------------------------
 
@@ -228,6 +237,43 @@ class NodeState:
             yield
         finally:
             os.close(fd)  # closing the descriptor releases the lock
+
+    # -- the last failure -----------------------------------------------
+
+    def record_failure(self, reason: str, session_id: str = "") -> None:
+        """Record why the node stopped (``session_id`` empty before it joined one)."""
+        self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        atomic_write_json(
+            self.failure_path,
+            {
+                "format": FAILURE_FORMAT,
+                "version": 1,
+                "node_id": self.node_id,
+                "time": _now(),
+                "session_id": session_id,
+                "reason": reason[:1000],
+            },
+        )
+
+    def last_failure(self) -> dict[str, str] | None:
+        """The latest failure recorded here or in a session's record; None when none is."""
+        found: list[dict[str, str]] = [
+            {"time": e.updated, "session_id": e.session_id, "reason": e.reason}
+            for e in self.sessions()
+            if e.stage == "failed"
+        ]
+        try:
+            text = read_limited_text(self.failure_path, 64 << 10, what="last failure")
+            data = parse_json(text, what=f"last failure {self.failure_path}")
+        except FileNotFoundError:
+            data = None
+        except (LocalFileError, json.JSONDecodeError, NestingError) as exc:
+            raise SessionStateError(f"{self.failure_path} cannot be read: {exc}") from None
+        if isinstance(data, dict) and data.get("format") == FAILURE_FORMAT:
+            fields = {k: data.get(k) for k in ("time", "session_id", "reason")}
+            if all(isinstance(v, str) for v in fields.values()):
+                found.append({k: str(v) for k, v in fields.items()})
+        return max(found, key=lambda f: f["time"]) if found else None
 
     # -- the ledger -----------------------------------------------------
 

@@ -71,7 +71,7 @@ def test_the_ledger_is_printed_with_its_totals_and_what_is_left(
     assert (
         "refusal  session s1 round 1 ('sums') (dropped b, c; survivors a): the noise floor" in out
     )
-    assert "caps: ε ≤ 1 per release; ε budget against an outsider 4" in out
+    assert "caps: ε ≤ 1 per release; ε budget 4 against every observer class it holds" in out
     assert "coordinator" in out and "no budget applies" in out
     assert path.read_bytes() == before  # read-only
 
@@ -81,6 +81,48 @@ def test_the_ledger_is_printed_with_its_totals_and_what_is_left(
     assert outsider["epsilon"] == pytest.approx(epsilon)
     assert outsider["left"] == pytest.approx(4 - epsilon)
     assert [e["kind"] for e in document["events"]] == ["release", "release", "unmask", "refusal"]
+
+
+def test_used_and_left_are_shown_for_every_class_and_the_binding_one_is_named(
+    federation: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The outsider sees little, an outsider with one colluding node more: that class binds.
+    path = tmp_path / "ledger.json"
+    ledger = PrivacyLedger.open(path, "a", 1e-6)
+    for round_index in (0, 1):
+        ledger.record_release(
+            session_id="s1",
+            round_index=round_index,
+            round_name="sums",
+            mu={"outsider": 0.1, "colluders:1": 0.4, "coordinator": math.inf},
+            manifest_sha256="0" * 64,
+            payload_sha256=f"{round_index + 1:064x}",
+        )
+    argv = ["ledger", "--federation", str(federation), "--node-id", "a", "--ledger", str(path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    used = {label: gaussian_epsilon(compose_mu([m, m]), 1e-6) for label, m in
+            (("outsider", 0.1), ("colluders:1", 0.4))}  # fmt: skip
+    for label, epsilon in used.items():
+        line = next(row for row in out.splitlines() if row.strip().startswith(label))
+        assert f"used {epsilon:.4g} of the budget 4: {4 - epsilon:.4g} left" in line
+        assert line.endswith("<- binds") == (label == "colluders:1")
+    assert (
+        "the budget binds against an outsider with 1 colluding node (colluders:1): "
+        f"{4 - used['colluders:1']:.4g} of 4 left"
+    ) in out
+    coordinator = next(row for row in out.splitlines() if row.strip().startswith("coordinator"))
+    assert "no budget applies" in coordinator and "left" not in coordinator
+
+    assert main([*argv, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["binding_class"] == "colluders:1"
+    rows = {t["observer"]: t for t in document["totals"]}
+    for label, epsilon in used.items():
+        assert rows[label]["used"] == pytest.approx(epsilon)
+        assert rows[label]["left"] == pytest.approx(4 - epsilon)
+        assert rows[label]["binds"] == (label == "colluders:1")
+    assert "left" not in rows["coordinator"]
 
 
 def test_a_missing_ledger_or_unknown_node_is_named(

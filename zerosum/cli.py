@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol, cast
 
 from zerosum import __version__
@@ -90,6 +93,37 @@ def _top_help() -> str:
     return "\n".join(lines)
 
 
+@contextmanager
+def _warnings_as_lines(name: str) -> Iterator[None]:
+    """Show each Python warning as one line in the tool's words, for operator logs.
+
+    Python's default shows the file, line number, category and source line of
+    the code that warned (``…/plan.py:199: DeltabWarning: …``); an operator
+    needs the sentence only: ``zerosum node: warning: <message>``. Filters
+    (``-W``, ``PYTHONWARNINGS``, pytest's) still decide whether a warning is
+    shown or raised; only how a shown one looks changes.
+    """
+
+    def one_line(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        line: str | None = None,
+    ) -> str:
+        # Replacing the format, not the display, leaves warnings.catch_warnings'
+        # recording (pytest.warns, a caller's own) as it is.
+        text = " ".join(str(message).split())  # one line, whatever the message holds
+        return f"zerosum {name}: warning: {text}\n"
+
+    previous = warnings.formatwarning
+    warnings.formatwarning = one_line
+    try:
+        yield
+    finally:
+        warnings.formatwarning = previous
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in {"-h", "--help", "help"}:
@@ -104,6 +138,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_top_help(), file=sys.stderr)
         return 2
     module = cast(_Subcommand, importlib.import_module(SUBCOMMANDS[name][0]))
+    # gRPC's C core prints lines of its own on stderr (a failed TLS handshake,
+    # with source file and thread id). A command that talks gRPC names the
+    # level it wants (its GRPC_VERBOSITY): the node says what went wrong in its
+    # own sentence instead, the coordinator turns them into its log lines
+    # (coordinator.logs). An operator's own GRPC_VERBOSITY wins; ours is undone
+    # when the command returns, so it never passes to another command.
+    verbosity = getattr(module, "GRPC_VERBOSITY", None)
+    ours = verbosity is not None and "GRPC_VERBOSITY" not in os.environ
+    if ours:
+        os.environ["GRPC_VERBOSITY"] = str(verbosity)
     parser = argparse.ArgumentParser(
         prog=f"zerosum {name}",
         description=module.DESCRIPTION,
@@ -112,13 +156,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     module.add_arguments(parser)
     ns = parser.parse_args(args[1:])
     try:
-        return module.run(ns)
+        with _warnings_as_lines(name):
+            return module.run(ns)
     except BrokenPipeError:  # e.g. `zerosum privacy | head`: the reader left, not an error
         sys.stderr.close()
         return 0
     except KeyboardInterrupt:
-        print(f"zerosum {name}: interrupted", file=sys.stderr)
+        # A command that can be resumed says how (its module's RESUME_HINT).
+        hint = getattr(module, "RESUME_HINT", "")
+        print(f"zerosum {name}: interrupted{'; ' + hint if hint else ''}", file=sys.stderr)
         return 130
+    finally:
+        if ours:
+            os.environ.pop("GRPC_VERBOSITY", None)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -620,7 +620,10 @@ class FederationConfig:
         for entry in self.nodes:
             if entry.node_id == node_id:
                 return entry
-        raise KeyError(f"node {node_id!r} is not part of federation {self.federation_id!r}")
+        raise KeyError(
+            f"node {node_id!r} is not part of federation {self.federation_id!r}; its nodes are "
+            f"{', '.join(self.node_ids)}"
+        )
 
     @property
     def coordinator_host(self) -> str:

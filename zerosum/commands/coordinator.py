@@ -5,12 +5,16 @@ mutual TLS and prints one progress line per transition to stderr. The exit
 status says how the session ended: 0 completed, 1 failed (the reason is
 printed), 2 bad arguments or files; on SIGINT/SIGTERM the server stops cleanly
 and the exit status is 128 + the signal number. Starting again with the same
-arguments resumes the same session from the state file.
+arguments resumes the same session from the state file; a state file whose
+session has ended (completed or failed) is refused unless ``--new-session``
+moves it aside for the record. The listening address is tried before the state
+file is opened, so a port in use leaves no state behind.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -28,7 +32,10 @@ keys, publish the roster, sum each round's masked uploads (exactly, modulo
 2^64), handle dropouts by asking the survivors for unmask corrections, and
 serve the results. State lives in a SQLite file (default: coordinator/state.sqlite
 next to the federation file); a restart with the same arguments resumes the
-same session, keeping every upload and result already stored.
+same session, keeping every upload and result already stored. Once its session
+has ended the state file is not started again: for the next session pass
+--new-session (the ended session's files are renamed <state>-<session id>.sqlite
+and .payloads, kept for the record) or a new --state.
 """
 
 EPILOG = """\
@@ -36,13 +43,16 @@ TLS files are read from the federation folder: ca/ca.pem (or the config's
 ca_certificate) and coordinator/server.pem + coordinator/server.key.
 
 exit status: 0 session completed, 1 session failed (reason printed),
-2 bad arguments or unreadable files, 128+N stopped by signal N (resumable).
+2 bad arguments or unreadable files, an ended session's state file without
+--new-session, or the address in use (nothing written), 128+N stopped by
+signal N (resumable).
 
 examples:
   zerosum coordinator --federation fed/federation.toml
   zerosum coordinator --federation fed/federation.toml --listen 0.0.0.0:50051
   zerosum coordinator --federation fed/federation.toml --listen 127.0.0.1:0   # any free port
   zerosum coordinator --federation fed/federation.toml --status               # who is where
+  zerosum coordinator --federation fed/federation.toml --new-session          # the next session
   zerosum coordinator --federation fed/federation.toml --log-format json      # for a collector
 
 limits: each node (by its client certificate) has at most --calls-per-node calls
@@ -58,6 +68,9 @@ mutual TLS, e.g.
 """
 
 _PREFIX = "zerosum coordinator"
+# The C core's level for this command (zerosum.cli): it reports a refused TLS
+# handshake only at INFO, and coordinator.logs.CoreLogRelay makes it a log line.
+GRPC_VERBOSITY = "INFO"
 # The limits' defaults, for --help without importing the coordinator package.
 DEFAULT_CALLS_PER_NODE = 4
 DEFAULT_FIRST_MESSAGE_SECONDS = 5.0
@@ -76,6 +89,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="PATH",
         help="SQLite state file (default: coordinator/state.sqlite next to the federation file)",
+    )
+    parser.add_argument(
+        "--new-session",
+        action="store_true",
+        help="start a new session when the state file's session has ended: its files are "
+        "renamed <state>-<session id>.sqlite and .payloads (kept for the record); refused "
+        "while that session is still running",
     )
     parser.add_argument(
         "--listen",
@@ -191,11 +211,110 @@ def _server_tls(tls_dir: Path, ca_path: Path, revoked: tuple[str, ...]) -> Serve
     return ServerTLS(certificate=certificate, private_key=key, ca_certificate=ca, revoked=revoked)
 
 
+def _check_listen(listen: str) -> None:
+    """Bind ``listen`` once and let go, so an address in use fails before any state is written.
+
+    gRPC binds only after the session exists; this try, with the same
+    SO_REUSEADDR gRPC sets, turns "address in use" into an error before the
+    state file is opened. Port 0 (any free port) cannot be in use. Raises
+    OSError in one sentence.
+    """
+    import socket
+
+    host, _, port_text = listen.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        port = int(port_text)
+    except ValueError:
+        raise OSError(f"the port {port_text!r} is not a number") from None
+    if port == 0:
+        return
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise OSError(f"the host {host!r} cannot be resolved ({error.strerror})") from None
+    family, kind, proto, _, address = found[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as error:
+            import errno
+
+            if error.errno == errno.EADDRINUSE:
+                raise OSError(
+                    f"port {port} is in use by another process (another coordinator?); stop "
+                    "it or pass --listen HOST:PORT with a free port"
+                ) from None
+            raise OSError(f"{error.strerror or error}") from None
+
+
+def _ended_session(state_path: Path) -> tuple[str, str, str] | None:
+    """(session id, state, reason) of the state file's session if it is over, else None.
+
+    A completed session whose final result some live node has not fetched yet
+    is not over: a coordinator killed while it lingered is started again with
+    the same arguments to hand it out.
+    """
+    from coordinator.store import Store
+
+    if not state_path.exists():
+        return None
+    store = Store(state_path, read_only=True)
+    try:
+        row = store.session()
+        if row is None or row.state not in ("completed", "failed"):
+            return None
+        if row.state == "completed" and row.current_round is not None:
+            undelivered = store.live_node_ids() - store.deliveries(row.current_round)
+            if undelivered:
+                return None
+    finally:
+        store.close()
+    return row.session_id, row.state, row.reason
+
+
+def _set_aside(state_path: Path, session_id: str) -> Path:
+    """Rename an ended session's state file (and its WAL files, payloads) for the record."""
+    from coordinator.store import payload_dir_for
+
+    archive = state_path.with_name(f"{state_path.stem}-{session_id}{state_path.suffix}")
+    if archive.exists():
+        raise OSError(f"{archive} exists already; move it away first")
+    for suffix in ("-wal", "-shm"):
+        side = state_path.with_name(state_path.name + suffix)
+        if side.exists():
+            side.rename(archive.with_name(archive.name + suffix))
+    payloads = payload_dir_for(state_path)
+    if payloads.exists():
+        payloads.rename(payload_dir_for(archive))
+    state_path.rename(archive)
+    return archive
+
+
+def _remove_state(state_path: Path) -> None:
+    """Remove a state file this run created and never served (with its WAL and payloads)."""
+    import contextlib
+    import shutil
+
+    from coordinator.store import lock_path_for, payload_dir_for
+
+    for path in (
+        state_path,
+        state_path.with_name(state_path.name + "-wal"),
+        state_path.with_name(state_path.name + "-shm"),
+        lock_path_for(state_path),
+    ):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    shutil.rmtree(payload_dir_for(state_path), ignore_errors=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from coordinator.config import SessionConfig
     from coordinator.errors import StateFileError
     from coordinator.limits import LimitsError, ServerLimits
-    from coordinator.logs import CoordinatorLog
+    from coordinator.logs import CoordinatorLog, CoreLogRelay
     from coordinator.server import start_server
     from coordinator.session import Session
     from coordinator.store import Store
@@ -239,11 +358,47 @@ def run(args: argparse.Namespace) -> int:
         print(f"{_PREFIX}: cannot use the TLS files: {error}", file=sys.stderr)
         return 2
 
-    config = SessionConfig.from_federation(federation, config_hash(federation))
+    listen = args.listen or federation.coordinator_address
     try:
+        _check_listen(listen)
+    except OSError as error:
+        print(
+            f"{_PREFIX}: cannot listen on {listen}: {error}; nothing was written",
+            file=sys.stderr,
+        )
+        return 2
+    config = SessionConfig.from_federation(federation, config_hash(federation))
+    fresh = not state_path.exists()
+    try:
+        ended = _ended_session(state_path)
+        if ended is not None and not args.new_session:
+            ended_id, ended_state, ended_reason = ended
+            why = f" ({ended_reason})" if ended_state == "failed" and ended_reason else ""
+            print(
+                f"{_PREFIX}: the state file {state_path} holds session {ended_id}, which "
+                f"{ended_state}{why}; an ended session is not started again. For the next "
+                "session pass --new-session (the ended session's files are kept beside it) "
+                "or a new --state",
+                file=sys.stderr,
+            )
+            return 2
+        if ended is not None:
+            archive = _set_aside(state_path, ended[0])
+            fresh = True
+            log.event(
+                "state-set-aside",
+                f"session {ended[0]} had {ended[1]}; its state file is kept as {archive}",
+            )
+        elif args.new_session and not fresh:
+            print(
+                f"{_PREFIX}: --new-session: the session in {state_path} has not ended; run "
+                "without --new-session to resume it, or pass a new --state",
+                file=sys.stderr,
+            )
+            return 2
         store = Store(state_path)
         session = Session(store, config, log=log)
-    except StateFileError as error:
+    except (StateFileError, OSError) as error:
         print(f"{_PREFIX}: {error}", file=sys.stderr)
         return 2
     log.session = session.session_id
@@ -262,11 +417,16 @@ def run(args: argparse.Namespace) -> int:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    listen = args.listen or federation.coordinator_address
+    relay = CoreLogRelay(log, keep_info="GRPC_TRACE" in os.environ)
+    relay.start()
     try:
         try:
             server = start_server(session, tls, listen=listen, limits=limits, log=log)
         except (OSError, RuntimeError) as error:
+            # Taken in the moment since the check: a state file made by this run goes.
+            store.close()
+            if fresh:
+                _remove_state(state_path)
             print(f"{_PREFIX}: cannot listen on {listen}: {error}", file=sys.stderr)
             return 2
         host = listen.rpartition(":")[0] or "0.0.0.0"
@@ -293,6 +453,7 @@ def run(args: argparse.Namespace) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         store.close()
+        relay.stop()
 
     if state == "completed":
         log.event("exit", f"session {session_id} completed")

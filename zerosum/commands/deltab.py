@@ -43,6 +43,9 @@ from zerosum.commands._model_io import features_for_model, load_model_file
 PROG = "zerosum deltab"
 MODEL_KINDS = MODELS  # the five models of Smith et al. 2019, listed once in node.deltab
 DEFAULT_MODEL_KIND = "unbiased_quadratic"  # the public deltab default
+# plan.model.kind when a federation config names none (node.plans.deltab_settings);
+# both helps say the two defaults differ.
+FEDERATION_MODEL_KIND = "unbiased"
 DEFAULT_PREDICT_OUTPUT = "deltab.txt"  # the public deltab default
 TABLE_SUFFIXES = {".csv", ".tsv", ".tab"}
 
@@ -53,7 +56,9 @@ NeuroImage 200:528-539):
 
   simple               age regressed on features; delta is biased towards the mean age
   unbiased             removes the linear age dependence left in the simple delta
-  unbiased_quadratic   also removes a quadratic age dependence (default)
+  unbiased_quadratic   also removes a quadratic age dependence (default here, as in
+                       the public deltab; a federation's plan.model.kind defaults to
+                       unbiased: `zerosum federation init --model-kind`)
   alternate            features regressed on age; delta read off that model
   alternate_quadratic  the alternate model with a quadratic age term
 
@@ -203,8 +208,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--predict-model",
         choices=MODEL_KINDS,
         default=None,
-        help=f"which model predicts (default {DEFAULT_MODEL_KIND}, or the kind a loaded model "
-        "was saved with)",
+        help=f"which model predicts (default {DEFAULT_MODEL_KIND}, as in the public deltab, or "
+        "the kind a loaded model was saved with; a federation's model kind defaults to "
+        f"{FEDERATION_MODEL_KIND}, see zerosum federation init --model-kind)",
     )
     predict.add_argument(
         "--predict-ages",

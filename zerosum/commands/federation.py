@@ -206,7 +206,9 @@ def add_init_arguments(parser: argparse.ArgumentParser) -> None:
     model.add_argument(
         "--model-kind",
         default="unbiased",
-        help="simple, unbiased, unbiased_quadratic, alternate or alternate_quadratic",
+        help="simple, unbiased, unbiased_quadratic, alternate or alternate_quadratic "
+        "(default unbiased; zerosum deltab predicts with unbiased_quadratic by default, as the "
+        "public deltab does)",
     )
     model.add_argument(
         "--nan-policy",

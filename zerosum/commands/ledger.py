@@ -7,8 +7,10 @@ release's μ afterwards), every refusal, then per observer class the composed
 μ-GDP total (μ = √Σ μ_r², Dong, Roth & Su 2022, Corollary 3.3) and its ε at
 the federation's δ (Balle & Wang 2018), beside the caps of the federation
 config: ``privacy.epsilon`` per release and ``privacy.epsilon_budget`` for
-the total against an outsider (the budget a node checks before each
-release), and what is left of it.
+the total, which a node checks before each session against every observer
+class the policy bounds (``node.budget.checked``): for each of them the ε
+used and what is left, and which class binds (the least left; the one a next
+session's refusal would name).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ if TYPE_CHECKING:
 DESCRIPTION = """\
 Print a node's privacy ledger: its releases, unmask answers and refusals, and
 per observer class the composed ε, with the federation's caps (ε per release,
-the ε budget against an outsider) and what is left of the budget. Read-only.
+the ε budget) and, for every class the budget holds, ε used and left; the class
+with the least left binds. Read-only.
 """
 
 EPILOG = """\
@@ -71,6 +74,27 @@ def _mu_text(mu: dict[str, float], delta: float) -> str:
     )
 
 
+def budget_left(
+    ledger: PrivacyLedger, config: FederationConfig
+) -> tuple[dict[str, float], str | None]:
+    """ε left of the budget per observer class held to it, and the class that binds.
+
+    The binding class is the one with the least left (None before any
+    release: every class has the whole budget). Classes the policy does not
+    bound (the coordinator without residual noise) have no entry.
+    """
+    from node.budget import checked
+
+    privacy = config.privacy
+    left = {
+        total.label: max(0.0, privacy.epsilon_budget - total.epsilon)
+        for total in ledger.totals()
+        if checked(total.label, privacy.residual_dp)
+    }
+    binding = min(left, key=lambda label: left[label]) if left else None
+    return left, binding
+
+
 def summary(ledger: PrivacyLedger, config: FederationConfig) -> dict[str, Any]:
     """The ledger's events and totals with the config's caps, as JSON-ready data."""
     privacy = config.privacy
@@ -87,6 +111,7 @@ def summary(ledger: PrivacyLedger, config: FederationConfig) -> dict[str, Any]:
         for e in ledger.entries
     ]
     totals = []
+    left, binding = budget_left(ledger, config)
     for total in ledger.totals():
         row: dict[str, Any] = {
             "observer": total.label,
@@ -96,9 +121,11 @@ def summary(ledger: PrivacyLedger, config: FederationConfig) -> dict[str, Any]:
             "laplace_epsilon": total.laplace_epsilon,
             "delta": total.delta,
         }
-        if total.label == "outsider":
+        if total.label in left:
             row["budget"] = privacy.epsilon_budget
-            row["left"] = max(0.0, privacy.epsilon_budget - total.epsilon)
+            row["used"] = _json_num(total.epsilon)
+            row["left"] = left[total.label]
+            row["binds"] = total.label == binding
         totals.append(row)
     return {
         "node_id": ledger.node_id,
@@ -106,6 +133,7 @@ def summary(ledger: PrivacyLedger, config: FederationConfig) -> dict[str, Any]:
         "delta": ledger.delta,
         "epsilon_per_release_cap": privacy.epsilon,
         "epsilon_budget": privacy.epsilon_budget,
+        "binding_class": binding,
         "events": events,
         "totals": totals,
     }
@@ -142,8 +170,8 @@ def _text(ledger: PrivacyLedger, config: FederationConfig) -> str:
     lines = [
         f"privacy ledger of node {ledger.node_id!r}: {ledger.path} ({len(entries)} entries; "
         f"totals at δ = {ledger.delta:g})",
-        f"  caps: ε ≤ {privacy.epsilon:g} per release; ε budget against an outsider "
-        f"{privacy.epsilon_budget:g} (privacy.epsilon_budget)",
+        f"  caps: ε ≤ {privacy.epsilon:g} per release; ε budget {privacy.epsilon_budget:g} "
+        "against every observer class it holds (privacy.epsilon_budget)",
         "",
         "  events:",
     ]
@@ -154,14 +182,19 @@ def _text(ledger: PrivacyLedger, config: FederationConfig) -> str:
         "Laplace releases):",
     ]
     totals = ledger.totals()
+    left, binding = budget_left(ledger, config)
     for total in totals:
         line = (
             f"    {total.label:<14} {total.releases} release(s)  μ {_num(total.mu):>8}  "
             f"ε {_num(total.epsilon):>8}"
         )
-        if total.label == "outsider":
-            left = max(0.0, privacy.epsilon_budget - total.epsilon)
-            line += f"  of the budget {privacy.epsilon_budget:g}: {left:.4g} left"
+        if total.label in left:
+            line += (
+                f"  used {_num(total.epsilon)} of the budget {privacy.epsilon_budget:g}: "
+                f"{left[total.label]:.4g} left"
+            )
+            if total.label == binding:
+                line += "  <- binds"
         elif math.isinf(total.mu):
             line += "  (unbounded: this observer learns an exact sum; no budget applies)"
         lines.append(line)
@@ -169,6 +202,15 @@ def _text(ledger: PrivacyLedger, config: FederationConfig) -> str:
         lines.append(
             f"    nothing released yet: the whole budget {privacy.epsilon_budget:g} is left"
         )
+    elif binding is not None:
+        from node.budget import describe
+
+        lines += [
+            "",
+            f"  the budget binds against {describe(binding)} ({binding}): "
+            f"{left[binding]:.4g} of {privacy.epsilon_budget:g} left; a session costing more "
+            "is refused before it releases anything",
+        ]
     return "\n".join(lines) + "\n"
 
 

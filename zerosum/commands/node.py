@@ -57,10 +57,24 @@ its CAPE-sum share again from them, checked against the digest noted in
 OUT/egress/round-<r>/cape-sum.json; if that material is missing or damaged for
 a round it already sent, it stops rather than draw afresh.
 
+--status prints, from the state folder alone (no network, nothing written):
+the sessions this node took part in and how far each got, its releases, per
+observer class the ε used and left of privacy.epsilon_budget (and which class
+binds), the last failure (STATE/last-failure.json, also one before joining),
+and whether a node process runs on the folder now.
+
 exit status: 0 success; 1 the session failed or this node refused (the reason is
 printed); 2 bad local input (data, config or key files) found before contacting
 anyone.
 """
+
+# The gRPC C core's level (zerosum.cli): the node says what failed in its own words.
+GRPC_VERBOSITY = "ERROR"
+# Printed after "interrupted" on Ctrl-C (zerosum.cli).
+RESUME_HINT = (
+    "run the same command again to resume: the node rejoins its session with the key saved "
+    "in OUT and sends nothing twice"
+)
 
 EPILOG = """\
 examples:
@@ -68,6 +82,7 @@ examples:
   zerosum node --federation fed/federation.toml --node-id site-a
   zerosum node --federation fed --node-id site-b --data site-b.csv --out out-b
   zerosum node --federation fed --node-id site-b --out runs/2026-03 --state /tre/zerosum-state
+  zerosum node --federation fed --node-id site-b --state /tre/zerosum-state --status
 """
 
 
@@ -117,6 +132,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "bounds), print the pre-flight and stop: exit 0 if the node could start, 2 if not",
     )
     parser.add_argument(
+        "--status",
+        action="store_true",
+        help="print this node's sessions, releases, budget used and left per observer class "
+        "and last failure from its state folder, and exit (offline, read-only)",
+    )
+    parser.add_argument("--json", action="store_true", help="with --status: print it as JSON")
+    parser.add_argument(
         "--coordinator",
         default=None,
         metavar="HOST:PORT",
@@ -125,12 +147,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # Imported here so `zerosum --help` never loads grpc.
+    prefix = f"zerosum node {args.node_id}"
+    if args.status:  # offline: before anything that loads grpc
+        return _status(args, prefix)
+    if args.json:
+        print(f"{prefix}: --json goes with --status", file=sys.stderr)
+        return 2
+    # Imported here so `zerosum --help` and --status never load grpc.
     from node.errors import ApprovalRejected, NodeError, PreflightRefused, SetupError
     from node.runner import NodeOptions, NodeRunner
     from noise.errors import NoiseError
 
-    prefix = f"zerosum node {args.node_id}"
     runner = NodeRunner(
         args.federation,
         args.node_id,
@@ -163,6 +190,35 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prefix}: failed: {_sentence(error)}", file=sys.stderr)
         return 1
     print(f"{prefix}: session {outcome.session_id} completed", file=sys.stderr)
+    return 0
+
+
+def _status(args: argparse.Namespace, prefix: str) -> int:
+    """``--status``: read the state folder and print it (no grpc, no network)."""
+    import json
+
+    from node.errors import NodeError
+    from proto.federation import ConfigError, load_federation
+    from zerosum.commands._node_status import read_node_status, render_node_status
+
+    path = args.federation / "federation.toml" if args.federation.is_dir() else args.federation
+    try:
+        config = load_federation(path)
+        config.node(args.node_id)
+    except (ConfigError, OSError, KeyError) as error:
+        print(f"{prefix}: {_sentence(error)}", file=sys.stderr)
+        return 2
+    base = config.base_dir or path.resolve().parent
+    state = args.state or base / "nodes" / args.node_id / "state"
+    try:
+        status = read_node_status(config, args.node_id, state)
+    except (NodeError, ValueError, OSError) as error:
+        print(f"{prefix}: {_sentence(error)}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(status, indent=2, ensure_ascii=False))
+    else:
+        print(render_node_status(status), end="")
     return 0
 
 
