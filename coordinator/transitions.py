@@ -73,6 +73,7 @@ from coordinator.events import (
     FinalRoundReady,
     JoinDeadlinePassed,
     JoinResumed,
+    MemberNamed,
     NextRound,
     NobodyAwaited,
     NodeWithdrew,
@@ -362,7 +363,10 @@ def _fail_round(
 
 
 def _supersede(
-    changes: StatusChanges, round_row: RoundRow, event: CapeModelDropout | UnmaskStalled, now: int
+    changes: StatusChanges,
+    round_row: RoundRow,
+    event: CapeModelDropout | UnmaskStalled | MemberNamed,
+    now: int,
 ) -> None:
     """The round is superseded; ``event.rerun`` opens under the next index among the survivors."""
     index = round_row.round_index
@@ -430,6 +434,7 @@ ROUND_TRANSITIONS: tuple[Transition[RoundRow, Any], ...] = (
     Transition(UNMASK, AttestationsComplete, (UNMASK,), _corrections_may_follow),
     Transition(UNMASK, CorrectionsComplete, (READY,), _publish),
     Transition(UNMASK, UnmaskStalled, (SUPERSEDED,), _supersede),
+    Transition(UNMASK, MemberNamed, (SUPERSEDED,), _supersede),
     Transition(UNMASK, TooFewAnswered, (ROUND_FAILED,), _fail_round),
     Transition(UNMASK, UnmaskRefused, (ROUND_FAILED,), _fail_round),
     Transition(UNMASK, RoundResumed, (UNMASK,), _extend_unmask_deadline),

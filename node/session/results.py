@@ -89,7 +89,9 @@ def await_result(
                 result,
                 index,
                 layout,
-                None if signed is None else signed.challenge_key,
+                key=None if signed is None else signed.challenge_key,
+                own=None if signed is None else signed.own_tags,
+                survivor_hash=b"" if signed is None else signed.survivor_hash,
                 rho=expanded[1] if expanded is not None and expanded[0] == index else None,
             )
             progress.challenge = None
