@@ -165,16 +165,17 @@ def check_sealed(
     size: int,
     what: str,
 ) -> None:
-    """Refuse sealed aggregate-check messages that are not one per recipient, signed by the sender.
+    """Refuse sealed aggregate-check messages unless one per recipient, signed by the sender.
 
     The coordinator cannot open them, but it checks each signature so that
     what it relays is provably the sender's: a signed message that does not
     open for its recipient then names its sender, not the relay.
     """
+    noun = "challenge contributions" if kind == "contribution" else "aggregate-check tags"
     found = sorted(item.recipient for item in items)
     if found != sorted(recipients):
         raise InvalidArgument(
-            f"{what}: the {kind} is sealed for {found}; expected one for each of "
+            f"{what}: the {noun} are sealed for {found}; expected one for each of "
             f"{sorted(recipients)}."
         )
     key = ctx.config.identity_keys[sender]
@@ -182,7 +183,7 @@ def check_sealed(
     for item in items:
         if item.sender != sender or len(item.sealed) != size or len(item.signature) != 64:
             raise InvalidArgument(
-                f"{what}: the {kind} for {item.recipient!r} names sender {item.sender!r}, has "
+                f"{what}: the {noun} for {item.recipient!r} name sender {item.sender!r} and have "
                 f"{len(item.sealed)} bytes and a signature of {len(item.signature)}; expected "
                 f"sender {sender!r}, {size} bytes and a 64-byte signature."
             )
@@ -198,6 +199,6 @@ def check_sealed(
         )
         if not verify_ed25519(key, item.signature, message):
             raise Unauthenticated(
-                f"{what}: the signature over the {kind} for {item.recipient!r} does not verify "
+                f"{what}: the signature over the {noun} for {item.recipient!r} does not verify "
                 f"against the node's pinned identity key ({key_fingerprint(key)})."
             )
