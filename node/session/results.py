@@ -100,6 +100,9 @@ def await_result(
             status = ctx.gateway.status(ctx.session_id)
             if status.state.ended:
                 raise SessionFailed(f"the session failed: {status.reason or result.reason}")
+            if result.reason:
+                # Why it is rerun, e.g. a survivor another one named (with its evidence).
+                ctx.say(f"round {index} ({name!r}) is not completed: {result.reason}")
             return None
         if result.state == RoundState.AWAITING_UNMASK and result.unmask_request is not None:
             unmask_answers.answer(
