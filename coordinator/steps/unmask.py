@@ -16,12 +16,19 @@ with each node revealing its own seed, so the coordinator can neither show
 different survivor sets to different nodes nor hold both an uploaded node's
 seed and its partners' pair terms with it (docs/design.md §4.6).
 
+Every attestation carries the node's aggregate-check tags sealed for each
+other survivor, and every upload its sealed challenge contributions; the
+coordinator cannot open them but checks each author's signature before it
+stores and relays them (docs/design.md §4.5).
+
 A survivor silent at the unmask deadline ends the round index: it is
 superseded and rerun among the survivors that spoke (coordinator/steps/
 deadlines.py), since a second, smaller set for the same index could show a
-node both survived and dropped. A refusal cannot be worked around without
-exposing the refusing node's noise, so it ends the session with the node's
-reason.
+node both survived and dropped. A refusal that names another survivor (its
+signed sealed message does not open for the refusing node) supersedes the
+round the same way, without the named survivor. Any other refusal cannot be
+worked around without exposing the refusing node's noise, so it ends the
+session with the node's reason.
 
 The unmask request itself is issued by the status change that closes the
 round (coordinator/transitions.py); what a node is asked is shown by
