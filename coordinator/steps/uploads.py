@@ -145,9 +145,7 @@ class Uploads:
                     contribution=running.begin(what, writer.path),
                     statement_signature=header.statement_signature,
                     self_mask_commitment=header.self_mask_commitment,
-                    challenge=tuple(
-                        (c.recipient, c.sealed, c.signature) for c in header.challenge
-                    ),
+                    challenge=tuple((c.recipient, c.sealed, c.signature) for c in header.challenge),
                     layout=layout,
                 )
             )

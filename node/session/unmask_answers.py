@@ -1,11 +1,15 @@
 """Answering the coordinator's unmask request for the round this node awaits, or refusing.
 
 Every round has an unmask step, once its uploads are in. One call of
-:func:`answer` takes one step: attest the survivor set (an attestation reveals
+:func:`answer` takes one step: attest the survivor set, with this node's
+aggregate-check tags sealed for the other survivors (an attestation reveals
 nothing; one set per round index, ever: ``node.survivor_sets``), or — once
-every survivor attested the same set — send this node's self-mask seed and,
-if nodes dropped, its pair terms with them (under CAPE, in a CAPE-sum round,
-its pads with them), or refuse with a sentence. The rules are those of
+every survivor attested the same set and its tags open — send this node's
+self-mask seed and, if nodes dropped, its pair terms with them (under CAPE,
+in a CAPE-sum round, its pads with them), or refuse with a sentence. A
+survivor whose signed sealed contribution or tags do not open is named in
+the refusal, and the node waits for the round's rerun without it
+(``node.session.aggregate_tags``). The rules are those of
 ``node.unmask`` (consistent request, enough survivors, every attestation
 verified, answers of earlier attempts respected) and the noise floor: what is
 left on this node's egress once the terms are revealed must stay at or above
