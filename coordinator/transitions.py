@@ -39,6 +39,7 @@ The table, as :func:`describe` prints it::
     round   unmask    every survivor attested the survivor set -> unmask
     round   unmask    a correction completed the unmask -> ready
     round   unmask    the unmask deadline passed with enough survivors -> superseded
+    round   unmask    a survivor named another as the cause of its refusal -> superseded
     round   unmask    the unmask deadline passed with too few survivors -> failed
     round   unmask    a survivor refused to unmask -> failed
     round   unmask    the coordinator restarted during the round -> unmask
