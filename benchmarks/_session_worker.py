@@ -48,11 +48,13 @@ from typing import Any
 
 import grpc
 import numpy as np
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from numpy.typing import NDArray
 
 from benchmarks._plain_grpc import plain_channel, plain_round
 from node.client import GrpcGateway, RetryPolicy
-from node.gateway import RoundState
+from node.gateway import RoundState, Sealed
 from node.roster import derive_seeds, verify_roster
 from node.statements import check_statements, sign_upload_statement
 from node.unmask import attestation_signature
@@ -63,10 +65,10 @@ from noise.aggregate_check import (
     challenge_vectors,
     check_tags,
     open_contribution,
+    open_tags,
     seal_contribution,
+    seal_tags,
     tags,
-    tags_from_bytes,
-    tags_to_bytes,
 )
 from noise.designs import Design, complete_design
 from noise.fixed_point import FixedPointCodec
@@ -74,6 +76,7 @@ from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.layout import Layout
 from noise.masks import pairwise_mask
 from noise.self_mask import self_mask, self_mask_commitment, self_mask_seed
+from noise.transcript import sealed_check_message
 from proto.federation import config_hash, load_federation
 
 __all__ = ["MASK_MODES", "PLAIN_TENSOR", "POLL_SECONDS", "TENSOR", "main", "node_values"]
@@ -230,6 +233,70 @@ class _Node:
             codec=self.codec,
         )
 
+    def _signed(
+        self, round_index: int, kind: str, binding: bytes, recipient: str, sealed: bytes
+    ) -> Sealed:
+        """``sealed`` for ``recipient`` with this node's signature over it, as a node sends it."""
+        message = sealed_check_message(
+            self.config_hash,
+            self.session_id,
+            round_index,
+            kind=kind,
+            binding=binding,
+            sender=self.node_id,
+            recipient=recipient,
+            sealed=sealed,
+        )
+        return Sealed(self.node_id, recipient, sealed, self.identity.sign(message))
+
+    def _verified(self, round_index: int, kind: str, binding: bytes, item: Sealed) -> bool:
+        """Whether ``item`` carries its sender's signature; a node refuses otherwise."""
+        message = sealed_check_message(
+            self.config_hash,
+            self.session_id,
+            round_index,
+            kind=kind,
+            binding=binding,
+            sender=item.sender,
+            recipient=self.node_id,
+            sealed=item.sealed,
+        )
+        try:
+            Ed25519PublicKey.from_public_bytes(self.config.identity_keys[item.sender]).verify(
+                item.signature, message
+            )
+        except (InvalidSignature, ValueError):
+            raise RuntimeError(
+                f"the sealed {kind} of {item.sender!r} is not signed by it"
+            ) from None
+        return True
+
+    def _open_tags(
+        self,
+        round_index: int,
+        survivor_hash: bytes,
+        items: Sequence[Sealed],
+        survivors: Sequence[str],
+    ) -> dict[str, tuple[int, ...]]:
+        """The blinded tags every other survivor sealed for this node, verified and opened."""
+        opened = {
+            t.sender: open_tags(
+                t.sealed,
+                self.seeds[t.sender],
+                config_hash=self.config_hash,
+                session_id=self.session_id,
+                round_index=round_index,
+                survivor_hash=survivor_hash,
+                sender=t.sender,
+                recipient=self.node_id,
+            )
+            for t in items
+            if t.recipient == self.node_id and self._verified(round_index, "tags", survivor_hash, t)
+        }
+        if set(opened) != set(survivors) - {self.node_id}:
+            raise RuntimeError(f"round {round_index}: tags of {sorted(opened)} only")
+        return opened
+
     def _payload(self, round_index: int, tensor: str, mask: str) -> NDArray[np.uint64]:
         payload = self.codec.encode(self.values, tensor=TENSOR)
         if mask == "in_round":
@@ -274,7 +341,10 @@ class _Node:
                 round_index=round_index,
             )
             challenge = [
-                (
+                self._signed(
+                    round_index,
+                    "contribution",
+                    bytes(32),
                     peer,
                     seal_contribution(
                         mine,
@@ -314,6 +384,8 @@ class _Node:
             uploaded = time.monotonic()
             attested = False
             rho = None
+            own: tuple[int, ...] | None = None
+            survivor_hash: bytes | None = None
             while True:
                 header = client.result(self.session_id, round_index)
                 ask = header.unmask_request
@@ -321,7 +393,53 @@ class _Node:
                     # The unmask step every round has: sign the survivor set once, and
                     # reveal the self-mask seed once every survivor has signed it.
                     stamps.setdefault("asked", time.monotonic())
+                    survivor_hash = ask.survivor_hash
                     if not attested:
+                        # As a node does: open the others' contributions, form ρ, seal
+                        # and sign the blinded tags for every other survivor, attest.
+                        opened = {
+                            c.sender: open_contribution(
+                                c.sealed,
+                                self.seeds[c.sender],
+                                config_hash=self.config_hash,
+                                session_id=self.session_id,
+                                round_index=round_index,
+                                sender=c.sender,
+                                recipient=self.node_id,
+                            )
+                            for c in ask.challenge
+                            if self._verified(round_index, "contribution", bytes(32), c)
+                        }
+                        key = challenge_key({**opened, self.node_id: mine}, round_index=round_index)
+                        rho = challenge_vectors(key, self.layout.size, round_index=round_index)
+                        own = blinded_tags(
+                            tags(contribution, rho),
+                            self.node_id,
+                            ask.survivors,
+                            self.seeds,
+                            round_index=round_index,
+                        )
+                        sealed_tags = [
+                            self._signed(
+                                round_index,
+                                "tags",
+                                ask.survivor_hash,
+                                peer,
+                                seal_tags(
+                                    own,
+                                    self.seeds[peer],
+                                    config_hash=self.config_hash,
+                                    session_id=self.session_id,
+                                    round_index=round_index,
+                                    survivor_hash=ask.survivor_hash,
+                                    sender=self.node_id,
+                                    recipient=peer,
+                                ),
+                            )
+                            for peer in ask.survivors
+                            if peer != self.node_id
+                        ]
+                        stamps["tagged"] = time.monotonic()
                         client.attest(
                             session_id=self.session_id,
                             round_index=round_index,
@@ -333,37 +451,17 @@ class _Node:
                                 round_index=round_index,
                                 survivor_hash=ask.survivor_hash,
                             ),
+                            tags=sealed_tags,
                         )
                         attested = True
                         stamps["attested"] = time.monotonic()
                     elif len(ask.attestations) == len(ask.survivors):
                         stamps["signed"] = time.monotonic()
-                        opened = {
-                            sender: open_contribution(
-                                sealed,
-                                self.seeds[sender],
-                                config_hash=self.config_hash,
-                                session_id=self.session_id,
-                                round_index=round_index,
-                                sender=sender,
-                                recipient=self.node_id,
-                            )
-                            for sender, sealed in ask.challenge
-                        }
-                        key = challenge_key({**opened, self.node_id: mine}, round_index=round_index)
-                        rho = challenge_vectors(key, self.layout.size, round_index=round_index)
-                        blinded = blinded_tags(
-                            tags(contribution, rho),
-                            self.node_id,
-                            ask.survivors,
-                            self.seeds,
-                            round_index=round_index,
-                        )
-                        stamps["tagged"] = time.monotonic()
+                        # Every survivor's tags open before the seed leaves.
+                        self._open_tags(round_index, ask.survivor_hash, ask.tags, ask.survivors)
                         client.submit_unmask(
                             request=ask,
                             self_mask_seed=seed,
-                            blinded_tags=tags_to_bytes(blinded),
                             payload=None,
                             layout=self.layout,
                             fixed_point_bits=self.codec.frac_bits,
@@ -388,7 +486,11 @@ class _Node:
                         participants=self.participants,
                         round_name=round_name,
                     )
-                    given = {n: tags_from_bytes(t) for n, t in header.tags}
+                    assert own is not None and survivor_hash is not None
+                    given = self._open_tags(
+                        round_index, survivor_hash, header.tags, header.survivors
+                    )
+                    given[self.node_id] = own
                     if rho is None or check_tags(given, aggregate, rho):
                         raise RuntimeError(f"round {round_index}: the aggregate check failed")
                     break

@@ -25,12 +25,13 @@ each node
    each chunk into the round's running sum as it arrives, writes it to its
    state folder, checks size and SHA-256 and records the upload in SQLite;
 3. takes part in the round's unmask step, as every node does every round
-   (docs/design.md §4.6): polls ``GetResult`` every 10 ms, signs the survivor
-   set it is shown, and once every survivor's signature is there opens the
-   contributions sealed for it, expands the secret challenge ρ, and answers
-   with its self-mask seed and its blinded tags; the coordinator subtracts
-   each revealed self-mask and, on the last answer, writes and publishes the
-   sum;
+   (docs/design.md §4.6): polls ``GetResult`` every 10 ms, opens the
+   contributions sealed for it, expands the secret challenge ρ, seals and
+   signs its blinded tags for every other survivor and sends them with its
+   signature over the survivor set it is shown; once every survivor's
+   signature is there it opens the tags sealed for it and answers with its
+   self-mask seed; the coordinator subtracts each revealed self-mask and, on
+   the last answer, writes and publishes the sum;
 4. downloads the 8 MB aggregate (checked against its SHA-256), checks every
    upload statement and that the survivors' blinded tags add up to the
    aggregate's tag (the aggregate check, §4.5).
@@ -38,8 +39,8 @@ each node
 The nodes report when they reach each step, and
 ``round_until_<phase>_seconds_k10_d1e6`` is, for the headline round, the time
 until the last node got there (``masked``, ``uploaded``, ``asked``: saw the
-unmask request, ``attested``, ``signed``: saw every signature, ``tagged``:
-had its blinded tags, ``answered``, ``result``: held the aggregate).
+unmask request, ``tagged``: had its sealed tags, ``attested``, ``signed``:
+saw every signature, ``answered``, ``result``: held the aggregate).
 ``node_protection_cpu_seconds_d1e6`` is what steps 1, 3 and 4 add for the
 self-mask and the aggregate check in one node (self-mask, ρ, two tags of 10^6
 words; measured in this process, alone), and

@@ -26,6 +26,7 @@ __all__ = [
     "FinalRoundReady",
     "JoinDeadlinePassed",
     "JoinResumed",
+    "MemberNamed",
     "NextRound",
     "NobodyAwaited",
     "NodeWithdrew",
@@ -226,6 +227,21 @@ class UnmaskStalled(RoundEvent):
 
 
 @dataclass(frozen=True)
+class MemberNamed(RoundEvent):
+    """A survivor named another whose signed sealed message does not open for it.
+
+    The named survivor is dropped and the round rerun without it (``rerun``,
+    under the next index, with fresh keys) among ``survivors``; nothing of this
+    index is completed, so no seed that was sent helps anyone.
+    """
+
+    sentence = "a survivor named another as the cause of its refusal"
+    survivors: tuple[str, ...]
+    rerun: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class TooFewAnswered(RoundEvent):
     """The unmask deadline passed with fewer than ``min_nodes`` survivors answering."""
 
@@ -268,6 +284,7 @@ ROUND_EVENTS: tuple[type[RoundEvent], ...] = (
     AttestationsComplete,
     CorrectionsComplete,
     UnmaskStalled,
+    MemberNamed,
     TooFewAnswered,
     UnmaskRefused,
     RoundResumed,

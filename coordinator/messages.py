@@ -25,6 +25,7 @@ __all__ = [
     "RoundStatus",
     "RoundSummary",
     "SealedContribution",
+    "SealedTags",
     "SessionState",
     "StatusView",
     "UnmaskHeader",
@@ -67,11 +68,30 @@ class RoundStatus:
 
 @dataclass(frozen=True)
 class SealedContribution:
-    """A challenge contribution sealed by ``sender`` for ``recipient`` (opaque, 48 bytes)."""
+    """A challenge contribution sealed by ``sender`` for ``recipient`` (opaque, 48 bytes).
+
+    ``signature``: the sender's identity signature over it
+    (``noise.transcript.sealed_check_message``, kind "contribution").
+    """
 
     sender: str
     recipient: str
     sealed: bytes
+    signature: bytes = b""
+
+
+@dataclass(frozen=True)
+class SealedTags:
+    """Aggregate-check tags sealed by ``sender`` for ``recipient`` (opaque, 80 bytes).
+
+    ``signature``: the sender's identity signature over them, bound to the
+    survivor-set hash (``noise.transcript.sealed_check_message``, kind "tags").
+    """
+
+    sender: str
+    recipient: str
+    sealed: bytes
+    signature: bytes
 
 
 @dataclass(frozen=True)
@@ -96,13 +116,17 @@ class UploadHeader:
 
 @dataclass(frozen=True)
 class Attestation:
-    """A survivor's Ed25519 signature over an unmask attempt's survivor hash."""
+    """A survivor's Ed25519 signature over an unmask attempt's survivor hash.
+
+    ``tags``: its aggregate-check tags, sealed for every other survivor.
+    """
 
     session_id: str
     round_index: int
     node_id: str
     survivor_hash: bytes
     signature: bytes
+    tags: tuple[SealedTags, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -121,12 +145,15 @@ class UnmaskHeader:
     survivor_hash: bytes
     payload: PayloadSpec | None
     self_mask_seed: bytes
-    blinded_tags: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)
 class UnmaskRefusal:
-    """A survivor's refusal to answer an unmask request, and why."""
+    """A survivor's refusal to answer an unmask request, and why.
+
+    ``accused``: the survivor the refusal names as its cause (its signed
+    sealed message does not open for the refusing node), or empty.
+    """
 
     session_id: str
     round_index: int
@@ -134,6 +161,7 @@ class UnmaskRefusal:
     dropped: tuple[str, ...]
     survivor_hash: bytes
     reason: str
+    accused: str = ""
 
 
 @dataclass(frozen=True)
@@ -230,6 +258,7 @@ class UnmaskRequestView:
     min_survivors: int = 0
     attempt: int = 0
     challenge: tuple[SealedContribution, ...] = ()
+    tags: tuple[SealedTags, ...] = ()  # sealed for this survivor by those that attested
 
 
 @dataclass(frozen=True)
@@ -255,7 +284,7 @@ class ResultView:
     path: Path | None
     unmask_request: UnmaskRequestView | None
     statements: tuple[UploadStatement, ...] = ()
-    tags: tuple[tuple[str, tuple[bytes, ...]], ...] = ()  # READY: (node, blinded tags)
+    tags: tuple[SealedTags, ...] = ()  # READY: every other survivor's tags sealed for the caller
 
 
 @dataclass(frozen=True)

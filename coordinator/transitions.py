@@ -39,6 +39,7 @@ The table, as :func:`describe` prints it::
     round   unmask    every survivor attested the survivor set -> unmask
     round   unmask    a correction completed the unmask -> ready
     round   unmask    the unmask deadline passed with enough survivors -> superseded
+    round   unmask    a survivor named another as the cause of its refusal -> superseded
     round   unmask    the unmask deadline passed with too few survivors -> failed
     round   unmask    a survivor refused to unmask -> failed
     round   unmask    the coordinator restarted during the round -> unmask
@@ -73,6 +74,7 @@ from coordinator.events import (
     FinalRoundReady,
     JoinDeadlinePassed,
     JoinResumed,
+    MemberNamed,
     NextRound,
     NobodyAwaited,
     NodeWithdrew,
@@ -362,7 +364,10 @@ def _fail_round(
 
 
 def _supersede(
-    changes: StatusChanges, round_row: RoundRow, event: CapeModelDropout | UnmaskStalled, now: int
+    changes: StatusChanges,
+    round_row: RoundRow,
+    event: CapeModelDropout | UnmaskStalled | MemberNamed,
+    now: int,
 ) -> None:
     """The round is superseded; ``event.rerun`` opens under the next index among the survivors."""
     index = round_row.round_index
@@ -430,6 +435,7 @@ ROUND_TRANSITIONS: tuple[Transition[RoundRow, Any], ...] = (
     Transition(UNMASK, AttestationsComplete, (UNMASK,), _corrections_may_follow),
     Transition(UNMASK, CorrectionsComplete, (READY,), _publish),
     Transition(UNMASK, UnmaskStalled, (SUPERSEDED,), _supersede),
+    Transition(UNMASK, MemberNamed, (SUPERSEDED,), _supersede),
     Transition(UNMASK, TooFewAnswered, (ROUND_FAILED,), _fail_round),
     Transition(UNMASK, UnmaskRefused, (ROUND_FAILED,), _fail_round),
     Transition(UNMASK, RoundResumed, (UNMASK,), _extend_unmask_deadline),

@@ -23,6 +23,7 @@ from coordinator.messages import (
     RosterView,
     RoundStatus,
     SealedContribution,
+    SealedTags,
     SessionState,
     StatusView,
     UnmaskHeader,
@@ -124,7 +125,9 @@ def upload_header_from_pb(h: pb.UploadHeader) -> UploadHeader:
         statement_signature=bytes(h.statement_signature),
         self_mask_commitment=bytes(h.self_mask_commitment),
         challenge=tuple(
-            SealedContribution(c.sender_node_id, c.recipient_node_id, bytes(c.sealed))
+            SealedContribution(
+                c.sender_node_id, c.recipient_node_id, bytes(c.sealed), bytes(c.signature)
+            )
             for c in h.challenge
         ),
     )
@@ -141,7 +144,6 @@ def unmask_header_from_pb(h: pb.UnmaskHeader) -> UnmaskHeader:
         survivor_hash=bytes(h.survivor_hash),
         payload=payload_spec_from_pb(h.payload) if h.HasField("payload") else None,
         self_mask_seed=bytes(h.self_mask_seed),
-        blinded_tags=tuple(bytes(t) for t in h.blinded_tags),
     )
 
 
@@ -154,6 +156,7 @@ def unmask_refusal_from_pb(r: pb.UnmaskRefusal) -> UnmaskRefusal:
         dropped=tuple(r.dropped_node_ids),
         survivor_hash=bytes(r.survivor_hash),
         reason=r.reason,
+        accused=r.accused_node_id,
     )
 
 
@@ -165,6 +168,10 @@ def attestation_from_pb(request: pb.SurvivorAttestation) -> Attestation:
         node_id=request.node_id,
         survivor_hash=bytes(request.survivor_hash),
         signature=bytes(request.signature),
+        tags=tuple(
+            SealedTags(t.sender_node_id, t.recipient_node_id, bytes(t.sealed), bytes(t.signature))
+            for t in request.sealed_tags
+        ),
     )
 
 
@@ -280,11 +287,27 @@ def unmask_request_to_pb(view: UnmaskRequestView) -> pb.UnmaskRequest:
         min_survivors=view.min_survivors,
         challenge=[
             pb.SealedContribution(
-                sender_node_id=c.sender, recipient_node_id=c.recipient, sealed=c.sealed
+                sender_node_id=c.sender,
+                recipient_node_id=c.recipient,
+                sealed=c.sealed,
+                signature=c.signature,
             )
             for c in view.challenge
         ],
+        sealed_tags=_sealed_tags_to_pb(view.tags),
     )
+
+
+def _sealed_tags_to_pb(tags: tuple[SealedTags, ...]) -> list[pb.SealedTags]:
+    return [
+        pb.SealedTags(
+            sender_node_id=t.sender,
+            recipient_node_id=t.recipient,
+            sealed=t.sealed,
+            signature=t.signature,
+        )
+        for t in tags
+    ]
 
 
 def attestation_receipt_to_pb(receipt: AttestationReceipt) -> pb.AttestationReceipt:
@@ -316,7 +339,7 @@ def result_header_to_pb(view: ResultView) -> pb.ResultHeader:
             )
             for s in view.statements
         ],
-        tags=[pb.SurvivorTags(node_id=n, blinded_tags=list(t)) for n, t in view.tags],
+        sealed_tags=_sealed_tags_to_pb(view.tags),
     )
     if view.payload is not None:
         spec = view.payload

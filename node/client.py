@@ -57,6 +57,7 @@ from node.gateway import (
     RoundResult,
     RoundState,
     RoundSummary,
+    Sealed,
     SessionState,
     SessionStatus,
     UnmaskRequest,
@@ -274,7 +275,17 @@ def _unmask_request(message: pb.UnmaskRequest) -> UnmaskRequest | None:
             for a in message.attestations
         ),
         min_survivors=message.min_survivors,
-        challenge=tuple((c.sender_node_id, bytes(c.sealed)) for c in message.challenge),
+        challenge=tuple(_sealed(c) for c in message.challenge),
+        tags=tuple(_sealed(t) for t in message.sealed_tags),
+    )
+
+
+def _sealed(message: pb.SealedContribution | pb.SealedTags) -> Sealed:
+    return Sealed(
+        sender=message.sender_node_id,
+        recipient=message.recipient_node_id,
+        sealed=bytes(message.sealed),
+        signature=bytes(message.signature),
     )
 
 
@@ -520,7 +531,7 @@ class GrpcGateway:
         roster_hash: bytes,
         statement_signature: bytes,
         self_mask_commitment: bytes,
-        challenge: Sequence[tuple[str, bytes]],
+        challenge: Sequence[Sealed],
     ) -> UploadReceipt:
         """Stream a payload with its signed upload statement (see node/statements.py)."""
         header = pb.UploadHeader(
@@ -534,9 +545,12 @@ class GrpcGateway:
             self_mask_commitment=self_mask_commitment,
             challenge=[
                 pb.SealedContribution(
-                    sender_node_id=self._node_id, recipient_node_id=recipient, sealed=sealed
+                    sender_node_id=c.sender,
+                    recipient_node_id=c.recipient,
+                    sealed=c.sealed,
+                    signature=c.signature,
                 )
-                for recipient, sealed in challenge
+                for c in challenge
             ],
         )
 
@@ -614,15 +628,19 @@ class GrpcGateway:
                     if header.HasField("unmask_request")
                     else None
                 ),
-                tags=tuple(
-                    (t.node_id, tuple(bytes(b) for b in t.blinded_tags)) for t in header.tags
-                ),
+                tags=tuple(_sealed(t) for t in header.sealed_tags),
             )
 
         return self._call("GetResult", attempt)
 
     def attest(
-        self, *, session_id: str, round_index: int, survivor_hash: bytes, signature: bytes
+        self,
+        *,
+        session_id: str,
+        round_index: int,
+        survivor_hash: bytes,
+        signature: bytes,
+        tags: Sequence[Sealed],
     ) -> None:
         request = pb.SurvivorAttestation(
             session_id=session_id,
@@ -630,6 +648,15 @@ class GrpcGateway:
             node_id=self._node_id,
             survivor_hash=survivor_hash,
             signature=signature,
+            sealed_tags=[
+                pb.SealedTags(
+                    sender_node_id=t.sender,
+                    recipient_node_id=t.recipient,
+                    sealed=t.sealed,
+                    signature=t.signature,
+                )
+                for t in tags
+            ],
         )
         self._call("AttestSurvivors", lambda t: self._stub.AttestSurvivors(request, timeout=t))
 
@@ -638,7 +665,6 @@ class GrpcGateway:
         *,
         request: UnmaskRequest,
         self_mask_seed: bytes,
-        blinded_tags: Sequence[bytes],
         payload: NDArray[np.uint64] | None,
         layout: Layout,
         fixed_point_bits: int,
@@ -652,7 +678,6 @@ class GrpcGateway:
             dropped_node_ids=list(request.dropped),
             survivor_hash=request.survivor_hash,
             self_mask_seed=self_mask_seed,
-            blinded_tags=list(blinded_tags),
         )
         if payload is not None:
             header.payload.CopyFrom(payload_header(payload, layout, fixed_point_bits))
@@ -665,8 +690,9 @@ class GrpcGateway:
 
         self._call("SubmitUnmask", lambda t: self._stub.SubmitUnmask(messages(), timeout=t))
 
-    def refuse_unmask(self, *, request: UnmaskRequest, reason: str) -> None:
+    def refuse_unmask(self, *, request: UnmaskRequest, reason: str, accused: str = "") -> None:
         refusal = pb.UnmaskRefusal(
+            accused_node_id=accused,
             session_id=request.session_id,
             round_index=request.round_index,
             node_id=self._node_id,

@@ -30,6 +30,7 @@ __all__ = [
     "RoundResult",
     "RoundState",
     "RoundSummary",
+    "Sealed",
     "SessionState",
     "SessionStatus",
     "UnmaskRequest",
@@ -149,6 +150,21 @@ class UploadStatement:
 
 
 @dataclass(frozen=True)
+class Sealed:
+    """An aggregate-check message ``sender`` sealed for ``recipient``, signed by ``sender``.
+
+    A challenge contribution (48 bytes sealed) or four blinded tags (80
+    bytes); ``signature`` is the sender's identity signature over
+    ``noise.transcript.sealed_check_message``.
+    """
+
+    sender: str
+    recipient: str
+    sealed: bytes
+    signature: bytes
+
+
+@dataclass(frozen=True)
 class Attestation:
     """A survivor's identity signature over a survivor-set hash."""
 
@@ -161,8 +177,9 @@ class Attestation:
 class UnmaskRequest:
     """What the coordinator asks of this node in a round's unmask step.
 
-    ``challenge``: (sender, sealed) of the challenge contribution every other
-    survivor sealed for this node, for the round's aggregate check.
+    ``challenge``: the challenge contribution every other survivor sealed for
+    this node, and ``tags`` the aggregate-check tags every survivor that
+    attested sealed for it, for the round's aggregate check.
     """
 
     session_id: str
@@ -173,7 +190,8 @@ class UnmaskRequest:
     survivor_hash: bytes
     attestations: tuple[Attestation, ...]
     min_survivors: int
-    challenge: tuple[tuple[str, bytes], ...] = ()
+    challenge: tuple[Sealed, ...] = ()
+    tags: tuple[Sealed, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -190,7 +208,7 @@ class RoundResult:
     aggregate: U64 | None = None
     layout: Layout | None = None  # the aggregate's layout as announced
     unmask_request: UnmaskRequest | None = None
-    tags: tuple[tuple[str, tuple[bytes, ...]], ...] = ()  # READY: each survivor's blinded tags
+    tags: tuple[Sealed, ...] = ()  # READY: the tags every other survivor sealed for this node
 
 
 @dataclass(frozen=True)
@@ -222,7 +240,7 @@ class CoordinatorGateway(Protocol):
         roster_hash: bytes,
         statement_signature: bytes,
         self_mask_commitment: bytes,
-        challenge: Sequence[tuple[str, bytes]],
+        challenge: Sequence[Sealed],
     ) -> UploadReceipt: ...
 
     def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
@@ -232,7 +250,13 @@ class CoordinatorGateway(Protocol):
     def result(self, session_id: str, round_index: int) -> RoundResult: ...
 
     def attest(
-        self, *, session_id: str, round_index: int, survivor_hash: bytes, signature: bytes
+        self,
+        *,
+        session_id: str,
+        round_index: int,
+        survivor_hash: bytes,
+        signature: bytes,
+        tags: Sequence[Sealed],
     ) -> None: ...
 
     def submit_unmask(
@@ -240,13 +264,14 @@ class CoordinatorGateway(Protocol):
         *,
         request: UnmaskRequest,
         self_mask_seed: bytes,
-        blinded_tags: Sequence[bytes],
         payload: U64 | None,
         layout: Layout,
         fixed_point_bits: int,
     ) -> None: ...
 
-    def refuse_unmask(self, *, request: UnmaskRequest, reason: str) -> None: ...
+    def refuse_unmask(self, *, request: UnmaskRequest, reason: str, accused: str = "") -> None:
+        """Refuse ``request``; ``accused``: the survivor whose signed sealed message is why."""
+        ...
 
     def withdraw(self, session_id: str, round_index: int, reason: str) -> WithdrawReceipt: ...
 

@@ -47,12 +47,17 @@ _VERSION = 2
 
 @dataclass(frozen=True)
 class SignedSet:
-    """The survivor set signed for one round index (and, once answered, its challenge key)."""
+    """The survivor set signed for one round index (and, once attested, its challenge key).
+
+    ``own_tags``: this node's blinded aggregate-check tags for the set, which
+    the aggregate's check adds to those the others sealed for it.
+    """
 
     survivor_hash: bytes
     survivors: tuple[str, ...]
     dropped: tuple[str, ...]
     challenge_key: bytes | None = None
+    own_tags: tuple[int, ...] | None = None
 
     def same_set(self, other: SignedSet) -> bool:
         return (self.survivor_hash, self.survivors, self.dropped) == (
@@ -68,6 +73,7 @@ def _entry_from_json(entry: Any) -> SignedSet:
         tuple(str(n) for n in entry["survivors"]),
         tuple(str(n) for n in entry["dropped"]),
         None if entry.get("challenge_key") is None else bytes.fromhex(entry["challenge_key"]),
+        None if entry.get("own_tags") is None else tuple(int(t, 16) for t in entry["own_tags"]),
     )
 
 
@@ -77,6 +83,7 @@ def _entry_to_json(entry: SignedSet) -> dict[str, Any]:
         "survivors": list(entry.survivors),
         "dropped": list(entry.dropped),
         "challenge_key": None if entry.challenge_key is None else entry.challenge_key.hex(),
+        "own_tags": None if entry.own_tags is None else [format(t, "x") for t in entry.own_tags],
     }
 
 
@@ -176,15 +183,17 @@ class SurvivorSets:
             return
         self._write({**self._signed, round_index: signed})
 
-    def note_challenge(self, round_index: int, key: bytes) -> None:
-        """Keep the round's challenge key κ (before the answer that depends on it leaves).
+    def note_challenge(self, round_index: int, key: bytes, own_tags: tuple[int, ...]) -> None:
+        """Keep the round's challenge key κ and this node's blinded tags (before they leave).
 
-        The aggregate is checked against it once published, also after a restart.
+        The aggregate is checked against them once published, also after a restart.
         """
         earlier = self._signed[round_index]
-        if earlier.challenge_key == key:
+        if earlier.challenge_key == key and earlier.own_tags == tuple(own_tags):
             return
-        updated = SignedSet(earlier.survivor_hash, earlier.survivors, earlier.dropped, key)
+        updated = SignedSet(
+            earlier.survivor_hash, earlier.survivors, earlier.dropped, key, tuple(own_tags)
+        )
         self._write({**self._signed, round_index: updated})
 
     def _write(self, rounds: dict[int, SignedSet]) -> None:

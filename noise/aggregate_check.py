@@ -37,6 +37,24 @@ under a key expanded from their pairwise seed (:func:`seal_contribution`,
 bound to config, session, round, sender and recipient). The coordinator
 relays the sealed contributions but cannot read or alter them, so it never
 learns ρ; a node colluding with it could (a stated limit).
+
+The blinded tags travel the same way: each survivor seals its four blinded
+tags for every other survivor (:func:`seal_tags`, bound to the survivor-set
+hash as well), so the coordinator never sees one, nor their sum ⟨ρ, A⟩, and
+cannot solve for ρ however short the layout. Every node opens the tags sealed
+for it and checks the sum itself. Each sealed message is also signed by its
+sender (``noise.transcript.sealed_check_message``): the relay cannot alter
+one, and a signed message that does not open names its sender.
+
+Soundness over the ring (docs/design.md §4.5). The payloads live in Z/2^64,
+whose zero divisors would break a check computed there: for δ_i = 2^63,
+ρ_i·δ_i ≡ 0 (mod 2^64) for every even ρ_i, so a check mod 2^64 would miss such
+a forgery half the time. The check is therefore made over the integers: every
+word is lifted to its two's-complement representative in [−2^63, 2^63), a
+forged A' ≠ A (mod 2^64) lifts to δ = signed(A') − signed(A), a non-zero
+integer vector with |δ_i| < 2^64, and |⟨ρ, δ⟩| < d·2^80 ≤ 2^127 for d ≤ 2^47,
+so ⟨ρ, δ⟩ ≡ 0 (mod 2^128) only if ⟨ρ, δ⟩ = 0 over Z, where 2^-16 per vector
+holds (:func:`check_tags` refuses longer vectors).
 """
 
 from __future__ import annotations
@@ -59,7 +77,9 @@ from noise.stream import uniform_uint64
 __all__ = [
     "CHALLENGE_BITS",
     "CHALLENGE_VECTORS",
+    "MAX_CHECKED_ENTRIES",
     "SEALED_BYTES",
+    "SEALED_TAGS_BYTES",
     "TAG_BYTES",
     "TAG_MODULUS",
     "blinded_tags",
@@ -69,7 +89,9 @@ __all__ = [
     "challenge_vectors",
     "check_tags",
     "open_contribution",
+    "open_tags",
     "seal_contribution",
+    "seal_tags",
     "tags",
     "tags_from_bytes",
     "tags_to_bytes",
@@ -80,6 +102,9 @@ CHALLENGE_VECTORS = 4
 TAG_MODULUS = 1 << 128
 TAG_BYTES = 16
 SEALED_BYTES = SEED_BYTES + 16  # the contribution and AES-GCM's tag
+SEALED_TAGS_BYTES = CHALLENGE_VECTORS * TAG_BYTES + 16  # four tags and AES-GCM's tag
+# Above 2^47 entries a tag difference could wrap modulo 2^128 (module docstring).
+MAX_CHECKED_ENTRIES = 1 << 47
 # Entries per block of tags(): small enough that a block's unpacked limbs and
 # challenge rows (2 × 1 MiB) stay in cache, which matters when many node
 # processes share a machine.
@@ -87,6 +112,7 @@ _BLOCK = 1 << 15
 _LABEL = b"zerosum/v1/aggregate-challenge"
 _CONTRIBUTION_LABEL = b"zerosum/v1/aggregate-challenge-contribution"
 _SEAL_LABEL = b"zerosum/v1/aggregate-challenge-seal"
+_TAG_SEAL_LABEL = b"zerosum/v1/aggregate-tags-seal"
 # Every sealing key is used for one message only, so a constant nonce is safe.
 _NONCE = bytes(12)
 
@@ -119,13 +145,16 @@ def _seal_context(
     round_index: int,
     sender: str,
     recipient: str,
+    label: bytes = _SEAL_LABEL,
+    binding: bytes = b"",
 ) -> tuple[AESGCM, bytes]:
     require_bytes(pair_seed, SEED_BYTES, "pairwise seed")
     require_bytes(config_hash, CONFIG_HASH_BYTES, "config hash")
     context = b"".join(
         (
-            _SEAL_LABEL,
+            label,
             config_hash,
+            binding,
             length_prefixed(session_id, "session id"),
             _round(round_index),
             length_prefixed(sender, "sender"),
@@ -187,6 +216,72 @@ def open_contribution(
             f"the contribution of {sender!r} for {recipient!r} in round {round_index} does not "
             "open under their pairwise key: it was altered or made for another round"
         ) from None
+
+
+def seal_tags(
+    blinded: Sequence[int],
+    pair_seed: bytes,
+    *,
+    config_hash: bytes,
+    session_id: str,
+    round_index: int,
+    survivor_hash: bytes,
+    sender: str,
+    recipient: str,
+) -> bytes:
+    """``blinded`` (the L tags mod 2^128) sealed for ``recipient`` (AES-256-GCM; 80 bytes).
+
+    Bound to the survivor set as well as to config, session, round, sender
+    and recipient: tags made for one survivor set never open under another.
+    """
+    cipher, context = _seal_context(
+        pair_seed,
+        config_hash=config_hash,
+        session_id=session_id,
+        round_index=round_index,
+        sender=sender,
+        recipient=recipient,
+        label=_TAG_SEAL_LABEL,
+        binding=require_bytes(survivor_hash, 32, "survivor hash"),
+    )
+    return cipher.encrypt(_NONCE, b"".join(tags_to_bytes(blinded)), context)
+
+
+def open_tags(
+    sealed: bytes,
+    pair_seed: bytes,
+    *,
+    config_hash: bytes,
+    session_id: str,
+    round_index: int,
+    survivor_hash: bytes,
+    sender: str,
+    recipient: str,
+) -> tuple[int, ...]:
+    """The blinded tags ``sender`` sealed for ``recipient``; ValueError if they do not open."""
+    if len(sealed) != SEALED_TAGS_BYTES:
+        raise ValueError(
+            f"the tags of {sender!r} for {recipient!r} are sealed in {len(sealed)} bytes; "
+            f"sealed tags have {SEALED_TAGS_BYTES}"
+        )
+    cipher, context = _seal_context(
+        pair_seed,
+        config_hash=config_hash,
+        session_id=session_id,
+        round_index=round_index,
+        sender=sender,
+        recipient=recipient,
+        label=_TAG_SEAL_LABEL,
+        binding=require_bytes(survivor_hash, 32, "survivor hash"),
+    )
+    try:
+        plain = cipher.decrypt(_NONCE, sealed, context)
+    except InvalidTag:
+        raise ValueError(
+            f"the tags of {sender!r} for {recipient!r} in round {round_index} do not open under "
+            "their pairwise key for this survivor set"
+        ) from None
+    return tags_from_bytes([plain[i : i + TAG_BYTES] for i in range(0, len(plain), TAG_BYTES)])
 
 
 def tags_to_bytes(values: Sequence[int]) -> list[bytes]:
@@ -285,6 +380,11 @@ def check_tags(
     blinded: Mapping[str, Sequence[int]], aggregate: NDArray[np.uint64], rho: NDArray[np.uint64]
 ) -> list[int]:
     """The checks ℓ where Σ of everyone's blinded tags differs from the aggregate's tag."""
+    if aggregate.shape[0] > MAX_CHECKED_ENTRIES:
+        raise ValueError(
+            f"an aggregate of {aggregate.shape[0]} entries is above the {MAX_CHECKED_ENTRIES} "
+            "the check is sound for"
+        )
     expected = tags(aggregate, rho)
     failed = []
     for row, want in enumerate(expected):

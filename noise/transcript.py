@@ -29,9 +29,17 @@ unsigned integers and ‖ concatenation:
   roster it verified (pairwise masks cancel only among nodes that derived
   their seeds from the same keys) and which payloads the aggregate covers.
   This is the roster analogue of the survivor consistency check above.
+* sealed-check message = b"zerosum/v1/sealed-check" ‖ config_hash ‖
+  lp(session_id) ‖ u64(round_index) ‖ lp(kind) ‖ binding (32) ‖ lp(sender) ‖
+  lp(recipient) ‖ u16(|sealed|) ‖ sealed; kind is "contribution" (a challenge contribution
+  sealed in an upload header; binding = 32 zero bytes, the survivor set is not
+  known yet) or "tags" (aggregate-check tags sealed with an attestation;
+  binding = the survivor-set hash). The sender signs it, so a sealed message
+  that does not open for its recipient is evidence against its sender, not the
+  relay (docs/design.md §4.5).
 
 Every field is length-delimited or of fixed width, so distinct inputs never
-share an encoding; the leading labels separate the four uses.
+share an encoding; the leading labels separate the five uses.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ from noise.keys import require_bytes
 __all__ = [
     "SignedKey",
     "roster_hash",
+    "sealed_check_message",
     "survivor_attestation_message",
     "survivor_set_hash",
     "upload_statement_message",
@@ -56,6 +65,8 @@ _ROSTER_LABEL = b"zerosum/v1/roster"
 _SURVIVORS_LABEL = b"zerosum/v1/survivors"
 _ATTESTATION_LABEL = b"zerosum/v1/survivor-attestation"
 _UPLOAD_STATEMENT_LABEL = b"zerosum/v1/upload-statement"
+_SEALED_CHECK_LABEL = b"zerosum/v1/sealed-check"
+SEALED_KINDS = ("contribution", "tags")
 
 
 class SignedKey(Protocol):
@@ -175,5 +186,41 @@ def upload_statement_message(
             _lp(round_name, "round name"),
             require_bytes(roster_hash, 32, "roster hash"),
             require_bytes(payload_sha256, 32, "payload sha256"),
+        )
+    )
+
+
+def sealed_check_message(
+    config_hash: bytes,
+    session_id: str,
+    round_index: int,
+    *,
+    kind: str,
+    binding: bytes,
+    sender: str,
+    recipient: str,
+    sealed: bytes,
+) -> bytes:
+    """The bytes a node signs over one aggregate-check message it sealed for one recipient.
+
+    ``kind`` is "contribution" (``binding`` 32 zero bytes) or "tags"
+    (``binding`` the survivor-set hash the tags were made for).
+    """
+    if kind not in SEALED_KINDS:
+        raise ValueError(f"kind must be one of {SEALED_KINDS}; got {kind!r}")
+    if not 0 < len(sealed) < 2**16:
+        raise ValueError(f"a sealed message has 1 to 65535 bytes; got {len(sealed)}")
+    return b"".join(
+        (
+            _SEALED_CHECK_LABEL,
+            require_bytes(config_hash, 32, "config hash"),
+            _lp(session_id, "session id"),
+            _round(round_index),
+            _lp(kind, "kind"),
+            require_bytes(binding, 32, "binding"),
+            _lp(sender, "sender"),
+            _lp(recipient, "recipient"),
+            struct.pack(">H", len(sealed)),
+            sealed,
         )
     )

@@ -217,5 +217,5 @@ def test_a_forged_aggregate_with_the_genuine_statements_is_refused_by_every_node
         outcome = outcomes[node]
         assert isinstance(outcome, SessionFailed), outcome
         assert "fails 4 of 4 secret checks" in str(outcome)
-        assert "forged or corrupted by the coordinator" in str(outcome)
+        assert "the coordinator is at fault (forged or corrupted sum)" in str(outcome)
         assert not (tmp_path / f"out-{node}" / "model.json").exists()

@@ -29,6 +29,7 @@ from coordinator.messages import (
 )
 from coordinator.messages import (
     SealedContribution,
+    SealedTags,
     UnmaskHeader,
     UnmaskReceipt,
     UnmaskRefusal,
@@ -48,6 +49,7 @@ from node.gateway import (
     RoundResult,
     RoundState,
     RoundSummary,
+    Sealed,
     SessionState,
     SessionStatus,
     UnmaskRequest,
@@ -60,6 +62,11 @@ from noise.layout import Layout, payload_digest
 from proto.chunks import CHUNK_BYTES, payload_chunks
 
 __all__ = ["InProcessGateway", "Ticker"]
+
+
+def _sealed(tags: Sequence[SealedTags]) -> tuple[Sealed, ...]:
+    return tuple(Sealed(t.sender, t.recipient, t.sealed, t.signature) for t in tags)
+
 
 U64 = NDArray[np.uint64]
 _R = TypeVar("_R")
@@ -192,7 +199,7 @@ class InProcessGateway:
         roster_hash: bytes,
         statement_signature: bytes,
         self_mask_commitment: bytes,
-        challenge: Sequence[tuple[str, bytes]],
+        challenge: Sequence[Sealed],
     ) -> UploadReceipt:
         digest = payload_digest(payload)
         header = UploadHeader(
@@ -211,8 +218,7 @@ class InProcessGateway:
             statement_signature=statement_signature,
             self_mask_commitment=self_mask_commitment,
             challenge=tuple(
-                SealedContribution(self._node_id, recipient, sealed)
-                for recipient, sealed in challenge
+                SealedContribution(c.sender, c.recipient, c.sealed, c.signature) for c in challenge
             ),
         )
 
@@ -262,7 +268,10 @@ class InProcessGateway:
                     Attestation(a.node_id, a.survivor_hash, a.signature) for a in r.attestations
                 ),
                 min_survivors=r.min_survivors,
-                challenge=tuple((c.sender, c.sealed) for c in r.challenge),
+                challenge=tuple(
+                    Sealed(c.sender, c.recipient, c.sealed, c.signature) for c in r.challenge
+                ),
+                tags=_sealed(r.tags),
             )
         return RoundResult(
             round_index=view.round_index,
@@ -280,11 +289,17 @@ class InProcessGateway:
             aggregate=aggregate,
             layout=layout,
             unmask_request=request,
-            tags=view.tags,
+            tags=_sealed(view.tags),
         )
 
     def attest(
-        self, *, session_id: str, round_index: int, survivor_hash: bytes, signature: bytes
+        self,
+        *,
+        session_id: str,
+        round_index: int,
+        survivor_hash: bytes,
+        signature: bytes,
+        tags: Sequence[Sealed],
     ) -> None:
         attestation = CoordinatorAttestation(
             session_id=session_id,
@@ -292,6 +307,7 @@ class InProcessGateway:
             node_id=self._node_id,
             survivor_hash=survivor_hash,
             signature=signature,
+            tags=tuple(SealedTags(t.sender, t.recipient, t.sealed, t.signature) for t in tags),
         )
         self._call(
             "AttestSurvivors", lambda: self._session.attest(attestation, caller=self._node_id)
@@ -302,7 +318,6 @@ class InProcessGateway:
         *,
         request: UnmaskRequest,
         self_mask_seed: bytes,
-        blinded_tags: Sequence[bytes],
         payload: U64 | None,
         layout: Layout,
         fixed_point_bits: int,
@@ -324,7 +339,6 @@ class InProcessGateway:
                 tensors=layout.slots,
             ),
             self_mask_seed=self_mask_seed,
-            blinded_tags=tuple(blinded_tags),
         )
 
         def send() -> CoordinatorUploadReceipt | UnmaskReceipt:
@@ -336,7 +350,7 @@ class InProcessGateway:
 
         self._call("SubmitUnmask", send)
 
-    def refuse_unmask(self, *, request: UnmaskRequest, reason: str) -> None:
+    def refuse_unmask(self, *, request: UnmaskRequest, reason: str, accused: str = "") -> None:
         refusal = UnmaskRefusal(
             session_id=request.session_id,
             round_index=request.round_index,
@@ -344,6 +358,7 @@ class InProcessGateway:
             dropped=request.dropped,
             survivor_hash=request.survivor_hash,
             reason=reason,
+            accused=accused,
         )
         self._call(
             "SubmitUnmask", lambda: self._session.refuse_unmask(refusal, caller=self._node_id)

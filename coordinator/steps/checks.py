@@ -10,11 +10,20 @@ the value and reads nothing but the state, so a refused message never writes.
 
 from __future__ import annotations
 
-from coordinator.context import SessionContext, node_list
-from coordinator.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from collections.abc import Sequence
+
+from coordinator.context import SessionContext, node_list, verify_ed25519
+from coordinator.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    PermissionDenied,
+    Unauthenticated,
+)
 from coordinator.layout import PayloadSpec
-from coordinator.messages import SessionState
+from coordinator.messages import SealedContribution, SealedTags, SessionState
 from coordinator.store import MemberRow, RoundRow, SessionRow, Store
+from noise.keys import key_fingerprint
+from noise.transcript import sealed_check_message
 
 __all__ = [
     "check_bits",
@@ -24,6 +33,7 @@ __all__ = [
     "check_round",
     "check_round_name",
     "check_running",
+    "check_sealed",
     "check_session_id",
     "find_member",
 ]
@@ -141,3 +151,54 @@ def check_bits(ctx: SessionContext, spec: PayloadSpec, what: str) -> None:
         raise InvalidArgument(
             f"{what}: fixed_point_bits is {spec.fixed_point_bits}; the federation uses {expected}."
         )
+
+
+def check_sealed(
+    ctx: SessionContext,
+    items: Sequence[SealedContribution | SealedTags],
+    *,
+    round_index: int,
+    sender: str,
+    recipients: Sequence[str],
+    kind: str,
+    binding: bytes,
+    size: int,
+    what: str,
+) -> None:
+    """Refuse sealed aggregate-check messages unless one per recipient, signed by the sender.
+
+    The coordinator cannot open them, but it checks each signature so that
+    what it relays is provably the sender's: a signed message that does not
+    open for its recipient then names its sender, not the relay.
+    """
+    noun = "challenge contributions" if kind == "contribution" else "aggregate-check tags"
+    found = sorted(item.recipient for item in items)
+    if found != sorted(recipients):
+        raise InvalidArgument(
+            f"{what}: the {noun} are sealed for {found}; expected one for each of "
+            f"{sorted(recipients)}."
+        )
+    key = ctx.config.identity_keys[sender]
+    row = ctx.session()
+    for item in items:
+        if item.sender != sender or len(item.sealed) != size or len(item.signature) != 64:
+            raise InvalidArgument(
+                f"{what}: the {noun} for {item.recipient!r} name sender {item.sender!r} and have "
+                f"{len(item.sealed)} bytes and a signature of {len(item.signature)}; expected "
+                f"sender {sender!r}, {size} bytes and a 64-byte signature."
+            )
+        message = sealed_check_message(
+            row.config_hash,
+            row.session_id,
+            round_index,
+            kind=kind,
+            binding=binding,
+            sender=sender,
+            recipient=item.recipient,
+            sealed=item.sealed,
+        )
+        if not verify_ed25519(key, item.signature, message):
+            raise Unauthenticated(
+                f"{what}: the signature over the {noun} for {item.recipient!r} does not verify "
+                f"against the node's pinned identity key ({key_fingerprint(key)})."
+            )

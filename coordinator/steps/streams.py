@@ -60,8 +60,8 @@ class Ticket:
     statement_signature: bytes = b""  # uploads only: the node's signed upload statement
     self_mask_commitment: bytes = b""  # uploads only: binds the seed revealed at unmask
     self_mask_seed: bytes = b""  # corrections only: the seed revealed with them
-    challenge: tuple[tuple[str, bytes], ...] = ()  # uploads only: sealed contributions
-    blinded_tags: bytes = b""  # corrections only: the answer's aggregate-check tags
+    # uploads only: (recipient, sealed, signature) of the sealed contributions
+    challenge: tuple[tuple[str, bytes, bytes], ...] = ()
     layout: Layout | None = None  # the payload's layout, checked when the stream began
     received: int = 0
     # cancelled: the session gave up on the stream (its node was dropped);

@@ -16,12 +16,19 @@ with each node revealing its own seed, so the coordinator can neither show
 different survivor sets to different nodes nor hold both an uploaded node's
 seed and its partners' pair terms with it (docs/design.md §4.6).
 
+Every attestation carries the node's aggregate-check tags sealed for each
+other survivor, and every upload its sealed challenge contributions; the
+coordinator cannot open them but checks each author's signature before it
+stores and relays them (docs/design.md §4.5).
+
 A survivor silent at the unmask deadline ends the round index: it is
 superseded and rerun among the survivors that spoke (coordinator/steps/
 deadlines.py), since a second, smaller set for the same index could show a
-node both survived and dropped. A refusal cannot be worked around without
-exposing the refusing node's noise, so it ends the session with the node's
-reason.
+node both survived and dropped. A refusal that names another survivor (its
+signed sealed message does not open for the refusing node) supersedes the
+round the same way, without the named survivor. Any other refusal cannot be
+worked around without exposing the refusing node's noise, so it ends the
+session with the node's reason.
 
 The unmask request itself is issued by the status change that closes the
 round (coordinator/transitions.py); what a node is asked is shown by
@@ -30,6 +37,7 @@ coordinator/steps/views.py.
 
 from __future__ import annotations
 
+from coordinator.config import is_cape_sum_round
 from coordinator.context import SessionContext, node_list, short_digest, verify_ed25519
 from coordinator.errors import (
     FailedPrecondition,
@@ -40,7 +48,9 @@ from coordinator.errors import (
 from coordinator.events import (
     AttestationsComplete,
     CorrectionsComplete,
+    MemberNamed,
     ResultFile,
+    TooFewAnswered,
     UnmaskRefused,
 )
 from coordinator.layout import check_announced_size, check_same_layout, validate_payload
@@ -58,6 +68,7 @@ from coordinator.steps.checks import (
     check_round,
     check_round_name,
     check_running,
+    check_sealed,
     check_session_id,
 )
 from coordinator.steps.self_mask_sums import SelfMaskSums
@@ -71,7 +82,7 @@ from coordinator.store import (
     UnmaskRow,
 )
 from coordinator.transitions import StatusChanges
-from noise.aggregate_check import CHALLENGE_VECTORS, TAG_BYTES
+from noise.aggregate_check import SEALED_TAGS_BYTES
 from noise.keys import key_fingerprint
 from noise.seeds import SEED_BYTES
 from noise.self_mask import self_mask_commitment
@@ -149,6 +160,17 @@ class Unmasking:
                     f"{what}: the signature does not verify against the node's pinned identity key "
                     f"({key_fingerprint(self.ctx.config.identity_keys[attestation.node_id])})."
                 )
+            check_sealed(
+                self.ctx,
+                attestation.tags,
+                round_index=round_row.round_index,
+                sender=attestation.node_id,
+                recipients=sorted(set(request.survivors) - {attestation.node_id}),
+                kind="tags",
+                binding=request.survivor_hash,
+                size=SEALED_TAGS_BYTES,
+                what=what,
+            )
             known = self.ctx.store.attestations(round_row.round_index, request.attempt)
             if attestation.node_id not in {a.node_id for a in known}:
                 now = self.ctx.clock()
@@ -160,6 +182,9 @@ class Unmasking:
                             node_id=attestation.node_id,
                             signature=attestation.signature,
                             received_ms=now,
+                            tags=tuple(
+                                (t.recipient, t.sealed, t.signature) for t in attestation.tags
+                            ),
                         )
                     )
                     self.ctx.note(
@@ -220,7 +245,6 @@ class Unmasking:
                     f"({node_list(missing)} missing); answer once all have."
                 )
             self._check_seed(header, what)
-            tags = self._check_tags(header, what)
             spec = header.payload
             if not request.dropped:
                 if spec is not None:
@@ -233,7 +257,6 @@ class Unmasking:
                     request=request,
                     node_id=header.node_id,
                     seed=header.self_mask_seed,
-                    tags=tags,
                     corrections=None,
                 )
             if spec is None:
@@ -263,20 +286,8 @@ class Unmasking:
                     commit=self._commit_correction,
                     attempt=request.attempt,
                     self_mask_seed=header.self_mask_seed,
-                    blinded_tags=tags,
                 )
             )
-
-    @staticmethod
-    def _check_tags(header: UnmaskHeader, what: str) -> bytes:
-        """The answer's four blinded tags of 16 bytes, concatenated."""
-        tags = header.blinded_tags
-        if len(tags) != CHALLENGE_VECTORS or any(len(t) != TAG_BYTES for t in tags):
-            raise InvalidArgument(
-                f"{what}: blinded_tags must be {CHALLENGE_VECTORS} tags of {TAG_BYTES} bytes; "
-                f"got {[len(t) for t in tags]}."
-            )
-        return b"".join(tags)
 
     def _check_seed(self, header: UnmaskHeader, what: str) -> None:
         """The revealed seed must be the one the node's upload committed to."""
@@ -341,7 +352,6 @@ class Unmasking:
             request=request,
             node_id=ticket.node_id,
             seed=ticket.self_mask_seed,
-            tags=ticket.blinded_tags,
             corrections=(name, ticket.spec.sha256, ticket.spec.total_bytes),
         )
         ticket.committed = True
@@ -355,7 +365,6 @@ class Unmasking:
         request: UnmaskRow,
         node_id: str,
         seed: bytes,
-        tags: bytes,
         corrections: tuple[str, bytes, int] | None,
     ) -> UnmaskReceipt:
         """Record one survivor's answer; the last one completes the round (under the lock).
@@ -374,7 +383,6 @@ class Unmasking:
             path=name,
             received_ms=now,
             self_mask_seed=seed,
-            blinded_tags=tags,
         )
         stored = self.ctx.store.corrections(round_row.round_index, request.attempt)
         answered = {c.node_id for c in stored} | {node_id}
@@ -445,6 +453,8 @@ class Unmasking:
             if not text:
                 raise InvalidArgument(f"{what}: the refusal gives no reason.")
             now = self.ctx.clock()
+            if refusal.accused:
+                return self._named(refusal, round_row, request, text, now)
             reason = (
                 f"node {refusal.node_id!r} refused to unmask round {round_row.round_index} "
                 f"({round_row.name!r}): {text}"
@@ -474,3 +484,67 @@ class Unmasking:
                 ),
                 survivor_count=len(request.survivors),
             )
+
+    def _named(
+        self,
+        refusal: UnmaskRefusal,
+        round_row: RoundRow,
+        request: UnmaskRow,
+        text: str,
+        now: int,
+    ) -> UnmaskReceipt:
+        """A refusal naming another survivor: drop it and rerun the round without it (locked).
+
+        Its evidence is the named survivor's signature over the sealed message
+        that does not open, checked here on receipt (``check_sealed``), so
+        what the refusing node was relayed is what the named one signed.
+        With fewer than ``min_nodes`` left the round fails, naming it.
+        """
+        ctx, index, name = self.ctx, round_row.round_index, round_row.name
+        accused, accuser = refusal.accused, refusal.node_id
+        what = f"unmask refusal of node {accuser!r} for round {index}"
+        if accused == accuser or accused not in request.survivors:
+            raise InvalidArgument(
+                f"{what}: it names {accused!r}, which is not another survivor of the request "
+                f"({node_list(list(request.survivors))})."
+            )
+        survivors = tuple(sorted(set(request.survivors) - {accused}))
+        why = f"named by {accuser!r} in round {index} ({name!r}): {text}"
+        with ctx.transition():
+            ctx.store.add_refusal(
+                RefusalRow(
+                    round_index=index,
+                    attempt=request.attempt,
+                    node_id=accuser,
+                    reason=f"names {accused!r}: {text}",
+                    received_ms=now,
+                )
+            )
+            ctx.store.drop_member(accused, index, why)
+            if len(survivors) < ctx.config.min_nodes:
+                reason = (
+                    f"survivor {accused!r} was {why}; without it {len(survivors)} survivors are "
+                    f"left and the federation requires at least {ctx.config.min_nodes}"
+                )
+                self.changes.apply_to_round(index, TooFewAnswered(reason), now=now)
+            else:
+                cape_model = ctx.config.construction == "cape" and not is_cape_sum_round(name)
+                rerun = ctx.config.next_round_name(name, superseded=True) if cape_model else name
+                assert rerun is not None
+                reason = (
+                    f"survivor {accused!r} was {why}; the round is rerun as {rerun!r} among "
+                    f"{node_list(list(survivors))} from round {index + 1}, with fresh keys"
+                )
+                self.changes.apply_to_round(index, MemberNamed(survivors, rerun, reason), now=now)
+        self.streams.cancel("correction", index, set(request.survivors))
+        ctx.forget_sum()
+        return UnmaskReceipt(
+            session_id=ctx.session().session_id,
+            round_index=index,
+            node_id=accuser,
+            accepted=False,
+            duplicate=False,
+            sha256=b"",
+            received_count=len(ctx.store.corrections(index, request.attempt)),
+            survivor_count=len(request.survivors),
+        )

@@ -49,6 +49,7 @@ from coordinator.steps.checks import (
     check_round,
     check_round_name,
     check_running,
+    check_sealed,
     check_session_id,
 )
 from coordinator.steps.streams import Streams, Ticket
@@ -144,29 +145,24 @@ class Uploads:
                     contribution=running.begin(what, writer.path),
                     statement_signature=header.statement_signature,
                     self_mask_commitment=header.self_mask_commitment,
-                    challenge=tuple((c.recipient, c.sealed) for c in header.challenge),
+                    challenge=tuple((c.recipient, c.sealed, c.signature) for c in header.challenge),
                     layout=layout,
                 )
             )
 
-    @staticmethod
-    def _check_challenge(header: UploadHeader, round_row: RoundRow) -> None:
-        """One sealed challenge contribution from the node for each other participant."""
-        what = f"upload of node {header.node_id!r} for round {header.round_index}"
-        others = sorted(set(round_row.participants) - {header.node_id})
-        recipients = [c.recipient for c in header.challenge]
-        if sorted(recipients) != others:
-            raise InvalidArgument(
-                f"{what}: the challenge contributions are sealed for {sorted(recipients)}; "
-                f"expected one for each other participant of the round, {others}."
-            )
-        for c in header.challenge:
-            if c.sender != header.node_id or len(c.sealed) != SEALED_BYTES:
-                raise InvalidArgument(
-                    f"{what}: the contribution for {c.recipient!r} names sender {c.sender!r} "
-                    f"and has {len(c.sealed)} bytes; expected sender {header.node_id!r} and "
-                    f"{SEALED_BYTES} bytes."
-                )
+    def _check_challenge(self, header: UploadHeader, round_row: RoundRow) -> None:
+        """One sealed challenge contribution from the node for each other participant, signed."""
+        check_sealed(
+            self.ctx,
+            header.challenge,
+            round_index=header.round_index,
+            sender=header.node_id,
+            recipients=sorted(set(round_row.participants) - {header.node_id}),
+            kind="contribution",
+            binding=bytes(32),
+            size=SEALED_BYTES,
+            what=f"upload of node {header.node_id!r} for round {header.round_index}",
+        )
 
     def _check_statement(self, header: UploadHeader, row: SessionRow) -> None:
         """Refuse an upload statement that is not the node's or names another roster.

@@ -24,6 +24,7 @@ from coordinator.messages import (
     RoundStatus,
     RoundSummary,
     SealedContribution,
+    SealedTags,
     SessionState,
     StatusView,
     UnmaskRequestView,
@@ -31,7 +32,6 @@ from coordinator.messages import (
 )
 from coordinator.steps.checks import check_in_roster, check_round, check_session_id
 from coordinator.store import RoundRow, SessionRow
-from noise.aggregate_check import TAG_BYTES
 from noise.keys import KeyBundle
 from noise.transcript import roster_hash, survivor_set_hash
 
@@ -112,7 +112,7 @@ class Views:
             payload: PayloadSpec | None = None
             path: Path | None = None
             statements: tuple[UploadStatement, ...] = ()
-            tags: tuple[tuple[str, tuple[bytes, ...]], ...] = ()
+            tags: tuple[SealedTags, ...] = ()
             deadline = round_row.deadline_ms
             status = round_row.status
             if status == RoundStatus.READY:
@@ -131,7 +131,7 @@ class Views:
                 )
                 path = ctx.store.payload_path(stored.path)
                 statements = self._statements(row, round_row, survivors)
-                tags = self._tags(round_row)
+                tags = self._tags_for(round_index, round_row.unmask_attempt, caller)
             elif status == RoundStatus.UNMASK:
                 request = ctx.unmask_row(round_row)
                 survivors, dropped, digest = (
@@ -168,12 +168,14 @@ class Views:
                 tags=tags,
             )
 
-    def _tags(self, round_row: RoundRow) -> tuple[tuple[str, tuple[bytes, ...]], ...]:
-        """Every survivor's blinded aggregate-check tags, as its answer carried them."""
-        answers = self.ctx.store.corrections(round_row.round_index, round_row.unmask_attempt)
+    def _tags_for(self, round_index: int, attempt: int, caller: str) -> tuple[SealedTags, ...]:
+        """The aggregate-check tags each attested survivor sealed for ``caller``."""
         return tuple(
-            (a.node_id, tuple(a.blinded_tags[i : i + TAG_BYTES] for i in range(0, 64, TAG_BYTES)))
-            for a in answers
+            SealedTags(a.node_id, caller, sealed, signature)
+            for a in self.ctx.store.attestations(round_index, attempt)
+            if a.node_id != caller
+            for recipient, sealed, signature in a.tags
+            if recipient == caller
         )
 
     def _statements(
@@ -249,12 +251,13 @@ class Views:
             min_survivors=ctx.config.min_nodes,
             attempt=request.attempt,
             challenge=tuple(
-                SealedContribution(upload.node_id, caller, sealed)
+                SealedContribution(upload.node_id, caller, sealed, signature)
                 for upload in ctx.store.uploads(round_row.round_index)
                 if upload.node_id in request.survivors
-                for recipient, sealed in upload.challenge
+                for recipient, sealed, signature in upload.challenge
                 if recipient == caller
             ),
+            tags=self._tags_for(round_row.round_index, request.attempt, caller),
         )
 
     def record_delivery(self, round_index: int, node_id: str) -> None:

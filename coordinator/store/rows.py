@@ -102,8 +102,8 @@ class UploadRow:
     received_ms: int
     statement_signature: bytes
     self_mask_commitment: bytes
-    # (recipient, sealed) of every challenge contribution this node sealed.
-    challenge: tuple[tuple[str, bytes], ...] = ()
+    # (recipient, sealed, the node's signature) of every challenge contribution it sealed.
+    challenge: tuple[tuple[str, bytes, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,8 @@ class AttestationRow:
     node_id: str
     signature: bytes
     received_ms: int
+    # (recipient, sealed, the node's signature) of its aggregate-check tags for each other survivor.
+    tags: tuple[tuple[str, bytes, bytes], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,7 +161,6 @@ class CorrectionRow:
     path: str | None
     received_ms: int
     self_mask_seed: bytes
-    blinded_tags: bytes = b""  # four 16-byte tags, concatenated
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,14 @@ from coordinator.errors import StateFileError
 
 __all__ = ["SCHEMA_VERSION", "TABLES", "lock_path_for", "open_state_database"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # What each version added, for the sentence refusing an older state file.
 _SCHEMA_CHANGES = {
     2: "uploads carry the node's signed upload statement",
     3: "uploads carry a self-mask commitment and sealed challenge contributions, unmask "
     "answers the self-mask seed and blinded aggregate-check tags",
+    4: "sealed challenge contributions are signed, and the aggregate-check tags travel "
+    "sealed and signed with the attestations instead of the unmask answers",
 }
 
 _SCHEMA = """
@@ -110,6 +112,7 @@ CREATE TABLE unmask_acks (
     node_id TEXT NOT NULL REFERENCES roster (node_id),
     signature BLOB NOT NULL,
     received_ms INTEGER NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
     PRIMARY KEY (round_index, attempt, node_id),
     FOREIGN KEY (round_index, attempt) REFERENCES unmask_requests (round_index, attempt)
 );
@@ -122,7 +125,6 @@ CREATE TABLE unmask_corrections (
     path TEXT UNIQUE,
     received_ms INTEGER NOT NULL,
     self_mask_seed BLOB NOT NULL,
-    blinded_tags BLOB NOT NULL DEFAULT x'',
     PRIMARY KEY (round_index, attempt, node_id),
     FOREIGN KEY (round_index, attempt) REFERENCES unmask_requests (round_index, attempt)
 );

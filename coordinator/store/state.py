@@ -61,6 +61,15 @@ from noise.layout import Layout
 __all__ = ["Store"]
 
 
+def _sealed_to_json(items: Sequence[tuple[str, bytes, bytes]]) -> str:
+    """(recipient, sealed, signature) triples as stored: a JSON list of [id, hex, hex]."""
+    return json.dumps([[n, sealed.hex(), signature.hex()] for n, sealed, signature in items])
+
+
+def _sealed_from_json(text: str) -> tuple[tuple[str, bytes, bytes], ...]:
+    return tuple((str(n), bytes.fromhex(s), bytes.fromhex(g)) for n, s, g in json.loads(text))
+
+
 class Store:
     """The coordinator's SQLite state file and payload directory.
 
@@ -334,7 +343,7 @@ class Store:
                 r[7],
                 bytes(r[8]),
                 bytes(r[9]),
-                tuple((str(n), bytes.fromhex(h)) for n, h in json.loads(r[10])),
+                _sealed_from_json(r[10]),
             )
             for r in self._read(
                 "SELECT round_index, node_id, sha256, size, path, layout, fixed_point_bits, "
@@ -368,7 +377,7 @@ class Store:
                 row.received_ms,
                 row.statement_signature,
                 row.self_mask_commitment,
-                json.dumps([[n, sealed.hex()] for n, sealed in row.challenge]),
+                _sealed_to_json(row.challenge),
             ),
         )
 
@@ -463,9 +472,10 @@ class Store:
     def attestations(self, round_index: int, attempt: int) -> list[AttestationRow]:
         """Survivor attestations of an attempt, sorted by node id."""
         return [
-            AttestationRow(r[0], r[1], r[2], bytes(r[3]), r[4])
+            AttestationRow(r[0], r[1], r[2], bytes(r[3]), r[4], _sealed_from_json(r[5]))
             for r in self._read(
-                "SELECT round_index, attempt, node_id, signature, received_ms FROM unmask_acks "
+                "SELECT round_index, attempt, node_id, signature, received_ms, tags "
+                "FROM unmask_acks "
                 "WHERE round_index = ? AND attempt = ? ORDER BY node_id",
                 (round_index, attempt),
             )
@@ -474,18 +484,25 @@ class Store:
     def add_attestation(self, row: AttestationRow) -> None:
         """Record a survivor's attestation."""
         self._write(
-            "INSERT INTO unmask_acks (round_index, attempt, node_id, signature, received_ms) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (row.round_index, row.attempt, row.node_id, row.signature, row.received_ms),
+            "INSERT INTO unmask_acks (round_index, attempt, node_id, signature, received_ms, "
+            "tags) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                row.round_index,
+                row.attempt,
+                row.node_id,
+                row.signature,
+                row.received_ms,
+                _sealed_to_json(row.tags),
+            ),
         )
 
     def corrections(self, round_index: int, attempt: int) -> list[CorrectionRow]:
         """Stored corrections of an attempt, sorted by node id."""
         return [
-            CorrectionRow(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6], bytes(r[7]), bytes(r[8]))
+            CorrectionRow(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6], bytes(r[7]))
             for r in self._read(
                 "SELECT round_index, attempt, node_id, sha256, size, path, received_ms, "
-                "self_mask_seed, blinded_tags FROM unmask_corrections "
+                "self_mask_seed FROM unmask_corrections "
                 "WHERE round_index = ? AND attempt = ? ORDER BY node_id",
                 (round_index, attempt),
             )
@@ -495,7 +512,7 @@ class Store:
         """Record a stored correction (its file must already be placed)."""
         self._write(
             "INSERT INTO unmask_corrections (round_index, attempt, node_id, sha256, size, path, "
-            "received_ms, self_mask_seed, blinded_tags) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "received_ms, self_mask_seed) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.round_index,
                 row.attempt,
@@ -505,7 +522,6 @@ class Store:
                 row.path,
                 row.received_ms,
                 row.self_mask_seed,
-                row.blinded_tags,
             ),
         )
 

@@ -6,29 +6,42 @@ round therefore carries a secret linear check (``noise.aggregate_check``):
 
 1. with its upload, the node seals its challenge contribution c_k (derived
    from the session key, so a restart gives the same one) for every other
-   participant under their pairwise key;
-2. in its unmask answer it opens the contributions of every other survivor,
-   forms κ and the challenge vectors ρ, and sends its tags ⟨ρ, v_k⟩ of its
-   contribution to the aggregate (its egress less the pair terms it reveals;
-   in a CAPE-sum round its draw q(ê_k)), blinded by pads that cancel over the
-   survivors; κ is kept in ``STATE/survivor-sets.json`` first;
-3. when the aggregate A is published with every survivor's blinded tags, it
-   checks Σ blinded ≡ ⟨ρ, A⟩ (mod 2^128) for each of the four vectors: a
-   forged A passes with probability at most 2^-64 (docs/design.md §4.5).
+   participant under their pairwise key, and signs each sealed copy;
+2. with its attestation of the survivor set it opens the contributions of
+   every other survivor, forms κ and the challenge vectors ρ, computes its
+   tags ⟨ρ, v_k⟩ of its contribution to the aggregate (its egress less the
+   pair terms it will reveal; in a CAPE-sum round its draw q(ê_k)), blinds
+   them by pads that cancel over the survivors, and seals and signs them for
+   every other survivor; κ and its own blinded tags are kept in
+   ``STATE/survivor-sets.json`` first;
+3. before revealing its self-mask seed it opens the tags every other survivor
+   sealed for it (:func:`open_relayed_tags`), and once the aggregate A is
+   published checks Σ blinded ≡ ⟨ρ, A⟩ (mod 2^128) for each of the four
+   vectors (:func:`check_aggregate`): a forged A passes with probability at
+   most 2^-64 (docs/design.md §4.5).
 
-The coordinator never sees κ or ρ; a node that colludes with it does, so the
-check protects against a coordinator acting alone.
+The coordinator sees neither κ, ρ, a tag nor their sum. Every sealed message
+is signed by its sender and the coordinator checks the signature on receipt,
+so a sealed message that verifies but does not open is its sender's doing: a
+:class:`Culprit` names that survivor, and the node refuses the unmask step
+with the accusation (the coordinator reruns the round without it). A
+signature that does not verify is the relay's doing. A node that colludes with
+the coordinator learns ρ, so the check protects against a coordinator acting
+alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 import numpy as np
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from numpy.typing import NDArray
 
 from node.errors import SessionFailed
-from node.gateway import RoundResult, UnmaskRequest
+from node.gateway import RoundResult, Sealed, UnmaskRequest
 from node.session.context import SessionContext
 from noise.aggregate_check import (
     CHALLENGE_VECTORS,
@@ -38,16 +51,44 @@ from noise.aggregate_check import (
     challenge_vectors,
     check_tags,
     open_contribution,
+    open_tags,
     seal_contribution,
+    seal_tags,
     tags,
-    tags_from_bytes,
-    tags_to_bytes,
 )
 from noise.layout import Layout
+from noise.transcript import sealed_check_message
 
-__all__ = ["answer_tags", "check_aggregate", "sealed_challenge"]
+__all__ = [
+    "Culprit",
+    "Tagged",
+    "attest_tags",
+    "check_aggregate",
+    "open_relayed_tags",
+    "sealed_challenge",
+]
 
 U64 = NDArray[np.uint64]
+
+_NO_BINDING = bytes(32)
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """A survivor whose signed sealed message for this node does not open: its sentence."""
+
+    node_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Tagged:
+    """κ, ρ and this node's blinded tags for one survivor set, with their sealed copies."""
+
+    key: bytes
+    rho: U64
+    own: tuple[int, ...]
+    sealed: list[Sealed]
 
 
 def _own(ctx: SessionContext, index: int) -> bytes:
@@ -60,48 +101,113 @@ def _own(ctx: SessionContext, index: int) -> bytes:
     )
 
 
+def _message(
+    ctx: SessionContext,
+    index: int,
+    *,
+    kind: str,
+    binding: bytes,
+    sender: str,
+    recipient: str,
+    body: bytes,
+) -> bytes:
+    return sealed_check_message(
+        ctx.config_hash,
+        ctx.session_id,
+        index,
+        kind=kind,
+        binding=binding,
+        sender=sender,
+        recipient=recipient,
+        sealed=body,
+    )
+
+
+def _signed_by_sender(
+    ctx: SessionContext, index: int, kind: str, binding: bytes, item: Sealed
+) -> bool:
+    key = ctx.config.identity_keys.get(item.sender)
+    if key is None or not item.sealed:
+        return False
+    message = _message(
+        ctx,
+        index,
+        kind=kind,
+        binding=binding,
+        sender=item.sender,
+        recipient=ctx.node_id,
+        body=item.sealed,
+    )
+    try:
+        Ed25519PublicKey.from_public_bytes(key).verify(item.signature, message)
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
 def sealed_challenge(
     ctx: SessionContext, index: int, participants: Collection[str]
-) -> list[tuple[str, bytes]]:
-    """(recipient, sealed) of this node's contribution for every other participant."""
+) -> list[Sealed]:
+    """This node's contribution sealed and signed for every other participant."""
     mine = _own(ctx, index)
-    return [
-        (
-            peer,
-            seal_contribution(
-                mine,
-                ctx.seeds[peer],
-                config_hash=ctx.config_hash,
-                session_id=ctx.session_id,
-                round_index=index,
+    out = []
+    for peer in sorted(set(participants) - {ctx.node_id}):
+        body = seal_contribution(
+            mine,
+            ctx.seeds[peer],
+            config_hash=ctx.config_hash,
+            session_id=ctx.session_id,
+            round_index=index,
+            sender=ctx.node_id,
+            recipient=peer,
+        )
+        signature = ctx.identity.sign(
+            _message(
+                ctx,
+                index,
+                kind="contribution",
+                binding=_NO_BINDING,
                 sender=ctx.node_id,
                 recipient=peer,
-            ),
+                body=body,
+            )
         )
-        for peer in sorted(set(participants) - {ctx.node_id})
-    ]
+        out.append(Sealed(ctx.node_id, peer, body, signature))
+    return out
 
 
-def answer_tags(
+def _relayed(items: Sequence[Sealed], recipient: str) -> dict[str, Sealed]:
+    return {item.sender: item for item in items if item.recipient == recipient}
+
+
+def attest_tags(
     ctx: SessionContext, request: UnmaskRequest, index: int, contribution: U64, layout: Layout
-) -> tuple[bytes, U64, list[bytes]] | str:
-    """(κ, ρ, this node's blinded tags), or a reason to refuse (a contribution missing or altered).
+) -> Tagged | Culprit | str:
+    """This node's tags for ``request``'s survivor set, sealed for the other survivors.
 
-    ρ is returned so that the check of the published aggregate need not
-    expand it again (it is a function of κ alone).
+    A :class:`Culprit` when a survivor's signed contribution does not open, a
+    reason to refuse when the relay is at fault (a contribution missing or
+    its signature broken).
     """
     survivors = set(request.survivors)
-    sealed = dict(request.challenge)
+    relayed = _relayed(request.challenge, ctx.node_id)
     contributions = {ctx.node_id: _own(ctx, index)}
     for peer in sorted(survivors - {ctx.node_id}):
-        if peer not in sealed:
+        item = relayed.get(peer)
+        if item is None:
             return (
                 f"the request does not relay the challenge contribution of survivor {peer!r}, "
                 "so this node cannot check the round's aggregate"
             )
+        if not _signed_by_sender(ctx, index, "contribution", _NO_BINDING, item):
+            return (
+                f"the challenge contribution of {peer!r} relayed to this node does not carry "
+                f"{peer!r}'s valid signature: the coordinator, which checks it on receipt, "
+                "relayed something else"
+            )
         try:
             contributions[peer] = open_contribution(
-                sealed[peer],
+                item.sealed,
                 ctx.seeds[peer],
                 config_hash=ctx.config_hash,
                 session_id=ctx.session_id,
@@ -110,12 +216,89 @@ def answer_tags(
                 recipient=ctx.node_id,
             )
         except ValueError as error:
-            return str(error)
+            return Culprit(
+                peer,
+                f"{error}; {peer!r} signed these bytes (signature "
+                f"{item.signature.hex()[:16]}…), so they are its own",
+            )
     key = challenge_key(contributions, round_index=index)
     rho = challenge_vectors(key, layout.size, round_index=index)
-    own = tags(contribution, rho)
-    blinded = blinded_tags(own, ctx.node_id, survivors, ctx.seeds, round_index=index)
-    return key, rho, tags_to_bytes(blinded)
+    own = blinded_tags(
+        tags(contribution, rho), ctx.node_id, survivors, ctx.seeds, round_index=index
+    )
+    sealed = []
+    for peer in sorted(survivors - {ctx.node_id}):
+        body = seal_tags(
+            own,
+            ctx.seeds[peer],
+            config_hash=ctx.config_hash,
+            session_id=ctx.session_id,
+            round_index=index,
+            survivor_hash=request.survivor_hash,
+            sender=ctx.node_id,
+            recipient=peer,
+        )
+        signature = ctx.identity.sign(
+            _message(
+                ctx,
+                index,
+                kind="tags",
+                binding=request.survivor_hash,
+                sender=ctx.node_id,
+                recipient=peer,
+                body=body,
+            )
+        )
+        sealed.append(Sealed(ctx.node_id, peer, body, signature))
+    return Tagged(key, rho, own, sealed)
+
+
+def open_relayed_tags(
+    ctx: SessionContext,
+    items: Sequence[Sealed],
+    *,
+    index: int,
+    survivors: Collection[str],
+    survivor_hash: bytes,
+) -> dict[str, tuple[int, ...]] | Culprit | str:
+    """The blinded tags every other survivor sealed for this node, opened.
+
+    A :class:`Culprit` when a survivor's signed tags do not open, a reason
+    (the relay's fault) when some are missing or carry no valid signature.
+    """
+    relayed = _relayed(items, ctx.node_id)
+    opened = {}
+    for peer in sorted(set(survivors) - {ctx.node_id}):
+        item = relayed.get(peer)
+        if item is None:
+            return (
+                f"the aggregate-check tags of survivor {peer!r} are not relayed to this node, "
+                "so it cannot check the round's aggregate"
+            )
+        if not _signed_by_sender(ctx, index, "tags", survivor_hash, item):
+            return (
+                f"the aggregate-check tags of {peer!r} relayed to this node do not carry "
+                f"{peer!r}'s valid signature over this survivor set: the coordinator, which "
+                "checks it on receipt, relayed something else"
+            )
+        try:
+            opened[peer] = open_tags(
+                item.sealed,
+                ctx.seeds[peer],
+                config_hash=ctx.config_hash,
+                session_id=ctx.session_id,
+                round_index=index,
+                survivor_hash=survivor_hash,
+                sender=peer,
+                recipient=ctx.node_id,
+            )
+        except ValueError as error:
+            return Culprit(
+                peer,
+                f"{error}; {peer!r} signed these bytes (signature "
+                f"{item.signature.hex()[:16]}…), so they are its own",
+            )
+    return opened
 
 
 def check_aggregate(
@@ -123,36 +306,43 @@ def check_aggregate(
     result: RoundResult,
     index: int,
     layout: Layout,
-    key: bytes | None,
     *,
+    key: bytes | None,
+    own: tuple[int, ...] | None,
+    survivor_hash: bytes,
     rho: U64 | None = None,
 ) -> None:
-    """Refuse (SessionFailed) an aggregate its survivors' blinded tags do not vouch for.
+    """Refuse (SessionFailed) an aggregate the survivors' tags do not vouch for.
 
-    ``rho``: the challenge vectors of ``key`` when already expanded.
+    ``own``: this node's blinded tags for the survivor set it signed;
+    ``rho``: the challenge vectors of ``key`` when already expanded. The
+    sentence says who is at fault as far as this node can tell.
     """
     what = f"the aggregate of round {index} ({result.round_name!r})"
-    if key is None:
+    if key is None or own is None:
         raise SessionFailed(
             f"{what} is published, but this node holds no challenge key for it, so it cannot "
             "check it; refusing to use an unchecked aggregate"
         )
-    given = dict(result.tags)
-    if set(given) != set(result.survivors):
-        raise SessionFailed(
-            f"{what} comes with the tags of {sorted(given)}, not of its survivors "
-            f"{sorted(result.survivors)}; it cannot be checked"
-        )
     assert result.aggregate is not None
-    try:
-        blinded = {node: tags_from_bytes(values) for node, values in given.items()}
-    except ValueError as error:
-        raise SessionFailed(f"{what}: {error}") from None
+    opened = open_relayed_tags(
+        ctx, result.tags, index=index, survivors=result.survivors, survivor_hash=survivor_hash
+    )
+    if isinstance(opened, Culprit):
+        raise SessionFailed(
+            f"{what} cannot be checked: member {opened.node_id!r} is at fault: {opened.reason}"
+        )
+    if isinstance(opened, str):
+        raise SessionFailed(f"{what} cannot be checked (the coordinator is at fault): {opened}")
+    opened[ctx.node_id] = own
     if rho is None:
         rho = challenge_vectors(key, layout.size, round_index=index)
-    failed = check_tags(blinded, result.aggregate, rho)
+    failed = check_tags(opened, result.aggregate, rho)
     if failed:
         raise SessionFailed(
             f"{what} fails {len(failed)} of {CHALLENGE_VECTORS} secret checks: it is not the sum "
-            "of the survivors' contributions (forged or corrupted by the coordinator)"
+            "of the survivors' contributions. Every survivor's tags reached this node sealed "
+            "and signed by their author, and the coordinator never saw ρ or any tag, so the "
+            "coordinator is at fault (forged or corrupted sum) unless a survivor signed tags "
+            "that do not describe its own upload, which no other node can tell apart"
         )

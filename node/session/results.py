@@ -89,7 +89,9 @@ def await_result(
                 result,
                 index,
                 layout,
-                None if signed is None else signed.challenge_key,
+                key=None if signed is None else signed.challenge_key,
+                own=None if signed is None else signed.own_tags,
+                survivor_hash=b"" if signed is None else signed.survivor_hash,
                 rho=expanded[1] if expanded is not None and expanded[0] == index else None,
             )
             progress.challenge = None
@@ -98,6 +100,9 @@ def await_result(
             status = ctx.gateway.status(ctx.session_id)
             if status.state.ended:
                 raise SessionFailed(f"the session failed: {status.reason or result.reason}")
+            if result.reason:
+                # Why it is rerun, e.g. a survivor another one named (with its evidence).
+                ctx.say(f"round {index} ({name!r}) is not completed: {result.reason}")
             return None
         if result.state == RoundState.AWAITING_UNMASK and result.unmask_request is not None:
             unmask_answers.answer(

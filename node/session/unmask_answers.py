@@ -1,11 +1,15 @@
 """Answering the coordinator's unmask request for the round this node awaits, or refusing.
 
 Every round has an unmask step, once its uploads are in. One call of
-:func:`answer` takes one step: attest the survivor set (an attestation reveals
+:func:`answer` takes one step: attest the survivor set, with this node's
+aggregate-check tags sealed for the other survivors (an attestation reveals
 nothing; one set per round index, ever: ``node.survivor_sets``), or — once
-every survivor attested the same set — send this node's self-mask seed and,
-if nodes dropped, its pair terms with them (under CAPE, in a CAPE-sum round,
-its pads with them), or refuse with a sentence. The rules are those of
+every survivor attested the same set and its tags open — send this node's
+self-mask seed and, if nodes dropped, its pair terms with them (under CAPE,
+in a CAPE-sum round, its pads with them), or refuse with a sentence. A
+survivor whose signed sealed contribution or tags do not open is named in
+the refusal, and the node waits for the round's rerun without it
+(``node.session.aggregate_tags``). The rules are those of
 ``node.unmask`` (consistent request, enough survivors, every attestation
 verified, answers of earlier attempts respected), the noise floor — what is
 left on this node's egress once the terms are revealed must stay at or above
@@ -30,7 +34,7 @@ from node.errors import GatewayError, NodeRefused, SessionFailed, SessionStateEr
 from node.gateway import UnmaskRequest
 from node.masking import unmask_corrections
 from node.release import ReleaseNoise, with_cape_participants
-from node.session.aggregate_tags import answer_tags
+from node.session.aggregate_tags import Culprit, attest_tags, open_relayed_tags
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
 from node.session.self_masking import round_self_mask_seed
@@ -71,6 +75,35 @@ def _refuse(ctx: SessionContext, request: UnmaskRequest, reason: str) -> NoRetur
         ctx.say(f"the coordinator did not take the refusal ({error.details})")
     raise NodeRefused(
         f"refused to unmask round {request.round_index} ({request.round_name!r}): {reason}"
+    )
+
+
+def _accuse(
+    ctx: SessionContext, progress: RoundProgress, request: UnmaskRequest, culprit: Culprit
+) -> None:
+    """Refuse ``request`` naming ``culprit``, then wait for the round's rerun without it.
+
+    Nothing of this node's is revealed: it answers no request of this set
+    again, so its upload stays self-masked.
+    """
+    reason = f"survivor {culprit.node_id!r} is at fault: {culprit.reason}"
+    ctx.ledger.record_refusal(
+        session_id=ctx.session_id,
+        round_index=request.round_index,
+        round_name=request.round_name,
+        dropped=request.dropped,
+        survivors=request.survivors,
+        reason=reason,
+    )
+    progress.answered.add(request.survivor_hash)
+    try:
+        ctx.gateway.refuse_unmask(request=request, reason=reason, accused=culprit.node_id)
+    except GatewayError as error:
+        ctx.say(f"the coordinator did not take the accusation ({error.details})")
+    ctx.say(
+        f"round {request.round_index} ({request.round_name!r}): named {culprit.node_id!r} to "
+        f"every node and refused to unmask; {reason}; waiting for the round to be rerun "
+        "without it"
     )
 
 
@@ -155,6 +188,35 @@ def answer(
     if reason is not None:
         _refuse(ctx, request, reason)
     if not signed_before or not any(a.node_id == ctx.node_id for a in request.attestations):
+        if contribution is None:
+            _refuse(
+                ctx,
+                request,
+                "this node no longer holds what it contributed to the round, so it cannot give "
+                "the tags that let every node check the aggregate",
+            )
+        tagged = attest_tags(
+            ctx,
+            request,
+            index,
+            _summed(
+                ctx,
+                request,
+                index=index,
+                name=name,
+                layout=layout,
+                noise=noise,
+                contribution=contribution,
+            ),
+            layout,
+        )
+        if isinstance(tagged, Culprit):
+            _accuse(ctx, progress, request, tagged)
+            return
+        if isinstance(tagged, str):
+            _refuse(ctx, request, tagged)
+        _survivor_sets(ctx, progress).note_challenge(index, tagged.key, tagged.own)
+        progress.challenge = (index, tagged.rho)
         signature = attestation_signature(
             ctx.identity,
             config_hash=ctx.config_hash,
@@ -167,6 +229,7 @@ def answer(
             round_index=index,
             survivor_hash=request.survivor_hash,
             signature=signature,
+            tags=tagged.sealed,
         )
         dropped = f" (dropped {_names(request.dropped)})" if request.dropped else ""
         ctx.say(
@@ -189,32 +252,27 @@ def answer(
                 f"{dropped} before; waiting for every survivor's signature"
             )
         return
-    if contribution is None:
-        _refuse(
-            ctx,
-            request,
-            "this node no longer holds what it contributed to the round, so it cannot give "
-            "the tags that let every node check the aggregate",
-        )
+    # Every survivor's tags must open before this node's seed leaves: one that
+    # does not is named, and the round reruns without it.
+    opened = open_relayed_tags(
+        ctx,
+        request.tags,
+        index=index,
+        survivors=request.survivors,
+        survivor_hash=request.survivor_hash,
+    )
+    if isinstance(opened, Culprit):
+        _accuse(ctx, progress, request, opened)
+        return
+    if isinstance(opened, str):
+        _refuse(ctx, request, opened)
     corrections = _corrections(
         ctx, progress, request, index=index, name=name, layout=layout, noise=noise
     )
-    # A CAPE-sum share's pads cancel mod 2^64 only: the check covers the draw alone.
-    # A model round's contribution to the sum is its egress less the terms revealed.
-    summed = contribution
-    if corrections is not None and not name.startswith(CAPE_SUM_PREFIX):
-        summed = contribution - corrections
-    tagged = answer_tags(ctx, request, index, summed, layout)
-    if isinstance(tagged, str):
-        _refuse(ctx, request, tagged)
-    key, rho, blinded = tagged
-    _survivor_sets(ctx, progress).note_challenge(index, key)
-    progress.challenge = (index, rho)
     try:
         ctx.gateway.submit_unmask(
             request=request,
             self_mask_seed=round_self_mask_seed(ctx, index),
-            blinded_tags=blinded,
             payload=corrections,
             layout=layout,
             fixed_point_bits=ctx.config.fixed_point_bits,
@@ -226,6 +284,37 @@ def answer(
     progress.answered.add(request.survivor_hash)
     what = f"self-mask seed and pair terms with {_names(request.dropped)}"
     ctx.say(f"round {index} ({name!r}): sent {what if request.dropped else 'self-mask seed'}")
+
+
+def _summed(
+    ctx: SessionContext,
+    request: UnmaskRequest,
+    *,
+    index: int,
+    name: str,
+    layout: Layout,
+    noise: ReleaseNoise,
+    contribution: U64,
+) -> U64:
+    """What this node adds to the aggregate of ``request``'s set, for its tags.
+
+    A model round's contribution to the sum is its egress less the pair terms
+    with D it will reveal; a CAPE-sum share's pads cancel mod 2^64 only, so
+    the check covers the draw alone (as it does a CAPE model round, whose
+    pair terms are never revealed). Computing the terms reveals nothing: they
+    leave only in the answer, after its floor check and ledger entry.
+    """
+    if (
+        not request.dropped
+        or name.startswith(CAPE_SUM_PREFIX)
+        or ctx.config.privacy.noise_design.construction == "cape"
+    ):
+        return contribution
+    corrections = unmask_corrections(
+        noise, ctx.seeds, layout, request.dropped, round_index=index, codec=ctx.codec
+    )
+    summed: U64 = contribution - corrections
+    return summed
 
 
 def _corrections(

@@ -277,16 +277,23 @@ class LyingCoordinator:
             )
             self._ready(record, view, aggregate)
 
-    def supersede(self, record: RoundRecord, reason: str) -> None:
+    def supersede(
+        self, record: RoundRecord, reason: str, *, participants: tuple[str, ...] | None = None
+    ) -> None:
         """Mark ``record`` superseded and open its rerun under the next index.
 
-        As the real coordinator does after a stalled unmask: the round again
-        (under CAPE, for a model round, its CAPE sum first) among the same nodes.
+        As the real coordinator does after a stalled unmask or a named
+        survivor: the round again (under CAPE, for a model round, its CAPE sum
+        first) among ``participants`` (default: the same nodes).
         """
         record.status, record.reason = FAILED, reason
+        if participants is not None:
+            record.excluded = tuple(n for n in record.participants if n not in participants)
         cape_model = self.plan.construction == "cape" and not record.name.startswith("cape-sum/")
         rerun = self.plan.next_round_name(record.name, superseded=True) if cape_model else None
-        self._open(rerun or record.name, record.participants)
+        self._open(
+            rerun or record.name, record.participants if participants is None else participants
+        )
 
     # ------------------------------------------------------------ the RPCs' logic
 
@@ -349,7 +356,7 @@ class LyingCoordinator:
                     round_name=r.name,
                     status=_ROUND_STATUS[r.status],
                     submitted_node_ids=sorted(r.uploads),
-                    dropped_node_ids=list(seen[-1].dropped) if seen else [],
+                    dropped_node_ids=sorted({*(seen[-1].dropped if seen else ()), *r.excluded}),
                     deadline_unix_ms=self._deadline(r),
                     reason=r.reason,
                 )
@@ -449,7 +456,8 @@ class LyingCoordinator:
             deadline_unix_ms=self._deadline(record),
             min_survivors=self.federation.min_nodes,
         )
-        _relay_contributions(ask, record, shown, caller)
+        ask.challenge.extend(self.script.contributions(self, record, caller, shown))
+        ask.sealed_tags.extend(self.script.tags(self, record, caller, shown.survivor_hash))
         return ask
 
     def result(
@@ -489,7 +497,9 @@ class LyingCoordinator:
                         signature=h.statement_signature,
                     )
                 )
-            _relay_tags(header, record, record.result)
+            header.sealed_tags.extend(
+                self.script.tags(self, record, caller, record.result.survivor_hash)
+            )
             return header, record.aggregate.copy()
         return header, None
 
@@ -513,7 +523,9 @@ class LyingCoordinator:
 
     def refuse(self, caller: str, refusal: pb.UnmaskRefusal) -> pb.UnmaskReceipt:
         record = self._record(refusal.session_id, refusal.round_index)
-        record.refusals[caller] = refusal.reason
+        with self.lock:
+            record.refusals[caller] = refusal.reason
+            self.script.refused(self, record, refusal)
         return pb.UnmaskReceipt(
             session_id=self.session_id,
             round_index=record.index,
@@ -560,32 +572,9 @@ class LyingCoordinator:
 
 
 # The aggregate check (docs/design.md §4.5): each upload carries challenge
-# contributions sealed for the other participants, the coordinator relays to
-# each survivor those sealed for it, each unmask answer carries blinded tags
-# and a result every survivor's tags. This server relays them honestly.
-
-
-def _relay_contributions(
-    ask: pb.UnmaskRequest, record: RoundRecord, shown: Shown, caller: str
-) -> None:
-    target = ask.challenge
-    for node in shown.survivors:
-        upload = record.uploads.get(node)
-        if upload is None or node == caller:
-            continue
-        for sealed in upload.header.challenge:
-            if sealed.recipient_node_id == caller:
-                target.add().CopyFrom(sealed)
-
-
-def _relay_tags(header: pb.ResultHeader, record: RoundRecord, view: Shown) -> None:
-    target = header.tags
-    for node in view.survivors:
-        answer = record.answers.get(node)
-        tags = answer.header.blinded_tags if answer is not None else ()
-        entry = target.add()
-        entry.node_id = node
-        entry.blinded_tags.extend(tags)
+# contributions sealed and signed for the other participants, each attestation
+# the node's tags sealed and signed for the other survivors; the server relays
+# to each survivor those sealed for it (Script.contributions, Script.tags).
 
 
 def _verifies(public_key: bytes, signature: bytes, message: bytes) -> bool:

@@ -92,6 +92,9 @@ class RoundRecord:
     polls: Counter[str] = field(default_factory=Counter)
     aggregate: U64 | None = None
     result: Shown | None = None
+    # Nodes dropped from the session in this round after its unmask request
+    # (a survivor named by another): the status reports them dropped here.
+    excluded: tuple[str, ...] = ()
 
     def attested(self, node_id: str) -> set[bytes]:
         """The survivor hashes ``node_id`` attested in this round."""
@@ -129,3 +132,44 @@ class Script:
         ``unanimous``: every participant was shown ``view``.
         """
         return unanimous
+
+    def contributions(
+        self, server: LyingCoordinator, record: RoundRecord, caller: str, shown: Shown
+    ) -> list[pb.SealedContribution]:
+        """The sealed contributions relayed to ``caller`` (honest: those sealed for it)."""
+        return [
+            sealed
+            for node in shown.survivors
+            if node != caller and node in record.uploads
+            for sealed in record.uploads[node].header.challenge
+            if sealed.recipient_node_id == caller
+        ]
+
+    def tags(
+        self, server: LyingCoordinator, record: RoundRecord, caller: str, survivor_hash: bytes
+    ) -> list[pb.SealedTags]:
+        """The sealed tags relayed to ``caller``, with the request and the result.
+
+        Honest: those every other survivor that attested ``survivor_hash`` sealed for it.
+        """
+        by_node = record.attestations.get(survivor_hash, {})
+        return [
+            sealed
+            for node in sorted(by_node)
+            if node != caller
+            for sealed in by_node[node].sealed_tags
+            if sealed.recipient_node_id == caller
+        ]
+
+    def refused(
+        self, server: LyingCoordinator, record: RoundRecord, refusal: pb.UnmaskRefusal
+    ) -> None:
+        """A refusal arrived (honest: one naming a survivor reruns the round without it)."""
+        accused = refusal.accused_node_id
+        if accused and accused in record.participants and record.status == UNMASK:
+            rest = tuple(n for n in record.participants if n != accused)
+            server.supersede(
+                record,
+                f"survivor {accused!r} was named by {refusal.node_id!r}: {refusal.reason}",
+                participants=rest,
+            )

@@ -94,9 +94,7 @@ def test_a_sum_published_before_any_seed_is_refused(tmp_path: Path, processes: P
 
     assert record.answers == {}
     assert not np.array_equal(forged, wrapping_sum(clean.values()))
-    _assert_stopped_with_a_sentence(
-        attack, codes, "holds no challenge key for it, so it cannot check it"
-    )
+    _assert_stopped_with_a_sentence(attack, codes, "the aggregate of round 0 ('sums') fails ")
 
 
 def test_a_sum_with_the_self_masks_left_in_stops_the_nodes_with_a_sentence(

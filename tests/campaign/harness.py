@@ -33,7 +33,6 @@ from noise.self_mask import self_mask_commitment
 from noise.transcript import roster_hash, upload_statement_message
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.coordinator.support import (
-    BLINDED_TAGS,
     CONFIG_HASH,
     LAYOUT,
     N_WORDS,
@@ -224,7 +223,10 @@ class Coordinator:
             self_mask_commitment=self_mask_commitment(node_seed(node, round_index)),
             challenge=[
                 pb.SealedContribution(
-                    sender_node_id=c.sender, recipient_node_id=c.recipient, sealed=c.sealed
+                    sender_node_id=c.sender,
+                    recipient_node_id=c.recipient,
+                    sealed=c.sealed,
+                    signature=c.signature,
                 )
                 for c in sealed_challenge(self.session, node, round_index)
             ],
@@ -251,13 +253,28 @@ class Coordinator:
     def attestation(self, node: str, round_index: int = 0) -> pb.SurvivorAttestation:
         """``node``'s signature over the survivor set (a non-member signs the set ``c`` saw)."""
         request = self.unmask_request(node if node in MEMBERS else "c", round_index)
-        signed = self.fed.attestation(node, self.session_id, round_index, request.survivor_hash)
+        signed = self.fed.attestation(
+            node,
+            self.session_id,
+            round_index,
+            request.survivor_hash,
+            survivors=request.survivor_node_ids,
+        )
         return pb.SurvivorAttestation(
             session_id=self.session_id,
             round_index=round_index,
             node_id=node,
             survivor_hash=signed.survivor_hash,
             signature=signed.signature,
+            sealed_tags=[
+                pb.SealedTags(
+                    sender_node_id=t.sender,
+                    recipient_node_id=t.recipient,
+                    sealed=t.sealed,
+                    signature=t.signature,
+                )
+                for t in signed.tags
+            ],
         )
 
     def answer_messages(self, node: str, round_index: int = 0) -> list[pb.UnmaskChunk]:
@@ -271,7 +288,6 @@ class Coordinator:
             dropped_node_ids=list(request.dropped_node_ids),
             survivor_hash=request.survivor_hash,
             self_mask_seed=node_seed(node, round_index),
-            blinded_tags=list(BLINDED_TAGS),
         )
         return [pb.UnmaskChunk(header=header)]
 

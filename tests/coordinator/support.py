@@ -19,15 +19,23 @@ from coordinator.layout import PayloadSpec, TensorSlot
 from coordinator.messages import (
     Attestation,
     SealedContribution,
+    SealedTags,
     UnmaskHeader,
     UploadHeader,
     UploadReceipt,
 )
 from coordinator.session import Session, Ticket
+from noise.aggregate_check import SEALED_TAGS_BYTES
 from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
 from noise.layout import Layout
 from noise.self_mask import self_mask, self_mask_commitment
-from noise.transcript import roster_hash, survivor_attestation_message, upload_statement_message
+from noise.transcript import (
+    roster_hash,
+    sealed_check_message,
+    survivor_attestation_message,
+    upload_statement_message,
+)
+from proto.zerosum.v1 import session_pb2 as pb
 
 CONFIG_HASH = hashlib.sha256(b"zerosum test federation").digest()
 
@@ -72,16 +80,47 @@ class Federation:
         )
 
     def attestation(
-        self, node_id: str, session_id: str, round_index: int, digest: bytes
+        self,
+        node_id: str,
+        session_id: str,
+        round_index: int,
+        digest: bytes,
+        *,
+        survivors: Sequence[str] | None = None,
     ) -> Attestation:
+        """``node_id``'s signature over ``digest``, with stand-in tags sealed for the others.
+
+        ``survivors``: the survivor set ``digest`` binds (default: every member).
+        """
         message = survivor_attestation_message(CONFIG_HASH, session_id, round_index, digest)
+        others = sorted(set(self.identities if survivors is None else survivors) - {node_id})
         return Attestation(
             session_id=session_id,
             round_index=round_index,
             node_id=node_id,
             survivor_hash=digest,
             signature=self.identities[node_id].sign(message),
+            tags=tuple(
+                self.sealed_tags(node_id, peer, session_id, round_index, digest) for peer in others
+            ),
         )
+
+    def sealed_tags(
+        self, node_id: str, peer: str, session_id: str, round_index: int, digest: bytes
+    ) -> SealedTags:
+        """Opaque stand-in tags of ``node_id`` for ``peer``, signed by ``node_id``."""
+        sealed = bytes([len(peer)]) * SEALED_TAGS_BYTES
+        message = sealed_check_message(
+            CONFIG_HASH,
+            session_id,
+            round_index,
+            kind="tags",
+            binding=digest,
+            sender=node_id,
+            recipient=peer,
+            sealed=sealed,
+        )
+        return SealedTags(node_id, peer, sealed, self.identities[node_id].sign(message))
 
 
 def make_federation(
@@ -261,13 +300,30 @@ def signed_header(
 def sealed_challenge(
     session: Session, node: str, round_index: int
 ) -> tuple[SealedContribution, ...]:
-    """Stand-ins for ``node``'s sealed challenge contributions (opaque to the coordinator)."""
+    """Stand-ins for ``node``'s sealed challenge contributions (opaque to the coordinator).
+
+    Each is signed by ``node`` as the coordinator requires (with no key known
+    for ``node``, an all-zero signature it refuses).
+    """
     opened = session.store.round(round_index)
     others = sorted(set(opened.participants) - {node}) if opened is not None else []
-    return tuple(SealedContribution(node, peer, bytes([len(peer)]) * 48) for peer in others)
-
-
-BLINDED_TAGS = tuple(bytes([i]) * 16 for i in range(4))
+    signer = _IDENTITIES.get(session.config.identity_keys.get(node, b""))
+    out = []
+    for peer in others:
+        sealed = bytes([len(peer)]) * 48
+        message = sealed_check_message(
+            session.config.config_hash,
+            session.session_id,
+            round_index,
+            kind="contribution",
+            binding=bytes(32),
+            sender=node,
+            recipient=peer,
+            sealed=sealed,
+        )
+        signature = signer.sign(message) if signer is not None else bytes(64)
+        out.append(SealedContribution(node, peer, sealed, signature))
+    return tuple(out)
 
 
 def upload(
@@ -322,7 +378,6 @@ def submit_correction(
         survivor_hash=request.survivor_hash,
         payload=None if payload is None else spec_for(payload),
         self_mask_seed=node_seed(node, round_index) if seed is None else seed,
-        blinded_tags=BLINDED_TAGS,
     )
     ticket = session.begin_unmask(header, caller=node)
     if not isinstance(ticket, Ticket):
@@ -340,7 +395,13 @@ def attest_all(fed: Federation, session: Session, round_index: int) -> None:
     assert request is not None
     for node in request.survivors:
         session.attest(
-            fed.attestation(node, session.session_id, round_index, request.survivor_hash),
+            fed.attestation(
+                node,
+                session.session_id,
+                round_index,
+                request.survivor_hash,
+                survivors=request.survivors,
+            ),
             caller=node,
         )
 
@@ -391,3 +452,67 @@ def read_result(session: Session, round_index: int, caller: str = "a") -> NDArra
     view = session.result(session.session_id, round_index, caller=caller)
     assert view.path is not None, view
     return np.frombuffer(view.path.read_bytes(), dtype="<u8").astype(np.uint64)
+
+
+def wire_contribution(
+    identity: IdentityKey,
+    *,
+    config_hash: bytes,
+    session_id: str,
+    round_index: int,
+    sender: str,
+    recipient: str,
+    sealed: bytes = bytes(48),
+) -> pb.SealedContribution:
+    """A stand-in sealed contribution on the wire, signed by ``identity`` as its sender."""
+    message = sealed_check_message(
+        config_hash,
+        session_id,
+        round_index,
+        kind="contribution",
+        binding=bytes(32),
+        sender=sender,
+        recipient=recipient,
+        sealed=sealed,
+    )
+    return pb.SealedContribution(
+        sender_node_id=sender,
+        recipient_node_id=recipient,
+        sealed=sealed,
+        signature=identity.sign(message),
+    )
+
+
+def wire_tags(
+    identity: IdentityKey,
+    *,
+    config_hash: bytes,
+    session_id: str,
+    round_index: int,
+    survivor_hash: bytes,
+    sender: str,
+    recipients: Sequence[str],
+) -> list[pb.SealedTags]:
+    """Stand-in sealed tags on the wire for every recipient, signed by ``identity``."""
+    out = []
+    for recipient in sorted(set(recipients) - {sender}):
+        sealed = bytes([len(recipient)]) * SEALED_TAGS_BYTES
+        message = sealed_check_message(
+            config_hash,
+            session_id,
+            round_index,
+            kind="tags",
+            binding=survivor_hash,
+            sender=sender,
+            recipient=recipient,
+            sealed=sealed,
+        )
+        out.append(
+            pb.SealedTags(
+                sender_node_id=sender,
+                recipient_node_id=recipient,
+                sealed=sealed,
+                signature=identity.sign(message),
+            )
+        )
+    return out

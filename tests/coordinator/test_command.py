@@ -27,7 +27,7 @@ from proto.chunks import tensor_layouts
 from proto.federation import config_hash, load_federation
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
-from tests.coordinator.support import BLINDED_TAGS, node_seed, zero_sum
+from tests.coordinator.support import node_seed, wire_contribution, wire_tags, zero_sum
 from zerosum.commands import federation as federation_command
 
 pytestmark = pytest.mark.integration
@@ -231,8 +231,13 @@ def upload(
                 statement_signature=node.identity.sign(statement),
                 self_mask_commitment=self_mask_commitment(seed),
                 challenge=[
-                    pb.SealedContribution(
-                        sender_node_id=node.node_id, recipient_node_id=peer, sealed=bytes(48)
+                    wire_contribution(
+                        node.identity,
+                        config_hash=fed_hash,
+                        session_id=session_id,
+                        round_index=round_index,
+                        sender=node.node_id,
+                        recipient=peer,
                     )
                     for peer in others
                 ],
@@ -266,6 +271,15 @@ def reveal_seeds(nodes: list[Node], session_id: str, fed_hash: bytes, round_inde
                 node_id=node.node_id,
                 survivor_hash=digest,
                 signature=node.identity.sign(message),
+                sealed_tags=wire_tags(
+                    node.identity,
+                    config_hash=fed_hash,
+                    session_id=session_id,
+                    round_index=round_index,
+                    survivor_hash=digest,
+                    sender=node.node_id,
+                    recipients=requests[node.node_id].survivor_node_ids,
+                ),
             ),
             timeout=10,
         )
@@ -278,7 +292,6 @@ def reveal_seeds(nodes: list[Node], session_id: str, fed_hash: bytes, round_inde
             node_id=node.node_id,
             survivor_hash=request.survivor_hash,
             self_mask_seed=node_seed(node.node_id, round_index),
-            blinded_tags=list(BLINDED_TAGS),
         )
         node.stub.SubmitUnmask(iter([pb.UnmaskChunk(header=header)]), timeout=10)
 

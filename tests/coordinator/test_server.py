@@ -28,7 +28,6 @@ from proto.chunks import tensor_layouts
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from tests.coordinator.support import (
-    BLINDED_TAGS,
     CONFIG_HASH,
     LAYOUT,
     N_WORDS,
@@ -168,7 +167,10 @@ def upload_messages(
         "self_mask_commitment": self_mask_commitment(node_seed(node, round_index)),
         "challenge": [
             pb.SealedContribution(
-                sender_node_id=c.sender, recipient_node_id=c.recipient, sealed=c.sealed
+                sender_node_id=c.sender,
+                recipient_node_id=c.recipient,
+                sealed=c.sealed,
+                signature=c.signature,
             )
             for c in sealed_challenge(h.session, node, round_index)
         ],
@@ -214,7 +216,13 @@ def unmask_request(h: Harness, node: str, round_index: int) -> pb.UnmaskRequest:
 
 
 def attest(h: Harness, node: str, request: pb.UnmaskRequest) -> pb.AttestationReceipt:
-    signed = h.fed.attestation(node, h.session_id, request.round_index, request.survivor_hash)
+    signed = h.fed.attestation(
+        node,
+        h.session_id,
+        request.round_index,
+        request.survivor_hash,
+        survivors=request.survivor_node_ids,
+    )
     receipt: pb.AttestationReceipt = h.stub(node).AttestSurvivors(
         pb.SurvivorAttestation(
             session_id=h.session_id,
@@ -222,6 +230,15 @@ def attest(h: Harness, node: str, request: pb.UnmaskRequest) -> pb.AttestationRe
             node_id=node,
             survivor_hash=signed.survivor_hash,
             signature=signed.signature,
+            sealed_tags=[
+                pb.SealedTags(
+                    sender_node_id=t.sender,
+                    recipient_node_id=t.recipient,
+                    sealed=t.sealed,
+                    signature=t.signature,
+                )
+                for t in signed.tags
+            ],
         ),
         timeout=10,
     )
@@ -245,7 +262,6 @@ def answer_messages(
         dropped_node_ids=list(request.dropped_node_ids),
         survivor_hash=request.survivor_hash,
         self_mask_seed=node_seed(node, request.round_index) if seed is None else seed,
-        blinded_tags=list(BLINDED_TAGS),
     )
     if correction is not None:
         header.payload.CopyFrom(

@@ -7,6 +7,7 @@ exact, so a refused partial stream left no trace in the running sum either.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from dataclasses import replace
@@ -42,7 +43,6 @@ from coordinator.store import Store
 from noise.keys import IdentityKey, sign_key_bundle
 from noise.transcript import survivor_set_hash
 from tests.coordinator.support import (
-    BLINDED_TAGS,
     CONFIG_HASH,
     LAYOUT,
     N_WORDS,
@@ -552,7 +552,13 @@ def unmask_round(
         assert request.pending
         dropped = request.dropped
         session.attest(
-            fed.attestation(node, session.session_id, round_index, request.survivor_hash),
+            fed.attestation(
+                node,
+                session.session_id,
+                round_index,
+                request.survivor_hash,
+                survivors=request.survivors,
+            ),
             caller=node,
         )
     return dropped
@@ -717,7 +723,10 @@ def test_a_survivor_that_never_attested_is_dropped_and_the_attesters_rerun_the_r
     assert request.pending and request.dropped == () and request.survivors == fed.node_ids
     for node in ("a", "b"):  # c never attests, so nobody may answer yet
         session.attest(
-            fed.attestation(node, session.session_id, 0, request.survivor_hash), caller=node
+            fed.attestation(
+                node, session.session_id, 0, request.survivor_hash, survivors=request.survivors
+            ),
+            caller=node,
         )
     session.tick(clock.advance(60_000))
     status = session.status(session.session_id)
@@ -745,7 +754,12 @@ def test_too_few_attestations_at_the_unmask_deadline_fail_the_session(
     for node in fed.node_ids:
         upload(session, node, 0, data.payloads[node])
     request = session.unmask_request(session.session_id, 0, caller="a")
-    session.attest(fed.attestation("a", session.session_id, 0, request.survivor_hash), caller="a")
+    session.attest(
+        fed.attestation(
+            "a", session.session_id, 0, request.survivor_hash, survivors=request.survivors
+        ),
+        caller="a",
+    )
     session.tick(clock.advance(60_000))
     assert session.state() == SessionState.FAILED
     assert session.reason() == (
@@ -855,16 +869,18 @@ def test_bad_attestations_and_early_corrections_are_refused(
     assert "fetch the request again" in refused(
         session, FailedPrecondition, lambda: session.attest(stale, caller="a")
     )
-    forged = fed.attestation("b", sid, 0, request.survivor_hash)
+    forged = fed.attestation("b", sid, 0, request.survivor_hash, survivors=request.survivors)
     forged = type(forged)(sid, 0, "a", request.survivor_hash, forged.signature)
     assert "does not verify" in refused(
         session, Unauthenticated, lambda: session.attest(forged, caller="a")
     )
-    dropped_one = fed.attestation("c", sid, 0, request.survivor_hash)
+    dropped_one = fed.attestation("c", sid, 0, request.survivor_hash, survivors=request.survivors)
     assert "not a survivor" in refused(
         session, FailedPrecondition, lambda: session.attest(dropped_one, caller="c")
     )
-    session.attest(fed.attestation("a", sid, 0, request.survivor_hash), caller="a")
+    session.attest(
+        fed.attestation("a", sid, 0, request.survivor_hash, survivors=request.survivors), caller="a"
+    )
     early = data.correction("a", ["c"])
     seed = node_seed("a", 0)
     header = UnmaskHeader(
@@ -1037,7 +1053,10 @@ def test_seeds_before_every_survivor_attested_are_refused(
     request = session.unmask_request(session.session_id, 0, caller="a")
     for node in ("a", "b"):
         session.attest(
-            fed.attestation(node, session.session_id, 0, request.survivor_hash), caller=node
+            fed.attestation(
+                node, session.session_id, 0, request.survivor_hash, survivors=request.survivors
+            ),
+            caller=node,
         )
     message = refused(session, FailedPrecondition, lambda: submit_correction(session, "a", 0, None))
     assert "not every survivor has attested the survivor set yet (c missing)" in message
@@ -1109,6 +1128,68 @@ def test_a_refusal_to_unmask_ends_the_session_with_the_nodes_reason(
         "would fall to σ = 0.12, below my floor of 0.35"
     )
     assert session.store.refusals(0, 1)[0].node_id == "b"
+
+
+def test_a_refusal_naming_a_survivor_reruns_the_round_without_it(
+    fed: Federation, session: Session
+) -> None:
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=19)
+    for node in fed.node_ids:
+        upload(session, node, 0, data.payloads[node])
+    attest_all(fed, session, 0)
+    request = session.unmask_request(session.session_id, 0, caller="a")
+    because = "survivor 'c' is at fault: the tags of 'c' for 'a' in round 0 do not open"
+
+    def naming(accused: str, by: str = "a") -> UnmaskRefusal:
+        return UnmaskRefusal(
+            session.session_id,
+            0,
+            by,
+            request.dropped,
+            request.survivor_hash,
+            because,
+            accused=accused,
+        )
+
+    before = session.store.dump()
+    for accused in ("a", "x"):
+        message = refused(
+            session, InvalidArgument, lambda a=accused: session.refuse_unmask(naming(a), caller="a")
+        )
+        assert "which is not another survivor of the request" in message
+    assert session.store.dump() == before
+    receipt = session.refuse_unmask(naming("c"), caller="a")
+    assert not receipt.accepted
+    assert session.state() == SessionState.RUNNING
+    status = session.status()
+    assert status.rounds[0].status == RoundStatus.SUPERSEDED
+    assert status.rounds[0].dropped == ("c",)
+    assert "survivor 'c' was named by 'a' in round 0 ('moments')" in status.rounds[0].reason
+    assert because in status.rounds[0].reason
+    assert status.current_round_index == 1
+    # The rerun among the others: their masks cancel without c, and the sum is exact.
+    rerun = zero_sum(("a", "b"), N_WORDS, seed=20)
+    run_round(fed, session, 1, rerun.payloads)
+    np.testing.assert_array_equal(read_result(session, 1), rerun.total(("a", "b")))
+
+
+def test_a_refusal_naming_a_survivor_fails_the_round_below_min_nodes(state_path: Path) -> None:
+    fed = make_federation(("a", "b", "c"), min_nodes=3)
+    session = Session(Store(state_path), fed.config)
+    join_all(fed, session)
+    data = zero_sum(fed.node_ids, N_WORDS, seed=21)
+    for node in fed.node_ids:
+        upload(session, node, 0, data.payloads[node])
+    attest_all(fed, session, 0)
+    request = session.unmask_request(session.session_id, 0, caller="b")
+    refusal = UnmaskRefusal(
+        session.session_id, 0, "b", (), request.survivor_hash, "c sealed garbage", accused="c"
+    )
+    session.refuse_unmask(refusal, caller="b")
+    assert session.state() == SessionState.FAILED
+    assert "survivor 'c' was named by 'b'" in session.reason()
+    assert "the federation requires at least 3" in session.reason()
 
 
 def test_cape_dropout_in_a_model_round_reruns_the_cape_sum_among_survivors(
@@ -1324,34 +1405,53 @@ def test_the_same_upload_with_another_commitment_is_a_conflict(
 
 
 @pytest.mark.parametrize(
-    "tags",
-    [(), (bytes(16),) * 3, (bytes(16),) * 5, (bytes(15),) + (bytes(16),) * 3],
-    ids=["none", "three", "five", "short"],
+    "change",
+    ["none", "missing one", "one too many", "short", "resigned by another", "bit flipped"],
 )
-def test_an_answer_without_four_sixteen_byte_tags_is_refused(
-    fed: Federation, session: Session, tags: tuple[bytes, ...]
+def test_an_attestation_without_signed_sealed_tags_for_every_other_survivor_is_refused(
+    fed: Federation, session: Session, change: str
 ) -> None:
     join_all(fed, session)
     data = zero_sum(fed.node_ids, N_WORDS, seed=81)
     for node in fed.node_ids:
         upload(session, node, 0, data.payloads[node])
-    attest_all(fed, session, 0)
     request = session.store.unmask_request(0, 1)
     assert request is not None
-    header = UnmaskHeader(
-        session_id=session.session_id,
-        round_index=0,
-        round_name="moments",
-        node_id="a",
-        dropped=(),
-        survivor_hash=request.survivor_hash,
-        payload=None,
-        self_mask_seed=node_seed("a", 0),
-        blinded_tags=tags,
+    honest = fed.attestation(
+        "a", session.session_id, 0, request.survivor_hash, survivors=request.survivors
     )
+    first, *rest = honest.tags
+    tags = {
+        "none": (),
+        "missing one": tuple(rest),
+        "one too many": (*honest.tags, dataclasses.replace(first, recipient="a")),
+        "short": (dataclasses.replace(first, sealed=first.sealed[:-1]), *rest),
+        "resigned by another": (
+            dataclasses.replace(
+                first,
+                signature=fed.sealed_tags(
+                    "b", first.recipient, session.session_id, 0, request.survivor_hash
+                ).signature,
+            ),
+            *rest,
+        ),
+        "bit flipped": (
+            dataclasses.replace(first, sealed=bytes([first.sealed[0] ^ 1]) + first.sealed[1:]),
+            *rest,
+        ),
+    }[change]
     before = session.store.dump()
-    message = refused(session, InvalidArgument, lambda: session.begin_unmask(header, caller="a"))
-    assert "blinded_tags must be 4 tags of 16 bytes" in message
+    error = (
+        InvalidArgument
+        if change in {"none", "missing one", "one too many", "short"}
+        else (Unauthenticated)
+    )
+    message = refused(
+        session,
+        error,
+        lambda: session.attest(dataclasses.replace(honest, tags=tags), caller="a"),
+    )
+    assert "attestation of node 'a' for round 0" in message
     assert session.store.dump() == before
 
 
@@ -1375,5 +1475,11 @@ def test_each_survivor_is_relayed_the_others_sealed_contributions_and_the_tags_c
         assert len(ask.challenge) == len(fed.node_ids) - 1
     reveal_all(fed, session, 0, data)
     view = session.result(session.session_id, 0, caller="a")
-    assert [n for n, _ in view.tags] == sorted(fed.node_ids)
-    assert all(t == BLINDED_TAGS for _, t in view.tags)
+    request = session.store.unmask_request(0, 1)
+    assert request is not None
+    # Each survivor gets the tags every other survivor sealed for it, and only those.
+    assert view.tags == tuple(
+        fed.sealed_tags(n, "a", session.session_id, 0, request.survivor_hash)
+        for n in sorted(fed.node_ids)
+        if n != "a"
+    )

@@ -86,7 +86,13 @@ def answer_unmask(
         assert request.pending
         dropped = request.dropped
         session.attest(
-            fed.attestation(node, session.session_id, round_index, request.survivor_hash),
+            fed.attestation(
+                node,
+                session.session_id,
+                round_index,
+                request.survivor_hash,
+                survivors=request.survivors,
+            ),
             caller=node,
         )
     for node in survivors:

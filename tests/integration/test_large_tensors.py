@@ -27,7 +27,7 @@ import pytest
 from numpy.typing import NDArray
 
 from node.client import CHUNK_BYTES, GrpcGateway, RetryPolicy
-from node.gateway import RoundState, UploadReceipt
+from node.gateway import RoundState, Sealed, UploadReceipt
 from node.roster import VerifiedRoster, verify_roster
 from node.statements import check_statements, sign_upload_statement
 from node.unmask import attestation_signature
@@ -37,6 +37,7 @@ from noise.layout import Layout, TensorSlot, payload_digest
 from noise.self_mask import self_mask, self_mask_commitment
 from proto.federation import RoundSpec, config_hash, dump_federation, load_federation
 from tests.integration.conftest import Federation, Processes, SessionRun, init_federation
+from tests.node.peer_checks import signed_sealed
 
 pytestmark = pytest.mark.integration
 
@@ -143,6 +144,21 @@ def test_twenty_megabyte_payloads_sum_exactly(
     }
     assert payloads["a"].nbytes >= 20_000_000 > 4 * CHUNK_BYTES
 
+    def _signed(
+        node: str, round_index: int, kind: str, binding: bytes, peer: str, *, sealed: bytes
+    ) -> Sealed:
+        return signed_sealed(
+            federation.identity(node),
+            config_hash=fed_hash,
+            session_id=session_id,
+            round_index=round_index,
+            kind=kind,
+            binding=binding,
+            sender=node,
+            recipient=peer,
+            sealed=sealed,
+        )
+
     def send(
         node: str,
         round_index: int,
@@ -173,7 +189,11 @@ def test_twenty_megabyte_payloads_sum_exactly(
             ),
             self_mask_commitment=self_mask_commitment(seed),
             # The coordinator relays these unread; this test checks no aggregate tags.
-            challenge=[(peer, bytes(48)) for peer in NODES if peer != node],
+            challenge=[
+                _signed(node, round_index, "contribution", bytes(32), peer, sealed=bytes(48))
+                for peer in NODES
+                if peer != node
+            ],
         )
 
     def unmask(round_index: int, layout: Layout) -> None:
@@ -192,6 +212,11 @@ def test_twenty_megabyte_payloads_sum_exactly(
                     round_index=round_index,
                     survivor_hash=ask.survivor_hash,
                 ),
+                tags=[
+                    _signed(node, round_index, "tags", ask.survivor_hash, peer, sealed=bytes(80))
+                    for peer in NODES
+                    if peer != node
+                ],
             )
         for node in NODES:
             ask = clients[node].result(session_id, round_index).unmask_request
@@ -199,7 +224,6 @@ def test_twenty_megabyte_payloads_sum_exactly(
             clients[node].submit_unmask(
                 request=ask,
                 self_mask_seed=_seed(node, round_index),
-                blinded_tags=[bytes(16)] * 4,
                 payload=None,
                 layout=layout,
                 fixed_point_bits=bits,

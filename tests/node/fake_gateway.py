@@ -30,6 +30,7 @@ from node.gateway import (
     RosterView,
     RoundResult,
     RoundSummary,
+    Sealed,
     SessionState,
     SessionStatus,
     UnmaskRequest,
@@ -90,8 +91,11 @@ class FakeCoordinator:
     calls: list[str] = field(default_factory=list)
     joined: list[KeyBundle] = field(default_factory=list)
     attestations: list[tuple[int, Attestation]] = field(default_factory=list)
+    # The sealed aggregate-check tags sent with each attestation.
+    sealed_tags: list[tuple[int, tuple[Sealed, ...]]] = field(default_factory=list)
     answers: list[UnmaskAnswer] = field(default_factory=list)
     refusals: list[tuple[UnmaskRequest, str]] = field(default_factory=list)
+    accused: list[str] = field(default_factory=list)  # per refusal: the survivor it names
     uploads: list[Upload] = field(default_factory=list)
     withdrawals: list[tuple[int, str]] = field(default_factory=list)
     closed: bool = False
@@ -179,7 +183,7 @@ class FakeCoordinator:
         roster_hash: bytes,
         statement_signature: bytes,
         self_mask_commitment: bytes,
-        challenge: Sequence[tuple[str, bytes]],
+        challenge: Sequence[Sealed],
     ) -> UploadReceipt:
         self.calls.append("upload")
         digest = payload_digest(payload)
@@ -207,18 +211,24 @@ class FakeCoordinator:
         )
 
     def attest(
-        self, *, session_id: str, round_index: int, survivor_hash: bytes, signature: bytes
+        self,
+        *,
+        session_id: str,
+        round_index: int,
+        survivor_hash: bytes,
+        signature: bytes,
+        tags: Sequence[Sealed],
     ) -> None:
         self.calls.append("attest")
         self.sent.append(("attest", round_index))
         self.attestations.append((round_index, Attestation(self.node, survivor_hash, signature)))
+        self.sealed_tags.append((round_index, tuple(tags)))
 
     def submit_unmask(
         self,
         *,
         request: UnmaskRequest,
         self_mask_seed: bytes,
-        blinded_tags: Sequence[bytes],
         payload: U64 | None,
         layout: Layout,
         fixed_point_bits: int,
@@ -235,12 +245,13 @@ class FakeCoordinator:
             )
         )
 
-    def refuse_unmask(self, *, request: UnmaskRequest, reason: str) -> None:
+    def refuse_unmask(self, *, request: UnmaskRequest, reason: str, accused: str = "") -> None:
         self.calls.append("refuse_unmask")
         if self.refuse_error is not None:
             raise self.refuse_error
         self.sent.append(("refuse", request.round_index, reason))
         self.refusals.append((request, reason))
+        self.accused.append(accused)
 
     def withdraw(self, session_id: str, round_index: int, reason: str) -> WithdrawReceipt:
         self.calls.append("withdraw")

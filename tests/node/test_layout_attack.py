@@ -42,6 +42,7 @@ from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.layout import Layout, payload_digest
 from proto.federation import FederationConfig, config_hash, load_federation
 from tests.node.gateways import FaultyGateway
+from tests.node.peer_checks import signed_sealed
 from zerosum.commands import federation as federation_command
 
 pytestmark = pytest.mark.integration
@@ -211,7 +212,21 @@ def _attack(
                 payload_sha256=payload_digest(payload),
             ),
             self_mask_commitment=bytes(32),
-            challenge=[(peer, bytes(48)) for peer in verified.node_ids if peer != "d"],
+            challenge=[
+                signed_sealed(
+                    identity,
+                    config_hash=fed_hash,
+                    session_id=session_id,
+                    round_index=0,
+                    kind="contribution",
+                    binding=bytes(32),
+                    sender="d",
+                    recipient=peer,
+                    sealed=bytes(48),
+                )
+                for peer in verified.node_ids
+                if peer != "d"
+            ],
         )
     except CoordinatorRefused as error:
         return error

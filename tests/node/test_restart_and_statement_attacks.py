@@ -52,14 +52,15 @@ from node.session.self_masking import sent_payload
 from node.session_state import KEY_FILE, SessionStateError, SessionStore
 from node.statements import sign_upload_statement
 from node.survivor_sets import SignedSet, SurvivorSets
-from noise.aggregate_check import challenge_vectors, tags, tags_to_bytes
+from noise.aggregate_check import TAG_MODULUS, challenge_vectors, tags
 from noise.keys import EphemeralKey
 from noise.layout import Layout, payload_digest
 from proto.federation import load_federation
 from tests.node.fake_gateway import FakeCoordinator, running
 from tests.node.nodes import CONFIG_HASH, LAYOUT, ROSTER_HASH, FakePlan, Node
+from tests.node.peer_checks import sealed_tags
 from tests.node.test_runner_restart import IDS, _at_gate, _node
-from tests.node.test_runner_units import SESSION, _identities
+from tests.node.test_runner_units import SESSION, _identities, _seeds
 from tests.node.test_unmask_safety import _answer, _released, _request
 from zerosum.commands import federation as federation_command
 
@@ -107,18 +108,29 @@ def _ready(
 
 
 def _vouched(node: Node, result: RoundResult) -> RoundResult:
-    """``result`` with blinded tags that add up to its aggregate's tag (as honest ones do).
+    """``result`` with the other survivors' sealed tags adding up to its aggregate's tag.
 
-    Only their sum is checked, so one survivor carries the whole tag.
+    Only the sum is checked, so one other survivor carries what a's own tags lack.
     """
     signed = SurvivorSets(node.ctx.state.folder, SESSION).signed(result.round_index)
     assert signed is not None and signed.challenge_key is not None
-    assert result.aggregate is not None
+    assert signed.own_tags is not None and result.aggregate is not None
     rho = challenge_vectors(signed.challenge_key, LAYOUT.size, round_index=result.round_index)
-    whole = tags_to_bytes(tags(result.aggregate, rho))
-    nothing = tags_to_bytes([0] * len(whole))
-    given = tuple((n, tuple(whole if i == 0 else nothing)) for i, n in enumerate(result.survivors))
-    return dataclasses.replace(result, tags=given)
+    whole = tags(result.aggregate, rho)
+    rest = [(w - o) % TAG_MODULUS for w, o in zip(whole, signed.own_tags, strict=True)]
+    others = [n for n in result.survivors if n != "a"]
+    values = {n: rest if i == 0 else [0] * len(rest) for i, n in enumerate(others)}
+    sealed = sealed_tags(
+        "a",
+        values,
+        identities=KEYS,
+        seeds=_seeds(IDS),
+        config_hash=CONFIG_HASH,
+        session_id=SESSION,
+        round_index=result.round_index,
+        survivor_hash=signed.survivor_hash,
+    )
+    return dataclasses.replace(result, tags=sealed)
 
 
 def _awaiting(out: Path, *, plan: FakePlan | None = None) -> tuple[Node, ReleaseNoise]:
@@ -186,7 +198,7 @@ def test_the_same_aggregate_without_tags_that_add_up_is_refused(tmp_path: Path) 
         _await(node, noise)
     untagged = dataclasses.replace(honest, tags=honest.tags[:-1])
     _serve(node, untagged, _digest("a"))
-    with pytest.raises(SessionFailed, match="comes with the tags of"):
+    with pytest.raises(SessionFailed, match="tags of survivor 'c' are not relayed"):
         _await(node, noise)
 
 
@@ -236,7 +248,7 @@ def test_a_round_aggregated_while_down_with_my_bundle_is_taken(tmp_path: Path) -
     # Answered before going down: the record kept the survivor set and its challenge key.
     sets = SurvivorSets(node.ctx.state.folder, SESSION)
     sets.sign(1, SignedSet(b"\x01" * 32, tuple(IDS), ()))
-    sets.note_challenge(1, b"\x02" * 32)
+    sets.note_challenge(1, b"\x02" * 32, (0, 0, 0, 0))
     again = _node(tmp_path, plan=plan, status=_aggregated_while_down())
     _serve(again, _vouched(again, ready), None)
     take_aggregated(again.ctx, again.progress, again.coordinator.status_reply)

@@ -24,19 +24,19 @@ import numpy as np
 import pytest
 
 from node.errors import NodeRefused
-from node.gateway import Attestation, UnmaskRequest
+from node.gateway import Attestation, Sealed, UnmaskRequest
 from node.masking import MaskPrefetch, cape_draws
 from node.release import ReleaseNoise, cape_floor_shortfall, with_cape_participants
 from node.session.cape_material import CapeState
 from node.session.model_round import run_model_round
 from node.session.unmask_answers import answer
 from node.unmask import attestation_signature
-from noise.aggregate_check import challenge_contribution, seal_contribution
-from noise.keys import EphemeralKey
+from noise.aggregate_check import CHALLENGE_VECTORS
 from noise.layout import Layout
-from noise.transcript import survivor_set_hash
+from noise.transcript import sealed_check_message, survivor_set_hash
 from proto.federation import FederationConfig
 from tests.node.nodes import CONFIG_HASH, LAYOUT, Node, joined, restarted
+from tests.node.peer_checks import sealed_contributions, sealed_tags
 from tests.node.test_runner_units import (
     SENSITIVITIES,
     SESSION,
@@ -86,6 +86,8 @@ def _request(
         )
         for node in (survivors if attested is None else attested)
     )
+    attesters = survivors if attested is None else attested
+    seeds = _seeds(ids)
     return UnmaskRequest(
         session_id=SESSION,
         round_index=round_index,
@@ -95,36 +97,26 @@ def _request(
         survivor_hash=digest,
         attestations=attestations,
         min_survivors=2,
-        challenge=_sealed_for(me, ids, survivors, round_index),
-    )
-
-
-def _sealed_for(
-    me: str, ids: list[str], survivors: Sequence[str], round_index: int
-) -> tuple[tuple[str, bytes], ...]:
-    keys = {n: EphemeralKey.from_private_bytes(bytes([40 + i]) * 32) for i, n in enumerate(ids)}
-    seeds = _seeds(ids)
-    return tuple(
-        (
-            peer,
-            seal_contribution(
-                challenge_contribution(
-                    keys[peer],
-                    config_hash=CONFIG_HASH,
-                    session_id=SESSION,
-                    node_id=peer,
-                    round_index=round_index,
-                ),
-                seeds[peer][me],
-                config_hash=CONFIG_HASH,
-                session_id=SESSION,
-                round_index=round_index,
-                sender=peer,
-                recipient=me,
-            ),
-        )
-        for peer in sorted(survivors)
-        if peer != me
+        challenge=sealed_contributions(
+            me,
+            ids,
+            survivors,
+            identities=keys,
+            seeds=seeds,
+            config_hash=CONFIG_HASH,
+            session_id=SESSION,
+            round_index=round_index,
+        ),
+        tags=sealed_tags(
+            me,
+            {peer: (0,) * CHALLENGE_VECTORS for peer in attesters if peer != me},
+            identities=keys,
+            seeds=seeds,
+            config_hash=CONFIG_HASH,
+            session_id=SESSION,
+            round_index=round_index,
+            survivor_hash=digest,
+        ),
     )
 
 
@@ -382,14 +374,70 @@ def test_an_answer_needs_every_other_survivors_sealed_contribution(tmp_path: Pat
     assert node.coordinator.sent_answers() == []
 
 
-def test_an_altered_sealed_contribution_is_refused(tmp_path: Path) -> None:
+def test_a_sealed_contribution_altered_in_relay_is_refused(tmp_path: Path) -> None:
     node = _node(tmp_path, _config(FOUR))
     noise = _released(node, FOUR, [1])
     request = _request(FOUR, 1, ["a", "b", "c"], ["d"])
-    (sender, sealed), *rest = request.challenge
+    first, *rest = request.challenge
     altered = dataclasses.replace(
-        request, challenge=((sender, bytes([sealed[0] ^ 1]) + sealed[1:]), *rest)
+        request,
+        challenge=(
+            dataclasses.replace(first, sealed=bytes([first.sealed[0] ^ 1]) + first.sealed[1:]),
+            *rest,
+        ),
     )
-    with pytest.raises(NodeRefused, match="does not open under their pairwise key"):
+    with pytest.raises(NodeRefused, match="does not carry 'b''s valid signature"):
         _answer(node, altered, FOUR, noise, awaiting=1)
+    assert node.coordinator.sent_answers() == []
+    assert node.coordinator.accused == [""]
+
+
+def test_a_signed_garbage_contribution_names_its_sender_and_reveals_nothing(
+    tmp_path: Path,
+) -> None:
+    """b signed bytes that do not open for a: a names b, attests nothing, sends no seed."""
+    node = _node(tmp_path, _config(FOUR))
+    noise = _released(node, FOUR, [1])
+    request = _request(FOUR, 1, ["a", "b", "c"], ["d"])
+    keys = _identities(FOUR)
+    garbage = sealed_check_message(
+        CONFIG_HASH,
+        SESSION,
+        1,
+        kind="contribution",
+        binding=bytes(32),
+        sender="b",
+        recipient="a",
+        sealed=bytes(48),
+    )
+    forged = Sealed("b", "a", bytes(48), keys["b"].sign(garbage))
+    bad = dataclasses.replace(request, challenge=(forged, *request.challenge[1:]))
+    _answer(node, bad, FOUR, noise, awaiting=1)
+    assert node.coordinator.accused == ["b"]
+    assert "survivor 'b' is at fault" in node.coordinator.refusals[0][1]
+    assert node.coordinator.sent_answers() == []
+    assert node.coordinator.attestations == []
+    assert [e.kind for e in node.ctx.ledger.entries] == ["release", "refusal"]
+
+
+def test_signed_garbage_tags_name_their_sender_before_any_seed_leaves(tmp_path: Path) -> None:
+    node = _node(tmp_path, _config(FOUR))
+    noise = _released(node, FOUR, [1])
+    request = _request(FOUR, 1, ["a", "b", "c"], ["d"])
+    keys = _identities(FOUR)
+    message = sealed_check_message(
+        CONFIG_HASH,
+        SESSION,
+        1,
+        kind="tags",
+        binding=request.survivor_hash,
+        sender="c",
+        recipient="a",
+        sealed=bytes(80),
+    )
+    garbage = Sealed("c", "a", bytes(80), keys["c"].sign(message))
+    bad = dataclasses.replace(request, tags=(request.tags[0], garbage))
+    _answer(node, bad, FOUR, noise, awaiting=1)
+    assert len(node.coordinator.attestations) == 1
+    assert node.coordinator.accused == ["c"]
     assert node.coordinator.sent_answers() == []

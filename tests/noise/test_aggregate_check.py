@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 from noise.aggregate_check import (
     CHALLENGE_VECTORS,
+    MAX_CHECKED_ENTRIES,
     SEALED_BYTES,
+    SEALED_TAGS_BYTES,
     TAG_MODULUS,
     blinded_tags,
     challenge_contribution,
@@ -18,7 +20,9 @@ from noise.aggregate_check import (
     challenge_vectors,
     check_tags,
     open_contribution,
+    open_tags,
     seal_contribution,
+    seal_tags,
     tags,
     tags_from_bytes,
     tags_to_bytes,
@@ -195,3 +199,70 @@ def test_tags_travel_as_sixteen_bytes_each() -> None:
     assert tags_from_bytes(encoded) == (0, 1, TAG_MODULUS - 1, TAG_MODULUS - 1)
     with pytest.raises(ValueError, match="4 tags of 16 bytes"):
         tags_from_bytes(encoded[:3])
+
+
+def _seal_tags_context(**changes: object) -> dict[str, object]:
+    context: dict[str, object] = {
+        "config_hash": bytes(range(32)),
+        "session_id": "s1",
+        "round_index": 3,
+        "survivor_hash": bytes([9]) * 32,
+        "sender": "a",
+        "recipient": "b",
+    }
+    context.update(changes)
+    return context
+
+
+def test_sealed_tags_open_only_for_their_survivor_set_pair_and_round() -> None:
+    blinded = (1, 2**127 + 5, 0, TAG_MODULUS - 1)
+    sealed = seal_tags(blinded, SEEDS[("a", "b")], **_seal_tags_context())  # type: ignore[arg-type]
+    assert len(sealed) == SEALED_TAGS_BYTES
+    assert open_tags(sealed, SEEDS[("a", "b")], **_seal_tags_context()) == blinded  # type: ignore[arg-type]
+    for change in (
+        {"survivor_hash": bytes([8]) * 32},
+        {"round_index": 4},
+        {"sender": "c"},
+        {"recipient": "c"},
+        {"session_id": "s2"},
+    ):
+        with pytest.raises(ValueError, match="do not open under their pairwise key"):
+            open_tags(sealed, SEEDS[("a", "b")], **_seal_tags_context(**change))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="do not open"):
+        open_tags(sealed, SEEDS[("a", "c")], **_seal_tags_context())  # type: ignore[arg-type]
+    flipped = bytes([sealed[0] ^ 1]) + sealed[1:]
+    with pytest.raises(ValueError, match="do not open"):
+        open_tags(flipped, SEEDS[("a", "b")], **_seal_tags_context())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="sealed in 79 bytes; sealed tags have 80"):
+        open_tags(sealed[:-1], SEEDS[("a", "b")], **_seal_tags_context())  # type: ignore[arg-type]
+
+
+def test_a_check_modulo_2_64_would_miss_half_of_the_zero_divisor_forgeries() -> None:
+    """Why the tags are exact integers: δ = 2^63 is a zero divisor of Z/2^64.
+
+    For even ρ_i, ρ_i · 2^63 ≡ 0 (mod 2^64), so a check computed in the
+    payload's own ring passes the forgery A + 2^63·e_i for half of all ρ.
+    Lifted to the integers (two's complement) δ_i = −2^63 ≠ 0, and the tags
+    mod 2^128 catch it whatever ρ is (unless ρ_i = 0 in all four vectors).
+    """
+    aggregate = np.arange(8, dtype=np.uint64)
+    forged = aggregate.copy()
+    forged[3] += np.uint64(1 << 63)
+    missed_mod_2_64 = caught = 0
+    for seed in range(64):
+        rho = challenge_vectors(bytes([seed]) * 32, aggregate.size, round_index=0)
+        rows = challenge_rows(rho).astype(np.uint64)
+        # One vector's check computed in Z/2^64, as numpy's wrapping arithmetic does.
+        if rows[0] @ aggregate == rows[0] @ forged:
+            missed_mod_2_64 += 1
+        honest = {"a": tags(aggregate, rho)}
+        caught += check_tags(honest, forged, rho) != []
+    assert caught == 64
+    assert 16 <= missed_mod_2_64 <= 48  # ρ_3 even: half of the time
+
+
+def test_the_check_refuses_layouts_longer_than_it_is_sound_for() -> None:
+    big = np.zeros(1, dtype=np.uint64)
+    too_long = np.lib.stride_tricks.as_strided(big, shape=(MAX_CHECKED_ENTRIES + 1,), strides=(0,))
+    with pytest.raises(ValueError, match="above the 140737488355328 the check is sound for"):
+        check_tags({}, too_long, big)

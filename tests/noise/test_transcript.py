@@ -14,6 +14,7 @@ from noise.errors import KeyFormatError
 from noise.keys import IdentityKey, sign_key_bundle
 from noise.transcript import (
     roster_hash,
+    sealed_check_message,
     survivor_attestation_message,
     survivor_set_hash,
     upload_statement_message,
@@ -219,3 +220,54 @@ def test_upload_statement_refuses_bad_fields() -> None:
         upload_statement_message(
             CONFIG, "s1", -1, "moments", roster_hash=ROSTER, payload_sha256=PAYLOAD
         )
+
+
+def test_sealed_check_message_layout_and_refusals() -> None:
+    config = bytes(range(32))
+    message = sealed_check_message(
+        config,
+        "s1",
+        7,
+        kind="tags",
+        binding=bytes([5]) * 32,
+        sender="a",
+        recipient="bb",
+        sealed=b"xyz",
+    )
+    assert message == b"".join(
+        (
+            b"zerosum/v1/sealed-check",
+            config,
+            b"\x00\x02s1",
+            struct.pack(">Q", 7),
+            b"\x00\x04tags",
+            bytes([5]) * 32,
+            b"\x00\x01a",
+            b"\x00\x02bb",
+            b"\x00\x03xyz",
+        )
+    )
+    contribution = sealed_check_message(
+        config,
+        "s1",
+        7,
+        kind="contribution",
+        binding=bytes(32),
+        sender="a",
+        recipient="bb",
+        sealed=b"xyz",
+    )
+    assert contribution != message
+    fields = {
+        "kind": "tags",
+        "binding": bytes(32),
+        "sender": "a",
+        "recipient": "b",
+        "sealed": b"x",
+    }
+    with pytest.raises(ValueError, match="kind must be one of"):
+        sealed_check_message(config, "s1", 0, **{**fields, "kind": "seed"})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="1 to 65535 bytes; got 0"):
+        sealed_check_message(config, "s1", 0, **{**fields, "sealed": b""})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="binding"):
+        sealed_check_message(config, "s1", 0, **{**fields, "binding": bytes(31)})  # type: ignore[arg-type]

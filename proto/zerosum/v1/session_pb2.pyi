@@ -521,51 +521,71 @@ class SealedContribution(_message.Message):
     SENDER_NODE_ID_FIELD_NUMBER: _builtins.int
     RECIPIENT_NODE_ID_FIELD_NUMBER: _builtins.int
     SEALED_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
     sender_node_id: _builtins.str
     recipient_node_id: _builtins.str
     sealed: _builtins.bytes
     """48 bytes"""
+    signature: _builtins.bytes
+    """64 bytes: the sender's Ed25519 identity signature over
+    noise.transcript.sealed_check_message(..., kind="contribution",
+    binding=32 zero bytes, sender, recipient, sealed).
+    """
     def __init__(
         self,
         *,
         sender_node_id: _builtins.str = ...,
         recipient_node_id: _builtins.str = ...,
         sealed: _builtins.bytes = ...,
+        signature: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["recipient_node_id", b"recipient_node_id", "sealed", b"sealed", "sender_node_id", b"sender_node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["recipient_node_id", b"recipient_node_id", "sealed", b"sealed", "sender_node_id", b"sender_node_id", "signature", b"signature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SealedContribution: _TypeAlias = SealedContribution  # noqa: Y015
 
 @_typing.final
-class SurvivorTags(_message.Message):
+class SealedTags(_message.Message):
     """One survivor's four blinded aggregate-check tags (16 bytes each, big-endian,
-    modulo 2^128), as sent in its unmask answer.
+    modulo 2^128) sealed for one other survivor with AES-256-GCM under a key from
+    their pairwise seed and the survivor-set hash (noise.aggregate_check
+    .seal_tags), and signed by the sender: the coordinator relays them and can
+    neither read nor alter them.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
-    NODE_ID_FIELD_NUMBER: _builtins.int
-    BLINDED_TAGS_FIELD_NUMBER: _builtins.int
-    node_id: _builtins.str
-    @_builtins.property
-    def blinded_tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
+    SENDER_NODE_ID_FIELD_NUMBER: _builtins.int
+    RECIPIENT_NODE_ID_FIELD_NUMBER: _builtins.int
+    SEALED_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
+    sender_node_id: _builtins.str
+    recipient_node_id: _builtins.str
+    sealed: _builtins.bytes
+    """80 bytes"""
+    signature: _builtins.bytes
+    """64 bytes: the sender's Ed25519 identity signature over
+    noise.transcript.sealed_check_message(..., kind="tags",
+    binding=survivor_hash, sender, recipient, sealed).
+    """
     def __init__(
         self,
         *,
-        node_id: _builtins.str = ...,
-        blinded_tags: _abc.Iterable[_builtins.bytes] | None = ...,
+        sender_node_id: _builtins.str = ...,
+        recipient_node_id: _builtins.str = ...,
+        sealed: _builtins.bytes = ...,
+        signature: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blinded_tags", b"blinded_tags", "node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["recipient_node_id", b"recipient_node_id", "sealed", b"sealed", "sender_node_id", b"sender_node_id", "signature", b"signature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___SurvivorTags: _TypeAlias = SurvivorTags  # noqa: Y015
+Global___SealedTags: _TypeAlias = SealedTags  # noqa: Y015
 
 @_typing.final
 class UploadStatement(_message.Message):
@@ -727,7 +747,7 @@ class ResultHeader(_message.Message):
     PAYLOAD_FIELD_NUMBER: _builtins.int
     UNMASK_REQUEST_FIELD_NUMBER: _builtins.int
     STATEMENTS_FIELD_NUMBER: _builtins.int
-    TAGS_FIELD_NUMBER: _builtins.int
+    SEALED_TAGS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     round_name: _builtins.str
@@ -760,9 +780,10 @@ class ResultHeader(_message.Message):
         """
 
     @_builtins.property
-    def tags(self) -> _containers.RepeatedCompositeFieldContainer[Global___SurvivorTags]:
-        """Set when status is READY: every survivor's blinded tags, sorted by node_id;
-        each node checks that they add up to the aggregate's tag.
+    def sealed_tags(self) -> _containers.RepeatedCompositeFieldContainer[Global___SealedTags]:
+        """Set when status is READY: the tags every other survivor sealed for the
+        caller with its attestation, sorted by sender; with its own they add up
+        to the aggregate's tag.
         """
 
     def __init__(
@@ -780,11 +801,11 @@ class ResultHeader(_message.Message):
         payload: Global___PayloadHeader | None = ...,
         unmask_request: Global___UnmaskRequest | None = ...,
         statements: _abc.Iterable[Global___UploadStatement] | None = ...,
-        tags: _abc.Iterable[Global___SurvivorTags] | None = ...,
+        sealed_tags: _abc.Iterable[Global___SealedTags] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload", "unmask_request", b"unmask_request"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_unix_ms", b"deadline_unix_ms", "dropped_node_ids", b"dropped_node_ids", "payload", b"payload", "reason", b"reason", "round_index", b"round_index", "round_name", b"round_name", "session_id", b"session_id", "statements", b"statements", "status", b"status", "survivor_hash", b"survivor_hash", "survivor_node_ids", b"survivor_node_ids", "tags", b"tags", "unmask_request", b"unmask_request"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_unix_ms", b"deadline_unix_ms", "dropped_node_ids", b"dropped_node_ids", "payload", b"payload", "reason", b"reason", "round_index", b"round_index", "round_name", b"round_name", "sealed_tags", b"sealed_tags", "session_id", b"session_id", "statements", b"statements", "status", b"status", "survivor_hash", b"survivor_hash", "survivor_node_ids", b"survivor_node_ids", "unmask_request", b"unmask_request"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -862,12 +883,19 @@ class SurvivorAttestation(_message.Message):
     NODE_ID_FIELD_NUMBER: _builtins.int
     SURVIVOR_HASH_FIELD_NUMBER: _builtins.int
     SIGNATURE_FIELD_NUMBER: _builtins.int
+    SEALED_TAGS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     node_id: _builtins.str
     survivor_hash: _builtins.bytes
     signature: _builtins.bytes
     """64 bytes"""
+    @_builtins.property
+    def sealed_tags(self) -> _containers.RepeatedCompositeFieldContainer[Global___SealedTags]:
+        """The node's aggregate-check tags for this survivor set, sealed for every
+        other survivor (one each).
+        """
+
     def __init__(
         self,
         *,
@@ -876,10 +904,11 @@ class SurvivorAttestation(_message.Message):
         node_id: _builtins.str = ...,
         survivor_hash: _builtins.bytes = ...,
         signature: _builtins.bytes = ...,
+        sealed_tags: _abc.Iterable[Global___SealedTags] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "round_index", b"round_index", "session_id", b"session_id", "signature", b"signature", "survivor_hash", b"survivor_hash"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "round_index", b"round_index", "sealed_tags", b"sealed_tags", "session_id", b"session_id", "signature", b"signature", "survivor_hash", b"survivor_hash"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -931,6 +960,7 @@ class UnmaskRequest(_message.Message):
     DEADLINE_UNIX_MS_FIELD_NUMBER: _builtins.int
     MIN_SURVIVORS_FIELD_NUMBER: _builtins.int
     CHALLENGE_FIELD_NUMBER: _builtins.int
+    SEALED_TAGS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     round_name: _builtins.str
@@ -963,6 +993,10 @@ class UnmaskRequest(_message.Message):
     def challenge(self) -> _containers.RepeatedCompositeFieldContainer[Global___SealedContribution]:
         """The challenge contributions every other survivor sealed for the caller."""
 
+    @_builtins.property
+    def sealed_tags(self) -> _containers.RepeatedCompositeFieldContainer[Global___SealedTags]:
+        """The aggregate-check tags the survivors that attested sealed for the caller."""
+
     def __init__(
         self,
         *,
@@ -979,10 +1013,11 @@ class UnmaskRequest(_message.Message):
         deadline_unix_ms: _builtins.int = ...,
         min_survivors: _builtins.int = ...,
         challenge: _abc.Iterable[Global___SealedContribution] | None = ...,
+        sealed_tags: _abc.Iterable[Global___SealedTags] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attestations", b"attestations", "challenge", b"challenge", "deadline_unix_ms", b"deadline_unix_ms", "dropped_node_ids", b"dropped_node_ids", "fixed_point_bits", b"fixed_point_bits", "min_survivors", b"min_survivors", "pending", b"pending", "round_index", b"round_index", "round_name", b"round_name", "session_id", b"session_id", "survivor_hash", b"survivor_hash", "survivor_node_ids", b"survivor_node_ids", "tensors", b"tensors"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attestations", b"attestations", "challenge", b"challenge", "deadline_unix_ms", b"deadline_unix_ms", "dropped_node_ids", b"dropped_node_ids", "fixed_point_bits", b"fixed_point_bits", "min_survivors", b"min_survivors", "pending", b"pending", "round_index", b"round_index", "round_name", b"round_name", "sealed_tags", b"sealed_tags", "session_id", b"session_id", "survivor_hash", b"survivor_hash", "survivor_node_ids", b"survivor_node_ids", "tensors", b"tensors"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1000,7 +1035,6 @@ class UnmaskHeader(_message.Message):
     SURVIVOR_HASH_FIELD_NUMBER: _builtins.int
     PAYLOAD_FIELD_NUMBER: _builtins.int
     SELF_MASK_SEED_FIELD_NUMBER: _builtins.int
-    BLINDED_TAGS_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     round_name: _builtins.str
@@ -1020,12 +1054,6 @@ class UnmaskHeader(_message.Message):
         (and no data chunks) when nobody dropped.
         """
 
-    @_builtins.property
-    def blinded_tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]:
-        """Four 16-byte tags: ⟨ρ, this node's contribution⟩ under the round's secret
-        challenge, blinded by pairwise pads that cancel over the survivors.
-        """
-
     def __init__(
         self,
         *,
@@ -1037,11 +1065,10 @@ class UnmaskHeader(_message.Message):
         survivor_hash: _builtins.bytes = ...,
         payload: Global___PayloadHeader | None = ...,
         self_mask_seed: _builtins.bytes = ...,
-        blinded_tags: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["payload", b"payload"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["blinded_tags", b"blinded_tags", "dropped_node_ids", b"dropped_node_ids", "node_id", b"node_id", "payload", b"payload", "round_index", b"round_index", "round_name", b"round_name", "self_mask_seed", b"self_mask_seed", "session_id", b"session_id", "survivor_hash", b"survivor_hash"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped_node_ids", b"dropped_node_ids", "node_id", b"node_id", "payload", b"payload", "round_index", b"round_index", "round_name", b"round_name", "self_mask_seed", b"self_mask_seed", "session_id", b"session_id", "survivor_hash", b"survivor_hash"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1062,11 +1089,17 @@ class UnmaskRefusal(_message.Message):
     DROPPED_NODE_IDS_FIELD_NUMBER: _builtins.int
     SURVIVOR_HASH_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    ACCUSED_NODE_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     round_index: _builtins.int
     node_id: _builtins.str
     survivor_hash: _builtins.bytes
     reason: _builtins.str
+    accused_node_id: _builtins.str
+    """Set when the refusal names another survivor as the cause: its sealed
+    challenge contribution or sealed tags for the caller, signed by it, do
+    not open. The coordinator then reruns the round without that survivor.
+    """
     @_builtins.property
     def dropped_node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -1078,10 +1111,11 @@ class UnmaskRefusal(_message.Message):
         dropped_node_ids: _abc.Iterable[_builtins.str] | None = ...,
         survivor_hash: _builtins.bytes = ...,
         reason: _builtins.str = ...,
+        accused_node_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped_node_ids", b"dropped_node_ids", "node_id", b"node_id", "reason", b"reason", "round_index", b"round_index", "session_id", b"session_id", "survivor_hash", b"survivor_hash"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accused_node_id", b"accused_node_id", "dropped_node_ids", b"dropped_node_ids", "node_id", b"node_id", "reason", b"reason", "round_index", b"round_index", "session_id", b"session_id", "survivor_hash", b"survivor_hash"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
