@@ -101,10 +101,13 @@ def verify_roster(
     if roster.roster_hash and roster.roster_hash != digest:
         raise RosterError(node_id, "the roster hash does not match the bundles it lists")
     if roster.final and len(keys) < min_nodes:
+        absent = sorted(n for n in identity_keys if n not in keys)
+        who = f"{', '.join(absent)} did not join before the join deadline, so " if absent else ""
         raise RosterError(
             node_id,
-            f"the final roster has {len(keys)} member(s) ({', '.join(sorted(keys))}), fewer "
-            f"than the federation's min_nodes = {min_nodes}",
+            f"{who}the final roster has {len(keys)} member(s) ({', '.join(sorted(keys))}), fewer "
+            f"than the federation's min_nodes = {min_nodes} (the fewest nodes with which no "
+            "dropout leaves an observer class without noise); this node releases nothing",
         )
     return VerifiedRoster(
         session_id=session_id,

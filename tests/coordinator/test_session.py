@@ -694,7 +694,13 @@ def test_the_rerun_cap_fails_the_session_instead_of_another_attempt(
         request = session.unmask_request(session.session_id, index, caller="a")
         for node in speakers:  # the silent node never attests
             session.attest(
-                fed.attestation(node, session.session_id, index, request.survivor_hash),
+                fed.attestation(
+                    node,
+                    session.session_id,
+                    index,
+                    request.survivor_hash,
+                    survivors=request.survivors,
+                ),
                 caller=node,
             )
         session.tick(clock.advance(60_000))

@@ -138,9 +138,12 @@ def test_a_final_roster_below_the_federation_minimum_is_refused() -> None:
     _verify_with_minimum(two, 2)
     with pytest.raises(RosterError) as caught:
         _verify_with_minimum(two, 3)
+    absent = ", ".join(sorted(n for n in PINNED if n not in ("a", "c")))
     assert str(caught.value) == (
-        "roster entry of node 'a' rejected: the final roster has 2 member(s) (a, c), fewer "
-        "than the federation's min_nodes = 3"
+        f"roster entry of node 'a' rejected: {absent} did not join before the join deadline, "
+        "so the final roster has 2 member(s) (a, c), fewer than the federation's min_nodes = 3 "
+        "(the fewest nodes with which no dropout leaves an observer class without noise); this "
+        "node releases nothing"
     )
     # Alone on the roster: refused even with the default minimum of 2.
     with pytest.raises(RosterError, match="the final roster has 1 member"):
