@@ -61,7 +61,7 @@ def test_both_helps_say_the_default_model_kinds_differ() -> None:
         {
             "model": {"n_features": 4, "n_components": 2},
             "clipping": {"age_low": 45.0, "age_high": 80.0, "feature_low": -4.0,
-                         "feature_high": 4.0},
+                         "feature_high": 4.0, "feature_names": ["f1", "f2", "f3", "f4"]},
         }
     )  # fmt: skip
     assert settings.kind == deltab.FEDERATION_MODEL_KIND == "unbiased"
