@@ -129,7 +129,11 @@ def _second_session(fed: Federation, root: Path, processes: Processes) -> Shared
     return again
 
 
-@pytest.mark.parametrize("min_nodes", [None, 2], ids=["init-default", "hand-written-2"])
+@pytest.mark.parametrize(
+    "min_nodes",
+    [None, pytest.param(2, marks=pytest.mark.slow)],
+    ids=["init-default", "hand-written-2"],
+)
 def test_a_rejected_egress_in_a_three_tre_federation_costs_the_survivors_no_unbounded_class(
     tmp_path: Path, processes: Processes, min_nodes: int | None
 ) -> None:
