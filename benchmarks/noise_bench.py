@@ -7,11 +7,9 @@ medians of per-run ratios:
 
 * ``discrete_gaussians_per_s``: draws per second of ``noise.discrete.discrete_gaussian``
   at σ = 10^14 grid units (the 2,641-feature scale) from a fresh 32-byte key;
-  ``..._one_thread`` the same with the block threads off;
 * ``numpy_pcg64_gaussians_per_s``: N(0, 1) draws per second from numpy's PCG64
   into a preallocated buffer;
-* ``discrete_rate_ratio_vs_pcg64`` (target ≥ 0.5) and
-  ``discrete_rate_ratio_vs_pcg64_one_thread``: per-run rate / PCG64 rate;
+* ``discrete_rate_ratio_vs_pcg64`` (target ≥ 0.5): per-run rate / PCG64 rate;
 * ``rounded_ziggurat_per_s``: the construction the discrete sampler replaced,
   round(σ·z) with z from numpy's ziggurat on the AES-CTR stream, and
   ``discrete_rate_ratio_vs_rounded_ziggurat``;
@@ -36,7 +34,6 @@ from functools import partial
 
 import numpy as np
 
-from noise import discrete
 from noise.designs import complete_design
 from noise.discrete import discrete_gaussian
 from noise.fixed_point import FixedPointCodec
@@ -68,10 +65,8 @@ def run(repeats: int) -> dict[str, float]:
     scale = codec.scale
 
     discrete_rates: list[float] = []
-    one_thread_rates: list[float] = []
     pcg_rates: list[float] = []
     ratios: list[float] = []
-    one_thread_ratios: list[float] = []
     zig_rates: list[float] = []
     zig_ratios: list[float] = []
     encode_rates: list[float] = []
@@ -84,10 +79,8 @@ def run(repeats: int) -> dict[str, float]:
         t_pcg = _seconds(lambda: pcg.standard_normal(out=out))
         t_pcg += _seconds(lambda: pcg.standard_normal(out=out))
         t_draw += _seconds(partial(discrete_gaussian, key, SCALE, n))
-        t_one = _one_thread(key, n)
         t_zig = _seconds(partial(_rounded_ziggurat, key, n, out, codec))
         t_zig += _seconds(partial(_rounded_ziggurat, key, n, out, codec))
-        t_one += _one_thread(key, n)
         t_encode = _seconds(lambda: codec.encode(values, tensor="bench"))
         t_multiply = _seconds(lambda: np.multiply(values, scale))
         t_multiply += _seconds(lambda: np.multiply(values, scale))
@@ -95,10 +88,8 @@ def run(repeats: int) -> dict[str, float]:
         if attempt == 0:
             continue  # warm-up: first touches of buffers and code paths
         discrete_rates.append(2 * n / t_draw)
-        one_thread_rates.append(2 * n / t_one)
         pcg_rates.append(2 * n / t_pcg)
         ratios.append(t_pcg / t_draw)
-        one_thread_ratios.append(t_pcg / t_one)
         zig_rates.append(2 * n / t_zig)
         zig_ratios.append(t_zig / t_draw)
         encode_rates.append(2 * n / t_encode)
@@ -110,25 +101,13 @@ def run(repeats: int) -> dict[str, float]:
         "node_mask_seconds_k10_d1e6_rounded_ziggurat": old_mask_seconds,
         "node_mask_ratio_vs_pcg64_draws": node_mask_ratios,
         "discrete_gaussians_per_s": statistics.median(discrete_rates),
-        "discrete_gaussians_per_s_one_thread": statistics.median(one_thread_rates),
         "numpy_pcg64_gaussians_per_s": statistics.median(pcg_rates),
         "discrete_rate_ratio_vs_pcg64": statistics.median(ratios),
-        "discrete_rate_ratio_vs_pcg64_one_thread": statistics.median(one_thread_ratios),
         "rounded_ziggurat_per_s": statistics.median(zig_rates),
         "discrete_rate_ratio_vs_rounded_ziggurat": statistics.median(zig_ratios),
         "fixed_point_encode_per_s": statistics.median(encode_rates),
         "fixed_point_encode_ratio_vs_numpy_multiply": statistics.median(encode_ratios),
     }
-
-
-def _one_thread(key: bytes, n: int) -> float:
-    """Seconds for ``discrete_gaussian`` with the block threads off."""
-    threads = discrete._THREADS
-    discrete._THREADS = 1
-    try:
-        return _seconds(partial(discrete_gaussian, key, SCALE, n))
-    finally:
-        discrete._THREADS = threads
 
 
 def _rounded_ziggurat(key: bytes, n: int, out: np.ndarray, codec: FixedPointCodec) -> np.ndarray:

@@ -67,13 +67,11 @@ different libm or SIMD code draw the same integers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import operator
-import os
 import struct
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
@@ -122,8 +120,6 @@ _HALF_WIDTH_SLACK = 0.5 * (1.0 + 2.0**-20) + 2.0**-20
 _TWO32 = float(2**32)
 _BATCH = 1 << 14
 _MAX_BATCHES = 10_000
-# Threads that draw blocks side by side (the blocks are independent keystreams).
-_THREADS = min(2, os.cpu_count() or 1)
 
 
 def as_fraction(value: float | Fraction | int, what: str) -> Fraction:
@@ -155,6 +151,14 @@ class _Law:
     @property
     def t(self) -> int:
         return self.big_l << self.j
+
+    @functools.cached_property
+    def floats(self) -> tuple[float, float, float]:
+        """The floats of γ: (σ²/t, −1/(2σ²), −1/t), or (0, −(1/b − 1/t), −1/t) for the Laplace."""
+        t = self.t
+        if self.kind == "gaussian":
+            return float(self.variance / t), -1.0 / (2.0 * float(self.variance)), -1.0 / t
+        return 0.0, -float(1 / self.scale - Fraction(1, t)), -1.0 / t
 
     def gamma_exact(self, u: int, x: int) -> Fraction:
         """γ with acceptance probability exp(−γ) for the proposal (U, X), exactly."""
@@ -292,14 +296,15 @@ def _proposals(  # noqa: PLR0917 - one call site, every argument needed
     x |= u
     xf = x.astype(np.float64)
     # ln(P̂) = 32 ln 2 − γ, so exp gives P̂ = p̂·2^32 directly.
+    centre, quadratic, linear = law.floats
     if law.kind == "gaussian":
-        log_p = xf - float(law.variance / law.t)
+        log_p = xf - centre
         log_p *= log_p
-        log_p *= -1.0 / (2.0 * float(law.variance))
+        log_p *= quadratic
     else:
-        log_p = xf * -float(1 / law.scale - Fraction(1, law.t))
+        log_p = xf * quadratic
     uf = u.astype(np.float64)
-    uf *= -1.0 / float(law.t)
+    uf *= linear
     log_p += uf
     log_p += _LN_TWO32
     np.exp(log_p, out=log_p)
@@ -311,7 +316,7 @@ def _proposals(  # noqa: PLR0917 - one call site, every argument needed
     unsure = log_p < 0.5 + _GUARD32
     unsure |= v_unsure
     accepted &= ~unsure
-    for i in np.flatnonzero(unsure):
+    for i in np.flatnonzero(unsure) if unsure.any() else ():
         index = first_index + int(i)
         u_i = int(u[i])
         word = int(b[i])
@@ -356,20 +361,6 @@ def _fill_block(law: _Law, key: bytes, block: int, out: NDArray[np.int64]) -> No
     raise ArithmeticError("the discrete sampler did not fill its block")  # pragma: no cover
 
 
-_POOL: list[ThreadPoolExecutor] = []
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    """Two worker threads, made on first use (numpy releases the GIL in its loops)."""
-    with _POOL_LOCK:
-        if not _POOL:
-            _POOL.append(
-                ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="zerosum-discrete")
-            )
-        return _POOL[0]
-
-
 def _draw(law: _Law, key: bytes, n: int) -> NDArray[np.int64]:
     raw_key = require_bytes(key, _KEY_BYTES, "stream key")
     if isinstance(n, bool):
@@ -378,14 +369,8 @@ def _draw(law: _Law, key: bytes, n: int) -> NDArray[np.int64]:
     if count < 0:
         raise ValueError(f"n must be >= 0; got {count}")
     out = np.empty(count, dtype=np.int64)
-    blocks = [(b, out[start : start + BLOCK]) for b, start in enumerate(range(0, count, BLOCK))]
-    if len(blocks) < 2 or _THREADS < 2 or threading.current_thread().name.startswith("zerosum-d"):
-        for block, part in blocks:
-            _fill_block(law, raw_key, block, part)
-        return out
-    # Blocks are independent streams, so the draws are the same however they are shared out.
-    for done in [_pool().submit(_fill_block, law, raw_key, b, part) for b, part in blocks]:
-        done.result()
+    for block, start in enumerate(range(0, count, BLOCK)):
+        _fill_block(law, raw_key, block, out[start : start + BLOCK])
     return out
 
 
