@@ -115,8 +115,9 @@ _TIE_LABEL = b"zerosum/v2/discrete-tie"
 _GUARD = 2.0**-40
 _GUARD32 = _GUARD * 2.0**32
 _LN_TWO32 = 32.0 * math.log(2.0)
-# L/(2w) bound on the cell's half-width in −L ln u, widened for float error.
-_HALF_WIDTH_SLACK = 0.5 * (1.0 + 2.0**-20) + 2.0**-20
+# L/(2w) bound on the cell's half-width in −L ln u, widened by 2^-16·L/w ≥ L·2^-48 for
+# the float error of −L ln u at the cell's midpoint (a few ulp of a value below 23·L).
+_HALF_WIDTH_SLACK = 0.5 + 2.0**-16
 _TWO32 = float(2**32)
 _BATCH = 1 << 14
 _MAX_BATCHES = 10_000
