@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from coordinator.server import ServerTLS
@@ -241,12 +241,32 @@ def _check_listen(listen: str) -> None:
         except OSError as error:
             import errno
 
-            if error.errno == errno.EADDRINUSE:
-                raise OSError(
-                    f"port {port} is in use by another process (another coordinator?); stop "
-                    "it or pass --listen HOST:PORT with a free port"
-                ) from None
-            raise OSError(f"{error.strerror or error}") from None
+            if error.errno != errno.EADDRINUSE:
+                raise OSError(f"{error.strerror or error}") from None
+            if not _someone_listens(family, address):
+                # Only connections of a process that just exited (a coordinator killed
+                # and restarted) hold the port; gRPC, with SO_REUSEPORT, binds it.
+                return
+            raise OSError(
+                f"port {port} is in use by another process (another coordinator?); stop "
+                "it or pass --listen HOST:PORT with a free port"
+            ) from None
+
+
+def _someone_listens(family: int, address: tuple[Any, ...]) -> bool:
+    """Whether a process accepts TCP connections at ``address`` (a wildcard host as loopback)."""
+    import socket
+
+    host = address[0]
+    if host in ("0.0.0.0", "::"):
+        host = "127.0.0.1" if family == socket.AF_INET else "::1"
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect((host, *address[1:]))
+        except OSError:
+            return False
+    return True
 
 
 def _ended_session(state_path: Path) -> tuple[str, str, str] | None:
