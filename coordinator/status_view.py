@@ -55,8 +55,13 @@ def coordinator_alive(state: Path) -> bool | None:
     missing lock file means no coordinator ever ran on this state here. The
     file is opened read-only and never created.
     """
+    return lock_held(lock_path(state))
+
+
+def lock_held(lock: Path) -> bool | None:
+    """Whether some process holds an flock on ``lock`` now; None when that cannot be told."""
     try:
-        fd = os.open(lock_path(state), os.O_RDONLY)
+        fd = os.open(lock, os.O_RDONLY)
     except FileNotFoundError:
         return False
     except OSError:

@@ -12,8 +12,6 @@ a folder that does not exist reads as a node that has never run.
 
 from __future__ import annotations
 
-import fcntl
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,23 +23,9 @@ __all__ = ["node_alive", "read_node_status", "render_node_status"]
 
 def node_alive(lock: Path) -> bool | None:
     """Whether a node process holds ``lock`` now; None when that cannot be told."""
-    try:
-        fd = os.open(lock, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        except OSError:
-            return None
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    from coordinator.status_view import lock_held  # the same flock probe as --status there
+
+    return lock_held(lock)
 
 
 def read_node_status(config: FederationConfig, node_id: str, state: Path) -> dict[str, Any]:
