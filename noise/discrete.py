@@ -78,8 +78,8 @@ from fractions import Fraction
 from numbers import Rational, Real
 
 import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from numpy.typing import NDArray
-from randomgen import AESCounter
 
 from noise.errors import CalibrationError
 from noise.keys import require_bytes
@@ -115,11 +115,18 @@ _TIE_LABEL = b"zerosum/v2/discrete-tie"
 _GUARD = 2.0**-40
 _GUARD32 = _GUARD * 2.0**32
 _LN_TWO32 = 32.0 * math.log(2.0)
-# L/(2w) bound on the cell's half-width in −L ln u, widened by 2^-16·L/w ≥ L·2^-48 for
-# the float error of −L ln u at the cell's midpoint (a few ulp of a value below 23·L).
-_HALF_WIDTH_SLACK = 0.5 + 2.0**-16
 _TWO32 = float(2**32)
 _BATCH = 1 << 14
+#: Proposals worked through at once (a batch in cache-sized pieces; no effect on the draws).
+_CHUNK = 1 << 14
+_MASK64 = (1 << 64) - 1
+_LE_U64 = np.dtype("<u8")
+_TWO52 = 2.0**52
+_TWO52_BITS = np.uint64(0x4330000000000000)  # the bits of the double 2^52
+_TWO52_INT = np.int64(0x4330000000000000)
+_ONE_BITS = np.uint64(0x3FF0000000000000)  # the bits of the double 1.0
+# V's tie test, scaled by 2^-32: (1 + 2^-15)·L/2^32 (module docstring and _proposals).
+_V_TIE_BOUND = (1.0 + 2.0**-15) / 2.0**32
 _MAX_BATCHES = 10_000
 
 
@@ -263,102 +270,214 @@ def _exact_accept(gamma: Fraction, word32: int, side: int) -> bool:
     raise ArithmeticError("an exact comparison did not resolve")  # pragma: no cover
 
 
+class _Keystream:
+    """The words of ``AESCounter(key, counter).random_raw``, made with OpenSSL's AES.
+
+    randomgen's AESCounter encrypts the 128-bit little-endian counter blocks
+    c, c + 1, … under the little-endian key and returns each 16-byte block as
+    two little-endian 64-bit words. This builds the counter blocks of any
+    stretch of that stream in a reused numpy buffer and encrypts them in one
+    call (AES-ECB of counter blocks is counter mode), several times faster than
+    randomgen's generator; tests compare the two word for word.
+    """
+
+    def __init__(self, key16: bytes, counter: int, most_words: int) -> None:
+        self._encrypt = Cipher(algorithms.AES(key16), modes.ECB()).encryptor()
+        self._low = counter & _MASK64
+        self._high = counter >> 64
+        blocks = (most_words >> 1) + 1
+        self._counters = np.empty((blocks, 2), dtype=_LE_U64)
+        self._steps = np.arange(blocks, dtype=_LE_U64)
+
+    def words_at(self, first: int, count: int, out: NDArray[np.uint64]) -> NDArray[np.uint64]:
+        """Words ``first`` … ``first + count − 1`` of the stream, in ``out`` (a view of it).
+
+        ``out`` must hold at least ``count + 4`` words: the stretch is rounded
+        out to whole blocks, and OpenSSL may write up to a block past its input.
+        """
+        skip = first & 1
+        first_block = first >> 1
+        blocks = (skip + count + 1) >> 1
+        counters = self._counters[:blocks]
+        start = self._low + first_block
+        low = counters[:, 0]
+        np.add(self._steps[:blocks], np.uint64(start & _MASK64), out=low)
+        high = (self._high + (start >> 64)) & _MASK64
+        if (start & _MASK64) + blocks <= _MASK64 + 1:  # no low word passes 2^64 here
+            counters[:, 1] = high
+        else:  # the low words that wrapped carry into the high word
+            np.less(low, np.uint64(start & _MASK64), out=counters[:, 1], casting="unsafe")
+            counters[:, 1] += np.uint64(high)
+        self._encrypt.update_into(counters.data.cast("B"), out.data.cast("B"))
+        return out[skip : skip + count]
+
+
+class _Workspace:
+    """Buffers for one chunk of proposals, reused from chunk to chunk."""
+
+    def __init__(self, size: int) -> None:
+        self.a_words = np.empty(size + 4, dtype=_LE_U64)
+        self.b_words = np.empty(size + 4, dtype=_LE_U64)
+        self.u_pt = np.empty(size, dtype=np.float64)
+        self.uf = np.empty(size, dtype=np.float64)
+        self.z = np.empty(size, dtype=np.float64)
+        self.vf = np.empty(size, dtype=np.float64)
+        self.xf = np.empty(size, dtype=np.float64)
+        self.p = np.empty(size, dtype=np.float64)
+        self.u = np.empty(size, dtype=np.uint64)
+        self.bits = np.empty(size, dtype=np.uint64)
+        self.x = np.empty(size, dtype=np.int64)
+        self.sign = np.empty(size, dtype=np.int64)
+        self.v_unsure = np.empty(size, dtype=np.bool_)
+        self.unsure = np.empty(size, dtype=np.bool_)
+        self.accepted = np.empty(size, dtype=np.bool_)
+
+
 def _proposals(  # noqa: PLR0917 - one call site, every argument needed
     law: _Law,
-    words: NDArray[np.uint64],
-    m: int,
+    a: NDArray[np.uint64],
+    b: NDArray[np.uint64],
     key: bytes,
     block: int,
     first_index: int,
+    work: _Workspace,
 ) -> NDArray[np.int64]:
-    """The accepted values among m proposals made from 2m keystream words, in order."""
-    a = words[:m]
-    b = words[m : 2 * m]
+    """The accepted values among the proposals made from words a[i], b[i], in order.
+
+    Proposal i takes U from the top j bits of a[i] and its sign from a[i]'s
+    lowest bit, V's uniform from the top 32 bits of b[i] and the acceptance
+    test's from its low 32. The float work runs in ``work``'s buffers, with
+    integer inputs fed straight to float ufuncs so that no conversion takes a
+    pass of its own.
+    """
+    m = a.size
+    u_pt, z, vf, xf, p, uf = (
+        work.u_pt[:m],
+        work.z[:m],
+        work.vf[:m],
+        work.xf[:m],
+        work.p[:m],
+        work.uf[:m],
+    )
+    bits, u_bits, x, sign = work.bits[:m], work.u[:m], work.x[:m], work.sign[:m]
+    v_unsure, unsure, accepted = work.v_unsure[:m], work.unsure[:m], work.accepted[:m]
     big_l = float(law.big_l)
-    # V = ⌊−L ln u⌋ from the top 32 bits of b: u lies in the cell [w, w + 1)/2^32,
-    # over which −L ln u moves by at most L/(2w) either side of its value at the
-    # midpoint; V is decided unless that interval holds an integer.
-    v32 = (b >> np.uint64(32)).astype(np.float64)
-    z = v32 + 0.5
-    z *= 1.0 / _TWO32
-    np.log(z, out=z)
+    # V = ⌊−L ln u⌋ for V's uniform u = (w + r)/2^32, w the top 32 bits of b.
+    # The double 1 + k/2^52 has the bits of 1.0 OR-ed with a 52-bit k; with k
+    # the top 52 bits of b, u_pt = (k + 1/2)/2^52 (exact) lies inside u's cell
+    # [w, w + 1)/2^32, over which −L ln u moves by at most L/w from its value
+    # at u_pt. V is decided unless that interval holds an integer: with f the
+    # fractional part of −L ln u_pt, every undecided cell has
+    # min(f, 1 − f)·w ≤ (1 + 2^-15)·L (the 2^-15 covers the float error of
+    # −L ln u_pt, a few ulp), hence f(1 − f)·u_pt·2^32 < min(f, 1 − f)·(w + 1)
+    # ≤ (1 + 2^-15)·L + 1/2, the test below.
+    np.right_shift(b, np.uint64(12), out=bits)
+    bits |= _ONE_BITS
+    np.subtract(bits.view(np.float64), 1.0 - 2.0**-53, out=u_pt)
+    np.log(u_pt, out=z)
     z *= -big_l
-    vf = np.floor(z)
-    z -= vf
-    z -= 0.5
-    np.abs(z, out=z)  # |frac − 1/2|: the cell is undecided when 1/2 − this ≤ L/(2w)
-    np.subtract(0.5, z, out=z)
-    z *= v32
-    v_unsure = z <= _HALF_WIDTH_SLACK * big_l
-    # U on the top j bits of a; X = U + 2^j·V.
-    u = (a >> np.uint64(64 - law.j)).view(np.int64) if law.j else np.zeros(m, dtype=np.int64)
-    x = vf.astype(np.int64)
+    np.floor(z, out=vf)
+    z -= vf  # f
+    np.multiply(z, z, out=p)
+    z -= p  # f(1 − f)
+    z *= u_pt
+    np.less_equal(z, _V_TIE_BOUND * big_l + 0.5 / _TWO32, out=v_unsure)
+    # U on the top j bits of a (an integer, and exactly as the double uf); X = U + 2^j·V.
+    if law.j:
+        np.right_shift(a, np.uint64(64 - law.j), out=u_bits)
+    else:
+        u_bits.fill(0)
+    u = u_bits.view(np.int64)
+    np.bitwise_or(u_bits, _TWO52_BITS, out=bits)
+    np.subtract(bits.view(np.float64), _TWO52, out=uf)  # U < 2^45
+    np.add(vf, _TWO52, out=xf)  # the double 2^52 + V, whose bits end in V (V < 2^12)
+    np.subtract(xf.view(np.int64), _TWO52_INT, out=x)
     x <<= np.int64(law.j)
     x |= u
-    xf = x.astype(np.float64)
+    np.multiply(vf, float(1 << law.j), out=xf)  # exact
+    xf += uf  # X rounded once to float64, as converting it would
     # ln(P̂) = 32 ln 2 − γ, so exp gives P̂ = p̂·2^32 directly.
     centre, quadratic, linear = law.floats
     if law.kind == "gaussian":
-        log_p = xf - centre
-        log_p *= log_p
-        log_p *= quadratic
+        np.subtract(xf, centre, out=p)
+        p *= p
+        p *= quadratic
     else:
-        log_p = xf * quadratic
-    uf = u.astype(np.float64)
-    uf *= linear
-    log_p += uf
-    log_p += _LN_TWO32
-    np.exp(log_p, out=log_p)
-    # d = P̂ − w': accept for every r when d ≥ 1 + guard, reject when d ≤ −guard.
-    log_p -= (b & np.uint64(0xFFFFFFFF)).astype(np.float64)
-    accepted = log_p >= 1.0 + _GUARD32
-    log_p -= 0.5
-    np.abs(log_p, out=log_p)
-    unsure = log_p < 0.5 + _GUARD32
+        np.multiply(xf, quadratic, out=p)
+    np.multiply(uf, linear, out=z)
+    p += z
+    p += _LN_TWO32
+    np.exp(p, out=p)
+    # d = P̂ − w' (w' the low 32 bits of b): accept for every r when d ≥ 1 + guard,
+    # reject when d ≤ −guard, otherwise (or when V was undecided) decide exactly.
+    np.bitwise_and(b, np.uint64(0xFFFFFFFF), out=bits)
+    bits |= _TWO52_BITS
+    np.subtract(bits.view(np.float64), _TWO52, out=z)
+    p -= z
+    np.greater_equal(p, 1.0 + _GUARD32, out=accepted)
+    np.greater(p, -_GUARD32, out=unsure)
+    unsure ^= accepted  # −guard < d < 1 + guard
     unsure |= v_unsure
-    accepted &= ~unsure
-    for i in np.flatnonzero(unsure) if unsure.any() else ():
-        index = first_index + int(i)
-        u_i = int(u[i])
-        word = int(b[i])
-        if v_unsure[i]:
-            v_i = _exact_geometric(law.big_l, word >> 32, _side_fraction(key, block, index, 0))
-        else:
-            v_i = int(vf[i])
-        x_i = u_i + (v_i << law.j)
-        x[i] = x_i
-        accepted[i] = _exact_accept(
-            law.gamma_exact(u_i, x_i), word & 0xFFFFFFFF, _side_fraction(key, block, index, 1)
-        )
+    if unsure.any():
+        for i in np.flatnonzero(unsure):
+            index = first_index + int(i)
+            u_i = int(u[i])
+            b_i = int(b[i])
+            if v_unsure[i]:
+                v_i = _exact_geometric(law.big_l, b_i >> 32, _side_fraction(key, block, index, 0))
+            else:
+                v_i = int(vf[i])
+            x_i = u_i + (v_i << law.j)
+            x[i] = x_i
+            accepted[i] = _exact_accept(
+                law.gamma_exact(u_i, x_i), b_i & 0xFFFFFFFF, _side_fraction(key, block, index, 1)
+            )
     # The sign is a's lowest bit; +0 and −0 are the same value, so −0 is rejected.
-    sign = (a << np.uint64(63)).view(np.int64)
-    sign >>= np.int64(63)  # 0 or −1
-    accepted &= (x != 0) | (sign == 0)
+    np.bitwise_and(a.view(np.int64), np.int64(1), out=sign)
+    if x.min() == 0:  # x ≥ 0 here
+        zero = np.flatnonzero(x == 0)
+        accepted[zero[sign[zero] == 1]] = False
+    np.negative(sign, out=sign)  # 0 or −1
     x ^= sign
     x -= sign
     return np.compress(accepted, x)
 
 
-def _block_stream(key: bytes, block: int) -> AESCounter:
+def _block_stream(key: bytes, block: int) -> _Keystream:
     counter = (int.from_bytes(key[16:32], "little") + block * _BLOCK_COUNTER_STRIDE) % (1 << 128)
-    return AESCounter(key=int.from_bytes(key[:16], "little"), counter=counter)
+    return _Keystream(key[:16], counter, _CHUNK + 4)
 
 
-def _fill_block(law: _Law, key: bytes, block: int, out: NDArray[np.int64]) -> None:
-    """Fill ``out`` (at most BLOCK values) with block ``block``'s draws."""
+def _fill_block(
+    law: _Law, key: bytes, block: int, out: NDArray[np.int64], work: _Workspace
+) -> None:
+    """Fill ``out`` (at most BLOCK values) with block ``block``'s draws.
+
+    A batch of m proposals takes the block's next 2m words, proposal i words
+    i and m + i of them; the batch is worked through in chunks of at most
+    :data:`_CHUNK` proposals, which only changes where the work is cached, not
+    what is drawn.
+    """
     size = out.size
     stream = _block_stream(key, block)
     filled = 0
-    index = 0
+    index = 0  # proposals made so far in this block; its words start at 2·index
     for _ in range(_MAX_BATCHES):
         if filled >= size:
             return
         need = size - filled
         m = min(_BATCH, need + need // 2 + 16)
-        taken = _proposals(law, stream.random_raw(2 * m), m, key, block, index)[:need]
+        for k in range(0, m, _CHUNK):
+            c = min(_CHUNK, m - k)
+            a = stream.words_at(2 * index + k, c, work.a_words)
+            b = stream.words_at(2 * index + m + k, c, work.b_words)
+            taken = _proposals(law, a, b, key, block, index + k, work)
+            take = min(taken.size, size - filled)
+            out[filled : filled + take] = taken[:take]
+            filled += take
+            if filled >= size:
+                break
         index += m
-        out[filled : filled + taken.size] = taken
-        filled += taken.size
     raise ArithmeticError("the discrete sampler did not fill its block")  # pragma: no cover
 
 
@@ -370,8 +489,9 @@ def _draw(law: _Law, key: bytes, n: int) -> NDArray[np.int64]:
     if count < 0:
         raise ValueError(f"n must be >= 0; got {count}")
     out = np.empty(count, dtype=np.int64)
+    work = _Workspace(min(_CHUNK, count + count // 2 + 16))
     for block, start in enumerate(range(0, count, BLOCK)):
-        _fill_block(law, raw_key, block, out[start : start + BLOCK])
+        _fill_block(law, raw_key, block, out[start : start + BLOCK], work)
     return out
 
 

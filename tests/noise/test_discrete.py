@@ -19,6 +19,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from numpy.typing import NDArray
+from randomgen import AESCounter
 from scipy import stats
 
 import noise.discrete as nd
@@ -452,7 +453,7 @@ def test_forced_exact_path_gives_identical_draws(
     # d = P̂ − w lies in [−2^32, 2^32]: with a guard of 2^33 no acceptance is decided in float,
     # and with an enormous half-width slack no V is.
     monkeypatch.setattr(nd, "_GUARD32", 2.0**33)
-    monkeypatch.setattr(nd, "_HALF_WIDTH_SLACK", 1e300)
+    monkeypatch.setattr(nd, "_V_TIE_BOUND", 1e300)
     exact = sampler(key, scale, n)
     assert calls["accept"] >= n  # every proposal (accepted or not) went exact
     assert calls["geometric"] == calls["accept"]
@@ -468,7 +469,7 @@ def test_widened_guards_give_identical_draws(
     n = 100_000
     fast = sampler(key, scale, n)
     monkeypatch.setattr(nd, "_GUARD32", 2.0**12)
-    monkeypatch.setattr(nd, "_HALF_WIDTH_SLACK", 2.0**12)
+    monkeypatch.setattr(nd, "_V_TIE_BOUND", nd._V_TIE_BOUND * 2.0**13)
     assert np.array_equal(sampler(key, scale, n), fast)
 
 
@@ -650,3 +651,28 @@ def test_sampler_is_exact() -> None:
 def test_sampler_delta_refuses_bad_input(draws: int, epsilon: float) -> None:
     with pytest.raises(CalibrationError):
         sampler_delta(draws, epsilon)
+
+
+# --- 8. The keystream ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "counter",
+    [
+        0,
+        12345,
+        (1 << 64) - 3,  # the low word wraps inside the stretch and carries
+        (7 << 64) + (1 << 64) - 1,
+        (1 << 128) - 2,  # the whole counter wraps to 0
+    ],
+)
+@pytest.mark.parametrize(("first", "count"), [(0, 2), (0, 17), (1, 16), (5, 9), (40, 3)])
+def test_keystream_matches_randomgen(counter: int, first: int, count: int) -> None:
+    """The OpenSSL-built words are randomgen's AESCounter words, at any offset and across wraps."""
+    key = _key(f"keystream/{counter}")
+    stream = nd._Keystream(key[:16], counter, 64)
+    reference = AESCounter(key=int.from_bytes(key[:16], "little"), counter=counter).random_raw(
+        first + count
+    )
+    got = stream.words_at(first, count, np.empty(count + 4, dtype=np.uint64))
+    assert np.array_equal(got, reference[first:])
