@@ -62,7 +62,11 @@ the keystream whose counter starts at c + b·2^48 (c from the key, as in
 values are still missing (whole blocks are independent of n, but the draws
 for n and n' < BLOCK need not share a prefix). Every floating-point value only chooses between
 "decided" and "decide exactly", never the outcome, so two installations with
-different libm or SIMD code draw the same integers.
+different libm or SIMD code draw the same integers. The keystream words are
+randomgen's ``AESCounter`` words, made here by OpenSSL (:class:`_Keystream`)
+because its one-call-per-batch AES is four times faster; batches are worked
+through in reused buffers of :data:`_CHUNK` proposals, which changes where
+the work is cached, not what is drawn.
 """
 
 from __future__ import annotations
