@@ -120,7 +120,7 @@ def run_cape_sum_round(
     model_round = name.removeprefix(CAPE_SUM_PREFIX)
     if model_round not in ctx.plan.round_names:
         raise SessionFailed(f"the coordinator opened {name!r} for an unknown model round")
-    layout = Layout.of_tensors(ctx.plan.tensors(model_round))
+    _, layout = ctx.round_tensors(model_round)
     noted = noted_share(ctx, index)
     if noted is not None:
         progress.cape_sent.add(model_round)

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
+from numpy.typing import NDArray
 
 from node.client import RetryPolicy
+from node.errors import SessionFailed
 from node.gateway import CoordinatorGateway
 from node.ledger import PrivacyLedger
 from node.plans.interface import ModelPlan
@@ -26,6 +28,7 @@ from node.session.setup import LocalSetup
 from node.state_folder import NodeState
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey
+from noise.layout import Layout
 from proto.federation import FederationConfig
 
 __all__ = ["NodeOptions", "SessionContext"]
@@ -87,6 +90,25 @@ class SessionContext:
     @property
     def plan(self) -> ModelPlan:
         return self.setup.plan
+
+    def round_tensors(self, name: str) -> tuple[dict[str, NDArray[np.float64]], Layout]:
+        """The plan's tensors for model round ``name`` and the layout the config fixes for it.
+
+        Masks are drawn for the config's layout, before a round's data exist
+        (``node.masking.MaskPrefetch``); a plan whose tensors came out in another
+        shape would release a payload its mask does not fit. So the two are
+        compared before anything is released: on a difference the round fails
+        with a sentence naming it, and nothing leaves.
+        """
+        tensors = self.plan.tensors(name)
+        fixed = self.config.plan.round(name).layout
+        difference = fixed.difference(Layout.of_tensors(tensors))
+        if difference is not None:
+            raise SessionFailed(
+                f"round {name!r}: the plan's tensors do not have the layout the federation "
+                f"config fixes ({difference}); nothing was released"
+            )
+        return tensors, fixed
 
     def sleep(self) -> None:
         import time

@@ -169,8 +169,7 @@ def run_model_round(
 ) -> Outcome | None:
     """Release and upload this node's egress of round ``index``; its aggregate, or None."""
     progress.unsent = index
-    tensors = ctx.plan.tensors(name)
-    layout = Layout.of_tensors(tensors)
+    tensors, layout = ctx.round_tensors(name)
     clean = layout.encode(tensors, ctx.codec)
     earlier = egress_steps.bundle_before_restart(ctx, index, name)
     cape = ctx.config.privacy.noise_design.construction == "cape"

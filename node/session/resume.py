@@ -30,7 +30,7 @@ from node.session.progress import RoundProgress
 from node.session.results import await_result
 from node.session.self_masking import sent_payload
 from node.session.unmask_answers import CAPE_SUM_PREFIX
-from noise.layout import Layout, payload_digest
+from noise.layout import payload_digest
 
 __all__ = ["catch_up", "take_aggregated"]
 
@@ -144,7 +144,7 @@ def _take_published_cape_sum(
     model_round = name.removeprefix(CAPE_SUM_PREFIX)
     if model_round not in ctx.plan.round_names:
         raise SessionFailed(f"the coordinator aggregated {name!r} for an unknown model round")
-    layout = Layout.of_tensors(ctx.plan.tensors(model_round))
+    _, layout = ctx.round_tensors(model_round)
     state = None
     if needed:
         # Aggregated with this node's share, so its draws are needed again.
@@ -216,7 +216,7 @@ def _take_published(
     """Feed the plan a round's published aggregate (the round is READY)."""
     # The local tensors give the aggregate's layout (and the plan's state for
     # the round); nothing of them is sent again.
-    layout = Layout.of_tensors(ctx.plan.tensors(name))
+    _, layout = ctx.round_tensors(name)
     noise = plan_release(ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(name), name)
     # The aggregate must count the very payload this node's bundle holds.
     bundle = egress_steps.bundle_before_restart(ctx, index, name)
