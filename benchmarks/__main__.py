@@ -22,6 +22,7 @@ MODULES: list[str] = [
     "benchmarks.session_bench",
     "benchmarks.live_bench",
     "benchmarks.ukb_bench",
+    "benchmarks.round_walk",
 ]
 
 

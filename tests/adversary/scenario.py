@@ -2,7 +2,7 @@
 
 :class:`Attack` starts the :class:`~tests.adversary.lying_server.LyingCoordinator`
 in the test process and the nodes as ``zerosum node`` processes on 127.0.0.1
-(the integration tests' :class:`~tests.integration.conftest.Processes`, which
+(the integration tests' :class:`~tests.support.processes.Processes`, which
 kills whatever still runs when the test ends). It reads the nodes' outputs as
 ground truth — the un-noised audit payloads, the egress manifests with their
 declared noise, the saved session key, CAPE draws and the ledger — which only
@@ -24,8 +24,8 @@ from noise.keys import EphemeralKey
 from noise.self_mask import self_mask_seed
 from tests.adversary.lying_server import LyingCoordinator, Script
 from tests.adversary.serving import Serving, serve
-from tests.integration import conftest as integration
-from tests.integration.conftest import Federation, Spawned, init_federation, wait_until
+from tests.support import processes as integration
+from tests.support.processes import Federation, Spawned, init_federation, wait_until
 
 __all__ = ["Attack", "Processes", "ledger_gaps", "make_federation"]
 

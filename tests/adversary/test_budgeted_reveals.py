@@ -39,7 +39,8 @@ from proto.federation import load_federation
 from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script
 from tests.adversary.records import Answer
 from tests.adversary.scenario import Attack, Processes, ledger_gaps, make_federation
-from tests.integration.conftest import Federation, SessionRun, init_federation
+from tests.support.processes import Federation, init_federation
+from tests.support.sessions import SessionRun
 
 pytestmark = pytest.mark.integration
 

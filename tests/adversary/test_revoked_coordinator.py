@@ -19,7 +19,8 @@ from cryptography import x509
 
 from proto.tls import certificate_fingerprint
 from tests.adversary.scenario import Processes
-from tests.integration.conftest import SessionRun, init_federation
+from tests.support.processes import init_federation
+from tests.support.sessions import SessionRun
 
 pytestmark = pytest.mark.integration
 

@@ -44,7 +44,7 @@ from proto.zerosum.v1 import session_pb2 as pb
 from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
 from tests.adversary.reconstruct import stripped
 from tests.adversary.scenario import Attack, Processes, make_federation
-from tests.integration.conftest import Federation, wait_until
+from tests.support.processes import Federation, wait_until
 from zerosum.cli import main as zerosum_main
 
 pytestmark = pytest.mark.integration

@@ -33,16 +33,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.integration.conftest import (
+from tests.support.processes import (
     Federation,
     Processes,
-    SessionRun,
     Turns,
     init_federation,
     outcome,
     run_concurrently,
     wait_until,
 )
+from tests.support.sessions import SessionRun
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

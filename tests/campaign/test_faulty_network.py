@@ -26,18 +26,16 @@ import numpy as np
 import pytest
 
 from tests.campaign.proxy import FaultSchedule, FaultyProxy
-from tests.integration.conftest import (
+from tests.support.processes import (
     Federation,
     Processes,
-    SessionRun,
     Spawned,
     Turns,
     init_federation,
     outcome,
-    reference_model,
-    relative_difference,
     run_concurrently,
 )
+from tests.support.sessions import SessionRun, reference_model, relative_difference
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -41,16 +41,8 @@ import pytest
 
 from coordinator.store import payload_dir_for
 from tests.campaign.digest import integrity_ok
-from tests.integration.conftest import (
-    Federation,
-    Processes,
-    SessionRun,
-    Spawned,
-    init_federation,
-    reference_model,
-    relative_difference,
-    wait_until,
-)
+from tests.support.processes import Federation, Processes, Spawned, init_federation, wait_until
+from tests.support.sessions import SessionRun, reference_model, relative_difference
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -27,13 +27,8 @@ from node.client import GrpcGateway, RetryPolicy
 from node.errors import CoordinatorRefused
 from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
 from proto.federation import config_hash
-from tests.integration.conftest import (
-    Federation,
-    Processes,
-    SessionRun,
-    Spawned,
-    init_federation,
-)
+from tests.support.processes import Federation, Processes, Spawned, init_federation
+from tests.support.sessions import SessionRun
 
 pytestmark = pytest.mark.integration
 

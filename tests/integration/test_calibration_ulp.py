@@ -19,13 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.conftest import (
-    Processes,
-    SessionRun,
-    init_federation,
-    reference_model,
-    relative_difference,
-)
+from tests.support.processes import Processes, init_federation
+from tests.support.sessions import SessionRun, reference_model, relative_difference
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 from node.egress import EgressBundle
-from tests.integration.conftest import Processes, SessionRun, init_federation, wait_until
+from tests.support.processes import Processes, init_federation, wait_until
+from tests.support.sessions import SessionRun
 
 pytestmark = pytest.mark.integration
 

@@ -34,7 +34,7 @@ import pytest
 from node.approval import ApprovalGate, read_approval, sign_approval
 from node.egress import EgressBundle
 from tests.node.test_runner_units import _checkers, _identities
-from tests.test_review_checks import make_bundle
+from tests.support.bundles import make_bundle
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_KEY = _identities(["a", "b", "c"])["a"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Federation, Processes, init_federation
+from tests.support.processes import Federation, Processes, init_federation
 
 pytestmark = pytest.mark.integration
 

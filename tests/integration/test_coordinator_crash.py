@@ -21,18 +21,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.integration.conftest import (
+from tests.support.processes import (
     Federation,
     Processes,
-    SessionRun,
     Turns,
     init_federation,
     outcome,
-    reference_model,
-    relative_difference,
     run_concurrently,
     wait_until,
 )
+from tests.support.sessions import SessionRun, reference_model, relative_difference
 
 pytestmark = pytest.mark.integration
 

@@ -39,18 +39,16 @@ import pytest
 
 from node.deltab.plan import run_in_process
 from node.plans.deltab import plan_settings
-from tests.integration.conftest import (
+from tests.support.processes import (
     Federation,
     Processes,
-    SessionRun,
     Turns,
     init_federation,
     outcome,
-    reference_model,
-    relative_difference,
     run_concurrently,
     wait_until,
 )
+from tests.support.sessions import SessionRun, reference_model, relative_difference
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 from proto.federation import load_federation
-from tests.integration.conftest import Federation, Processes, SessionRun, wait_until
 from tests.node.real_cohorts import NAMES, real_federation
+from tests.support.processes import Federation, Processes, wait_until
+from tests.support.sessions import SessionRun
 from zerosum.cli import main as zerosum_main
 
 pytestmark = pytest.mark.integration

@@ -36,8 +36,9 @@ from noise.keys import EphemeralKey, sign_key_bundle
 from noise.layout import Layout, TensorSlot, payload_digest
 from noise.self_mask import self_mask, self_mask_commitment
 from proto.federation import RoundSpec, config_hash, dump_federation, load_federation
-from tests.integration.conftest import Federation, Processes, SessionRun, init_federation
 from tests.node.peer_checks import signed_sealed
+from tests.support.processes import Federation, Processes, init_federation
+from tests.support.sessions import SessionRun
 
 pytestmark = pytest.mark.integration
 

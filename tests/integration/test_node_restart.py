@@ -43,19 +43,17 @@ from pathlib import Path
 import pytest
 
 from node.egress import EgressBundle
-from tests.integration.conftest import (
+from tests.support.processes import (
     Federation,
     Processes,
-    SessionRun,
     Spawned,
     Turns,
     init_federation,
     outcome,
-    reference_model,
-    relative_difference,
     run_concurrently,
     wait_until,
 )
+from tests.support.sessions import SessionRun, reference_model, relative_difference
 
 pytestmark = pytest.mark.integration
 

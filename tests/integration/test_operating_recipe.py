@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.integration.conftest import free_port
+from tests.support.processes import free_port
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operating.md"
 SITES = ("site-a", "site-b", "site-c")

@@ -17,14 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.integration.conftest import (
-    Federation,
-    Processes,
-    SessionRun,
-    free_port,
-    init_federation,
-    wait_until,
-)
+from tests.support.processes import Federation, Processes, free_port, init_federation, wait_until
+from tests.support.sessions import SessionRun
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from coordinator.status_view import lock_path, read_status, render_status
-from tests.integration.conftest import Processes, SessionRun, init_federation
+from tests.support.processes import Processes, init_federation
+from tests.support.sessions import SessionRun
 
 pytestmark = pytest.mark.integration
 

@@ -24,13 +24,8 @@ import pytest
 from node.approval import sign_approval, write_approval
 from node.client import GrpcGateway
 from node.egress import EgressBundle
-from tests.integration.conftest import (
-    Processes,
-    SessionRun,
-    init_federation,
-    reference_model,
-    relative_difference,
-)
+from tests.support.processes import Processes, init_federation
+from tests.support.sessions import SessionRun, reference_model, relative_difference
 
 pytestmark = pytest.mark.integration
 

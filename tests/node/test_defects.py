@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from node.deltab import MODELS, BrainAgeModel
-from tests.node.conftest import Cohort, CohortFactory, correlation
+from tests.support.cohorts import Cohort, CohortFactory, correlation
 
 
 @pytest.fixture(scope="module")

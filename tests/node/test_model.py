@@ -7,7 +7,7 @@ import pytest
 from numpy.typing import NDArray
 
 from node.deltab import MODELS, BrainAgeModel, DeltabWarning, NotFittedError
-from tests.node.conftest import Cohort, CohortFactory, correlation
+from tests.support.cohorts import Cohort, CohortFactory, correlation
 
 FloatArray = NDArray[np.float64]
 

@@ -28,7 +28,7 @@ from node.deltab.persist import (
     model_to_dict,
     set_feature_names,
 )
-from tests.node.conftest import Cohort, CohortFactory
+from tests.support.cohorts import Cohort, CohortFactory
 
 
 @pytest.fixture(scope="module")

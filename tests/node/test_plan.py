@@ -20,7 +20,7 @@ from node.deltab.plan import (
     run_in_process,
 )
 from node.deltab.stats import combine, expected_shapes
-from tests.node.conftest import Cohort, CohortFactory
+from tests.support.cohorts import Cohort, CohortFactory
 
 
 def _by_age(data: Cohort, n_nodes: int) -> list[tuple[np.ndarray, np.ndarray]]:

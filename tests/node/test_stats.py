@@ -30,7 +30,7 @@ from node.deltab.stats import (
     sensitivity,
     standardisation_from_moments,
 )
-from tests.node.conftest import Cohort, CohortFactory
+from tests.support.cohorts import Cohort, CohortFactory
 
 FloatArray = NDArray[np.float64]
 

@@ -36,7 +36,7 @@ from node.deltab.uncentred import (
     model_from_sums,
 )
 from noise.fixed_point import FixedPointCodec, wrapping_sum
-from tests.node.conftest import Cohort, CohortFactory
+from tests.support.cohorts import Cohort, CohortFactory
 
 FloatArray = NDArray[np.float64]
 CODEC = FixedPointCodec(32)

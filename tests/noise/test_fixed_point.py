@@ -13,7 +13,7 @@ from hypothesis.extra import numpy as hnp
 
 from noise.errors import FixedPointError
 from noise.fixed_point import DEFAULT_FRAC_BITS, FixedPointCodec, wrapping_sum
-from tests.strategies import float_arrays, shapes
+from tests.support.strategies import float_arrays, shapes
 
 CODEC = FixedPointCodec()
 frac_bits = st.integers(1, 62)

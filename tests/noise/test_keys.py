@@ -25,7 +25,7 @@ from noise.keys import (
     sign_key_bundle,
     verify_key_bundle,
 )
-from tests.strategies import key_bytes, node_ids
+from tests.support.strategies import key_bytes, node_ids
 
 CONFIG = hashlib.sha256(b"federation A").digest()
 OTHER_CONFIG = hashlib.sha256(b"federation B").digest()

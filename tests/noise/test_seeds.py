@@ -14,7 +14,7 @@ from noise.errors import KeyFormatError
 from noise.keys import EphemeralKey
 from noise.seeds import PROTOCOL_LABEL, pairwise_seed, stream_key
 from noise.stream import standard_normal
-from tests.strategies import key_bytes, node_ids
+from tests.support.strategies import key_bytes, node_ids
 
 CONFIG = hashlib.sha256(b"federation A").digest()
 

@@ -19,7 +19,7 @@ from noise.transcript import (
     survivor_set_hash,
     upload_statement_message,
 )
-from tests.strategies import node_id_lists
+from tests.support.strategies import node_id_lists
 
 CONFIG = b"\x11" * 32
 

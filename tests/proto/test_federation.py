@@ -32,7 +32,7 @@ from proto.federation import (
     parse_federation,
 )
 from proto.files import LocalFileError
-from tests.strategies import node_id_lists
+from tests.support.strategies import node_id_lists
 
 KEYS = {name: bytes([i + 1]) * 32 for i, name in enumerate(("alpha", "beta", "gamma", "delta"))}
 

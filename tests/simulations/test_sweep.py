@@ -14,7 +14,7 @@ import pytest
 
 from simulations.config import load_config
 from simulations.sweep import TABLES, Progress, plan_cells, run_sweep
-from tests.simulations.conftest import write_tiny_config
+from tests.support.sweeps import write_tiny_config
 
 REQUIRED_COLUMNS = (
     "scheme,construction,n_nodes,epsilon,delta,n_per_node,n_features,rep,mae_years,delta_corr,"

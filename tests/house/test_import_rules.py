@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # Package (or subpackage) -> top-level names (or dotted prefixes) it must not import.
 RULES: Mapping[str, tuple[str, ...]] = {

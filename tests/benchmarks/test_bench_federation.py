@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from benchmarks import round_walk
 from benchmarks.session_bench import BENCH_ROUNDS, TENSOR, _make_federation, _plan
 from proto.federation import load_federation
 
@@ -20,3 +23,16 @@ def test_the_benchmark_federation_declares_its_two_rounds(tmp_path: Path) -> Non
         [{"name": TENSOR, "shape": [7]}],
         [{"name": TENSOR, "shape": [7]}],
     ]
+
+
+@pytest.mark.slow
+def test_the_round_walk_follows_one_model_round(tmp_path: Path) -> None:
+    """The walk starts in run_model_round, stays on the node side and counts what it saw."""
+    walk = round_walk.walk_one_round(tmp_path)
+    assert walk.path[0] == "node.session.model_round"
+    assert not any(m.startswith(("coordinator", "zerosum")) for m in walk.path)
+    figures = walk.figures()
+    assert figures["round_walk_modules"] == len(set(walk.path))
+    assert figures["round_walk_transitions"] == len(walk.path) - 1
+    assert "node.session.results" in walk.path  # it waited for and took the aggregate
+    assert 10 <= figures["round_walk_modules"] <= figures["round_walk_module_pairs"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from node.review.html_report import _ticks
-from tests.test_review_checks import make_bundle, review
+from tests.support.bundles import make_bundle, review
 from zerosum.cli import main
 
 _NUMBER = r"-?[0-9.]+(?:e[+-]?[0-9]+)?"

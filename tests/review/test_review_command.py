@@ -20,7 +20,7 @@ from node.egress import EgressBundle
 from noise.keys import IdentityKey, key_fingerprint
 from proto.federation import FederationConfig, dump_federation
 from tests.node.test_runner_units import SESSION, _checkers, _identities
-from tests.test_review_checks import _federation, make_bundle
+from tests.support.bundles import federation, make_bundle
 from zerosum.cli import main
 
 NODE_KEY = _identities(["a", "b", "c"])["a"]
@@ -34,7 +34,7 @@ def bundle_folder(tmp_path: Path) -> Path:
 
 
 def _other_federation() -> FederationConfig:
-    return dataclasses.replace(_federation(), federation_id="another")
+    return dataclasses.replace(federation(), federation_id="another")
 
 
 def _pem(tmp_path: Path, key: IdentityKey, name: str) -> Path:

@@ -10,7 +10,7 @@ import pytest
 from node.approval import read_approval, sign_approval
 from node.egress import EgressBundle
 from tests.node.test_runner_units import _checkers
-from tests.test_review_checks import make_bundle
+from tests.support.bundles import make_bundle
 from zerosum.cli import main
 
 CHECKER = _checkers(["a", "b", "c"])["a"]

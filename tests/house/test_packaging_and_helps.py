@@ -24,7 +24,7 @@ from packaging.version import Version
 from node.plans.deltab_settings import DeltabSettings
 from zerosum.commands import deltab, federation
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_license_is_an_spdx_string_and_setuptools_is_new_enough_for_it() -> None:

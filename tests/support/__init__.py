@@ -1,0 +1,1 @@
+"""Machinery the tests share: processes, sessions, cohorts and egress bundles (no tests here)."""
