@@ -31,32 +31,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from noise.layout import Layout
+from proto.rounds import RoundRef
 
 if TYPE_CHECKING:
     from proto.federation import FederationConfig
 
 __all__ = [
-    "CAPE_SUM_PREFIX",
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "SessionConfig",
-    "cape_sum_round",
-    "is_cape_sum_round",
 ]
 
-CAPE_SUM_PREFIX = "cape-sum/"
 # 8 GiB: about 10^9 parameters per payload, far above any model here, but a
 # bound on what one authenticated node can make the coordinator store.
 DEFAULT_MAX_PAYLOAD_BYTES = 8 << 30
-
-
-def cape_sum_round(name: str) -> str:
-    """Name of the CAPE secure-sum round that precedes model round ``name``."""
-    return CAPE_SUM_PREFIX + name
-
-
-def is_cape_sum_round(name: str) -> bool:
-    """True for a CAPE secure-sum round."""
-    return name.startswith(CAPE_SUM_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -98,7 +85,7 @@ class SessionConfig:
         if not self.rounds:
             raise ValueError("rounds: the plan must name at least one round.")
         for name, layout in self.rounds.items():
-            if is_cape_sum_round(name) or not isinstance(layout, Layout):
+            if RoundRef.parse(name).is_cape_sum or not isinstance(layout, Layout):
                 raise ValueError(f"rounds[{name!r}]: a plan round name with its Layout.")
         for name in ("join_timeout_ms", "round_timeout_ms"):
             if getattr(self, name) <= 0:
@@ -119,13 +106,14 @@ class SessionConfig:
     def plan(self) -> tuple[str, ...]:
         """Round names in order, without reruns."""
         if self.construction == "cape":
-            return tuple(n for name in self.round_names for n in (cape_sum_round(name), name))
+            return tuple(
+                n for name in self.round_names for n in (RoundRef.cape_sum(name).name, name)
+            )
         return self.round_names
 
     def layout(self, round_name: str) -> Layout:
         """The public payload layout of ``round_name`` (a CAPE sum has its model round's)."""
-        model = round_name.removeprefix(CAPE_SUM_PREFIX)
-        return self.rounds[model]
+        return self.rounds[RoundRef.parse(round_name).model_round]
 
     def next_round_name(self, previous: str | None, *, superseded: bool = False) -> str | None:
         """The round that follows ``previous`` (None: the first), or None after the last.

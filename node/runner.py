@@ -73,10 +73,10 @@ from node.session.progress import RoundProgress
 from node.session.reruns import attempts_note, check_rerun_cap
 from node.session.resume import catch_up, take_aggregated
 from node.session.setup import LocalSetup, prepare
-from node.session.unmask_answers import CAPE_SUM_PREFIX
 from node.session_state import SessionStore
 from node.state_folder import NodeState
 from noise.errors import InfeasibleDesignError
+from proto.rounds import RoundRef
 
 __all__ = [
     "GatewayFactory",
@@ -349,7 +349,7 @@ class NodeRunner:
             except NodeRefused:
                 progress.unsent = index
                 raise
-            if name.startswith(CAPE_SUM_PREFIX):
+            if RoundRef.parse(name).is_cape_sum:
                 with _who_is_missing(ctx, index, name, participants):
                     run_cape_sum_round(
                         ctx, progress, index=index, name=name, participants=participants

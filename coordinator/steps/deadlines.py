@@ -26,7 +26,6 @@ commit together.
 
 from __future__ import annotations
 
-from coordinator.config import CAPE_SUM_PREFIX, is_cape_sum_round
 from coordinator.context import SessionContext, node_list
 from coordinator.events import (
     CapeModelDropout,
@@ -41,6 +40,7 @@ from coordinator.steps.joining import Joining
 from coordinator.steps.streams import Streams
 from coordinator.store import RoundRow, Store, UnmaskRow
 from coordinator.transitions import StatusChanges
+from proto.rounds import RoundRef
 
 __all__ = ["Deadlines", "nobody_awaited", "withdrawal_notes"]
 
@@ -137,7 +137,7 @@ class Deadlines:
                 self.changes.apply_to_round(index, TooFewUploaded(reason), now=now)
             ctx.forget_sum()
             return
-        if ctx.config.construction == "cape" and not is_cape_sum_round(name):
+        if ctx.config.construction == "cape" and not RoundRef.parse(name).is_cape_sum:
             rerun = ctx.config.next_round_name(name, superseded=True)
             assert rerun is not None
             capped = self._rerun_cap(index, name, f"{node_list(missing)} dropped")
@@ -175,17 +175,17 @@ class Deadlines:
 
     def _superseded(self, name: str) -> list[RoundRow]:
         """The superseded attempts so far of ``name``'s plan round (CAPE sums included)."""
-        base = name.removeprefix(CAPE_SUM_PREFIX)
+        base = RoundRef.parse(name).model_round
         return [
             r
             for r in self.ctx.store.rounds()
-            if r.status == RoundStatus.SUPERSEDED and r.name.removeprefix(CAPE_SUM_PREFIX) == base
+            if r.status == RoundStatus.SUPERSEDED and RoundRef.parse(r.name).model_round == base
         ]
 
     def _attempt(self, name: str) -> str:
         """ "; attempt 2 of plan round 'sums' (at most 3)": the rerun about to open."""
         rerun = len(self._superseded(name)) + 2
-        base, most = name.removeprefix(CAPE_SUM_PREFIX), self.ctx.config.max_reruns + 1
+        base, most = RoundRef.parse(name).model_round, self.ctx.config.max_reruns + 1
         return f"; attempt {rerun} of plan round {base!r} (at most {most})"
 
     def _rerun_cap(self, index: int, name: str, why: str) -> str | None:
@@ -197,7 +197,7 @@ class Deadlines:
         earlier = self._superseded(name)
         if len(earlier) < self.ctx.config.max_reruns:
             return None
-        base = name.removeprefix(CAPE_SUM_PREFIX)
+        base = RoundRef.parse(name).model_round
         rounds = ", ".join(str(r.round_index) for r in earlier) or "none"
         return (
             f"round {index} ({name!r}) would need another rerun ({why}), but plan round "
@@ -240,7 +240,7 @@ class Deadlines:
                 self.changes.apply_to_round(index, TooFewAnswered(reason), now=now)
             ctx.forget_sum()
             return
-        cape_model = ctx.config.construction == "cape" and not is_cape_sum_round(name)
+        cape_model = ctx.config.construction == "cape" and not RoundRef.parse(name).is_cape_sum
         rerun = ctx.config.next_round_name(name, superseded=True) if cape_model else name
         assert rerun is not None
         capped = self._rerun_cap(index, name, f"{node_list(laggards)} silent")

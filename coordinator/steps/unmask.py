@@ -37,7 +37,6 @@ coordinator/steps/views.py.
 
 from __future__ import annotations
 
-from coordinator.config import is_cape_sum_round
 from coordinator.context import SessionContext, node_list, short_digest, verify_ed25519
 from coordinator.errors import (
     FailedPrecondition,
@@ -87,6 +86,7 @@ from noise.keys import key_fingerprint
 from noise.seeds import SEED_BYTES
 from noise.self_mask import self_mask_commitment
 from noise.transcript import survivor_attestation_message
+from proto.rounds import RoundRef
 
 __all__ = ["Unmasking"]
 
@@ -528,7 +528,9 @@ class Unmasking:
                 )
                 self.changes.apply_to_round(index, TooFewAnswered(reason), now=now)
             else:
-                cape_model = ctx.config.construction == "cape" and not is_cape_sum_round(name)
+                cape_model = (
+                    ctx.config.construction == "cape" and not RoundRef.parse(name).is_cape_sum
+                )
                 rerun = ctx.config.next_round_name(name, superseded=True) if cape_model else name
                 assert rerun is not None
                 reason = (

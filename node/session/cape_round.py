@@ -30,8 +30,8 @@ from node.session.outputs import CAPE_SUM_NOTE, json_object
 from node.session.progress import RoundProgress
 from node.session.results import await_result
 from node.session.self_masking import private_seed, sent_payload
-from node.session.unmask_answers import CAPE_SUM_PREFIX
 from noise.layout import Layout, payload_digest
+from proto.rounds import RoundRef
 
 __all__ = ["noted_share", "run_cape_sum_round", "take_cape_sum"]
 
@@ -117,7 +117,7 @@ def run_cape_sum_round(
 ) -> None:
     """Send this node's share of CAPE-sum round ``index`` and take S in."""
     progress.unsent = index
-    model_round = name.removeprefix(CAPE_SUM_PREFIX)
+    model_round = RoundRef.parse(name).model_round
     if model_round not in ctx.plan.round_names:
         raise SessionFailed(f"the coordinator opened {name!r} for an unknown model round")
     _, layout = ctx.round_tensors(model_round)

@@ -21,14 +21,14 @@ from __future__ import annotations
 from node.errors import NodeRefused
 from node.gateway import SessionStatus
 from node.session.context import SessionContext
-from node.session.unmask_answers import CAPE_SUM_PREFIX
+from proto.rounds import RoundRef
 
 __all__ = ["attempts_note", "check_rerun_cap", "earlier_attempts", "plan_round"]
 
 
 def plan_round(name: str) -> str:
     """The plan round a round name belongs to (a CAPE-sum round to its model round)."""
-    return name.removeprefix(CAPE_SUM_PREFIX)
+    return RoundRef.parse(name).model_round
 
 
 def earlier_attempts(ctx: SessionContext, index: int, name: str) -> list[int]:

@@ -29,8 +29,8 @@ from node.session.outputs import CAPE_SUM_NOTE
 from node.session.progress import RoundProgress
 from node.session.results import await_result
 from node.session.self_masking import sent_payload
-from node.session.unmask_answers import CAPE_SUM_PREFIX
 from noise.layout import payload_digest
+from proto.rounds import RoundRef
 
 __all__ = ["catch_up", "take_aggregated"]
 
@@ -59,7 +59,7 @@ def catch_up(ctx: SessionContext, progress: RoundProgress) -> None:
         where = "nothing left to send"
     else:
         index, name = current.index, current.name
-        if name.startswith(CAPE_SUM_PREFIX) and noted_share(ctx, index) is not None:
+        if RoundRef.parse(name).is_cape_sum and noted_share(ctx, index) is not None:
             where = f"round {index} ({name!r}) CAPE sum share noted, sending it again"
         elif (egress_folder(ctx.out, index) / MANIFEST).exists():
             where = f"round {index} ({name!r}) bundle found, resubmitting"
@@ -80,10 +80,10 @@ def take_aggregated(
     # A share counts as sent once the coordinator holds it or the node noted
     # it (the note is written just before the upload): its draws must be reused.
     for summary in waiting:
-        if summary.name.startswith(CAPE_SUM_PREFIX) and (
+        if RoundRef.parse(summary.name).is_cape_sum and (
             ctx.node_id in summary.submitted or noted_share(ctx, summary.index) is not None
         ):
-            progress.cape_sent.add(summary.name.removeprefix(CAPE_SUM_PREFIX))
+            progress.cape_sent.add(RoundRef.parse(summary.name).model_round)
     finished = {
         s.name
         for s in status.rounds
@@ -104,8 +104,8 @@ def take_aggregated(
         if summary.state != RoundState.READY:
             continue
         participants = status.participants(index, ctx.roster.node_ids)
-        if name.startswith(CAPE_SUM_PREFIX):
-            model_round = name.removeprefix(CAPE_SUM_PREFIX)
+        if RoundRef.parse(name).is_cape_sum:
+            model_round = RoundRef.parse(name).model_round
             _take_published_cape_sum(
                 ctx,
                 progress,
@@ -141,7 +141,7 @@ def _take_published_cape_sum(
     round is still to come (``needed``), becomes S of the saved CAPE state
     exactly as in the live round.
     """
-    model_round = name.removeprefix(CAPE_SUM_PREFIX)
+    model_round = RoundRef.parse(name).model_round
     if model_round not in ctx.plan.round_names:
         raise SessionFailed(f"the coordinator aggregated {name!r} for an unknown model round")
     _, layout = ctx.round_tensors(model_round)

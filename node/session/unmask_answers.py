@@ -48,12 +48,11 @@ from node.unmask import (
 )
 from noise.layout import Layout
 from noise.masks import cape_blinding
+from proto.rounds import RoundRef
 
-__all__ = ["CAPE_SUM_PREFIX", "answer"]
+__all__ = ["answer"]
 
 U64 = NDArray[np.uint64]
-
-CAPE_SUM_PREFIX = "cape-sum/"
 
 
 def _names(nodes: tuple[str, ...] | set[str]) -> str:
@@ -306,7 +305,7 @@ def _summed(
     """
     if (
         not request.dropped
-        or name.startswith(CAPE_SUM_PREFIX)
+        or RoundRef.parse(name).is_cape_sum
         or ctx.config.privacy.noise_design.construction == "cape"
     ):
         return contribution
@@ -336,7 +335,7 @@ def _corrections(
     # so the union is request.dropped; the answer itself stays the terms with D.)
     earlier = progress.revealed.get(index)
     revealed = set(request.dropped) | (earlier.dropped if earlier else set())
-    if name.startswith(CAPE_SUM_PREFIX):
+    if RoundRef.parse(name).is_cape_sum:
         corrections = _cape_pads(
             ctx,
             progress,
@@ -436,7 +435,7 @@ def _cape_pads(
     the model round's CAPE noise among S alone, so refuse now if that would
     fall below the floor (the model round checks again).
     """
-    state = progress.cape[name.removeprefix(CAPE_SUM_PREFIX)]
+    state = progress.cape[RoundRef.parse(name).model_round]
     shortfall = state.floor_shortfall(
         with_cape_participants(noise, request.survivors),
         ctx.config.privacy.collusion_threshold,
