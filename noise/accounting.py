@@ -297,7 +297,7 @@ class Observer:
         kind, colon, size = label.partition(":")
         if not colon and kind in _KINDS and kind not in _GROUPS:
             return cls(kind)
-        if colon and kind in _GROUPS and size.isascii() and size.isdigit():
+        if colon and kind in _GROUPS and size.isascii() and size.isdigit() and int(size) >= 1:
             observer = cls(kind, int(size))
             if observer.label == label:
                 return observer
