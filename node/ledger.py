@@ -15,12 +15,16 @@ state folder across every session it takes part in (``STATE/ledger.json``,
   ``dropped`` list is everything revealed for that round so far (a node only
   answers a request whose dropped set contains every earlier one). For a CAPE
   secure-sum round the revealed values are one-time pads, the entry has no μ
-  and ``details.secure_sum`` is true;
+  and ``details.secure_sum`` is true (a ``SecureSumUnmask``);
 * ``refusal`` — the node declined an unmask request, with its reason (no
   privacy cost, kept for the record);
 * ``laplace`` — a pure ε-DP release in the clear (a delta summary,
   ``node.delta_summary``): every observer class sees it, so its ε adds to
   every class's total.
+
+Each event is its own frozen class (``node.ledger_entry``: ``Release``,
+``UnmaskReveal``, ``SecureSumUnmask``, ``Refusal``, ``LaplaceRelease``); the
+file keeps the JSON form above (``kind``, ``mu`` and ``details``).
 
 A release is identified by what was released: (session id, round index,
 payload SHA-256). The same bytes sent again (a restart resubmits its bundle
