@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         ledger = PrivacyLedger.open(path, args.node_id, config.privacy.delta)
-    except (LedgerError, ValueError, OSError) as error:
+    except (LedgerError, OSError) as error:
         print(f"{_PREFIX}: {error}", file=sys.stderr)
         return 2
     if args.json:
