@@ -43,7 +43,7 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 from noise.designs import Design, conditional_covariance
-from noise.errors import CalibrationError, ObserverError
+from noise.errors import CalibrationError, DesignError, ObserverError
 
 __all__ = [
     "ENUMERATION_LIMIT",
@@ -234,12 +234,14 @@ def observer_mu(covariance: NDArray[np.float64], index: int, sensitivity: float)
     delta_s = _positive("sensitivity", sensitivity)
     sigma = np.asarray(covariance, dtype=np.float64)
     if sigma.ndim != 2 or sigma.shape[0] != sigma.shape[1] or sigma.shape[0] == 0:
-        raise ValueError(f"covariance must be a non-empty square matrix; got shape {sigma.shape}")
+        raise DesignError(
+            "covariance", f"covariance must be a non-empty square matrix; got shape {sigma.shape}"
+        )
     if not np.all(np.isfinite(sigma)):
-        raise ValueError("covariance must be finite")
+        raise DesignError("covariance", "covariance must be finite")
     k = sigma.shape[0]
     if isinstance(index, bool) or not isinstance(index, int | np.integer) or not 0 <= index < k:
-        raise ValueError(f"index must be an integer in [0, {k}); got {index!r}")
+        raise DesignError("index", f"index must be an integer in [0, {k}); got {index!r}")
     eigenvalues, vectors = np.linalg.eigh((sigma + sigma.T) / 2.0)
     largest = float(eigenvalues[-1])
     if largest <= 0.0:
@@ -361,9 +363,10 @@ def _sensitivities(design: Design, sensitivity: float | Mapping[str, float]) -> 
     if isinstance(sensitivity, Mapping):
         unknown = sorted(set(sensitivity) - set(design.node_ids), key=str)
         if unknown:
-            raise ValueError(
+            raise DesignError(
+                "sensitivity",
                 f"sensitivity given for unknown node id {unknown[0]!r}; "
-                f"the design's nodes are {list(design.node_ids)}"
+                f"the design's nodes are {list(design.node_ids)}",
             )
         out = {}
         for n in design.node_ids:

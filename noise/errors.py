@@ -69,3 +69,12 @@ class ObserverError(NoiseError, ValueError):
         self.value = value
         self.reason = reason
         super().__init__(f"observer class {value!r} {reason}")
+
+
+class DesignError(NoiseError, ValueError):
+    """A noise design or one of its inputs is malformed; ``field`` names the input."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(reason)
