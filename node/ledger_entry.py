@@ -208,6 +208,8 @@ class Release(_Event):
         if not isinstance(self.manifest_sha256, str):
             raise LedgerError(f"manifest_sha256 must be a string; got {self.manifest_sha256!r}")
         object.__setattr__(self, "tensors", _names(self.tensors, "tensors"))
+        if self.noise is not None and not isinstance(self.noise, NoiseFacts):
+            raise LedgerError(f"noise must be NoiseFacts or None; got {self.noise!r}")
 
     @property
     def release_key(self) -> ReleaseKey:

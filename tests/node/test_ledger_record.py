@@ -183,3 +183,40 @@ def test_a_version_1_ledger_reads_as_typed_events_keyed_by_manifest(tmp_path: Pa
     for total in ledger.totals():
         assert total.epsilon >= v2[total.label].epsilon * (1 - 1e-12)
     assert ledger.total("colluders:2").epsilon == pytest.approx(v2["colluders:2"].epsilon)
+
+
+def test_a_release_with_an_unknown_class_is_refused_and_the_ledger_is_unchanged(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.json"
+    ledger = PrivacyLedger.open(path, NODE, DELTA)
+    ledger.record_release(
+        session_id="s",
+        round_index=0,
+        round_name="r",
+        mu={"outsider": 0.2},
+        manifest_sha256="1" * 64,
+        payload_sha256="a" * 64,
+    )
+    before = path.read_bytes()
+    for mu in ({"bystander": 0.1}, {"colluders:01": 0.1}, {"outsider": math.nan}):
+        with pytest.raises(LedgerError, match=r"observer class|must be >= 0"):
+            ledger.record_release(
+                session_id="s",
+                round_index=1,
+                round_name="r",
+                mu=mu,
+                manifest_sha256="2" * 64,
+                payload_sha256="b" * 64,
+            )
+    with pytest.raises(LedgerError, match="noise must be NoiseFacts"):
+        ledger.record_release(
+            session_id="s",
+            round_index=1,
+            round_name="r",
+            mu={"outsider": 0.1},
+            manifest_sha256="2" * 64,
+            payload_sha256="b" * 64,
+            noise={"mechanism": "gaussian"},  # type: ignore[arg-type]
+        )
+    assert path.read_bytes() == before and len(ledger.entries) == 1
