@@ -258,9 +258,18 @@ class PrivacyLedger:
         never dropped.
         """
         out: dict[ReleaseKey, dict[str, float]] = {}
+        # The releases of each round, in the order they were first recorded.
+        by_round: dict[tuple[str, int], list[ReleaseKey]] = {}
+
+        def add(key: ReleaseKey, mu: Mapping[str, float]) -> None:
+            if key not in out:
+                out[key] = {}
+                by_round.setdefault(key[:2], []).append(key)
+            _raise_to(out[key], mu)
+
         for entry in self._entries:
             if isinstance(entry, Release):
-                _raise_to(out.setdefault(entry.release_key, {}), entry.mu)
+                add(entry.release_key, entry.mu)
         for entry in self._entries:
             # A refusal costs nothing, nor does revealing CAPE secure-sum pads
             # (a SecureSumUnmask, for a round that released no egress).
@@ -268,14 +277,12 @@ class PrivacyLedger:
                 continue
             digest = entry.payload_sha256
             targets = [
-                key
-                for key in out
-                if key[:2] == entry.round_key and (not digest or key[2] == digest)
+                key for key in by_round.get(entry.round_key, ()) if not digest or key[2] == digest
             ]
             if not targets:
                 targets = [(entry.session_id, entry.round_index, digest or "unmask")]
             for key in targets:
-                _raise_to(out.setdefault(key, {}), entry.mu)
+                add(key, entry.mu)
         return out
 
     def laplace_releases(self) -> dict[ReleaseKey, float]:

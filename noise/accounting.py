@@ -30,6 +30,7 @@ ledgers, receipts and budgets write it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -296,16 +297,7 @@ class Observer:
         """
         if not isinstance(label, str):
             raise ObserverError(label, "must be a string label")
-        kind, colon, size = label.partition(":")
-        if not colon and kind in _KINDS and kind not in _GROUPS:
-            return cls(kind)
-        if colon and kind in _GROUPS and size.isascii() and size.isdigit() and int(size) >= 1:
-            observer = cls(kind, int(size))
-            if observer.label == label:
-                return observer
-        raise ObserverError(
-            label, "is not 'outsider', 'coordinator', 'colluders:<m>' or 'coalition:<m>' (m >= 1)"
-        )
+        return _parse_label(label)
 
     @property
     def label(self) -> str:
@@ -331,6 +323,22 @@ class Observer:
             "coordinator": "the coordinator",
             "coalition": f"the coordinator with {nodes}",
         }[self.kind]
+
+
+# A ledger repeats a handful of labels thousands of times; each parses once
+# (an unknown label raises and is not remembered).
+@functools.lru_cache(maxsize=256)
+def _parse_label(label: str) -> Observer:
+    kind, colon, size = label.partition(":")
+    if not colon and kind in _KINDS and kind not in _GROUPS:
+        return Observer(kind)
+    if colon and kind in _GROUPS and size.isascii() and size.isdigit() and int(size) >= 1:
+        observer = Observer(kind, int(size))
+        if observer.label == label:
+            return observer
+    raise ObserverError(
+        label, "is not 'outsider', 'coordinator', 'colluders:<m>' or 'coalition:<m>' (m >= 1)"
+    )
 
 
 @dataclass(frozen=True)
