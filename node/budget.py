@@ -36,9 +36,9 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from node.ledger import ObserverTotal, PrivacyLedger, observer_from_label
+from node.ledger import ObserverTotal, PrivacyLedger, observer_of
 from node.release import TensorSensitivity, plan_release
-from noise.accounting import compose_mu, gaussian_epsilon
+from noise.accounting import Observer, compose_mu, gaussian_epsilon
 from proto.federation import FederationConfig
 
 __all__ = [
@@ -63,20 +63,12 @@ BUDGET_RTOL = 1e-12
 
 def checked(label: str, residual_dp: bool) -> bool:
     """Whether observer class ``label`` is held to the cap (see the module docstring)."""
-    observer, _ = observer_from_label(label)
-    return residual_dp or observer in ("outsider", "colluders")
+    return residual_dp or not observer_of(label).sees_every_egress
 
 
 def describe(label: str) -> str:
     """The observer class in words: "an outsider with 1 colluding node", …."""
-    observer, size = observer_from_label(label)
-    nodes = f"{size} colluding node{'s' if size != 1 else ''}"
-    return {
-        "outsider": "an outsider",
-        "colluders": f"an outsider with {nodes}",
-        "coordinator": "the coordinator",
-        "coalition": f"the coordinator with {nodes}",
-    }[observer]
+    return observer_of(label).describe()
 
 
 def session_cost(
@@ -124,10 +116,10 @@ def one_session(
     if not laplace:
         return tuple(worst.values())
     if not worst:
-        worst["outsider"] = ObserverTotal("outsider", 0.0, 0.0, config.privacy.delta, 0)
+        worst["outsider"] = ObserverTotal(Observer("outsider"), 0.0, 0.0, config.privacy.delta, 0)
     return tuple(
         ObserverTotal(
-            t.label,
+            t.observer,
             t.mu,
             t.epsilon + pure,
             t.delta,
@@ -142,11 +134,16 @@ def one_session(
 class ClassExcess:
     """A checked observer class whose composed ε would pass the cap."""
 
-    label: str
+    observer: Observer
     epsilon: float
     releases: int
     before_epsilon: float  # what the ledger holds against the class already
     before_releases: int
+
+    @property
+    def label(self) -> str:
+        """The class as the ledger writes it ("colluders:1")."""
+        return self.observer.label
 
 
 def standalone_totals(
@@ -160,7 +157,11 @@ def standalone_totals(
     for label in labels:
         mus = [mu[label] for mu in releases if label in mu]
         total = math.inf if any(math.isinf(m) for m in mus) else compose_mu(mus)
-        out.append(ObserverTotal(label, total, gaussian_epsilon(total, delta), delta, len(mus)))
+        out.append(
+            ObserverTotal(
+                observer_of(label), total, gaussian_epsilon(total, delta), delta, len(mus)
+            )
+        )
     return tuple(out)
 
 
@@ -186,7 +187,7 @@ def over_budget(
             prior = before.get(total.label)
             out.append(
                 ClassExcess(
-                    label=total.label,
+                    observer=total.observer,
                     epsilon=total.epsilon,
                     releases=total.releases,
                     before_epsilon=prior.epsilon if prior else 0.0,
@@ -241,7 +242,7 @@ def reveal_excess(
             prior = before.get(total.label)
             out.append(
                 ClassExcess(
-                    label=total.label,
+                    observer=total.observer,
                     epsilon=total.epsilon,
                     releases=total.releases,
                     before_epsilon=prior.epsilon if prior else 0.0,

@@ -15,12 +15,16 @@ state folder across every session it takes part in (``STATE/ledger.json``,
   ``dropped`` list is everything revealed for that round so far (a node only
   answers a request whose dropped set contains every earlier one). For a CAPE
   secure-sum round the revealed values are one-time pads, the entry has no μ
-  and ``details.secure_sum`` is true;
+  and ``details.secure_sum`` is true (a ``SecureSumUnmask``);
 * ``refusal`` — the node declined an unmask request, with its reason (no
   privacy cost, kept for the record);
 * ``laplace`` — a pure ε-DP release in the clear (a delta summary,
   ``node.delta_summary``): every observer class sees it, so its ε adds to
   every class's total.
+
+Each event is its own frozen class (``node.ledger_entry``: ``Release``,
+``UnmaskReveal``, ``SecureSumUnmask``, ``Refusal``, ``LaplaceRelease``); the
+file keeps the JSON form above (``kind``, ``mu`` and ``details``).
 
 A release is identified by what was released: (session id, round index,
 payload SHA-256). The same bytes sent again (a restart resubmits its bundle
@@ -58,13 +62,20 @@ from typing import Any
 from node.atomic import atomic_write_json
 from node.errors import LedgerError
 from node.ledger_entry import (
+    LaplaceRelease,
     LedgerEntry,
+    NoiseFacts,
     ObserverTotal,
+    Refusal,
+    Release,
     ReleaseKey,
+    SecureSumUnmask,
+    UnmaskReveal,
     check_digest,
     check_mu,
+    entry_from_json,
     label_order,
-    observer_from_label,
+    observer_of,
 )
 from node.receipt import json_number
 from noise.accounting import compose_mu, gaussian_epsilon
@@ -78,12 +89,18 @@ __all__ = [
     "LEDGER_FORMAT",
     "LEDGER_VERSION",
     "READABLE_VERSIONS",
+    "LaplaceRelease",
     "LedgerEntry",
     "LedgerError",
+    "NoiseFacts",
     "ObserverTotal",
     "PrivacyLedger",
+    "Refusal",
+    "Release",
     "ReleaseKey",
-    "observer_from_label",
+    "SecureSumUnmask",
+    "UnmaskReveal",
+    "observer_of",
 ]
 
 LEDGER_FORMAT = "zerosum-ledger"
@@ -156,7 +173,7 @@ class PrivacyLedger:
         entries = document.get("entries", [])
         if not isinstance(entries, list):
             raise LedgerError(f"privacy ledger {path}: 'entries' must be a list")
-        ledger._entries = [LedgerEntry.from_json(e) for e in entries]
+        ledger._entries = [entry_from_json(e) for e in entries]
         return ledger
 
     def to_json(self) -> dict[str, Any]:
@@ -241,32 +258,39 @@ class PrivacyLedger:
         never dropped.
         """
         out: dict[ReleaseKey, dict[str, float]] = {}
+        # The releases of each round, in the order they were first recorded.
+        by_round: dict[tuple[str, int], list[ReleaseKey]] = {}
+
+        def add(key: ReleaseKey, mu: Mapping[str, float]) -> None:
+            if key not in out:
+                out[key] = {}
+                by_round.setdefault(key[:2], []).append(key)
+            _raise_to(out[key], mu)
+
         for entry in self._entries:
-            if entry.kind == "release":
-                _raise_to(out.setdefault(entry.release_key, {}), entry.mu)
+            if isinstance(entry, Release):
+                add(entry.release_key, entry.mu)
         for entry in self._entries:
             # A refusal costs nothing, nor does revealing CAPE secure-sum pads
-            # (an unmask entry without μ, for a round that released no egress).
-            if entry.kind != "unmask" or not entry.mu:
+            # (a SecureSumUnmask, for a round that released no egress).
+            if not isinstance(entry, UnmaskReveal) or not entry.mu:
                 continue
             digest = entry.payload_sha256
             targets = [
-                key
-                for key in out
-                if key[:2] == entry.round_key and (not digest or key[2] == digest)
+                key for key in by_round.get(entry.round_key, ()) if not digest or key[2] == digest
             ]
             if not targets:
                 targets = [(entry.session_id, entry.round_index, digest or "unmask")]
             for key in targets:
-                _raise_to(out.setdefault(key, {}), entry.mu)
+                add(key, entry.mu)
         return out
 
     def laplace_releases(self) -> dict[ReleaseKey, float]:
         """Per Laplace release (session, round, payload): its ε (the same bytes count once)."""
         out: dict[ReleaseKey, float] = {}
         for entry in self._entries:
-            if entry.kind == "laplace":
-                out[entry.release_key] = max(out.get(entry.release_key, 0.0), entry.laplace_epsilon)
+            if isinstance(entry, LaplaceRelease):
+                out[entry.release_key] = max(out.get(entry.release_key, 0.0), entry.epsilon)
         return out
 
     def totals(
@@ -307,7 +331,7 @@ class PrivacyLedger:
             mu = math.inf if any(math.isinf(m) for m in mus) else compose_mu(mus)
             totals.append(
                 ObserverTotal(
-                    label=label,
+                    observer=observer_of(label),
                     mu=mu,
                     epsilon=gaussian_epsilon(mu, self.delta) + pure_epsilon,
                     delta=self.delta,
@@ -321,7 +345,7 @@ class PrivacyLedger:
         for t in self.totals():
             if t.label == label:
                 return t
-        return ObserverTotal(label, 0.0, 0.0, self.delta, 0)
+        return ObserverTotal(observer_of(label), 0.0, 0.0, self.delta, 0)
 
     def projected_epsilon(self, label: str, mu: Mapping[str, float]) -> float:
         """Total ε against ``label`` if a further release with per-class ``mu`` were made."""
@@ -339,17 +363,17 @@ class PrivacyLedger:
             for e in self.release_entries(session_id, round_index)
         )
 
-    def release_entries(self, session_id: str, round_index: int) -> tuple[LedgerEntry, ...]:
+    def release_entries(self, session_id: str, round_index: int) -> tuple[Release, ...]:
         """Every release recorded for (session, round), oldest first."""
         return tuple(
             e
             for e in self._entries
-            if e.kind == "release" and e.round_key == (session_id, round_index)
+            if isinstance(e, Release) and e.round_key == (session_id, round_index)
         )
 
     def release_entry(
         self, session_id: str, round_index: int, payload_sha256: str | None = None
-    ) -> LedgerEntry | None:
+    ) -> Release | None:
         """The latest release recorded for (session, round) (of that payload, if given)."""
         found = [
             e
@@ -360,7 +384,7 @@ class PrivacyLedger:
 
     def recorded_release(
         self, session_id: str, round_index: int, *, payload_sha256: str, manifest_sha256: str
-    ) -> LedgerEntry | None:
+    ) -> Release | None:
         """The entry that already records this release, or None.
 
         That is the entry of the same payload, or a version-1 entry (no
@@ -370,7 +394,7 @@ class PrivacyLedger:
         """
         for entry in reversed(self.release_entries(session_id, round_index)):
             if entry.payload_sha256 == payload_sha256 or (
-                not entry.payload_sha256 and entry.details.get("manifest_sha256") == manifest_sha256
+                not entry.payload_sha256 and entry.manifest_sha256 == manifest_sha256
             ):
                 return entry
         return None
@@ -385,12 +409,14 @@ class PrivacyLedger:
         """
         out: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
         for entry in self._entries:
-            if entry.kind != "unmask" or entry.session_id != session_id:
+            if not isinstance(entry, UnmaskReveal | SecureSumUnmask):
+                continue
+            if entry.session_id != session_id:
                 continue
             dropped, survivors = out.get(entry.round_index, (frozenset(), frozenset()))
             out[entry.round_index] = (
-                dropped | frozenset(entry.details.get("dropped", ())),
-                survivors | frozenset(entry.details.get("survivors", ())),
+                dropped | frozenset(entry.dropped),
+                survivors | frozenset(entry.survivors),
             )
         return out
 
@@ -403,12 +429,11 @@ class PrivacyLedger:
         survivors: Sequence[str],
     ) -> bool:
         """True when an unmask with exactly these dropped and survivor sets is recorded."""
-        want = (sorted(dropped), sorted(survivors))
+        want = (tuple(sorted(dropped)), tuple(sorted(survivors)))
         return any(
-            entry.kind == "unmask"
+            isinstance(entry, UnmaskReveal | SecureSumUnmask)
             and entry.round_key == (session_id, round_index)
-            and (list(entry.details.get("dropped", ())), list(entry.details.get("survivors", ())))
-            == want
+            and (entry.dropped, entry.survivors) == want
             for entry in self._entries
         )
 
@@ -424,8 +449,8 @@ class PrivacyLedger:
         manifest_sha256: str,
         payload_sha256: str,
         tensors: Sequence[str] = (),
-        noise: Mapping[str, object] | None = None,
-    ) -> LedgerEntry:
+        noise: NoiseFacts | None = None,
+    ) -> Release:
         """Record that a round's egress left the TRE, before its bytes leave.
 
         ``noise`` records how the noise was drawn (mechanism, δ_sampler,
@@ -442,19 +467,16 @@ class PrivacyLedger:
         )
         if existing is not None:
             return existing
-        entry = LedgerEntry(
-            kind="release",
+        entry = Release(
             session_id=session_id,
             round_index=round_index,
             round_name=round_name,
             timestamp=_now(),
-            mu=check_mu(mu),
-            details={
-                "payload_sha256": digest,
-                "manifest_sha256": manifest_sha256,
-                "tensors": list(tensors),
-                **({"noise": dict(noise)} if noise else {}),
-            },
+            mu=mu,
+            payload_sha256=digest,
+            manifest_sha256=manifest_sha256,
+            tensors=tuple(tensors),
+            noise=noise,
         )
         self._append(entry)
         return entry
@@ -469,28 +491,28 @@ class PrivacyLedger:
         manifest_sha256: str,
         payload_sha256: str,
         statistics: Sequence[str] = (),
-    ) -> LedgerEntry:
+    ) -> LaplaceRelease:
         """Record a pure ε-DP release (a delta summary) before it leaves; once per payload."""
         digest = check_digest(payload_sha256, "payload_sha256")
         number = float(epsilon)
         if not (math.isfinite(number) and number > 0):
             raise LedgerError(f"a Laplace release needs a finite ε > 0; got {epsilon!r}")
-        for entry in self._entries:
-            if entry.kind == "laplace" and entry.release_key == (session_id, round_index, digest):
-                return entry
-        entry = LedgerEntry(
-            kind="laplace",
+        for found in self._entries:
+            if isinstance(found, LaplaceRelease) and found.release_key == (
+                session_id,
+                round_index,
+                digest,
+            ):
+                return found
+        entry = LaplaceRelease(
             session_id=session_id,
             round_index=round_index,
             round_name=round_name,
             timestamp=_now(),
-            details={
-                "epsilon": number,
-                "payload_sha256": digest,
-                "manifest_sha256": manifest_sha256,
-                "statistics": list(statistics),
-                "mechanism": "laplace",
-            },
+            epsilon=number,
+            payload_sha256=digest,
+            manifest_sha256=manifest_sha256,
+            statistics=tuple(statistics),
         )
         self._append(entry)
         return entry
@@ -504,7 +526,7 @@ class PrivacyLedger:
         dropped: Sequence[str],
         survivors: Sequence[str],
         mu: Mapping[str, float],
-    ) -> LedgerEntry:
+    ) -> UnmaskReveal:
         """Record revealed pair terms with ``dropped``; ``mu`` is the release's μ afterwards.
 
         The entry names the payload of the round's latest release (the one
@@ -516,17 +538,15 @@ class PrivacyLedger:
                 f"cannot record an unmask for round {round_index} of session {session_id}: "
                 "the ledger has no release for it"
             )
-        details: dict[str, Any] = {"dropped": sorted(dropped), "survivors": sorted(survivors)}
-        if release.payload_sha256:
-            details["payload_sha256"] = release.payload_sha256
-        entry = LedgerEntry(
-            kind="unmask",
+        entry = UnmaskReveal(
             session_id=session_id,
             round_index=round_index,
             round_name=round_name,
             timestamp=_now(),
-            mu=check_mu(mu),
-            details=details,
+            dropped=tuple(dropped),
+            survivors=tuple(survivors),
+            mu=mu,
+            payload_sha256=release.payload_sha256,
         )
         self._append(entry)
         return entry
@@ -539,7 +559,7 @@ class PrivacyLedger:
         round_name: str,
         dropped: Sequence[str],
         survivors: Sequence[str],
-    ) -> LedgerEntry:
+    ) -> SecureSumUnmask:
         """Record CAPE secure-sum pads revealed with ``dropped`` (no μ of its own).
 
         The pads blind a private Gaussian draw, not data: revealing those with
@@ -548,17 +568,13 @@ class PrivacyLedger:
         planned among the survivors S only (and refused below the floor). The
         entry keeps the record of what was revealed to whom.
         """
-        entry = LedgerEntry(
-            kind="unmask",
+        entry = SecureSumUnmask(
             session_id=session_id,
             round_index=round_index,
             round_name=round_name,
             timestamp=_now(),
-            details={
-                "dropped": sorted(dropped),
-                "survivors": sorted(survivors),
-                "secure_sum": True,
-            },
+            dropped=tuple(dropped),
+            survivors=tuple(survivors),
         )
         self._append(entry)
         return entry
@@ -572,19 +588,16 @@ class PrivacyLedger:
         dropped: Sequence[str],
         survivors: Sequence[str],
         reason: str,
-    ) -> LedgerEntry:
+    ) -> Refusal:
         """Record a declined unmask request and why (no privacy cost)."""
-        entry = LedgerEntry(
-            kind="refusal",
+        entry = Refusal(
             session_id=session_id,
             round_index=round_index,
             round_name=round_name,
             timestamp=_now(),
-            details={
-                "dropped": sorted(dropped),
-                "survivors": sorted(survivors),
-                "reason": reason,
-            },
+            dropped=tuple(dropped),
+            survivors=tuple(survivors),
+            reason=reason,
         )
         self._append(entry)
         return entry

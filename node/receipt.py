@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from noise.accounting import Observer
 from noise.layout import Layout, LayoutError, TensorSlot
 
 __all__ = [
@@ -174,12 +175,24 @@ class ObserverRelease:
     epsilon: float
     delta: float
 
+    def __post_init__(self) -> None:
+        # An unknown class, or a size that does not fit it, is refused here (ObserverError).
+        Observer.named(self.observer, self.coalition_size)
+
+    @classmethod
+    def of(cls, observer: Observer, mu: float, epsilon: float, delta: float) -> ObserverRelease:
+        """The row of ``observer``."""
+        return cls(observer.kind, observer.size, mu, epsilon, delta)
+
+    @property
+    def observer_class(self) -> Observer:
+        """The row's observer class (noise.accounting.Observer)."""
+        return Observer.named(self.observer, self.coalition_size)
+
     @property
     def label(self) -> str:
         """The observer class as the ledger keys it ("coalition:2" for a coalition of 2)."""
-        if self.observer in ("coalition", "colluders"):
-            return f"{self.observer}:{self.coalition_size}"
-        return self.observer
+        return self.observer_class.label
 
     def to_json(self) -> dict[str, Any]:
         return {

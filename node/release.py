@@ -35,9 +35,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from node.ledger import observer_from_label
 from node.receipt import DPReceipt, MaskingFacts, ObserverRelease, TensorEntry
 from noise.accounting import (
+    Observer,
     ObserverPrivacy,
     gaussian_epsilon,
     gaussian_mu,
@@ -283,13 +283,12 @@ class ReleaseNoise:
         return {label: mu * self._ratio for label, mu in self._unit_mu().items()}
 
     def receipt_rows(self) -> tuple[ObserverRelease, ...]:
-        rows = []
-        for label, mu in self.mu().items():
-            observer, size = observer_from_label(label)
-            rows.append(
-                ObserverRelease(observer, size, mu, gaussian_epsilon(mu, self.delta), self.delta)
+        return tuple(
+            ObserverRelease.of(
+                Observer.parse(label), mu, gaussian_epsilon(mu, self.delta), self.delta
             )
-        return tuple(rows)
+            for label, mu in self.mu().items()
+        )
 
     def draws(self) -> int:
         """How many integers this node draws for its egress (pair terms, CAPE, residual)."""

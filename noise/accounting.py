@@ -20,10 +20,17 @@ Correlated noise. An observer who sees y = x + n with n ~ N(0, Σ ⊗ I_d)
 contribution faces a Gaussian mechanism with μ = Δ·sqrt(e_iᵀ Σ⁺ e_i): the
 Mahalanobis length of a shift of size Δ along e_i. If e_i has a component
 outside range(Σ), that component is observed without noise and μ = ∞.
+
+Observer classes. :class:`Observer` names who is looking: an ``outsider``
+(one egress), ``colluders`` (one egress and the secrets of m colluding
+nodes), the ``coordinator`` (every egress of a round) or a ``coalition`` (the
+coordinator with m colluding nodes). Its ``label`` ("colluders:2") is how
+ledgers, receipts and budgets write it.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,10 +44,12 @@ from scipy.optimize import brentq
 from scipy.special import log_ndtr
 
 from noise.designs import Design, conditional_covariance
-from noise.errors import CalibrationError
+from noise.errors import CalibrationError, DesignError, ObserverError
 
 __all__ = [
     "ENUMERATION_LIMIT",
+    "Observer",
+    "ObserverKind",
     "ObserverPrivacy",
     "calibrate_sigma",
     "compose_mu",
@@ -52,7 +61,10 @@ __all__ = [
     "privacy_report",
 ]
 
-Observer = Literal["outsider", "coordinator", "coalition"]
+ObserverKind = Literal["outsider", "colluders", "coordinator", "coalition"]
+_KINDS: tuple[ObserverKind, ...] = ("outsider", "colluders", "coordinator", "coalition")
+# Kinds with colluding nodes (size m >= 1); the others have none (size 0).
+_GROUPS: tuple[ObserverKind, ...] = ("colluders", "coalition")
 
 #: Coalitions are enumerated exhaustively when there are at most this many.
 ENUMERATION_LIMIT = 2000
@@ -223,12 +235,14 @@ def observer_mu(covariance: NDArray[np.float64], index: int, sensitivity: float)
     delta_s = _positive("sensitivity", sensitivity)
     sigma = np.asarray(covariance, dtype=np.float64)
     if sigma.ndim != 2 or sigma.shape[0] != sigma.shape[1] or sigma.shape[0] == 0:
-        raise ValueError(f"covariance must be a non-empty square matrix; got shape {sigma.shape}")
+        raise DesignError(
+            "covariance", f"covariance must be a non-empty square matrix; got shape {sigma.shape}"
+        )
     if not np.all(np.isfinite(sigma)):
-        raise ValueError("covariance must be finite")
+        raise DesignError("covariance", "covariance must be finite")
     k = sigma.shape[0]
     if isinstance(index, bool) or not isinstance(index, int | np.integer) or not 0 <= index < k:
-        raise ValueError(f"index must be an integer in [0, {k}); got {index!r}")
+        raise DesignError("index", f"index must be an integer in [0, {k}); got {index!r}")
     eigenvalues, vectors = np.linalg.eigh((sigma + sigma.T) / 2.0)
     largest = float(eigenvalues[-1])
     if largest <= 0.0:
@@ -243,6 +257,91 @@ def observer_mu(covariance: NDArray[np.float64], index: int, sensitivity: float)
 
 
 @dataclass(frozen=True)
+class Observer:
+    """An observer class: who looks at a node's releases, with how many colluding nodes.
+
+    ``kind`` is "outsider" (whoever sees one egress: a reviewer, an
+    eavesdropper), "colluders" (one egress and the secrets of ``size``
+    colluding nodes), "coordinator" (every egress of a round) or "coalition"
+    (the coordinator with ``size`` colluding nodes). ``size`` is 0 for the
+    first and third and at least 1 for the other two.
+    """
+
+    kind: ObserverKind
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in _KINDS:
+            raise ObserverError(self.kind, f"is not one of {', '.join(_KINDS)}")
+        if isinstance(self.size, bool) or not isinstance(self.size, int):
+            raise ObserverError(self.kind, f"needs a whole number of nodes; got {self.size!r}")
+        if self.kind in _GROUPS and self.size < 1:
+            raise ObserverError(self.kind, f"needs at least 1 colluding node; got {self.size}")
+        if self.kind not in _GROUPS and self.size != 0:
+            raise ObserverError(self.kind, f"has no colluding nodes; got {self.size}")
+
+    @classmethod
+    def named(cls, kind: str, size: int = 0) -> Observer:
+        """The observer class of ``kind`` (any string, checked) with ``size`` colluding nodes."""
+        for known in _KINDS:
+            if kind == known:
+                return cls(known, size)
+        raise ObserverError(kind, f"is not one of {', '.join(_KINDS)}")
+
+    @classmethod
+    def parse(cls, label: str) -> Observer:
+        """The class a label names: "outsider", "coordinator", "colluders:m", "coalition:m".
+
+        Only the form :attr:`label` writes is accepted ("colluders:2", never
+        "colluders:02"), so that one class has one label.
+        """
+        if not isinstance(label, str):
+            raise ObserverError(label, "must be a string label")
+        return _parse_label(label)
+
+    @property
+    def label(self) -> str:
+        """How ledgers and receipts write the class: "outsider", "coalition:2", …."""
+        return f"{self.kind}:{self.size}" if self.kind in _GROUPS else self.kind
+
+    @property
+    def sees_every_egress(self) -> bool:
+        """True for the coordinator and its coalitions, who see every node's egress."""
+        return self.kind in ("coordinator", "coalition")
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """Sort key: outsider, colluders by size, coordinator, coalitions by size."""
+        return (_KINDS.index(self.kind), self.size)
+
+    def describe(self) -> str:
+        """The class in words: "an outsider with 1 colluding node", …."""
+        nodes = f"{self.size} colluding node{'s' if self.size != 1 else ''}"
+        return {
+            "outsider": "an outsider",
+            "colluders": f"an outsider with {nodes}",
+            "coordinator": "the coordinator",
+            "coalition": f"the coordinator with {nodes}",
+        }[self.kind]
+
+
+# A ledger repeats a handful of labels thousands of times; each parses once
+# (an unknown label raises and is not remembered).
+@functools.lru_cache(maxsize=256)
+def _parse_label(label: str) -> Observer:
+    kind, colon, size = label.partition(":")
+    if not colon and kind in _KINDS and kind not in _GROUPS:
+        return Observer(kind)
+    if colon and kind in _GROUPS and size.isascii() and size.isdigit() and int(size) >= 1:
+        observer = Observer(kind, int(size))
+        if observer.label == label:
+            return observer
+    raise ObserverError(
+        label, "is not 'outsider', 'coordinator', 'colluders:<m>' or 'coalition:<m>' (m >= 1)"
+    )
+
+
+@dataclass(frozen=True)
 class ObserverPrivacy:
     """What one observer class can learn about one node's contributions.
 
@@ -253,7 +352,7 @@ class ObserverPrivacy:
     """
 
     node_id: str
-    observer: Observer
+    observer: ObserverKind
     coalition_size: int
     noise_std: float
     mu: float
@@ -262,14 +361,20 @@ class ObserverPrivacy:
     rounds: int
     coalition: tuple[str, ...] = ()
 
+    @property
+    def observer_class(self) -> Observer:
+        """The observer class of this row ("coalition" with its size)."""
+        return Observer(self.observer, self.coalition_size)
+
 
 def _sensitivities(design: Design, sensitivity: float | Mapping[str, float]) -> dict[str, float]:
     if isinstance(sensitivity, Mapping):
         unknown = sorted(set(sensitivity) - set(design.node_ids), key=str)
         if unknown:
-            raise ValueError(
+            raise DesignError(
+                "sensitivity",
                 f"sensitivity given for unknown node id {unknown[0]!r}; "
-                f"the design's nodes are {list(design.node_ids)}"
+                f"the design's nodes are {list(design.node_ids)}",
             )
         out = {}
         for n in design.node_ids:
@@ -325,7 +430,7 @@ def _worst_coalition(
 
 def _row(
     node_id: str,
-    observer: Observer,
+    observer: ObserverKind,
     mu_round: float,
     *,
     sens: float,

@@ -40,7 +40,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from noise.errors import CalibrationError, InfeasibleDesignError
+from noise.errors import CalibrationError, DesignError, InfeasibleDesignError
 
 __all__ = [
     "Construction",
@@ -84,32 +84,45 @@ class Design:
         if not isinstance(ids, tuple) or not all(isinstance(n, str) for n in ids):
             raise TypeError(f"node_ids must be a tuple of strings; got {ids!r}")
         if list(ids) != sorted(set(ids)):
-            raise ValueError(f"node_ids must be sorted and unique; got {ids!r}")
+            raise DesignError("node_ids", f"node_ids must be sorted and unique; got {ids!r}")
         k = len(ids)
         w = np.array(self.pair_variances, dtype=np.float64)
         if w.shape != (k, k):
-            raise ValueError(f"pair_variances must be a {k}×{k} matrix; got shape {w.shape}")
+            raise DesignError(
+                "pair_variances", f"pair_variances must be a {k}×{k} matrix; got shape {w.shape}"
+            )
         if not np.all(np.isfinite(w)) or np.any(w < 0.0):
-            raise ValueError("pair_variances must be finite and non-negative")
+            raise DesignError("pair_variances", "pair_variances must be finite and non-negative")
         if not np.array_equal(w, w.T):
-            raise ValueError("pair_variances must be exactly symmetric")
+            raise DesignError("pair_variances", "pair_variances must be exactly symmetric")
         if np.any(np.diag(w) != 0.0):
-            raise ValueError("pair_variances must have a zero diagonal (no node pairs with itself)")
+            raise DesignError(
+                "pair_variances",
+                "pair_variances must have a zero diagonal (no node pairs with itself)",
+            )
         if _KINDS.get(self.kind) != self.construction:
-            raise ValueError(
-                f"kind {self.kind!r} does not belong to construction {self.construction!r}"
+            raise DesignError(
+                "kind", f"kind {self.kind!r} does not belong to construction {self.construction!r}"
             )
         if self.construction == "cape":
             if not (math.isfinite(self.cape_variance) and self.cape_variance > 0.0):
-                raise ValueError(f"cape_variance must be finite and > 0; got {self.cape_variance}")
+                raise DesignError(
+                    "cape_variance",
+                    f"cape_variance must be finite and > 0; got {self.cape_variance}",
+                )
         elif self.cape_variance != 0.0:
-            raise ValueError("cape_variance is only meaningful for the 'cape' construction")
+            raise DesignError(
+                "cape_variance", "cape_variance is only meaningful for the 'cape' construction"
+            )
         if isinstance(self.collusion_threshold, bool) or not isinstance(
             self.collusion_threshold, int
         ):
             raise TypeError(f"collusion_threshold must be an int; got {self.collusion_threshold!r}")
         if self.collusion_threshold < 0:
-            raise ValueError(f"collusion_threshold must be >= 0; got {self.collusion_threshold}")
+            raise DesignError(
+                "collusion_threshold",
+                f"collusion_threshold must be >= 0; got {self.collusion_threshold}",
+            )
         w.setflags(write=False)
         object.__setattr__(self, "pair_variances", w)
 
@@ -142,8 +155,9 @@ class Design:
         try:
             return self.node_ids.index(node_id)
         except ValueError:
-            raise ValueError(
-                f"unknown node id {node_id!r}; the design's nodes are {list(self.node_ids)}"
+            raise DesignError(
+                "node_id",
+                f"unknown node id {node_id!r}; the design's nodes are {list(self.node_ids)}",
             ) from None
 
     def covariance(self) -> NDArray[np.float64]:
@@ -201,9 +215,10 @@ def _normalise_targets(
     if isinstance(target_variance, Mapping):
         unknown = sorted(set(target_variance) - set(ids), key=str)
         if unknown:
-            raise ValueError(
+            raise DesignError(
+                "target_variance",
                 f"target variance given for unknown node id {unknown[0]!r}; "
-                f"the design's nodes are {list(ids)}"
+                f"the design's nodes are {list(ids)}",
             )
         values: list[float] = []
         for n in ids:
@@ -359,8 +374,10 @@ def explicit_design(
         a, b = pair
         for n in (a, b):
             if n not in position:
-                raise ValueError(
-                    f"pair {pair!r} names unknown node id {n!r}; the design's nodes are {list(ids)}"
+                raise DesignError(
+                    "pair_variances",
+                    f"pair {pair!r} names unknown node id {n!r}; "
+                    f"the design's nodes are {list(ids)}",
                 )
         if a == b:
             raise InfeasibleDesignError(a, f"pair {pair!r} joins the node to itself")
@@ -412,7 +429,9 @@ def _split(design: Design, coalition: Collection[str]) -> tuple[list[int], list[
     colluding = {design.index(n) for n in coalition}
     honest = [i for i in range(len(design.node_ids)) if i not in colluding]
     if not honest:
-        raise ValueError("the coalition contains every node; no honest node is left to protect")
+        raise DesignError(
+            "coalition", "the coalition contains every node; no honest node is left to protect"
+        )
     return honest, sorted(colluding)
 
 

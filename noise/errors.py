@@ -60,3 +60,21 @@ class CalibrationError(NoiseError, ValueError):
         self.value = value
         self.reason = reason
         super().__init__(f"{parameter}={value!r}: {reason}")
+
+
+class ObserverError(NoiseError, ValueError):
+    """An observer class that is not one of the four the accounting knows, and why."""
+
+    def __init__(self, value: object, reason: str) -> None:
+        self.value = value
+        self.reason = reason
+        super().__init__(f"observer class {value!r} {reason}")
+
+
+class DesignError(NoiseError, ValueError):
+    """A noise design or one of its inputs is malformed; ``field`` names the input."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(reason)

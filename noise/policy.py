@@ -31,7 +31,7 @@ from noise.designs import (
     harary_design,
     remaining_variance,
 )
-from noise.errors import InfeasibleDesignError
+from noise.errors import DesignError, InfeasibleDesignError
 from noise.residual import cape_residual_variance
 
 __all__ = ["NoisePlan", "plan_noise", "worst_remaining_variance"]
@@ -83,7 +83,9 @@ def plan_noise(
         design = cape_design(ids, correlated / (1.0 - 1.0 / honest))
     elif graph == "harary":
         if degree is None:
-            raise ValueError("graph 'harary' needs a degree (number of pair partners per node)")
+            raise DesignError(
+                "degree", "graph 'harary' needs a degree (number of pair partners per node)"
+            )
         design = harary_design(ids, degree, correlated, collusion_threshold=collusion_threshold)
     else:
         design = complete_design(ids, correlated, collusion_threshold=collusion_threshold)

@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from noise.layout import WORD, WORD_BYTES, Layout, LayoutError, TensorSlot, as_words
+from proto.errors import ProtoError
 from proto.zerosum.v1 import session_pb2 as pb
 
 __all__ = [
@@ -44,7 +45,7 @@ CHUNK_BYTES = 1 << 20  # 1 MiB: a quarter of gRPC's default message limit
 U64 = NDArray[np.uint64]
 
 
-class PayloadError(ValueError):
+class PayloadError(ProtoError, ValueError):
     """A payload, its header or its chunks are inconsistent; the message says how."""
 
 

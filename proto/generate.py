@@ -25,12 +25,14 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+from proto.errors import ProtoError
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = Path("proto") / "zerosum" / "v1"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 
 
-class ProtocError(RuntimeError):
+class ProtocError(ProtoError, RuntimeError):
     """protoc (or one of its plugins) failed or could not be found."""
 
 

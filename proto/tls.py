@@ -37,6 +37,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from proto.errors import ProtoError
 from proto.federation.checks import ConfigError, validate_identifier
 
 __all__ = [
@@ -59,7 +60,7 @@ NODE_URI_PREFIX: Final = "zerosum:node/"
 _VERIFIED_CACHE: Final = 4096
 
 
-class CertificateError(ValueError):
+class CertificateError(ProtoError, ValueError):
     """A certificate does not identify a federation node, and why."""
 
 

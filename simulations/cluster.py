@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from simulations.errors import SimulationError
+
 __all__ = ["ClusterError", "DaskTarget", "map_on_dask"]
 
 T = TypeVar("T")
@@ -37,7 +39,7 @@ R = TypeVar("R")
 INSTALL_HINT = "install the cluster extra: pip install 'zerosum[cluster]'"
 
 
-class ClusterError(RuntimeError):
+class ClusterError(SimulationError, RuntimeError):
     """The Dask cluster cannot be used: not installed, unreachable, or too slow."""
 
 

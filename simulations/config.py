@@ -50,6 +50,7 @@ from node.deltab import MODELS as deltab_models
 from proto.files import LocalFileError, MissingFileError, read_limited_text
 from proto.nesting import NestingError, check_text_nesting
 from simulations.dropout import GRAPHS, DropoutParams
+from simulations.errors import SimulationError
 from simulations.schemes import CONSTRUCTIONS, SCHEMES
 
 __all__ = [
@@ -76,7 +77,7 @@ MODELS = deltab_models  # listed once, in node.deltab
 _CONFIG_BYTES = 1 << 20
 
 
-class ConfigError(ValueError):
+class ConfigError(SimulationError, ValueError):
     """A simulation setting is unknown or out of range; names the field and the value."""
 
     def __init__(self, field_name: str, value: object, reason: str) -> None:

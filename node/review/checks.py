@@ -341,11 +341,11 @@ def check_privacy(bundle: EgressBundle, config: FederationConfig | None) -> list
             )
         )
     for row in bundle.dp.release:
-        if row.observer in ("coordinator", "coalition"):
+        if row.observer_class.sees_every_egress:
             findings.append(
                 note(
                     "privacy",
-                    f"ε against {_observer(row.observer, row.coalition_size)} is "
+                    f"ε against {row.observer_class.describe()} is "
                     f"{_number(row.epsilon)} (not recomputed: it depends on the whole round's "
                     "noise design, not on this bundle alone"
                     + (
@@ -422,12 +422,6 @@ def _caps(
             )
         )
     return findings
-
-
-def _observer(observer: str, size: int) -> str:
-    if observer == "coalition":
-        return f"the coordinator with {size} colluding node(s)"
-    return f"the {observer}"
 
 
 def _number(value: float) -> str:

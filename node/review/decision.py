@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 from node.approval import Approval, read_approval, verify_approval
 from node.egress import EgressBundle
-from node.errors import ApprovalError
+from node.errors import ApprovalError, NodeError
 from node.review.findings import Finding, look, note
 from noise.keys import key_fingerprint
 from proto.federation import ConfigError, FederationConfig, config_hash, load_federation
@@ -45,7 +45,7 @@ class _Bundle(Protocol):
     def config_hash(self) -> str: ...
 
 
-class ReviewKeyError(ValueError):
+class ReviewKeyError(NodeError, ValueError):
     """The federation config or a checker key cannot be used for this bundle."""
 
 

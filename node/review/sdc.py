@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from node.errors import NodeError
 from proto.files import LocalFileError, read_limited_text
 from proto.nesting import NestingError, parse_json
 
@@ -32,7 +33,7 @@ __all__ = ["ACRO_DEFAULTS", "SDCThresholds", "read_sdc_file"]
 _KEYS: Final = ("safe_threshold", "safe_dof_threshold")
 
 
-class SDCFileError(ValueError):
+class SDCFileError(NodeError, ValueError):
     """An SDC settings file cannot be used; the message names the file and the key."""
 
 

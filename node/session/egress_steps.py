@@ -33,6 +33,7 @@ from node.errors import (
     NodeRefused,
     SessionFailed,
 )
+from node.ledger import NoiseFacts
 from node.receipt import SDCEvidence
 from node.release import ReleaseNoise
 from node.session.context import SessionContext
@@ -275,11 +276,11 @@ def _approve_and_record(
         manifest_sha256=EgressBundle.manifest_sha256(folder),
         payload_sha256=checked.payload_sha256,
         tensors=list(layout.names),
-        noise={
-            "mechanism": checked.dp.mechanism,
-            "delta_sampler": checked.dp.delta_sampler,
-            "delta_discretisation": checked.dp.delta_discretisation,
-        },
+        noise=NoiseFacts(
+            mechanism=checked.dp.mechanism,
+            delta_sampler=checked.dp.delta_sampler,
+            delta_discretisation=checked.dp.delta_discretisation,
+        ),
     )
     ctx.state.record_release(ctx.session_id, index)
     return folder
@@ -322,8 +323,8 @@ def bundle_before_restart(ctx: SessionContext, index: int, name: str) -> EgressB
         )
     recorded = ctx.ledger.release_entries(ctx.session_id, index)
     digest = EgressBundle.manifest_sha256(folder)
-    if recorded and not any(e.details.get("manifest_sha256") == digest for e in recorded):
-        shown = str(recorded[-1].details.get("manifest_sha256"))[:16]
+    if recorded and not any(e.manifest_sha256 == digest for e in recorded):
+        shown = recorded[-1].manifest_sha256[:16]
         raise SessionFailed(
             f"the ledger records the release of round {index} with manifest sha256 "
             f"{shown}…, but {folder} holds manifest {digest[:16]}…; refusing to send anything "

@@ -20,6 +20,7 @@ from node.cape_state import CapeStore
 from node.egress import MANIFEST, egress_folder
 from node.errors import NodeRefused, SessionFailed
 from node.gateway import RoundState, SessionStatus
+from node.ledger import Refusal
 from node.release import plan_release
 from node.session import egress_steps
 from node.session.cape_material import cape_state
@@ -38,13 +39,13 @@ __all__ = ["catch_up", "take_aggregated"]
 def catch_up(ctx: SessionContext, progress: RoundProgress) -> None:
     """Take in what was aggregated while away and say where the session stands."""
     for entry in ctx.ledger.entries:
-        if entry.kind == "refusal" and entry.session_id == ctx.session_id:
+        if isinstance(entry, Refusal) and entry.session_id == ctx.session_id:
             # The node stopped at that refusal; the coordinator may never have
             # heard of it, and a restart must not cooperate further either.
             raise NodeRefused(
                 f"this node refused to unmask round {entry.round_index} "
                 f"({entry.round_name!r}) of session {ctx.session_id} before it restarted "
-                f"({entry.details.get('reason', 'no reason recorded')}); it does not go on "
+                f"({entry.reason or 'no reason recorded'}); it does not go on "
                 "in that session"
             )
     status = ctx.gateway.status(ctx.session_id)

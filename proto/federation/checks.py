@@ -14,6 +14,8 @@ import math
 import re
 from typing import Final
 
+from proto.errors import ProtoError
+
 __all__ = [
     "MISSING",
     "ConfigError",
@@ -43,7 +45,7 @@ class _Missing:
 MISSING: Final = _Missing()
 
 
-class ConfigError(ValueError):
+class ConfigError(ProtoError, ValueError):
     """A federation setting is missing, of the wrong type, or out of range.
 
     ``field`` is the dotted TOML path (``privacy.epsilon``, ``nodes[2].node_id``),

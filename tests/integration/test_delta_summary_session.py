@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from acro import record as acro_record
 
-from node.ledger import PrivacyLedger
+from node.ledger import LaplaceRelease, PrivacyLedger
 from node.summary_bundle import SummaryBundle
 from proto.federation import load_federation
 
@@ -58,8 +58,8 @@ def test_every_node_releases_a_reviewed_summary_recorded_in_its_ledger(
         ledger = PrivacyLedger.open(
             out / "nodes" / node / "state" / "ledger.json", node, config.privacy.delta
         )
-        (entry,) = [e for e in ledger.entries if e.kind == "laplace"]
-        assert entry.laplace_epsilon == 1.0 and entry.payload_sha256 == bundle.values_sha256
+        (entry,) = [e for e in ledger.entries if isinstance(e, LaplaceRelease)]
+        assert entry.epsilon == 1.0 and entry.payload_sha256 == bundle.values_sha256
         outsider = {t.label: t for t in ledger.totals()}["outsider"]
         model_only = [e for e in ledger.entries if e.kind == "release"]
         assert outsider.releases == len(model_only) + 1

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from node.ledger import LedgerError, PrivacyLedger, observer_from_label
-from noise.accounting import gaussian_epsilon
+from node.ledger import LedgerError, PrivacyLedger, UnmaskReveal, observer_of
+from noise.accounting import Observer, gaussian_epsilon
 
 DELTA = 1e-6
 
@@ -60,7 +60,8 @@ def test_unmask_raises_the_release_cost_to_its_new_mu(tmp_path: Path) -> None:
     assert ledger.total("coordinator").mu == pytest.approx(math.hypot(0.1, 0.6))
     assert ledger.total("coordinator").releases == 2
     assert ledger.total("outsider").mu == pytest.approx(0.5)
-    assert ledger.entries[-1].details["survivors"] == ["a", "b"]
+    last = ledger.entries[-1]
+    assert isinstance(last, UnmaskReveal) and last.survivors == ("a", "b")
 
 
 def test_unbounded_mu_makes_the_class_unbounded(tmp_path: Path) -> None:
@@ -148,10 +149,10 @@ def test_ledger_of_another_node_is_refused(tmp_path: Path) -> None:
 
 
 def test_observer_labels() -> None:
-    assert observer_from_label("outsider") == ("outsider", 0)
-    assert observer_from_label("coalition:3") == ("coalition", 3)
+    assert observer_of("outsider") == Observer("outsider")
+    assert observer_of("coalition:3") == Observer("coalition", 3)
     with pytest.raises(LedgerError):
-        observer_from_label("coalition:0")
+        observer_of("coalition:0")
 
 
 def _payload_release(ledger: PrivacyLedger, payload: str, mu: float = 0.3) -> None:

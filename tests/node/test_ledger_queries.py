@@ -37,7 +37,7 @@ def _unmask(ledger: PrivacyLedger, session: str, dropped: list[str], survivors: 
 def test_the_release_entry_of_a_round_is_found_by_session_and_round(tmp_path: Path) -> None:
     ledger = _ledger(tmp_path)
     found = ledger.release_entry("s1", 1)
-    assert found is not None and found.details["manifest_sha256"] == "s1-1"
+    assert found is not None and found.manifest_sha256 == "s1-1"
     assert ledger.release_entry("s2", 1) is None
     assert ledger.has_release("s2", 0) and not ledger.has_release("s3", 0)
 

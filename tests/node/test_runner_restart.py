@@ -24,6 +24,7 @@ from node.cape_state import CapeMaterial, CapeStore
 from node.egress import EgressBundle, egress_folder
 from node.errors import AlreadyJoined, NodeRefused, SessionFailed
 from node.gateway import RoundState, RoundSummary, SessionState, SessionStatus
+from node.ledger import Release
 from node.masking import MaskPrefetch, cape_sum_payload, pairwise_masks
 from node.release import ReleaseNoise
 from node.runner import NodeRunner
@@ -189,8 +190,8 @@ def test_a_bundle_left_at_the_gate_is_approved_and_recorded_once(tmp_path: Path)
             clean=CLEAN,
             bundle=found,
         )
-        releases = [e for e in node.ctx.ledger.entries if e.kind == "release"]
-        assert [(e.round_index, e.details["manifest_sha256"]) for e in releases] == [(1, manifest)]
+        releases = [e for e in node.ctx.ledger.entries if isinstance(e, Release)]
+        assert [(e.round_index, e.manifest_sha256) for e in releases] == [(1, manifest)]
         if restart == 0:
             approval = (folder / "approval.json").read_bytes()
         else:  # the approval given before is kept, not signed anew

@@ -25,6 +25,7 @@ import pytest
 
 from node.errors import NodeRefused
 from node.gateway import Attestation, Sealed, UnmaskRequest
+from node.ledger import Refusal, SecureSumUnmask, UnmaskReveal
 from node.masking import MaskPrefetch, cape_draws
 from node.release import ReleaseNoise, cape_floor_shortfall, with_cape_participants
 from node.session.cape_material import CapeState
@@ -161,9 +162,9 @@ def _answer(
 
 def _unmask_entries(node: Node) -> list[tuple[int, list[str]]]:
     return [
-        (e.round_index, list(e.details["dropped"]))
+        (e.round_index, list(e.dropped))
         for e in node.ctx.ledger.entries
-        if e.kind == "unmask"
+        if isinstance(e, UnmaskReveal | SecureSumUnmask)
     ]
 
 
@@ -242,7 +243,7 @@ def test_a_survivor_of_an_answered_attempt_may_not_be_dropped_later(tmp_path: Pa
     assert node.coordinator.sent_answers() == [("answer", 0, ("f",))]
     assert node.coordinator.sent[-1][0] == "refuse"
     refusal = node.ctx.ledger.entries[-1]
-    assert refusal.kind == "refusal" and refusal.details["dropped"] == ["e", "f"]
+    assert isinstance(refusal, Refusal) and refusal.dropped == ("e", "f")
 
 
 def test_a_second_survivor_set_for_a_round_is_refused_even_before_anyone_answered(
@@ -343,8 +344,8 @@ def test_a_cape_sum_unmask_is_floor_checked_and_recorded(tmp_path: Path) -> None
     _answer(node, request, ids, noise, awaiting=0, name=name)
     assert node.coordinator.sent_answers() == [("answer", 0, ("e",))]
     entry = node.ctx.ledger.entries[-1]
-    assert entry.kind == "unmask" and entry.details["secure_sum"] is True
-    assert entry.details["dropped"] == ["e"] and dict(entry.mu) == {}
+    assert isinstance(entry, SecureSumUnmask) and entry.kind == "unmask"
+    assert entry.dropped == ("e",) and dict(entry.mu) == {}
     assert node.ctx.ledger.release_mu() == {}  # the pads are not a release
 
     # Threshold 2: a CAPE sum among a and b only would leave the model round below the floor.

@@ -39,6 +39,7 @@ from zerosum.commands._deltab_report import (
     write_model_text,
 )
 from zerosum.commands._model_io import features_for_model, load_model_file
+from zerosum.errors import CommandError
 
 PROG = "zerosum deltab"
 MODEL_KINDS = MODELS  # the five models of Smith et al. 2019, listed once in node.deltab
@@ -114,7 +115,7 @@ exit status: 0 on success, 2 on bad input (with one sentence saying why).
 """
 
 
-class _UsageError(ValueError):
+class _UsageError(CommandError, ValueError):
     """Flags that make sense one by one but not together."""
 
 

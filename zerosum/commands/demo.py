@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from zerosum.commands._demo_summary import print_summaries, read_summaries
+from zerosum.errors import CommandError
 
 DESCRIPTION = """\
 Run a whole federated brain-age session on this machine, the way TREs would run
@@ -103,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class DemoError(Exception):
+class DemoError(CommandError):
     """The demo could not run or its session failed; the message says why."""
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from proto.federation import ConfigError, validate_identifier
 from proto.files import read_limited_text
 from zerosum import pki
+from zerosum.errors import CommandError
 
 __all__ = [
     "SYNTHETIC_SIZES",
@@ -32,7 +33,7 @@ __all__ = [
 SYNTHETIC_SIZES = (400, 250, 600, 300, 500)
 
 
-class InitError(Exception):
+class InitError(CommandError):
     """A command-line input is unusable; the message is one sentence for the user."""
 
 

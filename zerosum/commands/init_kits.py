@@ -64,10 +64,9 @@ def kit_files(out: Path, files: Mapping[Path, T], config: FederationConfig) -> d
     result: dict[Path, T] = {}
     names = kit_names(config)
     for path, value in files.items():
-        try:
-            relative = PurePosixPath(path.relative_to(out).as_posix())
-        except ValueError:
+        if not path.is_relative_to(out):
             continue
+        relative = PurePosixPath(path.relative_to(out).as_posix())
         if relative in _SHARED:
             for name in names:
                 result[kits / name / relative] = value

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from node.ledger import PrivacyLedger
+    from node.ledger import LedgerEntry, PrivacyLedger
     from proto.federation import FederationConfig
 
 DESCRIPTION = """\
@@ -98,18 +98,8 @@ def budget_left(
 def summary(ledger: PrivacyLedger, config: FederationConfig) -> dict[str, Any]:
     """The ledger's events and totals with the config's caps, as JSON-ready data."""
     privacy = config.privacy
-    events = [
-        {
-            "kind": e.kind,
-            "session_id": e.session_id,
-            "round_index": e.round_index,
-            "round_name": e.round_name,
-            "timestamp": e.timestamp,
-            "mu": {label: _json_num(m) for label, m in e.mu.items()},
-            "details": dict(e.details),
-        }
-        for e in ledger.entries
-    ]
+    # Each event as the ledger file writes it (node.ledger_entry).
+    events = [e.to_json() for e in ledger.entries]
     totals = []
     left, binding = budget_left(ledger, config)
     for total in ledger.totals():
@@ -139,29 +129,27 @@ def summary(ledger: PrivacyLedger, config: FederationConfig) -> dict[str, Any]:
     }
 
 
-def _event_line(entry: Any, delta: float) -> str:
+def _event_line(entry: LedgerEntry, delta: float) -> str:
+    from node.ledger import LaplaceRelease, Release, SecureSumUnmask, UnmaskReveal
+
     where = f"session {entry.session_id} round {entry.round_index} ({entry.round_name!r})"
-    details = entry.details
-    if entry.kind == "release":
+    if isinstance(entry, Release):
         return f"    release  {where} at {entry.timestamp}: {_mu_text(dict(entry.mu), delta)}"
-    if entry.kind == "laplace":
+    if isinstance(entry, LaplaceRelease):
         return (
-            f"    laplace  {where} at {entry.timestamp}: ε {_num(entry.laplace_epsilon)} "
+            f"    laplace  {where} at {entry.timestamp}: ε {_num(entry.epsilon)} "
             "(pure ε-DP, seen by every observer class)"
         )
     revealed = (
-        f"dropped {', '.join(details.get('dropped', [])) or '-'}; survivors "
-        f"{', '.join(details.get('survivors', [])) or '-'}"
+        f"dropped {', '.join(entry.dropped) or '-'}; survivors {', '.join(entry.survivors) or '-'}"
     )
-    if entry.kind == "unmask":
-        if details.get("secure_sum"):
-            return (
-                f"    unmask   {where}: secure-sum pads revealed ({revealed}); no cost of its own"
-            )
+    if isinstance(entry, SecureSumUnmask):
+        return f"    unmask   {where}: secure-sum pads revealed ({revealed}); no cost of its own"
+    if isinstance(entry, UnmaskReveal):
         return f"    unmask   {where}: pair terms revealed ({revealed}); the release is now " + (
             _mu_text(dict(entry.mu), delta)
         )
-    return f"    refusal  {where} ({revealed}): {details.get('reason', '')}"
+    return f"    refusal  {where} ({revealed}): {entry.reason}"
 
 
 def _text(ledger: PrivacyLedger, config: FederationConfig) -> str:
@@ -239,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         ledger = PrivacyLedger.open(path, args.node_id, config.privacy.delta)
-    except (LedgerError, ValueError, OSError) as error:
+    except (LedgerError, OSError) as error:
         print(f"{_PREFIX}: {error}", file=sys.stderr)
         return 2
     if args.json:

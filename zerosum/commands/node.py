@@ -212,7 +212,7 @@ def _status(args: argparse.Namespace, prefix: str) -> int:
     state = args.state or base / "nodes" / args.node_id / "state"
     try:
         status = read_node_status(config, args.node_id, state)
-    except (NodeError, ValueError, OSError) as error:
+    except (NodeError, OSError) as error:
         print(f"{prefix}: {_sentence(error)}", file=sys.stderr)
         return 2
     if args.json:

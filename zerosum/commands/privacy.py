@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
             rounds=args.rounds,
             coalition_sizes=sizes,
         )
-    except (NoiseError, ValueError) as exc:
+    except NoiseError as exc:  # CalibrationError, DesignError, InfeasibleDesignError
         print(f"zerosum privacy: error: {exc}", file=sys.stderr)
         return 2
     rows: dict[str, dict[str, ObserverPrivacy]] = {}

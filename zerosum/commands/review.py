@@ -178,7 +178,7 @@ def _decide(
         )
     try:
         identity = IdentityKey.from_pem(read_secret(args.key, 16 * KIB, what="checker key"))
-    except (NoiseError, ValueError, OSError) as error:
+    except (NoiseError, OSError) as error:  # KeyFormatError; LocalFileError
         return _refuse(args, f"cannot read the key {args.key}: {error}")
     if identity.public_bytes() not in keys:
         listed = ", ".join(key_fingerprint(k) for k in keys) or "none"
