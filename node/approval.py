@@ -48,13 +48,13 @@ from typing import Any, Literal
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from bounded.files import LocalFileError, read_limited_text
+from bounded.nesting import NestingError, parse_json
 from node.atomic import atomic_write_json
 from node.egress import APPROVAL, EgressBundle
 from node.errors import ApprovalError, ApprovalRejected, SetupError
 from noise.keys import IdentityKey, key_fingerprint, length_prefixed
 from proto.federation import FederationConfig
-from proto.files import LocalFileError, read_limited_text
-from proto.nesting import NestingError, parse_json
 
 # An approval is a signed decision of a few hundred bytes.
 _APPROVAL_BYTES = 1 << 20

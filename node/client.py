@@ -41,6 +41,7 @@ import grpc
 import numpy as np
 from numpy.typing import NDArray
 
+from bounded.files import KIB, LocalFileError, read_limited, read_secret
 from node.coordinator_certificate import verify_coordinator
 from node.errors import (
     AlreadyJoined,
@@ -76,7 +77,6 @@ from proto.chunks import (
     payload_chunks,
     payload_header,
 )
-from proto.files import KIB, LocalFileError, read_limited, read_secret
 from proto.text import sanitise_text
 from proto.tls import CertificateError, check_node_credentials
 from proto.zerosum.v1 import session_pb2 as pb

@@ -59,6 +59,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bounded.files import LocalFileError, read_limited_text
+from bounded.nesting import NestingError, parse_json
 from node.atomic import atomic_write_json
 from node.errors import LedgerError
 from node.ledger_entry import (
@@ -79,8 +81,6 @@ from node.ledger_entry import (
 )
 from node.receipt import json_number
 from noise.accounting import compose_mu, gaussian_epsilon
-from proto.files import LocalFileError, read_limited_text
-from proto.nesting import NestingError, parse_json
 
 # A ledger gains a few hundred bytes per release; 64 MiB is decades of them.
 _LEDGER_BYTES = 64 << 20

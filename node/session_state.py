@@ -52,6 +52,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bounded.files import LocalFileError, read_limited_text
+from bounded.nesting import NestingError, parse_json
 from node.atomic import (
     ExposedFileError,
     atomic_write_bytes,
@@ -60,8 +62,6 @@ from node.atomic import (
 )
 from node.errors import SessionStateError
 from noise.keys import EphemeralKey, key_fingerprint
-from proto.files import LocalFileError, read_limited_text
-from proto.nesting import NestingError, parse_json
 
 # The session record holds ids, hashes and keys: kilobytes.
 _RECORD_BYTES = 16 << 20

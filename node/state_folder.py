@@ -68,12 +68,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from bounded.files import LocalFileError, read_limited_text
+from bounded.nesting import NestingError, parse_json
 from node.atomic import atomic_write_json
 from node.errors import SessionFailed, SessionStateError
 from node.ledger import LedgerError, PrivacyLedger
 from noise.keys import key_fingerprint
-from proto.files import LocalFileError, read_limited_text
-from proto.nesting import NestingError, parse_json
 
 # One entry of a few hundred bytes per session this node took part in.
 _SESSIONS_BYTES = 64 << 20

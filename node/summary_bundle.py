@@ -35,13 +35,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from bounded.files import read_limited
+from bounded.nesting import parse_json
 from node.atomic import atomic_write_bytes, atomic_write_json, json_bytes
 from node.delta_summary import DeltaSummary, statistic_meaning
 from node.egress import ACRO_RESULTS_VERSION
 from node.errors import EgressError, EgressIntegrityError
 from node.ledger import ObserverTotal
-from proto.files import read_limited
-from proto.nesting import parse_json
 
 __all__ = [
     "SUMMARY_FORMAT",
@@ -72,7 +72,7 @@ _FILE_BYTES: Final = 4 << 20
 
 
 def _read(path: Path) -> bytes:
-    """A bundle file, bounded and regular-only (proto.files)."""
+    """A bundle file, bounded and regular-only (bounded.files)."""
     return read_limited(path, _FILE_BYTES, what="delta-summary file")
 
 

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bounded.files import LocalFileError, read_limited_text
+from bounded.nesting import parse_json
 from node.atomic import atomic_write_json
 from node.errors import SessionStateError
-from proto.files import LocalFileError, read_limited_text
-from proto.nesting import parse_json
 
 # One signed survivor set (node ids, a hash, κ) per round of every session.
 _RECORD_BYTES = 64 << 20

@@ -161,7 +161,7 @@ class IdentityKey:
         """Load an identity key written by :meth:`write_pem`.
 
         Trusted paths only (tests, tools): a node or a checker reads its key with
-        ``proto.files.read_secret`` (bounded, regular files, private modes) and
+        ``bounded.files.read_secret`` (bounded, regular files, private modes) and
         passes the bytes to :meth:`from_pem`; noise imports no project package.
         """
         return cls.from_pem(Path(path).read_bytes())

@@ -46,9 +46,9 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from bounded.files import LocalFileError, MissingFileError, read_limited_text
+from bounded.nesting import NestingError, check_text_nesting
 from node.deltab import MODELS as deltab_models
-from proto.files import LocalFileError, MissingFileError, read_limited_text
-from proto.nesting import NestingError, check_text_nesting
 from simulations.dropout import GRAPHS, DropoutParams
 from simulations.errors import SimulationError
 from simulations.schemes import CONSTRUCTIONS, SCHEMES

@@ -41,8 +41,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from bounded.files import KIB, read_limited
 from proto.federation.checks import validate_identifier
-from proto.files import KIB, read_limited
 from proto.tls import NODE_URI_PREFIX, CertificateError
 
 __all__ = [

@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from bounded.files import GIB, LocalFileError, MissingFileError, open_limited
 from node.deltab.cells import spreadsheet_safe
-from proto.files import GIB, LocalFileError, MissingFileError, open_limited
 
 __all__ = [
     "ID_COLUMN_NAMES",
@@ -180,7 +180,7 @@ def _field_count(line: str, delimiter: str | None) -> int:
 
 
 def _text(path: Path) -> io.TextIOWrapper:
-    """``path`` opened as text with :func:`proto.files.open_limited` (regular, bounded)."""
+    """``path`` opened as text with :func:`bounded.files.open_limited` (regular, bounded)."""
     return io.TextIOWrapper(open_limited(path, MAX_TABLE_BYTES, what="table"), encoding="utf-8-sig")
 
 

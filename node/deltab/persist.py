@@ -56,12 +56,12 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from bounded.files import LocalFileError, MissingFileError, read_limited_text
+from bounded.nesting import NestingError, parse_json
 from node.deltab._checks import FloatArray, check_nan_policy
 from node.deltab._params import Reduction, check_model
 from node.deltab.exceptions import ModelFileError
 from node.deltab.model import BrainAgeModel
-from proto.files import LocalFileError, MissingFileError, read_limited_text
-from proto.nesting import NestingError, parse_json
 
 __all__ = [
     "FORMAT",
@@ -274,7 +274,7 @@ def loads(text: str) -> BrainAgeModel:
 def load_model(path: str | os.PathLike[str]) -> BrainAgeModel:
     """Read and validate a model saved by :func:`save_model`.
 
-    The file is read with :func:`proto.files.read_limited_text`: a FIFO, a
+    The file is read with :func:`bounded.files.read_limited_text`: a FIFO, a
     device, a file over :data:`MAX_FILE_BYTES` or one that is not UTF-8 is a
     :class:`ModelFileError` naming it, before anything is parsed; a missing
     file is a FileNotFoundError.

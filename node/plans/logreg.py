@@ -197,7 +197,7 @@ class LabelledTable:
 
 def read_labelled(path: Path, n_features: int, *, limit: int = 512 * 1024 * 1024) -> LabelledTable:
     """A CSV with header ``id,label,<features>``; labels 0 or 1; refuses anything else."""
-    from proto.files import LocalFileError, read_limited_text
+    from bounded.files import LocalFileError, read_limited_text
 
     try:
         text = read_limited_text(path, limit, what="data file")

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from bounded.files import LocalFileError, read_limited_text
+from bounded.nesting import NestingError, parse_json
 from node.errors import NodeError
-from proto.files import LocalFileError, read_limited_text
-from proto.nesting import NestingError, parse_json
 
 # An SDC settings file holds a handful of thresholds.
 _SDC_FILE_BYTES = 1 << 20

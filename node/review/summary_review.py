@@ -32,6 +32,8 @@ from typing import Any
 
 from scipy.stats import gamma
 
+from bounded.files import read_limited_text
+from bounded.nesting import parse_json
 from node.budget import BUDGET_RTOL, checked
 from node.delta_summary import DeltaSummarySettings
 from node.errors import EgressIntegrityError
@@ -54,8 +56,6 @@ from node.summary_bundle import (
     SummaryBundle,
 )
 from proto.federation import FederationConfig
-from proto.files import read_limited_text
-from proto.nesting import parse_json
 
 __all__ = ["FALSE_ALARM_RATE", "SummaryReview", "review_summary", "summary_text"]
 

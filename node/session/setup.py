@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bounded.files import KIB, LocalFileError, read_limited, read_secret
 from node.errors import PreflightRefused, SetupError
 from node.plans.interface import ModelPlan
 from node.plans.registry import plan_for
@@ -30,7 +31,6 @@ from noise.errors import NoiseError
 from noise.fixed_point import FixedPointCodec
 from noise.keys import IdentityKey
 from proto.federation import ConfigError, FederationConfig, config_hash, load_federation
-from proto.files import KIB, LocalFileError, read_limited, read_secret
 from proto.tls import CertificateError, check_node_credentials
 
 __all__ = ["LocalSetup", "prepare"]
@@ -113,7 +113,7 @@ def prepare(
     node_dir = base / "nodes" / node_id
     identity_path = node_dir / "identity.pem"
     try:
-        # A key that others may read is refused (proto.files.read_secret).
+        # A key that others may read is refused (bounded.files.read_secret).
         identity = IdentityKey.from_pem(
             read_secret(identity_path, _CREDENTIAL_BYTES, what="identity key")
         )

@@ -17,6 +17,8 @@ import tomllib
 from pathlib import Path
 from typing import Any, Final, cast
 
+from bounded.files import MIB, read_limited_text
+from bounded.nesting import NestingError, check_text_nesting, check_value_nesting
 from noise.layout import Layout, LayoutError
 from proto.federation.checks import MISSING, ConfigError
 from proto.federation.schema import (
@@ -30,8 +32,6 @@ from proto.federation.schema import (
     RoundSpec,
     SessionTimings,
 )
-from proto.files import MIB, read_limited_text
-from proto.nesting import NestingError, check_text_nesting, check_value_nesting
 
 __all__ = ["MAX_CONFIG_BYTES", "load_federation", "parse_federation"]
 
@@ -285,7 +285,7 @@ def load_federation(path: str | Path) -> FederationConfig:
 
     Relative paths inside the file resolve against the file's folder
     (``config.base_dir``). Raises :class:`ConfigError` naming the first bad
-    setting, and :class:`~proto.files.LocalFileError` (an OSError) naming the
+    setting, and :class:`~bounded.files.LocalFileError` (an OSError) naming the
     file when it cannot be read as a config (missing, not a regular file,
     larger than :data:`MAX_CONFIG_BYTES`, not UTF-8).
     """

@@ -1,17 +1,18 @@
 """The layering rules between the packages, checked on every import of every module.
 
-* ``noise`` is pure math and crypto: it imports none of ``node``, ``coordinator``,
-  ``proto`` (not even its bounded readers), ``simulations``, ``zerosum``, gRPC or
-  scikit-learn;
+* ``bounded`` (the bounded readers of local files and nested text) imports
+  only the standard library, so every other package may use it;
+* ``noise`` is pure math and crypto: it imports none of ``bounded`` (it reads no
+  files), ``node``, ``coordinator``, ``proto``, ``simulations``, ``zerosum``, gRPC
+  or scikit-learn;
 * ``proto`` (the wire protocol, the federation config, payload layouts) imports
   none of ``node``, ``coordinator``, ``simulations``, ``zerosum``;
 * ``coordinator`` knows nothing of brain age nor of the command line: no ``node``
   (so no ``node.deltab``), no ``simulations``, no ``zerosum``;
 * ``node`` imports no ``coordinator``, ``simulations`` or ``zerosum``, and
   ``node.deltab`` (the brain-age model, used by ``zerosum deltab``) no gRPC,
-  ``proto`` or scikit-learn either, so it starts small inside a TRE (except the
-  bounded file readers ``proto.files`` and ``proto.nesting``, which import only
-  the standard library, so that its tables and model files are read as safely);
+  ``proto`` or scikit-learn either, so it starts small inside a TRE (its tables
+  and model files are read with ``bounded``);
 * ``simulations`` never touch the protocol: no ``proto``, ``coordinator``,
   ``zerosum`` or gRPC.
 
@@ -34,8 +35,19 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 # Package (or subpackage) -> top-level names (or dotted prefixes) it must not import.
+_PROJECT = ("bounded", "noise", "node", "coordinator", "proto", "simulations", "zerosum")
 RULES: Mapping[str, tuple[str, ...]] = {
-    "noise": ("node", "coordinator", "proto", "simulations", "zerosum", "grpc", "sklearn"),
+    "bounded": (*_PROJECT[1:], "benchmarks", "numpy", "scipy", "cryptography", "grpc", "sklearn"),
+    "noise": (
+        "bounded",
+        "node",
+        "coordinator",
+        "proto",
+        "simulations",
+        "zerosum",
+        "grpc",
+        "sklearn",
+    ),
     "proto": ("node", "coordinator", "simulations", "zerosum"),
     "coordinator": ("node", "simulations", "zerosum"),
     "node": ("coordinator", "simulations", "zerosum"),
@@ -78,14 +90,7 @@ def imports(root: Path, package: str) -> Iterator[tuple[str, int, str]]:
                 yield module, node.lineno, _resolve(module, node, path.name == "__init__.py")
 
 
-# Standard-library-only modules every package may import (the bounded file readers).
-ALLOWED: tuple[str, ...] = ("proto.files", "proto.nesting")
-
-
-def _forbidden(imported: str, banned: tuple[str, ...], package: str = "") -> bool:
-    # noise imports numpy, scipy and cryptography only: not even these readers.
-    if imported in ALLOWED and package != "noise":
-        return False
+def _forbidden(imported: str, banned: tuple[str, ...]) -> bool:
     return any(imported == b or imported.startswith(b + ".") for b in banned)
 
 
@@ -96,7 +101,7 @@ def violations(root: Path, rules: Mapping[str, tuple[str, ...]] = RULES) -> list
         if not root.joinpath(*package.split(".")).is_dir():
             continue
         for module, line, imported in imports(root, package):
-            if _forbidden(imported, banned, package):
+            if _forbidden(imported, banned):
                 found.append(f"{module}:{line} imports {imported} ({package} must not)")
     return sorted(set(found))
 
@@ -117,7 +122,9 @@ def test_every_package_of_the_rules_exists() -> None:
         ("coordinator", "def f():\n    import zerosum.pki\n", "zerosum.pki"),
         ("noise", "import grpc\n", "grpc"),
         ("noise", "from proto.federation import config_hash\n", "proto.federation"),
-        ("noise", "from proto.files import read_secret\n", "proto.files"),
+        ("noise", "from bounded.files import read_secret\n", "bounded.files"),
+        ("bounded", "import numpy as np\n", "numpy"),
+        ("bounded", "from proto.errors import ProtoError\n", "proto.errors"),
         ("node", "from coordinator.session import Session\n", "coordinator.session"),
         ("node/deltab", "from ..client import GrpcGateway\nimport grpc\n", "grpc"),
         ("node/deltab", "import proto.chunks\n", "proto.chunks"),
@@ -172,5 +179,5 @@ def test_importing_noise_or_node_deltab_loads_no_forbidden_package() -> None:
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert "noise.keys" in loaded and "node.deltab.model" in loaded
     heavy = ("grpc", "sklearn", "coordinator", "proto", "zerosum", "simulations")
-    # Importing proto.files loads the (empty) proto package itself, and nothing else of proto.
+    # Importing bounded.files loads the (empty) proto package itself, and nothing else of proto.
     assert [m for m in loaded if m != "proto" and _forbidden(m, heavy)] == []

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bounded.files import LocalFileError
 from noise.layout import Layout
 from proto.federation import (
     CONFIG_FORMAT,
@@ -31,7 +32,6 @@ from proto.federation import (
     load_federation,
     parse_federation,
 )
-from proto.files import LocalFileError
 from tests.support.strategies import node_id_lists
 
 KEYS = {name: bytes([i + 1]) * 32 for i, name in enumerate(("alpha", "beta", "gamma", "delta"))}

@@ -1,9 +1,9 @@
 """Files someone else may have put there, and text someone else wrote.
 
-Every reader of ``proto.files`` refuses a FIFO (without blocking), a device
+Every reader of ``bounded.files`` refuses a FIFO (without blocking), a device
 such as ``/dev/zero`` behind a symlink (without reading it), a folder and a
 file over its limit, each in one sentence naming the file; secret keys are
-also refused when group or others may access them. ``proto.nesting`` bounds
+also refused when group or others may access them. ``bounded.nesting`` bounds
 the depth of TOML and JSON before the recursive parsers see it.
 ``proto.text.sanitise_text`` makes peer text printable, and
 ``spreadsheet_safe`` keeps ids from becoming formulas.
@@ -20,10 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.deltab.cells import spreadsheet_safe
-from node.deltab.io import read_table, write_table
-from proto.federation import ConfigError, parse_federation
-from proto.files import (
+from bounded.files import (
     LocalFileError,
     MissingFileError,
     open_limited,
@@ -31,13 +28,16 @@ from proto.files import (
     read_limited_text,
     read_secret,
 )
-from proto.nesting import (
+from bounded.nesting import (
     MAX_NESTING,
     NestingError,
     check_text_nesting,
     check_value_nesting,
     parse_json,
 )
+from node.deltab.cells import spreadsheet_safe
+from node.deltab.io import read_table, write_table
+from proto.federation import ConfigError, parse_federation
 from proto.text import sanitise_text
 from tests.proto.test_federation import edited
 

@@ -195,8 +195,8 @@ def _server_tls(tls_dir: Path, ca_path: Path, revoked: tuple[str, ...]) -> Serve
     now and not be revoked (``proto.tls.check_server_credentials``). Raises
     a LocalFileError (OSError) or CertificateError (ValueError) in one sentence.
     """
+    from bounded.files import KIB, read_limited, read_secret
     from coordinator.server import ServerTLS
-    from proto.files import KIB, read_limited, read_secret
     from proto.tls import check_server_credentials
 
     limit = 64 * KIB  # certificates and keys are a few kilobytes

@@ -13,8 +13,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from bounded.files import read_limited_text
 from proto.federation import ConfigError, validate_identifier
-from proto.files import read_limited_text
 from zerosum import pki
 from zerosum.errors import CommandError
 

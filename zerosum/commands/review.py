@@ -166,11 +166,11 @@ def _decide(
     state: DecisionState,
 ) -> int:
     """Sign and write the decision; every refusal happens before anything is signed."""
+    from bounded.files import KIB, read_secret
     from node.approval import sign_approval, write_approval
     from node.egress import EgressBundle
     from noise.errors import NoiseError
     from noise.keys import IdentityKey, key_fingerprint
-    from proto.files import KIB, read_secret
 
     if args.key is None or not args.reviewer:
         return _refuse(

@@ -24,6 +24,7 @@ from typing import Final
 
 from cryptography import x509
 
+from bounded.files import KIB, LocalFileError, read_limited, read_limited_text, read_secret
 from proto.federation import (
     MAX_CONFIG_BYTES,
     ConfigError,
@@ -33,7 +34,6 @@ from proto.federation import (
     parse_federation,
 )
 from proto.federation.writing import toml_value
-from proto.files import KIB, LocalFileError, read_limited, read_limited_text, read_secret
 from proto.tls import certificate_fingerprint
 from zerosum import pki
 

@@ -27,6 +27,8 @@ import stat
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
+from bounded.errors import BoundedReadError
+
 __all__ = [
     "GIB",
     "KIB",
@@ -44,7 +46,7 @@ MIB: Final = 1 << 20
 GIB: Final = 1 << 30
 
 
-class LocalFileError(OSError):
+class LocalFileError(BoundedReadError, OSError):
     """A local file is missing, not a regular file, too large or unreadable; says which."""
 
     def __str__(self) -> str:

@@ -18,6 +18,8 @@ import re
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
+from bounded.errors import BoundedReadError
+
 __all__ = [
     "MAX_NESTING",
     "NestingError",
@@ -45,7 +47,7 @@ _TOML_TOKENS: Final = re.compile(
 )
 
 
-class NestingError(ValueError):
+class NestingError(BoundedReadError, ValueError):
     """A document nests deeper than its reader allows; names the document and the limit."""
 
 
