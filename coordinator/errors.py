@@ -34,6 +34,7 @@ from typing import ClassVar
 __all__ = [
     "AlreadyExists",
     "CoordinatorError",
+    "EmptyStateFile",
     "FailedPrecondition",
     "InvalidArgument",
     "NotFound",
@@ -107,3 +108,7 @@ class RetryLater(CoordinatorError):
 
 class StateFileError(Exception):
     """The state file cannot be used with this federation (raised at startup, not per message)."""
+
+
+class EmptyStateFile(StateFileError):
+    """The state file exists but holds no session: a start that stopped before its first commit."""

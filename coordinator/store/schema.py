@@ -22,7 +22,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from coordinator.errors import StateFileError
+from coordinator.errors import EmptyStateFile, StateFileError
 
 __all__ = ["SCHEMA_VERSION", "TABLES", "lock_path_for", "open_state_database"]
 
@@ -250,7 +250,7 @@ def open_state_database(path: Path, *, read_only: bool) -> tuple[sqlite3.Connect
 def _ensure_schema(db: sqlite3.Connection, path: Path, *, read_only: bool) -> None:
     tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     if not tables and read_only:
-        raise StateFileError(f"state file {path} holds no session yet.")
+        raise EmptyStateFile(f"state file {path} holds no session yet.")
     if not tables:
         # One script, one transaction: a crash here leaves an empty file, not half a schema.
         db.executescript(

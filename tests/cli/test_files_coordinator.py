@@ -193,3 +193,16 @@ def test_revoke_refuses_in_one_sentence(
     err = capsys.readouterr().err.strip()
     assert message in err and err.count("\n") == 0
     assert (fed / "federation.toml").read_text() == text
+
+
+def test_an_empty_state_file_left_by_a_failed_start_is_not_an_ended_session(
+    tmp_path: Path,
+) -> None:
+    """A coordinator that stopped before its first commit (a full disk) leaves an empty file;
+    the next start takes it as fresh instead of refusing it as a session that ended."""
+    from zerosum.commands.coordinator import _ended_session
+
+    state = tmp_path / "state.sqlite"
+    state.write_bytes(b"")
+    assert _ended_session(state) is None
+    assert _ended_session(tmp_path / "missing.sqlite") is None

@@ -276,11 +276,15 @@ def _ended_session(state_path: Path) -> tuple[str, str, str] | None:
     is not over: a coordinator killed while it lingered is started again with
     the same arguments to hand it out.
     """
+    from coordinator.errors import EmptyStateFile
     from coordinator.store import Store
 
     if not state_path.exists():
         return None
-    store = Store(state_path, read_only=True)
+    try:
+        store = Store(state_path, read_only=True)
+    except EmptyStateFile:
+        return None  # a start that stopped before writing anything (a full disk, say)
     try:
         row = store.session()
         if row is None or row.state not in ("completed", "failed"):
