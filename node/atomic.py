@@ -12,22 +12,28 @@ a symbolic link and refuses a file that group or others may access.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from node.errors import ExposedFileError
 
 __all__ = [
     "ExposedFileError",
+    "HashingWriter",
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
+    "atomic_writer",
     "json_bytes",
     "read_private_bytes",
+    "sha256_file",
 ]
 
 # The node's private records (a session key, CAPE material) are kilobytes to
@@ -35,14 +41,41 @@ __all__ = [
 _PRIVATE_FILE_BYTES = 256 << 20
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
-    """Replace ``path`` with ``data`` atomically (parent directories are created)."""
+class HashingWriter:
+    """A binary file that keeps the SHA-256 of everything written to it.
+
+    A large file (an egress bundle's ``values.csv`` of millions of rows) is
+    written piece by piece and its digest taken on the way, so neither the
+    whole content nor a second reading of it is ever held in memory.
+    """
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self._handle = handle
+        self._digest = hashlib.sha256()
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        self._digest.update(data)
+        return self._handle.write(data)
+
+    def hexdigest(self) -> str:
+        """Hex SHA-256 of the bytes written so far."""
+        return self._digest.hexdigest()
+
+
+@contextmanager
+def atomic_writer(path: Path, *, mode: int | None = None) -> Iterator[HashingWriter]:
+    """Write ``path`` through a temporary sibling, renamed into place when the block ends.
+
+    The block writes to the :class:`HashingWriter` it is given; an exception
+    inside it leaves ``path`` as it was and removes the temporary file.
+    Parent directories are created.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            yield HashingWriter(handle)
             handle.flush()
             os.fsync(handle.fileno())
         if mode is not None:
@@ -57,6 +90,18 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> N
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically (parent directories are created)."""
+    with atomic_writer(path, mode=mode) as handle:
+        handle.write(data)
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of the file at ``path``, read in blocks (never whole)."""
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def atomic_write_text(path: Path, text: str, *, mode: int | None = None) -> None:

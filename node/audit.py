@@ -13,7 +13,6 @@ is off (the masks cancel, Σ_k m_k = 0).
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Mapping
@@ -23,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from node.atomic import atomic_write_bytes, atomic_write_json
+from node.atomic import atomic_write_json, atomic_writer
 from node.egress import EgressBundle, EgressError, load_payload
 from node.receipt import TensorEntry, check_layout, entries_layout
 from noise.fixed_point import FixedPointCodec
@@ -75,9 +74,8 @@ def write_audit(out: Path, record: AuditRecord) -> Path:
     """Write ``OUT/audit/round-<r>/payload.npy`` and ``audit.json``; returns the folder."""
     check_layout(record.tensors, int(np.asarray(record.payload).size))
     folder = audit_folder(out, record.round_index)
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(record.payload, dtype=_U64), allow_pickle=False)
-    atomic_write_bytes(folder / PAYLOAD, buffer.getvalue())
+    with atomic_writer(folder / PAYLOAD) as handle:
+        np.save(handle, np.ascontiguousarray(record.payload, dtype=_U64), allow_pickle=False)
     atomic_write_json(
         folder / AUDIT,
         {

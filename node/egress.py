@@ -41,12 +41,11 @@ The un-noised counterpart of each bundle lives in ``OUT/audit/round-<r>/``
 from __future__ import annotations
 
 import hashlib
-import io
 import itertools
 import json
 import math
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,7 +54,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from node.atomic import atomic_write_bytes, atomic_write_json, json_bytes
+from node.atomic import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_writer,
+    json_bytes,
+    sha256_file,
+)
 from node.errors import EgressError, EgressIntegrityError
 from node.receipt import (
     DPReceipt,
@@ -97,6 +102,9 @@ CHECKSUMS = "checksums"
 APPROVAL = "approval.json"
 
 _U64 = np.dtype("<u8")
+# values.csv is made, written and checked this many rows at a time (under 1 MB of
+# text): a round of Σxxᵀ at P = 2,641 has 3.5 million rows, some 170 MB.
+_CSV_ROWS = 1 << 14
 
 
 def egress_folder(out: Path, round_index: int) -> Path:
@@ -105,7 +113,7 @@ def egress_folder(out: Path, round_index: int) -> Path:
 
 
 def _sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return sha256_file(path)
 
 
 def _csv_field(text: str) -> str:
@@ -115,12 +123,32 @@ def _csv_field(text: str) -> str:
     return text
 
 
-def _element_labels(name: str, shape: tuple[int, ...]) -> list[str]:
-    """``sxx[0][0]``, ``sxx[0][1]``, … in C order (just ``name`` for a scalar)."""
+def _element_labels(name: str, shape: tuple[int, ...], start: int, stop: int) -> list[str]:
+    """Labels ``sxx[0][0]``, ``sxx[0][1]``, … of flat C-order indices ``start:stop``."""
     if not shape:
-        return [name]
-    axes = [[f"[{i}]" for i in range(n)] for n in shape]
-    return [name + "".join(combo) for combo in itertools.product(*axes)]
+        return [name][start:stop]
+    if len(shape) == 1:
+        return [f"{name}[{i}]" for i in range(start, stop)]
+    template = name.replace("{", "{{").replace("}", "}}") + "[{}]" * len(shape)
+    index = np.unravel_index(np.arange(start, stop), shape)
+    return [template.format(*at) for at in zip(*(axis.tolist() for axis in index), strict=True)]
+
+
+def _lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """The pieces of ``str.split("\\n")`` of the UTF-8 text of ``chunks`` joined, one by one."""
+    rest = b""
+    for chunk in chunks:
+        pieces = (rest + chunk).split(b"\n")
+        rest = pieces.pop()
+        for piece in pieces:
+            yield piece.decode("utf-8", errors="replace")
+    yield rest.decode("utf-8", errors="replace")
+
+
+def _file_blocks(path: Path, size: int = 1 << 22) -> Iterator[bytes]:
+    with path.open("rb") as handle:
+        while block := handle.read(size):
+            yield block
 
 
 # ---------------------------------------------------------------- the bundle
@@ -186,27 +214,29 @@ class EgressBundle:
 
     # -- file content ---------------------------------------------------
 
-    def values_csv(self) -> bytes:
-        """``tensor,index,element,value`` rows; values in Python's shortest round-trip form."""
-        flat = FixedPointCodec(self.fixed_point_bits).decode(self.payload)
-        lines = ["tensor,index,element,value"]
+    def values_csv_chunks(self) -> Iterator[bytes]:
+        """``values.csv`` piece by piece: ``tensor,index,element,value`` rows, whole rows each.
+
+        Values in Python's shortest round-trip ``repr``. Made a few tens of
+        thousands of rows at a time, so a bundle of millions of values never
+        has its text (nor a float copy of its payload) in memory at once.
+        """
+        codec = FixedPointCodec(self.fixed_point_bits)
+        yield b"tensor,index,element,value\n"
         for t in self.tensors:
             name = _csv_field(t.name)
-            labels = _element_labels(t.name, t.shape)
-            if name != t.name:
-                labels = [_csv_field(label) for label in labels]
-            values = flat[t.offset : t.offset + t.size].tolist()
-            lines.extend(
-                f"{name},{i},{label},{value!r}"
-                for i, (label, value) in enumerate(zip(labels, values, strict=True))
-            )
-        lines.append("")
-        return "\n".join(lines).encode("utf-8")
-
-    def payload_npy(self) -> bytes:
-        buffer = io.BytesIO()
-        np.save(buffer, np.ascontiguousarray(self.payload, dtype=_U64), allow_pickle=False)
-        return buffer.getvalue()
+            quote = name != t.name
+            for start in range(0, t.size, _CSV_ROWS):
+                stop = min(start + _CSV_ROWS, t.size)
+                labels = _element_labels(t.name, t.shape, start, stop)
+                if quote:
+                    labels = [_csv_field(label) for label in labels]
+                words = self.payload[t.offset + start : t.offset + stop]
+                values = codec.decode(words).tolist()
+                rows = zip(range(start, stop), labels, values, strict=True)
+                yield "".join(f"{name},{i},{label},{value!r}\n" for i, label, value in rows).encode(
+                    "utf-8"
+                )
 
     def _outsider(self) -> ObserverRelease | None:
         try:
@@ -349,14 +379,19 @@ class EgressBundle:
             shutil.rmtree(folder / CHECKSUMS, ignore_errors=True)
         folder.mkdir(parents=True, exist_ok=True)
         created = self.created or datetime.now(UTC).isoformat()
-        files = {
-            PAYLOAD: self.payload_npy(),
-            VALUES: self.values_csv(),
-            RESULTS: json_bytes(self.results_json(created)),
-        }
-        for name, data in files.items():
-            atomic_write_bytes(folder / name, data)
-        checksums = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+        # The payload and values.csv are streamed to disk, hashed on the way:
+        # neither their bytes nor the text of values.csv is held whole.
+        checksums: dict[str, str] = {}
+        with atomic_writer(folder / PAYLOAD) as handle:
+            np.save(handle, np.ascontiguousarray(self.payload, dtype=_U64), allow_pickle=False)
+        checksums[PAYLOAD] = handle.hexdigest()
+        with atomic_writer(folder / VALUES) as handle:
+            for chunk in self.values_csv_chunks():
+                handle.write(chunk)
+        checksums[VALUES] = handle.hexdigest()
+        results = json_bytes(self.results_json(created))
+        atomic_write_bytes(folder / RESULTS, results)
+        checksums[RESULTS] = hashlib.sha256(results).hexdigest()
         bundle = self if self.created else replace(self, created=created)
         manifest = atomic_write_json(folder / MANIFEST, bundle.manifest_json(checksums))
         checksums[MANIFEST] = hashlib.sha256(manifest).hexdigest()
@@ -512,17 +547,26 @@ def load_payload(path: Path) -> NDArray[np.uint64]:
 
 
 def _check_values_csv(path: Path, bundle: EgressBundle) -> list[str]:
-    """values.csv must be exactly what the payload decodes to (the first difference is named)."""
-    expected = bundle.values_csv()
-    actual = path.read_bytes()
-    if actual == expected:
-        return []
-    want = expected.decode("utf-8").split("\n")
-    got = actual.decode("utf-8", errors="replace").split("\n")
-    for number, (line, reference) in enumerate(zip(got, want, strict=False), start=1):
-        if line != reference:
-            return [f"{VALUES} line {number} reads {line!r} but the payload gives {reference!r}"]
-    return [f"{VALUES} has {len(got) - 1} lines; the payload gives {len(want) - 1}"]
+    """values.csv must be exactly what the payload decodes to (the first difference is named).
+
+    Compared piece by piece with what the payload gives; only a file that
+    differs is read again, line by line, to name where.
+    """
+    with path.open("rb") as handle:
+        for expected in bundle.values_csv_chunks():
+            if handle.read(len(expected)) != expected:
+                break
+        else:
+            if not handle.read(1):
+                return []
+    counts = [0, 0]
+    pairs = itertools.zip_longest(_lines(_file_blocks(path)), _lines(bundle.values_csv_chunks()))
+    for line, reference in pairs:
+        counts[0] += line is not None
+        counts[1] += reference is not None
+        if line is not None and reference is not None and line != reference:
+            return [f"{VALUES} line {counts[0]} reads {line!r} but the payload gives {reference!r}"]
+    return [f"{VALUES} has {counts[0] - 1} lines; the payload gives {counts[1] - 1}"]
 
 
 def _check_results_json(folder: Path, path: Path) -> list[str]:

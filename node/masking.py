@@ -57,9 +57,14 @@ def pairwise_masks(
     round_index: int,
     codec: FixedPointCodec,
 ) -> U64:
-    """m_k for every tensor: the pairwise zero-sum mask in the tensor's own scale."""
-    mask: U64 = layout.build(
-        lambda slot: pairwise_mask(
+    """m_k for every tensor: the pairwise zero-sum mask in the tensor's own scale.
+
+    Each tensor's pair terms are added straight into its slot of the payload
+    vector: one vector of the payload's size, not one more per tensor.
+    """
+    mask: U64 = np.zeros(layout.size, dtype=np.uint64)
+    for slot in layout:
+        pairwise_mask(
             noise.design(slot.name),
             noise.node_id,
             seeds,
@@ -68,8 +73,8 @@ def pairwise_masks(
             size=slot.size,
             codec=codec,
             variances=noise.pair_variances(slot.name),
+            out=mask[slot.offset : slot.offset + slot.size],
         )
-    )
     return mask
 
 
@@ -200,9 +205,13 @@ def add_residual_noise(
     *,
     seed: bytes,
     round_index: int,
+    in_place: bool = False,
 ) -> U64:
-    """payload + g, g ~ N_Z(0, σ_res,t²) per entry of tensor t, from the private stream ``seed``."""
-    out = payload.copy()
+    """payload + g, g ~ N_Z(0, σ_res,t²) per entry of tensor t, from the private stream ``seed``.
+
+    ``in_place``: add g inside ``payload`` (which the caller gives up) instead of a copy.
+    """
+    out = payload if in_place else payload.copy()
     for slot in layout:
         variance = noise.residual_variance_units(slot.name)
         if variance == 0:

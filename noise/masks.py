@@ -93,6 +93,7 @@ def pair_terms(
     size: int,
     codec: FixedPointCodec,
     variances: Mapping[str, Fraction] | None = None,
+    out: NDArray[np.uint64] | None = None,
 ) -> NDArray[np.uint64]:
     """Signed sum of node ``node_id``'s pair terms ±t_kj with the given peers.
 
@@ -100,13 +101,23 @@ def pair_terms(
     ``peers`` = dropped nodes it is the unmask correction the coordinator
     subtracts from the survivors' sum to recover their exact aggregate.
     ``variances`` maps each neighbour to c_kj² in grid units² (default:
-    :func:`design_variances`).
+    :func:`design_variances`). ``out``: a uint64 vector of ``size`` entries
+    the terms are added into (modulo 2^64) and which is returned, e.g. the
+    tensor's slot of a whole payload; by default a fresh vector of zeros.
     """
     design.index(node_id)  # validates the id
     exact = design_variances(design, node_id, codec) if variances is None else variances
     peer_list = [p for p in peers if exact.get(p, Fraction(0)) > 0]
     _check_seeds(node_id, peer_list, seeds)
-    total = np.zeros(size, dtype=_U64)
+    if out is None:
+        total = np.zeros(size, dtype=_U64)
+    elif out.dtype != _U64 or out.shape != (size,):
+        raise ValueError(
+            f"out must be a uint64 vector of {size} entries for tensor {tensor!r}; got dtype "
+            f"{out.dtype} with shape {out.shape}"
+        )
+    else:
+        total = out
     for peer in sorted(peer_list):
         key = stream_key(seeds[peer], round_index=round_index, tensor=tensor, purpose="mask")
         term = discrete_gaussian_variance(key, exact[peer], size).view(_U64)
@@ -127,8 +138,12 @@ def pairwise_mask(
     size: int,
     codec: FixedPointCodec,
     variances: Mapping[str, Fraction] | None = None,
+    out: NDArray[np.uint64] | None = None,
 ) -> NDArray[np.uint64]:
-    """Node ``node_id``'s full pairwise mask m_k = Σ_j ±t_kj, t_kj ~ N_Z(0, c_kj²), one tensor."""
+    """Node ``node_id``'s full pairwise mask m_k = Σ_j ±t_kj, t_kj ~ N_Z(0, c_kj²), one tensor.
+
+    ``out`` as for :func:`pair_terms` (the mask is added into it).
+    """
     return pair_terms(
         design,
         node_id,
@@ -139,6 +154,7 @@ def pairwise_mask(
         size=size,
         codec=codec,
         variances=variances,
+        out=out,
     )
 
 

@@ -26,10 +26,21 @@ FloatArray = NDArray[np.float64]
 RANK_RTOL = 1e-10
 
 
+def _row_starts(p: int) -> list[int]:
+    """Offset of row i's first entry (column i) in the packed upper triangle."""
+    return [i * p - i * (i - 1) // 2 for i in range(p + 1)]
+
+
 def pack_symmetric(matrix: FloatArray) -> FloatArray:
-    """Upper triangle (diagonal included) of a symmetric matrix, row by row: P(P+1)/2 values."""
-    rows, cols = np.triu_indices(matrix.shape[0])
-    packed: FloatArray = np.ascontiguousarray(matrix[rows, cols])
+    """Upper triangle (diagonal included) of a symmetric matrix, row by row: P(P+1)/2 values.
+
+    Copied row by row into the output: no index arrays of the triangle's size.
+    """
+    p = matrix.shape[0]
+    packed: FloatArray = np.empty(packed_size(p), dtype=matrix.dtype)
+    starts = _row_starts(p)
+    for i in range(p):
+        packed[starts[i] : starts[i + 1]] = matrix[i, i:]
     return packed
 
 
@@ -37,17 +48,49 @@ def packed_size(p: int) -> int:
     return p * (p + 1) // 2
 
 
-def unpack_symmetric(packed: FloatArray, p: int) -> FloatArray:
-    """Inverse of :func:`pack_symmetric`; the result is exactly symmetric."""
+def _check_packed(packed: FloatArray, p: int) -> None:
     if packed.shape != (packed_size(p),):
         raise ValueError(
             f"a packed symmetric {p}x{p} matrix has {packed_size(p)} entries; got shape "
             f"{packed.shape}."
         )
+
+
+def unpack_symmetric(packed: FloatArray, p: int) -> FloatArray:
+    """Inverse of :func:`pack_symmetric`; the result is exactly symmetric."""
+    _check_packed(packed, p)
     matrix = np.empty((p, p))
-    rows, cols = np.triu_indices(p)
-    matrix[rows, cols] = packed
-    matrix[cols, rows] = packed
+    starts = _row_starts(p)
+    for i in range(p):
+        row = packed[starts[i] : starts[i + 1]]
+        matrix[i, i:] = row
+        matrix[i:, i] = row
+    return matrix
+
+
+def packed_diagonal(packed: FloatArray, p: int) -> FloatArray:
+    """The diagonal of the matrix :func:`pack_symmetric` packed, without unpacking it."""
+    _check_packed(packed, p)
+    diagonal: FloatArray = np.asarray(packed, dtype=np.float64)[_row_starts(p)[:p]]
+    return diagonal
+
+
+def symmetrise(matrix: FloatArray, block: int = 256) -> FloatArray:
+    """``(matrix + matrix.T) / 2`` in place, block by block; returns ``matrix``.
+
+    Each pair of entries becomes (m_ij + m_ji) / 2, the same float as the
+    out-of-place expression gives (addition commutes exactly), so the result
+    is exactly symmetric; only two blocks are copied at a time.
+    """
+    p = matrix.shape[0]
+    for i in range(0, p, block):
+        rows = slice(i, min(i + block, p))
+        for j in range(i, p, block):
+            cols = slice(j, min(j + block, p))
+            mean = matrix[rows, cols] + matrix[cols, rows].T
+            mean /= 2.0
+            matrix[rows, cols] = mean
+            matrix[cols, rows] = mean.T
     return matrix
 
 

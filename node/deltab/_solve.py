@@ -43,6 +43,7 @@ from node.deltab._linalg import (
     fix_signs,
     numerical_rank,
     right_vectors_from_gram,
+    symmetrise,
 )
 from node.deltab._params import Reduction
 from node.deltab.exceptions import DeltabWarning
@@ -53,6 +54,8 @@ CONSTANT_RTOL = 1e-12
 # The orthogonalised Y² is taken as absent when (almost) all of Y² is explained
 # by Y — e.g. a cohort with only two distinct ages.
 QUADRATIC_RTOL = 1e-10
+# Rows of a P × P matrix updated at a time (a few MB of temporaries).
+_BLOCK = 256
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,7 +65,9 @@ class CentredSums:
     c = (x - mean) / half per feature, y = (age - mean) / half, k likewise per
     confound (see ``scaling``). ``sum_xx`` may be omitted when the spectrum is
     computed from the data themselves (``ExplicitData``); its diagonal is always
-    needed for the feature standard deviations.
+    needed for the feature standard deviations. ``solve`` overwrites ``sum_xx``
+    (it turns it into the scatter of the standardised, residualised features in
+    place), so a caller hands over sums it does not use afterwards.
     """
 
     n: float
@@ -226,12 +231,17 @@ def solve(
     if explicit is None:
         if sums.sum_xx is None:
             raise ValueError("the scatter sum_xx is required when the data are not given.")
-        kept = sums.sum_xx if support.all() else sums.sum_xx[np.ix_(support, support)]
-        scatter = kept - gc0 @ coef_c[:, support]
+        # The scatter is worked out inside sums.sum_xx (scratch space of the caller,
+        # like ExplicitData.features), a block of rows at a time: the P × P scatter
+        # is the only matrix of that size besides what eigh needs.
+        scatter = sums.sum_xx if support.all() else sums.sum_xx[np.ix_(support, support)]
+        adjust = coef_c[:, support]
+        for i in range(0, p_kept, _BLOCK):
+            rows = slice(i, i + _BLOCK)
+            scatter[rows] -= gc0[rows] @ adjust
         scatter /= std[:, np.newaxis]
         scatter /= std[np.newaxis, :]
-        scatter += scatter.T  # exact symmetry (numpy buffers the overlapping operand)
-        scatter *= 0.5
+        symmetrise(scatter)  # exact symmetry: (s_ij + s_ji) / 2 on both sides
         total = float(np.trace(scatter))
         eigenvalues, eigenvectors = eigh_descending(scatter)
         del scatter

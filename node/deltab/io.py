@@ -16,9 +16,13 @@ misread: semicolon-separated "CSV" (the export of locales whose decimal mark
 is a comma) and, where an ``age`` column is needed, a table without a header
 row (:func:`no_age_column` says which of the two, or what else, is the cause).
 
-Numbers are parsed by ``numpy.loadtxt``'s C reader; only when it objects (a
-missing-value token, a bad cell) is the file read again cell by cell, which is
-slower but can say exactly which line and column is at fault. Every problem is
+The file is read twice, line by line: a first pass learns the layout and
+checks every row's field count and id, a second parses the numbers a few
+hundred subjects at a time straight into one (subjects, features) array, so
+the text is never held whole. Numbers are parsed by ``numpy.loadtxt``'s C
+reader; only a chunk where it objects (a missing-value token, a bad cell) is
+parsed cell by cell, which is slower but can say exactly which line and
+column is at fault. Every problem is
 a :class:`DeltabInputError` whose message is one sentence naming the file, the
 line and the column.
 """
@@ -60,6 +64,8 @@ FloatArray = NDArray[np.float64]
 # 50,000 subjects with 5,000 measures of ten characters each take 2.5 GB; a
 # larger "table" (or /dev/zero behind a symlink) is refused before it is read.
 MAX_TABLE_BYTES = 4 * GIB
+# Subjects parsed at a time in the second pass (a few MB of text at 2,641 features).
+_CHUNK_ROWS = 256
 
 MISSING_TOKENS = frozenset({"", "na", "n/a", "nan", "null"})
 ID_COLUMN_NAMES = frozenset({"id", "eid", "subject", "subject_id", "participant_id"})
@@ -317,62 +323,109 @@ def _parse_cell(path: Path, layout: _Layout, number: int, column: int, cell: str
     return value
 
 
-def _parse_slowly(path: Path, layout: _Layout, columns: Sequence[int]) -> FloatArray:
-    """Cell-by-cell parse: understands missing-value tokens and names any bad cell."""
-    out = np.empty((len(layout.lines), len(columns)), dtype=np.float64)
-    wanted = set(layout.lines)
-    i = 0
-    for number, line in _open(path):
-        if number not in wanted:
-            continue
+def _parse_slowly(
+    path: Path, layout: _Layout, columns: Sequence[int], rows: Sequence[tuple[int, str]]
+) -> FloatArray:
+    """Cell-by-cell parse of ``rows``: understands missing-value tokens and names any bad cell."""
+    out = np.empty((len(rows), len(columns)), dtype=np.float64)
+    for i, (number, line) in enumerate(rows):
         cells = _split(line, layout.delimiter)
         out[i] = [_parse_cell(path, layout, number, j, cells[j]) for j in columns]
-        i += 1
     return out
 
 
-def _parse(path: Path, layout: _Layout, columns: Sequence[int]) -> FloatArray:
-    if not columns:
-        return np.empty((len(layout.lines), 0), dtype=np.float64)
+def _parse_rows(
+    path: Path, layout: _Layout, columns: Sequence[int], rows: Sequence[tuple[int, str]]
+) -> FloatArray:
+    """The numbers of ``rows`` (line number, text): numpy's C reader, cell by cell if it objects."""
     try:
-        with _text(path) as handle:
-            values = _loadtxt(handle, layout, columns)
-    except ValueError:
-        # loadtxt's messages count rows from zero and skip blank lines; the slow
-        # path finds the same problem and reports it in the file's own terms.
-        return _parse_slowly(path, layout, columns)
-    except OSError:
-        # The first pass read the file; if it has changed since, read it again slowly.
-        return _parse_slowly(path, layout, columns)
-    if values.shape != (len(layout.lines), len(columns)):
-        return _parse_slowly(path, layout, columns)
-    return values
-
-
-def _loadtxt(handle: io.TextIOWrapper, layout: _Layout, columns: Sequence[int]) -> FloatArray:
-    values: FloatArray = np.loadtxt(
-        handle,
-        dtype=np.float64,
-        delimiter=layout.delimiter,
-        skiprows=layout.header_line,
-        usecols=None if layout.id_index is None else columns,
-        comments=None,
-        quotechar='"' if layout.delimiter is not None else None,
-        ndmin=2,
-    )
-    return values
-
-
-def _reject_infinite(
-    path: Path, layout: _Layout, columns: Sequence[int], values: FloatArray
-) -> None:
-    bad = np.argwhere(np.isinf(values))
-    if bad.size:
-        row, col = (int(v) for v in bad[0])
-        raise DeltabInputError(
-            f"{path}: line {layout.lines[row]}, {_column_label(layout, columns[col])}: "
-            f"'{float(values[row, col])}' is not a finite number."
+        values: FloatArray = np.loadtxt(
+            [line for _, line in rows],
+            dtype=np.float64,
+            delimiter=layout.delimiter,
+            usecols=None if layout.id_index is None else columns,
+            comments=None,
+            quotechar='"' if layout.delimiter is not None else None,
+            ndmin=2,
         )
+    except ValueError:
+        # loadtxt's messages count rows from zero; the slow path finds the same
+        # problem (or reads the missing-value tokens) in the file's own terms.
+        return _parse_slowly(path, layout, columns, rows)
+    if values.shape != (len(rows), len(columns)):
+        return _parse_slowly(path, layout, columns, rows)
+    return values
+
+
+def _data_rows(path: Path, layout: _Layout) -> Iterator[list[tuple[int, str]]]:
+    """The table's data lines (line number, text), ``_CHUNK_ROWS`` at a time."""
+    chunk: list[tuple[int, str]] = []
+    for number, line in _open(path):
+        if number <= layout.header_line:
+            continue
+        chunk.append((number, line))
+        if len(chunk) == _CHUNK_ROWS:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _first_infinite(
+    path: Path,
+    layout: _Layout,
+    columns: Sequence[int],
+    values: FloatArray,
+    rows: Sequence[tuple[int, str]],
+) -> DeltabInputError | None:
+    bad = np.argwhere(np.isinf(values))
+    if not bad.size:
+        return None
+    row, col = (int(v) for v in bad[0])
+    return DeltabInputError(
+        f"{path}: line {rows[row][0]}, {_column_label(layout, columns[col])}: "
+        f"'{float(values[row, col])}' is not a finite number."
+    )
+
+
+def _parse(
+    path: Path, layout: _Layout, columns: Sequence[int], age_at: int | None
+) -> tuple[FloatArray, FloatArray | None]:
+    """Second pass: (features, ages) read ``_CHUNK_ROWS`` subjects at a time.
+
+    ``columns`` are the non-id columns and ``age_at`` the position of the age
+    among them. Each chunk is parsed on its own and copied into the two
+    results, so the file is never held whole, nor a table with the age
+    column that would then be copied without it; the features come out as
+    one C-contiguous (subjects, features) array, the layout every later step
+    reads without another copy.
+    """
+    n = len(layout.lines)
+    kept = [k for k in range(len(columns)) if k != age_at]
+    features = np.empty((n, len(kept)), dtype=np.float64)
+    age = None if age_at is None else np.empty(n, dtype=np.float64)
+    if not columns:
+        return features, age
+    done = 0
+    # A cell that is not a number anywhere is reported before an infinite one.
+    infinite: DeltabInputError | None = None
+    for rows in _data_rows(path, layout):
+        stop = done + len(rows)
+        if stop > n or [number for number, _ in rows] != layout.lines[done:stop]:
+            raise DeltabInputError(f"{path} changed while it was being read; read it again.")
+        values = _parse_rows(path, layout, columns, rows)
+        infinite = infinite or _first_infinite(path, layout, columns, values, rows)
+        if age is not None:
+            age[done:stop] = values[:, age_at]
+            features[done:stop] = values[:, kept]
+        else:
+            features[done:stop] = values
+        done = stop
+    if done != n:
+        raise DeltabInputError(f"{path} changed while it was being read; read it again.")
+    if infinite is not None:
+        raise infinite
+    return features, age
 
 
 def read_table(path: str | Path) -> Table:
@@ -380,23 +433,18 @@ def read_table(path: str | Path) -> Table:
     source = Path(path)
     layout = _scan(source)
     columns = [j for j in range(len(layout.names)) if j != layout.id_index]
-    values = _parse(source, layout, columns)
-    _reject_infinite(source, layout, columns, values)
-    age: FloatArray | None = None
-    feature_columns = columns
+    age_at: int | None = None
     if layout.header_line:
-        age_at = [k for k, j in enumerate(columns) if layout.names[j].lower() == AGE_COLUMN_NAME]
-        if age_at:
-            k = age_at[0]
-            age = values[:, k].copy()
-            values = np.delete(values, k, axis=1) if k else values[:, 1:]
-            feature_columns = [j for j in columns if j != columns[k]]
+        named = [k for k, j in enumerate(columns) if layout.names[j].lower() == AGE_COLUMN_NAME]
+        age_at = named[0] if named else None
+    features, age = _parse(source, layout, columns, age_at)
+    feature_columns = [j for k, j in enumerate(columns) if k != age_at]
     return Table(
         path=source,
         has_header=bool(layout.header_line),
         delimiter=layout.delimiter,
         feature_names=tuple(layout.names[j] for j in feature_columns),
-        features=values,
+        features=features,
         ids=tuple(layout.ids) if layout.ids is not None else None,
         age=age,
         lines=np.asarray(layout.lines, dtype=np.int64),

@@ -90,5 +90,7 @@ def fit_to_training_bounds(
                 "to clip them to the bounds, as the fit did.",
             )
         )
-    clipped: FloatArray = np.where(np.isnan(values), values, np.clip(values, low, high))
+    # One copy of the features: clipped, then NaN (missing) put back where it was.
+    clipped: FloatArray = np.clip(values, low, high)
+    np.copyto(clipped, values, where=np.isnan(values))
     return clipped, report

@@ -170,18 +170,27 @@ def _outside(values: FloatArray, lo: FloatArray | float, hi: FloatArray | float)
     return counts
 
 
-def clip_to_bounds(
+def clip_counts(
     X: FloatArray, age: FloatArray, confounds: FloatArray, bounds: Bounds | None
-) -> tuple[FloatArray, FloatArray, FloatArray, ClipCounts]:
-    """Clip to the bounds (NaN stays NaN) and count the clipped values per column."""
+) -> ClipCounts:
+    """The values :func:`clip_to_bounds` would clip, per column, without clipping anything."""
     if bounds is None:
-        return X, age, confounds, ClipCounts.none(X.shape[1], confounds.shape[1])
+        return ClipCounts.none(X.shape[1], confounds.shape[1])
     bounds.check_shapes(X.shape[1], confounds.shape[1])
-    counts = ClipCounts(
+    return ClipCounts(
         features=_outside(X, bounds.feature_lo, bounds.feature_hi),
         age=int(_outside(age, bounds.age_lo, bounds.age_hi)),
         confounds=_outside(confounds, bounds.confound_lo, bounds.confound_hi),
     )
+
+
+def clip_to_bounds(
+    X: FloatArray, age: FloatArray, confounds: FloatArray, bounds: Bounds | None
+) -> tuple[FloatArray, FloatArray, FloatArray, ClipCounts]:
+    """Clip to the bounds (NaN stays NaN) and count the clipped values per column."""
+    counts = clip_counts(X, age, confounds, bounds)
+    if bounds is None:
+        return X, age, confounds, counts
     return (
         np.clip(X, bounds.feature_lo, bounds.feature_hi),
         np.clip(age, bounds.age_lo, bounds.age_hi),

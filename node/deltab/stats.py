@@ -57,7 +57,7 @@ from node.deltab._checks import (
 )
 from node.deltab._linalg import pack_symmetric, packed_size, unpack_symmetric
 from node.deltab._solve import CentredSums
-from node.deltab.scaling import Bounds, ClipCounts, Standardisation, clip_to_bounds
+from node.deltab.scaling import Bounds, ClipCounts, Standardisation, clip_counts, clip_to_bounds
 from node.deltab.sums import ROUND_NAMES as ONE_RELEASE_ROUNDS
 from node.deltab.sums import round_shapes
 from node.deltab.sums import sensitivity as one_release_sensitivity
@@ -234,11 +234,16 @@ def _prescale(
     X, age, confounds, _ = clip_to_bounds(X, age, confounds, bounds)
     if bounds is None:
         return X, age, confounds
-    return (
-        (X - bounds.feature_centre) / bounds.feature_half,
-        (age - bounds.age_centre) / bounds.age_half,
-        (confounds - bounds.confound_centre) / bounds.confound_half,
-    )
+    # The clipped arrays are fresh copies: pre-scale them in place, the same
+    # (v − centre) / half as out of place, without two more copies of the cohort.
+    for values, centre, half in (
+        (X, bounds.feature_centre, bounds.feature_half),
+        (age, bounds.age_centre, bounds.age_half),
+        (confounds, bounds.confound_centre, bounds.confound_half),
+    ):
+        np.subtract(values, centre, out=values)
+        np.divide(values, half, out=values)
+    return X, age, confounds
 
 
 def local_moments(
@@ -484,7 +489,7 @@ def count_clipped(
 ) -> ClipCounts:
     """Values of the subjects a node uses that lie outside the public bounds (kept locally)."""
     features, ages, conf = _validated(X, age, confounds, nan_policy)
-    return clip_to_bounds(features, ages, conf, bounds)[3]
+    return clip_counts(features, ages, conf, bounds)
 
 
 def sensitivity(

@@ -71,7 +71,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from node.deltab._checks import FloatArray, check_nan_policy
-from node.deltab._linalg import pack_symmetric, unpack_symmetric
+from node.deltab._linalg import pack_symmetric, packed_diagonal, symmetrise, unpack_symmetric
 from node.deltab._solve import CentredSums
 from node.deltab.scaling import Bounds, Standardisation
 from node.deltab.stats import Tensors, _infer_sizes, _prescale, _validated, check_tensors
@@ -270,6 +270,31 @@ def _cross(
     return centred
 
 
+def _cross_in_place(
+    s_pq: FloatArray,
+    s_p: FloatArray,
+    s_q: FloatArray,
+    a: FloatArray,
+    b: FloatArray,
+    *,
+    n: float,
+    block: int = 256,
+) -> FloatArray:
+    """:func:`_cross` computed inside ``s_pq``, a block of rows at a time; returns ``s_pq``.
+
+    Every entry goes through the same operations in the same order as in
+    :func:`_cross` ((s − p_i b_j) − a_i q_j) + N (a_i b_j), so the result is
+    the same float for float; the P × P outer products are never formed whole.
+    """
+    for i in range(0, s_pq.shape[0], block):
+        rows = slice(i, i + block)
+        part = s_pq[rows]
+        part -= np.multiply.outer(s_p[rows], b)
+        part -= np.multiply.outer(a[rows], s_q)
+        part += n * np.multiply.outer(a[rows], b)
+    return s_pq
+
+
 def _flat_variables(centred_squares: FloatArray, raw_squares: FloatArray) -> IndexArray:
     """Indices whose centred sum of squares is rounding error of the raw one."""
     flat: IndexArray = np.flatnonzero(centred_squares <= CANCELLATION_RTOL * raw_squares)
@@ -301,7 +326,9 @@ def centred_from_sums(
     s_x, s_y = t["sum_x"], float(t["sum_y"])
     v1, v2, v3, v4 = _central_powers([n, s_y, *(float(t[f"sum_y{k}"]) for k in (2, 3, 4))], b)
     sum_u = s_x - n * a
-    sum_xx = _cross(unpack_symmetric(t["sum_xx"], p), s_x, s_x, a, a, n=n)
+    # The P × P sums are centred and symmetrised inside one matrix (the only one
+    # of that size here); the raw diagonal is read from the packed triangle.
+    sum_xx = _cross_in_place(unpack_symmetric(t["sum_xx"], p), s_x, s_x, a, a, n=n)
     sum_uv = t["sum_xy"] - b * s_x - a * s_y + n * a * b
     sum_uv2 = t["sum_xy2"] - 2.0 * b * t["sum_xy"] + b * b * s_x - a * v2
     if c:
@@ -315,11 +342,11 @@ def centred_from_sums(
         sum_cc, sum_w, sum_uw = np.zeros((0, 0)), np.zeros(0), np.zeros((p, 0))
         sum_wv = sum_wv2 = np.zeros(0)
     # Rounding leaves the two triangles of a centred matrix a few ulps apart.
-    sum_xx = (sum_xx + sum_xx.T) / 2.0
+    sum_xx = symmetrise(sum_xx)
     sum_cc = (sum_cc + sum_cc.T) / 2.0
     y_sums = [v1, v2, v3, v4]
 
-    raw_xx = np.diag(unpack_symmetric(t["sum_xx"], p))
+    raw_xx = packed_diagonal(np.asarray(t["sum_xx"], dtype=np.float64), p)
     flat = _flat_variables(np.diag(sum_xx), raw_xx)
     sum_u[flat] = sum_uv[flat] = sum_uv2[flat] = 0.0
     sum_xx[flat, :] = sum_xx[:, flat] = 0.0

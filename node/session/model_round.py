@@ -204,13 +204,18 @@ def run_model_round(
             noise = plan_release(
                 ctx.config, participants, ctx.node_id, ctx.plan.sensitivities(name), name
             )
+            # q(x_k) + m_k formed inside the mask's own buffer (addition modulo 2^64
+            # commutes), so the round holds q(x_k), the egress and nothing more.
             mask = masks.take(noise, layout, round_index=index)
+            np.add(mask, clean, out=mask)
             egress = add_residual_noise(
-                clean + mask, noise, layout, seed=private_seed(ctx), round_index=index
+                mask, noise, layout, seed=private_seed(ctx), round_index=index, in_place=True
             )
+            del mask
         folder = egress_steps.release(
             ctx, index=index, name=name, layout=layout, noise=noise, clean=clean, egress=egress
         )
+    del clean  # recorded in the audit folder; the rest of the round needs only the egress
     submitted, expected, duplicate = upload(
         ctx, index=index, name=name, payload=egress, layout=layout, participants=participants
     )
@@ -233,6 +238,7 @@ def run_model_round(
     if outcome is None:
         ctx.say(f"round {index} ({name!r}) is superseded; waiting for the rerun")
         return None
+    del egress  # the aggregate is verified: the own contribution is needed no more
     ctx.plan.receive(name, layout.decode(outcome.aggregate, ctx.codec))
     ctx.say(f"round {index} ({name!r}) aggregated")
     return outcome
