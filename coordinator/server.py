@@ -140,6 +140,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         (also a federation node that may still join: the roster and status
         it needs to), "join" (a node that may join, or has). Checked before
         the message is even converted, so a caller outside sees nothing else.
+        Whatever the outcome, the state is flushed to disk first
+        (:meth:`Session.sync`): a node never hears of a change that power loss
+        could undo.
         """
         caller = self._caller(context)
         try:
@@ -147,9 +150,14 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 self.session.check_may_join(caller)
             else:
                 self.session.check_in_roster(caller, while_joining=access == "joining")
-            return action(caller)
+            answer = action(caller)
         except CoordinatorError as error:
             _abort(context, error)
+        finally:
+            # Group commit: no answer, and no refusal, leaves before every state
+            # change made so far is on disk (one flush shared by concurrent calls).
+            self.session.sync()
+        return answer
 
     # ------------------------------------------------------------ join and roster
 

@@ -221,6 +221,10 @@ class Session:
         """True once the session completed or failed."""
         return self._views.ended()
 
+    def sync(self) -> None:
+        """Make every state change committed so far durable (one shared flush; Store.sync)."""
+        self.store.sync()
+
     def everyone_informed(self) -> bool:
         """True when every live node has learnt the outcome (final result sent, or failure seen)."""
         return self._views.everyone_informed()
