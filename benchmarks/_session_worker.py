@@ -24,7 +24,8 @@ one JSON line on stdout (``{"error": ...}`` when the command failed):
   one drawn now (``noise.masks.pairwise_mask``, "in_round"); then upload it
   with a signed upload statement (``node.statements``) and obtain the round's
   aggregate — from the coordinator by polling
-  ``GetResult`` every ``--poll-seconds`` (default :data:`POLL_SECONDS`), or
+  ``GetResult`` in a loop, ``--poll-seconds`` apart (default :data:`POLL_SECONDS`;
+  the coordinator holds a poll until something changes), or
   from the baseline server, which answers when the sum is complete; the
   coordinator's aggregate is accepted only once every counted node's
   statement checks out, as a node does. The
@@ -83,9 +84,10 @@ __all__ = ["MASK_MODES", "PLAIN_TENSOR", "POLL_SECONDS", "TENSOR", "main", "node
 
 MASK_MODES = ("ahead", "in_round", "none")
 
-# Result polling period: short enough to add at most 10 ms to a round, long
-# enough that K pollers leave the coordinator's CPU to the uploads.
-POLL_SECONDS = 0.01
+# Pause between result polls. The coordinator holds a poll that would show
+# nothing new until something changes (coordinator/server.py), so K pollers
+# cost it nothing while they wait and the pause only needs to be short.
+POLL_SECONDS = 0.001
 TENSOR = "values"
 # The bare baseline's rounds use a tensor name of their own, so no keystream of a
 # session round is reused.

@@ -16,6 +16,13 @@ exceeds about 1 MiB plus a few hundred bytes of header; the server refuses
 any single incoming message above :data:`MAX_MESSAGE_BYTES` (2 MiB) before it
 reaches the servicer, with gRPC's own status RESOURCE_EXHAUSTED.
 
+Result polls are long polls: a GetResult that would show its caller the
+same round, still under way, as its previous one, with no transition
+committed since, waits up to :data:`RESULT_HOLD_SECONDS` for one (without
+the session lock) and answers as soon as it commits. Nodes poll in a loop;
+so they hear of each change at once, and K idle pollers cost the
+coordinator nothing.
+
 Memory does not grow with the number of nodes K: each round keeps one running
 sum (coordinator/aggregate.py); at most ``payload_slots`` payload streams are
 read at a time while the others wait with a 64 KiB flow-control window; and
@@ -83,6 +90,7 @@ from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
+    "RESULT_HOLD_SECONDS",
     "CoordinatorServicer",
     "RunningServer",
     "ServerLimits",
@@ -95,6 +103,8 @@ MAX_MESSAGE_BYTES = 2 << 20
 DEFAULT_PAYLOAD_SLOTS = 4
 # Result chunks sent; smaller than the 1 MiB limit to keep K concurrent downloads small.
 RESULT_CHUNK_BYTES = 256 << 10
+# How long a GetResult poll that would show the caller nothing new waits for a change.
+RESULT_HOLD_SECONDS = 1.0
 
 
 def _abort(context: grpc.ServicerContext, error: CoordinatorError) -> NoReturn:
@@ -111,8 +121,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         *,
         payload_slots: int = DEFAULT_PAYLOAD_SLOTS,
         verifier: PeerVerifier | None = None,
+        result_hold_seconds: float = RESULT_HOLD_SECONDS,
     ) -> None:
         self.session = session
+        self._result_hold = result_hold_seconds
         self._slots = threading.BoundedSemaphore(payload_slots)
         # Pathlen and revocation, which the TLS layer does not check (proto.tls).
         self._verifier = verifier
@@ -152,11 +164,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
                 self.session.check_in_roster(caller, while_joining=access == "joining")
             answer = action(caller)
         except CoordinatorError as error:
-            _abort(context, error)
-        finally:
-            # Group commit: no answer, and no refusal, leaves before every state
-            # change made so far is on disk (one flush shared by concurrent calls).
             self.session.sync()
+            _abort(context, error)
+        # Group commit: no answer, and no refusal, leaves before every state
+        # change made so far is on disk (one flush shared by concurrent calls).
+        self.session.sync()
         return answer
 
     # ------------------------------------------------------------ join and roster
@@ -268,7 +280,10 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         def check(caller: str) -> tuple[str, Any]:
             self.session.check_caller(caller, request.node_id or caller)
             return caller, self.session.result(
-                request.session_id, request.round_index, caller=caller
+                request.session_id,
+                request.round_index,
+                caller=caller,
+                hold_seconds=self._result_hold,
             )
 
         caller, view = self._call(context, check)

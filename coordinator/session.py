@@ -205,9 +205,17 @@ class Session:
         """Apply every deadline that has passed at ``now`` (default: the clock)."""
         self._deadlines.tick(now)
 
-    def result(self, session_id: str, round_index: int, *, caller: str) -> ResultView:
-        """A round's status and, when ready, where its aggregate is stored."""
-        return self._views.result(session_id, round_index, caller=caller)
+    def result(
+        self, session_id: str, round_index: int, *, caller: str, hold_seconds: float = 0.0
+    ) -> ResultView:
+        """A round's status and, when ready, where its aggregate is stored.
+
+        ``hold_seconds``: how long a repeated poll that would see nothing new
+        waits for a change (a long poll; Views.result).
+        """
+        return self._views.result(
+            session_id, round_index, caller=caller, hold_seconds=hold_seconds
+        )
 
     def record_delivery(self, round_index: int, node_id: str) -> None:
         """Note that ``node_id`` was sent the whole result of a round."""

@@ -49,6 +49,9 @@ class Views:
         # next for the session's reason, so stopping the server as soon as
         # GetResult had answered would leave that call unanswered.
         self._notified: set[str] = set()
+        # Per caller: the round, transition count and whether the round was
+        # still under way, of the last result view it was sent (held polls).
+        self._sent: dict[str, tuple[int, int, bool]] = {}
 
     def _note_terminal(self, caller: str, row: SessionRow) -> None:
         if row.state == SessionState.FAILED:
@@ -91,8 +94,30 @@ class Views:
                 ),
             )
 
-    def result(self, session_id: str, round_index: int, *, caller: str) -> ResultView:
-        """A round's status and, when ready, where its aggregate is stored."""
+    def result(
+        self, session_id: str, round_index: int, *, caller: str, hold_seconds: float = 0.0
+    ) -> ResultView:
+        """A round's status and, when ready, where its aggregate is stored.
+
+        ``hold_seconds`` > 0 makes a repeated poll a long poll: when the
+        caller was last sent this round, still open or awaiting unmask, and
+        no transition has committed since, the answer waits (without the
+        session lock) until one does or ``hold_seconds`` pass. A node that
+        polls in a loop so hears of each change as it commits, and costs
+        nothing while nothing changes.
+        """
+        ctx = self.ctx
+        sent = self._sent.get(caller)
+        if hold_seconds > 0 and sent == (round_index, ctx.version, True):
+            ctx.wait_for_change(sent[1], hold_seconds)
+        # Read before the view, so a change while it is built is answered at once next time.
+        version = ctx.version
+        view = self._result(session_id, round_index, caller=caller)
+        under_way = view.status in (RoundStatus.OPEN, RoundStatus.UNMASK)
+        self._sent[caller] = (round_index, version, under_way)
+        return view
+
+    def _result(self, session_id: str, round_index: int, *, caller: str) -> ResultView:
         ctx = self.ctx
         with ctx.lock:
             check_in_roster(ctx, caller, caller)
