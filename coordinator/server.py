@@ -433,13 +433,15 @@ def start_server(
     payload_slots: int = DEFAULT_PAYLOAD_SLOTS,
     limits: ServerLimits | None = None,
     log: Callable[[str], None] | None = None,
+    result_hold_seconds: float = RESULT_HOLD_SECONDS,
 ) -> RunningServer:
     """Serve ``session`` over mutual TLS on ``listen`` (port 0: any free port).
 
     ``limits`` (default :class:`ServerLimits`) bounds the calls of each caller
     and in total; the thread pool has one worker per call the total admits,
     so an admitted call never waits for a thread (``max_workers`` overrides
-    it). ``log`` hears the ticker's and the guard's events; a
+    it). ``result_hold_seconds`` bounds a held result poll (the module
+    docstring). ``log`` hears the ticker's and the guard's events; a
     :class:`~coordinator.logs.CoordinatorLog` gets them with their fields.
     """
     limits = limits or ServerLimits()
@@ -480,6 +482,7 @@ def start_server(
             session,
             payload_slots=payload_slots,
             verifier=PeerVerifier(tls.ca_certificate, tls.revoked),
+            result_hold_seconds=result_hold_seconds,
         ),
         server,
     )
