@@ -74,7 +74,7 @@ from noise.aggregate_check import (
 from noise.designs import Design, complete_design
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
-from noise.layout import Layout
+from noise.layout import Layout, payload_digest
 from noise.masks import pairwise_mask
 from noise.self_mask import self_mask, self_mask_commitment, self_mask_seed
 from noise.transcript import sealed_check_message
@@ -362,7 +362,7 @@ class _Node:
                 if peer != self.node_id
             ]
             masked = time.monotonic()
-            digest = hashlib.sha256(payload.astype("<u8", copy=False).tobytes()).digest()
+            digest = payload_digest(payload)
             client.upload(
                 session_id=self.session_id,
                 round_index=round_index,
@@ -382,6 +382,7 @@ class _Node:
                 ),
                 self_mask_commitment=self_mask_commitment(seed),
                 challenge=challenge,
+                payload_sha256=digest,
             )
             uploaded = time.monotonic()
             attested = False
