@@ -213,9 +213,7 @@ class Session:
         ``hold_seconds``: how long a repeated poll that would see nothing new
         waits for a change (a long poll; Views.result).
         """
-        return self._views.result(
-            session_id, round_index, caller=caller, hold_seconds=hold_seconds
-        )
+        return self._views.result(session_id, round_index, caller=caller, hold_seconds=hold_seconds)
 
     def record_delivery(self, round_index: int, node_id: str) -> None:
         """Note that ``node_id`` was sent the whole result of a round."""
