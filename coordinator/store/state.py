@@ -144,8 +144,14 @@ class Store:
             self._synced = covered
 
     def _wal_descriptor(self) -> int:
-        """A descriptor of the state file's WAL (the ``-wal`` file beside it), opened once."""
+        """A descriptor of the state file's WAL (the ``-wal`` file beside it), opened once.
+
+        Should SQLite have kept its rollback journal (a file system without
+        WAL support), the database file itself is what holds the commits.
+        """
         wal = self.path.with_name(self.path.name + "-wal")
+        if not wal.exists():
+            wal = self.path
         if self._wal_fd >= 0 and os.fstat(self._wal_fd).st_ino == wal.stat().st_ino:
             return self._wal_fd
         if self._wal_fd >= 0:
