@@ -6,7 +6,8 @@ and a layout equal to the round's);
 chunks then go to a temporary file and, in the same pass, into the round's
 running sum (coordinator/steps/streams.py), so memory does not grow with the
 number of nodes. At the end the size and SHA-256 are verified, the file is
-placed and the upload recorded in one transaction; if it was the last one the
+placed (durably, before the session lock is taken) and the upload recorded in
+one transaction; if it was the last one the
 round moves to its unmask step in that same transaction (the table of
 coordinator/transitions.py: an upload completed the round), where every
 survivor reveals the seed of the uniform self-mask its upload carries
