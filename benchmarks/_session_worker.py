@@ -24,7 +24,8 @@ one JSON line on stdout (``{"error": ...}`` when the command failed):
   one drawn now (``noise.masks.pairwise_mask``, "in_round"); then upload it
   with a signed upload statement (``node.statements``) and obtain the round's
   aggregate — from the coordinator by polling
-  ``GetResult`` every ``--poll-seconds`` (default :data:`POLL_SECONDS`), or
+  ``GetResult`` in a loop, ``--poll-seconds`` apart (default :data:`POLL_SECONDS`;
+  the coordinator holds a poll until something changes), or
   from the baseline server, which answers when the sum is complete; the
   coordinator's aggregate is accepted only once every counted node's
   statement checks out, as a node does. The
@@ -73,7 +74,7 @@ from noise.aggregate_check import (
 from noise.designs import Design, complete_design
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
-from noise.layout import Layout
+from noise.layout import Layout, payload_digest
 from noise.masks import pairwise_mask
 from noise.self_mask import self_mask, self_mask_commitment, self_mask_seed
 from noise.transcript import sealed_check_message
@@ -83,9 +84,10 @@ __all__ = ["MASK_MODES", "PLAIN_TENSOR", "POLL_SECONDS", "TENSOR", "main", "node
 
 MASK_MODES = ("ahead", "in_round", "none")
 
-# Result polling period: short enough to add at most 10 ms to a round, long
-# enough that K pollers leave the coordinator's CPU to the uploads.
-POLL_SECONDS = 0.01
+# Pause between result polls. The coordinator holds a poll that would show
+# nothing new until something changes (coordinator/server.py), so K pollers
+# cost it nothing while they wait and the pause only needs to be short.
+POLL_SECONDS = 0.001
 TENSOR = "values"
 # The bare baseline's rounds use a tensor name of their own, so no keystream of a
 # session round is reused.
@@ -360,7 +362,7 @@ class _Node:
                 if peer != self.node_id
             ]
             masked = time.monotonic()
-            digest = hashlib.sha256(payload.astype("<u8", copy=False).tobytes()).digest()
+            digest = payload_digest(payload)
             client.upload(
                 session_id=self.session_id,
                 round_index=round_index,
@@ -380,6 +382,7 @@ class _Node:
                 ),
                 self_mask_commitment=self_mask_commitment(seed),
                 challenge=challenge,
+                payload_sha256=digest,
             )
             uploaded = time.monotonic()
             attested = False

@@ -25,7 +25,8 @@ each node
    each chunk into the round's running sum as it arrives, writes it to its
    state folder, checks size and SHA-256 and records the upload in SQLite;
 3. takes part in the round's unmask step, as every node does every round
-   (docs/design.md §4.6): polls ``GetResult`` every 10 ms, opens the
+   (docs/design.md §4.6): polls ``GetResult`` (a long poll: the
+   coordinator answers when something changed), opens the
    contributions sealed for it, expands the secret challenge ρ, seals and
    signs its blinded tags for every other survivor and sends them with its
    signature over the survivor set it is shown; once every survivor's

@@ -27,7 +27,7 @@ operation below works on arrays, never on numpy scalars.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,6 +194,15 @@ class RoundSum:
             self._open.discard(contribution)
             if contribution.added_words:
                 self._apply_file(contribution.source, contribution.added_words, np.subtract)
+
+    def relocate(self, contribution: Contribution, move: Callable[[], Path]) -> None:
+        """Run ``move`` (which renames the contribution's file) and follow it to its new path.
+
+        Under the sum's lock, so a withdrawal never looks for the file between
+        the rename and the new path.
+        """
+        with self._lock:
+            contribution.source = move()
 
     def add_file(self, path: Path) -> None:
         """Add a complete stored payload (streamed in 4 MiB blocks)."""

@@ -9,7 +9,9 @@ A session is a few step objects (coordinator/steps/) over one
   check and the write that depends on it see the same state;
 * :meth:`SessionContext.transition`, one store transaction whose log lines
   (:meth:`SessionContext.note`) are emitted only once it has committed, so
-  the log never tells of a change a crash undid;
+  the log never tells of a change a crash undid; each commit also counts in
+  :attr:`SessionContext.version` and wakes whoever waits for a change
+  (:meth:`SessionContext.wait_for_change`, a held result poll);
 * the current round's running sum, rebuilt from the stored payload files
   whenever it is not in memory (after a restart, or after a step dropped it
   because it may be stale).
@@ -93,6 +95,9 @@ class SessionContext:
         self._notes: list[str] = []
         self._sum: RoundSum | None = None
         self._sum_round = -1
+        # How many transitions have committed; waiters hear of each one.
+        self._version = 0
+        self._changed = threading.Condition(threading.Lock())
 
     # ------------------------------------------------------------ transitions and log
 
@@ -102,6 +107,9 @@ class SessionContext:
         self._notes = []
         with self.store.transaction():
             yield
+        with self._changed:
+            self._version += 1
+            self._changed.notify_all()
         notes, self._notes = self._notes, []
         if self._log is not None:
             for line in notes:
@@ -114,6 +122,19 @@ class SessionContext:
         structured log (coordinator/logs.py).
         """
         self._notes.append(Note(line, event=event, node=node))
+
+    @property
+    def version(self) -> int:
+        """The number of transitions committed since this process started."""
+        return self._version
+
+    def wait_for_change(self, seen: int, timeout: float) -> bool:
+        """Wait, without the session lock, until a transition commits after ``seen``.
+
+        Returns whether one did within ``timeout`` seconds.
+        """
+        with self._changed:
+            return self._changed.wait_for(lambda: self._version != seen, timeout)
 
     # ------------------------------------------------------------ rows every step reads
 

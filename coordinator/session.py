@@ -205,9 +205,15 @@ class Session:
         """Apply every deadline that has passed at ``now`` (default: the clock)."""
         self._deadlines.tick(now)
 
-    def result(self, session_id: str, round_index: int, *, caller: str) -> ResultView:
-        """A round's status and, when ready, where its aggregate is stored."""
-        return self._views.result(session_id, round_index, caller=caller)
+    def result(
+        self, session_id: str, round_index: int, *, caller: str, hold_seconds: float = 0.0
+    ) -> ResultView:
+        """A round's status and, when ready, where its aggregate is stored.
+
+        ``hold_seconds``: how long a repeated poll that would see nothing new
+        waits for a change (a long poll; Views.result).
+        """
+        return self._views.result(session_id, round_index, caller=caller, hold_seconds=hold_seconds)
 
     def record_delivery(self, round_index: int, node_id: str) -> None:
         """Note that ``node_id`` was sent the whole result of a round."""
@@ -220,6 +226,10 @@ class Session:
     def ended(self) -> bool:
         """True once the session completed or failed."""
         return self._views.ended()
+
+    def sync(self) -> None:
+        """Make every state change committed so far durable (one shared flush; Store.sync)."""
+        self.store.sync()
 
     def everyone_informed(self) -> bool:
         """True when every live node has learnt the outcome (final result sent, or failure seen)."""

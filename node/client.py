@@ -68,7 +68,7 @@ from node.gateway import (
 )
 from node.tls_probe import tls_mismatch
 from noise.keys import KeyBundle
-from noise.layout import Layout
+from noise.layout import Layout, as_words
 from proto.chunks import (
     CHUNK_BYTES,
     PayloadAssembler,
@@ -532,14 +532,28 @@ class GrpcGateway:
         statement_signature: bytes,
         self_mask_commitment: bytes,
         challenge: Sequence[Sealed],
+        payload_sha256: bytes | None = None,
     ) -> UploadReceipt:
-        """Stream a payload with its signed upload statement (see node/statements.py)."""
+        """Stream a payload with its signed upload statement (see node/statements.py).
+
+        ``payload_sha256``: the payload's digest when the caller already has
+        it (for its statement), so the 8 bytes a value are not hashed twice.
+        """
+        if payload_sha256 is None:
+            described = payload_header(payload, layout, fixed_point_bits)
+        elif as_words(payload).shape != (layout.size,):
+            raise PayloadError(
+                f"a payload of {as_words(payload).size} words does not fit a layout of "
+                f"{layout.size} words"
+            )
+        else:
+            described = payload_header(None, layout, fixed_point_bits, sha256=payload_sha256)
         header = pb.UploadHeader(
             session_id=session_id,
             round_index=round_index,
             round_name=round_name,
             node_id=self._node_id,
-            payload=payload_header(payload, layout, fixed_point_bits),
+            payload=described,
             roster_hash=roster_hash,
             statement_signature=statement_signature,
             self_mask_commitment=self_mask_commitment,

@@ -241,6 +241,7 @@ class CoordinatorGateway(Protocol):
         statement_signature: bytes,
         self_mask_commitment: bytes,
         challenge: Sequence[Sealed],
+        payload_sha256: bytes | None = None,
     ) -> UploadReceipt: ...
 
     def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:

@@ -200,8 +200,9 @@ class InProcessGateway:
         statement_signature: bytes,
         self_mask_commitment: bytes,
         challenge: Sequence[Sealed],
+        payload_sha256: bytes | None = None,
     ) -> UploadReceipt:
-        digest = payload_digest(payload)
+        digest = payload_digest(payload) if payload_sha256 is None else payload_sha256
         header = UploadHeader(
             session_id=session_id,
             round_index=round_index,

@@ -27,6 +27,7 @@ from coordinator.events import ResultFile
 from coordinator.layout import PayloadSpec
 from coordinator.messages import UnmaskReceipt, UploadReceipt
 from coordinator.store import PayloadWriter
+from coordinator.store.payloads import fsync_dir
 from noise.layout import Layout
 
 __all__ = ["MAX_CHUNK_BYTES", "Streams", "Ticket", "unlink_placed"]
@@ -63,6 +64,9 @@ class Ticket:
     # uploads only: (recipient, sealed, signature) of the sealed contributions
     challenge: tuple[tuple[str, bytes, bytes], ...] = ()
     layout: Layout | None = None  # the payload's layout, checked when the stream began
+    # The file's final name, known from the header: the payload is placed under
+    # it (fsynced, renamed, directory fsynced) before the session lock is taken.
+    name: str = ""
     received: int = 0
     # cancelled: the session gave up on the stream (its node was dropped);
     # closed: the stream's owner has finished with it (stored or abandoned).
@@ -149,11 +153,24 @@ class Streams:
                     f"{ticket.what}: the payload's sha256 is {short_digest(digest)} but the header "
                     f"announced {short_digest(ticket.spec.sha256)}."
                 )
+            if ticket.name:
+                # Durably in place before the row naming it can commit, and
+                # without the lock: a refused commit unlinks it again (abandon).
+                self._place(ticket)
             with self.ctx.lock:
                 return ticket.commit(ticket)
         except BaseException:
             self.abandon(ticket)
             raise
+
+    def _place(self, ticket: Ticket) -> None:
+        """fsync, rename to ``ticket.name`` and fsync the directory; the sum follows the file."""
+        writer = ticket.writer
+        if ticket.running is not None and ticket.contribution is not None:
+            ticket.running.relocate(ticket.contribution, lambda: writer.rename(ticket.name))
+        else:
+            writer.rename(ticket.name)
+        fsync_dir(writer.directory)
 
     def abandon(self, ticket: Ticket) -> None:
         """Discard a stream that failed or was cancelled; undo its partial sum. Idempotent."""

@@ -286,6 +286,9 @@ class Unmasking:
                     commit=self._commit_correction,
                     attempt=request.attempt,
                     self_mask_seed=header.self_mask_seed,
+                    name=self.ctx.store.correction_name(
+                        header.round_index, request.attempt, header.node_id, spec.sha256
+                    ),
                 )
             )
 

@@ -6,7 +6,8 @@ and a layout equal to the round's);
 chunks then go to a temporary file and, in the same pass, into the round's
 running sum (coordinator/steps/streams.py), so memory does not grow with the
 number of nodes. At the end the size and SHA-256 are verified, the file is
-placed and the upload recorded in one transaction; if it was the last one the
+placed (durably, before the session lock is taken) and the upload recorded in
+one transaction; if it was the last one the
 round moves to its unmask step in that same transaction (the table of
 coordinator/transitions.py: an upload completed the round), where every
 survivor reveals the seed of the uniform self-mask its upload carries
@@ -133,6 +134,7 @@ class Uploads:
                     "already in progress; retry when it has finished."
                 )
             writer = ctx.store.new_payload()
+            name = ctx.store.upload_name(header.round_index, header.node_id, spec.sha256)
             return self.streams.register(
                 Ticket(
                     kind="upload",
@@ -147,6 +149,7 @@ class Uploads:
                     self_mask_commitment=header.self_mask_commitment,
                     challenge=tuple((c.recipient, c.sealed, c.signature) for c in header.challenge),
                     layout=layout,
+                    name=name,
                 )
             )
 
@@ -243,6 +246,8 @@ class Uploads:
         if stored is not None:
             # A concurrent stream of the same payload finished first.
             receipt = self._duplicate_upload(stored, ticket.spec.sha256, round_row, row)
+            if ticket.writer.placed == ctx.store.payload_path(stored.path):
+                ticket.writer.placed = None  # the stored upload's own file: never unlinked
             self.streams.abandon(ticket)
             return receipt
         check_live(ctx, ticket.node_id, row)
@@ -254,7 +259,7 @@ class Uploads:
             )
         now = ctx.clock()
         name = ctx.store.upload_name(ticket.round_index, ticket.node_id, ticket.spec.sha256)
-        contribution.source = ticket.writer.place(name)
+        contribution.source = ticket.writer.place(name)  # placed already (Streams.finish)
         upload = UploadRow(
             round_index=ticket.round_index,
             node_id=ticket.node_id,

@@ -10,6 +10,7 @@ then, or until its linger time runs out).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.context import SessionContext
@@ -31,11 +32,38 @@ from coordinator.messages import (
     UploadStatement,
 )
 from coordinator.steps.checks import check_in_roster, check_round, check_session_id
-from coordinator.store import RoundRow, SessionRow
+from coordinator.store import AttestationRow, RoundRow, SessionRow, UploadRow
 from noise.keys import KeyBundle
 from noise.transcript import roster_hash, survivor_set_hash
 
 __all__ = ["Views"]
+
+
+@dataclass(frozen=True)
+class _Relays:
+    """A round's uploads and attestations, and what they relay, indexed by recipient.
+
+    Built once per committed transition (the rows change only then), so a
+    poll costs O(K) instead of decoding every sealed message of the round.
+    ``tags``/``challenge``: recipient -> (sender, sealed, signature), in row order.
+    """
+
+    uploads: tuple[UploadRow, ...]
+    attestations: tuple[AttestationRow, ...]
+    tags: dict[str, tuple[tuple[str, bytes, bytes], ...]]
+    challenge: dict[str, tuple[tuple[str, bytes, bytes], ...]]
+
+
+def _by_recipient(
+    rows: tuple[tuple[str, tuple[tuple[str, bytes, bytes], ...]], ...],
+) -> dict[str, tuple[tuple[str, bytes, bytes], ...]]:
+    """(sender, its (recipient, sealed, signature) triples) -> recipient -> (sender, ...)."""
+    index: dict[str, list[tuple[str, bytes, bytes]]] = {}
+    for sender, sealed in rows:
+        for recipient, message, signature in sealed:
+            if recipient != sender:
+                index.setdefault(recipient, []).append((sender, message, signature))
+    return {recipient: tuple(items) for recipient, items in index.items()}
 
 
 class Views:
@@ -49,6 +77,27 @@ class Views:
         # next for the session's reason, so stopping the server as soon as
         # GetResult had answered would leave that call unanswered.
         self._notified: set[str] = set()
+        # Per caller: the round, transition count and whether the round was
+        # still under way, of the last result view it was sent (held polls).
+        self._sent: dict[str, tuple[int, int, bool]] = {}
+        self._relay_cache: tuple[tuple[int, int, int], _Relays] | None = None
+
+    def _relays(self, round_index: int, attempt: int) -> _Relays:
+        """The round's relayed messages by recipient, as of the last commit (under the lock)."""
+        key = (self.ctx.version, round_index, attempt)
+        cached = self._relay_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        uploads = tuple(self.ctx.store.uploads(round_index))
+        attestations = tuple(self.ctx.store.attestations(round_index, attempt))
+        relays = _Relays(
+            uploads=uploads,
+            attestations=attestations,
+            tags=_by_recipient(tuple((a.node_id, a.tags) for a in attestations)),
+            challenge=_by_recipient(tuple((u.node_id, u.challenge) for u in uploads)),
+        )
+        self._relay_cache = (key, relays)
+        return relays
 
     def _note_terminal(self, caller: str, row: SessionRow) -> None:
         if row.state == SessionState.FAILED:
@@ -91,8 +140,30 @@ class Views:
                 ),
             )
 
-    def result(self, session_id: str, round_index: int, *, caller: str) -> ResultView:
-        """A round's status and, when ready, where its aggregate is stored."""
+    def result(
+        self, session_id: str, round_index: int, *, caller: str, hold_seconds: float = 0.0
+    ) -> ResultView:
+        """A round's status and, when ready, where its aggregate is stored.
+
+        ``hold_seconds`` > 0 makes a repeated poll a long poll: when the
+        caller was last sent this round, still open or awaiting unmask, and
+        no transition has committed since, the answer waits (without the
+        session lock) until one does or ``hold_seconds`` pass. A node that
+        polls in a loop so hears of each change as it commits, and costs
+        nothing while nothing changes.
+        """
+        ctx = self.ctx
+        sent = self._sent.get(caller)
+        if hold_seconds > 0 and sent == (round_index, ctx.version, True):
+            ctx.wait_for_change(sent[1], hold_seconds)
+        # Read before the view, so a change while it is built is answered at once next time.
+        version = ctx.version
+        view = self._result(session_id, round_index, caller=caller)
+        under_way = view.status in (RoundStatus.OPEN, RoundStatus.UNMASK)
+        self._sent[caller] = (round_index, version, under_way)
+        return view
+
+    def _result(self, session_id: str, round_index: int, *, caller: str) -> ResultView:
         ctx = self.ctx
         with ctx.lock:
             check_in_roster(ctx, caller, caller)
@@ -171,11 +242,8 @@ class Views:
     def _tags_for(self, round_index: int, attempt: int, caller: str) -> tuple[SealedTags, ...]:
         """The aggregate-check tags each attested survivor sealed for ``caller``."""
         return tuple(
-            SealedTags(a.node_id, caller, sealed, signature)
-            for a in self.ctx.store.attestations(round_index, attempt)
-            if a.node_id != caller
-            for recipient, sealed, signature in a.tags
-            if recipient == caller
+            SealedTags(sender, caller, sealed, signature)
+            for sender, sealed, signature in self._relays(round_index, attempt).tags.get(caller, ())
         )
 
     def _statements(
@@ -226,6 +294,7 @@ class Views:
         }
         if caller not in request.survivors or caller in answered:
             return idle
+        relays = self._relays(round_row.round_index, request.attempt)
         attestations = tuple(
             Attestation(
                 session_id=row.session_id,
@@ -234,8 +303,9 @@ class Views:
                 survivor_hash=request.survivor_hash,
                 signature=a.signature,
             )
-            for a in ctx.store.attestations(round_row.round_index, request.attempt)
+            for a in relays.attestations
         )
+        survivors = set(request.survivors)
         return UnmaskRequestView(
             session_id=row.session_id,
             round_index=round_row.round_index,
@@ -251,11 +321,9 @@ class Views:
             min_survivors=ctx.config.min_nodes,
             attempt=request.attempt,
             challenge=tuple(
-                SealedContribution(upload.node_id, caller, sealed, signature)
-                for upload in ctx.store.uploads(round_row.round_index)
-                if upload.node_id in request.survivors
-                for recipient, sealed, signature in upload.challenge
-                if recipient == caller
+                SealedContribution(sender, caller, sealed, signature)
+                for sender, sealed, signature in relays.challenge.get(caller, ())
+                if sender in survivors
             ),
             tags=self._tags_for(round_row.round_index, request.attempt, caller),
         )

@@ -109,13 +109,23 @@ class PayloadWriter:
             self._fd = None
         return self._digest.digest()
 
+    def rename(self, final_name: str) -> Path:
+        """fsync the file and rename it to ``final_name``; not yet durable (see :meth:`place`).
+
+        Renaming it again to the same name does nothing more.
+        """
+        target = self.directory / final_name
+        if self.placed == target:
+            return target
+        self.finish()
+        os.replace(self.path, target)
+        self.placed = target
+        return target
+
     def place(self, final_name: str) -> Path:
         """Rename the finished file to ``final_name`` in the payload directory, durably."""
-        self.finish()
-        target = self.directory / final_name
-        os.replace(self.path, target)
+        target = self.rename(final_name)
         fsync_dir(self.directory)
-        self.placed = target
         return target
 
     def discard(self) -> None:

@@ -4,9 +4,10 @@ A coordinator owns its state file exclusively: :func:`open_state_database`
 takes an ``flock`` on ``<state>.lock`` that the operating system releases when
 the process ends, however it ends (``kill -9`` included), so a second
 coordinator on the same file refuses to start. SQLite runs in WAL mode with
-``synchronous=FULL``, so a committed transaction survives power loss, and with
-foreign keys enforced, so no row can name a round, node or request that does
-not exist.
+``synchronous=NORMAL`` (a commit survives the process's death at once, and
+power loss once :meth:`~coordinator.store.Store.sync` has flushed the WAL,
+which the server does before any reply leaves), and with foreign keys
+enforced, so no row can name a round, node or request that does not exist.
 
 The schema is created in one script and one transaction (a crash leaves an
 empty file, not half a schema) and carries a version number; a file of any
@@ -231,7 +232,8 @@ def open_state_database(path: Path, *, read_only: bool) -> tuple[sqlite3.Connect
     try:
         if not read_only:
             db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")
+            # Commits are made durable in groups (Store.sync), not one by one.
+            db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
         _ensure_schema(db, path, read_only=read_only)
     except sqlite3.DatabaseError as exc:

@@ -8,9 +8,17 @@ payload files sit in a directory beside it (coordinator/store/payloads.py).
 
 Crash safety (a ``kill -9`` at any instant leaves a consistent state): every
 write happens inside :meth:`Store.transaction`, and every state transition of
-the session is exactly one such transaction, committed with
-``synchronous=FULL``; a payload file is durably in place before the row that
-names it is inserted, and :meth:`Store.recover` deletes whatever no row names.
+the session is exactly one such transaction; a payload file is durably in
+place before the row that names it is inserted, and :meth:`Store.recover`
+deletes whatever no row names.
+
+Durability is grouped (group commit). A transaction commits with
+``synchronous=NORMAL``: its WAL frames are written to the operating system,
+which keeps them whatever happens to the process, but not flushed to disk.
+:meth:`Store.sync` flushes the WAL once for every commit made so far; the
+server calls it before any reply leaves (coordinator/server.py), so nothing a
+node is told rests on a commit that power loss could undo, and concurrent
+calls share one flush instead of paying one each under the session lock.
 
 Each setter writes named columns with typed arguments; the session's state
 and a round's status are written only by the status changes of
@@ -90,16 +98,66 @@ class Store:
         self._in_transaction = False
         self.read_only = read_only
         self._db, self._owner = open_state_database(self.path, read_only=read_only)
+        # Group commit (see the module docstring): commits made, commits flushed.
+        self._committed = 0
+        self._synced = 0
+        self._sync_lock = threading.Lock()
+        self._wal_fd = -1
         if not read_only:
             self.payload_dir.mkdir(exist_ok=True)
 
     def close(self) -> None:
-        """Close the database connection and release the state file for another process."""
-        with self._lock:
+        """Flush the WAL, close the connection and release the state file for another process."""
+        self.sync()
+        with self._sync_lock, self._lock:
             self._db.close()
+            if self._wal_fd >= 0:
+                os.close(self._wal_fd)
+                self._wal_fd = -1
             if self._owner >= 0:
                 os.close(self._owner)
                 self._owner = -1
+
+    def sync(self) -> None:
+        """Make every transaction committed so far durable against power loss.
+
+        One ``fsync`` of the WAL file covers all the commits written before
+        it (SQLite appends each commit's frames to the WAL, and
+        ``synchronous=NORMAL`` only leaves out that flush: sqlite.org/wal.html);
+        a caller whose commits an earlier flush already covered returns at
+        once, and one that arrives during a flush waits for the next, which
+        also covers whoever arrived meanwhile. Neither lock of the session is
+        held during the flush.
+        """
+        if self.read_only:
+            return
+        with self._lock:
+            wanted = self._committed
+        if self._synced >= wanted:
+            return
+        with self._sync_lock:
+            if self._synced >= wanted:
+                return  # a flush that started after our commit covered it
+            with self._lock:
+                covered = self._committed
+            os.fsync(self._wal_descriptor())
+            self._synced = covered
+
+    def _wal_descriptor(self) -> int:
+        """A descriptor of the state file's WAL (the ``-wal`` file beside it), opened once.
+
+        Should SQLite have kept its rollback journal (a file system without
+        WAL support), the database file itself is what holds the commits.
+        """
+        wal = self.path.with_name(self.path.name + "-wal")
+        if not wal.exists():
+            wal = self.path
+        if self._wal_fd >= 0 and os.fstat(self._wal_fd).st_ino == wal.stat().st_ino:
+            return self._wal_fd
+        if self._wal_fd >= 0:
+            os.close(self._wal_fd)
+        self._wal_fd = os.open(wal, os.O_RDONLY | os.O_CLOEXEC)
+        return self._wal_fd
 
     # ------------------------------------------------------------ transactions
 
@@ -118,6 +176,7 @@ class Store:
                 raise
             else:
                 self._db.execute("COMMIT")
+                self._committed += 1
             finally:
                 self._in_transaction = False
 

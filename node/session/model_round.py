@@ -63,6 +63,7 @@ def upload(
     """
     seed = round_self_mask_seed(ctx, index)
     sent = sent_payload(ctx, index, payload, layout)
+    digest = payload_digest(sent)
     receipt = ctx.gateway.upload(
         session_id=ctx.session_id,
         round_index=index,
@@ -78,10 +79,11 @@ def upload(
             round_index=index,
             round_name=name,
             roster_hash=ctx.roster.roster_hash,
-            payload_sha256=payload_digest(sent),
+            payload_sha256=digest,
         ),
         self_mask_commitment=self_mask_commitment(seed),
         challenge=sealed_challenge(ctx, index, participants),
+        payload_sha256=digest,
     )
     return receipt.submitted_count, receipt.expected_count, receipt.duplicate
 

@@ -8,6 +8,7 @@ are a sentence naming the problem, and that the state file is unchanged.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,7 +18,13 @@ import grpc
 import numpy as np
 import pytest
 
-from coordinator.server import MAX_MESSAGE_BYTES, RunningServer, ServerTLS, start_server
+from coordinator.server import (
+    MAX_MESSAGE_BYTES,
+    RESULT_HOLD_SECONDS,
+    RunningServer,
+    ServerTLS,
+    start_server,
+)
 from coordinator.session import Session
 from coordinator.store import Store
 from noise.keys import IdentityKey, sign_key_bundle
@@ -113,7 +120,12 @@ class Harness:
 
 
 def start(
-    tmp_path: Path, certificates: Certificates, layout: Layout | None = None, **options: int
+    tmp_path: Path,
+    certificates: Certificates,
+    layout: Layout | None = None,
+    *,
+    hold: float = RESULT_HOLD_SECONDS,
+    **options: int,
 ) -> Harness:
     fed = make_federation(("a", "b", "c"), layout=layout, **options)  # type: ignore[arg-type]
     session = Session(Store(tmp_path / "state.sqlite"), fed.config)
@@ -122,7 +134,9 @@ def start(
         private_key=certificates.server.private_key_pem(),
         ca_certificate=certificates.ca_pem,
     )
-    server = start_server(session, tls, listen="127.0.0.1:0", tick_seconds=0.05)
+    server = start_server(
+        session, tls, listen="127.0.0.1:0", tick_seconds=0.05, result_hold_seconds=hold
+    )
     return Harness(fed, session, server, certificates, [])
 
 
@@ -746,3 +760,78 @@ def test_result_of_an_unopened_round_is_not_found(harness: Harness) -> None:
         lambda: fetch_result(harness, "a", 1),
         words="round_index 1 has not opened",
     )
+
+
+# ---------------------------------------------------------------- long polls
+
+
+def _poll(h: Harness, node: str, round_index: int) -> tuple[float, pb.ResultHeader]:
+    """One GetResult of ``node``: (seconds it took, its header)."""
+    started = time.monotonic()
+    header, _ = fetch_result(h, node, round_index)
+    return time.monotonic() - started, header
+
+
+def test_a_repeated_poll_is_held_until_a_transition_commits(
+    tmp_path: Path, certificates: Certificates
+) -> None:
+    # A hold far longer than the test: only a transition can end it.
+    h = start(tmp_path, certificates, hold=60.0)
+    try:
+        joined(h)
+        data = zero_sum(("a", "b", "c"), N_WORDS, seed=91)
+        send(h, "a", upload_messages(h, "a", 0, sent(h, "a", 0, data.payloads["a"])))
+        first, header = _poll(h, "b", 0)
+        assert header.status == pb.ROUND_STATUS_OPEN and first < 5.0
+        held: list[tuple[float, pb.ResultHeader]] = []
+        poller = threading.Thread(target=lambda: held.append(_poll(h, "b", 0)))
+        poller.start()
+        time.sleep(0.5)
+        assert poller.is_alive(), "a poll that would show nothing new was answered at once"
+        send(h, "c", upload_messages(h, "c", 0, sent(h, "c", 0, data.payloads["c"])))
+        poller.join(timeout=10)
+        assert not poller.is_alive(), "the held poll did not hear of the upload"
+        seconds, header = held[0]
+        assert seconds >= 0.5 and header.status == pb.ROUND_STATUS_OPEN
+        # Another caller's first poll is not held.
+        assert _poll(h, "c", 0)[0] < 5.0
+        send(h, "b", upload_messages(h, "b", 0, sent(h, "b", 0, data.payloads["b"])))
+        # The last upload moved the round to its unmask step: b's next poll shows it at once.
+        seconds, header = _poll(h, "b", 0)
+        assert header.status == pb.ROUND_STATUS_AWAITING_UNMASK and seconds < 5.0
+        assert header.unmask_request.pending
+    finally:
+        h.close()
+
+
+def test_a_held_poll_answers_the_same_view_when_nothing_changes(
+    tmp_path: Path, certificates: Certificates
+) -> None:
+    h = start(tmp_path, certificates, hold=0.4)
+    try:
+        joined(h)
+        _, first = _poll(h, "a", 0)
+        seconds, again = _poll(h, "a", 0)
+        assert seconds >= 0.4
+        assert again == first
+    finally:
+        h.close()
+
+
+def test_a_ready_round_is_never_held(tmp_path: Path, certificates: Certificates) -> None:
+    h = start(tmp_path, certificates, hold=60.0)
+    try:
+        joined(h)
+        data = zero_sum(("a", "b", "c"), N_WORDS, seed=92)
+        for node in ("a", "b", "c"):
+            send(h, node, upload_messages(h, node, 0, sent(h, node, 0, data.payloads[node])))
+        requests = {n: unmask_request(h, n, 0) for n in ("a", "b", "c")}
+        for node in ("a", "b", "c"):
+            attest(h, node, requests[node])
+        for node in ("a", "b", "c"):
+            answer(h, node, requests[node], None)
+        for _ in range(2):
+            seconds, header = _poll(h, "a", 0)
+            assert header.status == pb.ROUND_STATUS_READY and seconds < 5.0
+    finally:
+        h.close()

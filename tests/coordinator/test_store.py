@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -166,3 +168,39 @@ def test_file_names_are_safe_for_any_node_id() -> None:
     assert "/" not in odd and " " not in odd and odd.startswith("r0003-upload-x")
     assert Store.result_name(12, digest) == "r0012-result-abababababababab.u64"
     assert Store.correction_name(1, 2, "b", digest) == "r0001-unmask2-b-abababababababab.u64"
+
+
+def test_sync_flushes_the_wal_once_for_every_commit_before_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create(store)
+    flushed: list[str] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        flushed.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    for n in range(3):
+        with store.transaction():
+            store.set_roster_version(n + 1)
+    store.sync()
+    # One flush of the WAL covers the four commits; nothing new, nothing flushed.
+    assert flushed == [str(store.path) + "-wal"]
+    store.sync()
+    assert len(flushed) == 1
+
+    # Calls that sync at once share flushes: never more than one per call, at least one.
+    def commit_and_sync(n: int) -> None:
+        with store.transaction():
+            store.set_roster_version(10 + n)
+        store.sync()
+
+    threads = [threading.Thread(target=commit_and_sync, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert 1 <= len(flushed) - 1 <= 8
+    assert store.session() is not None and store.session().roster_version >= 10  # type: ignore[union-attr]

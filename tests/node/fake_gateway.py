@@ -184,9 +184,11 @@ class FakeCoordinator:
         statement_signature: bytes,
         self_mask_commitment: bytes,
         challenge: Sequence[Sealed],
+        payload_sha256: bytes | None = None,
     ) -> UploadReceipt:
         self.calls.append("upload")
         digest = payload_digest(payload)
+        assert payload_sha256 in (None, digest), "the digest given is not the payload's"
         duplicate = self.uploaded.get(round_index) == digest
         self.sent.append(("upload", round_index))
         self.uploads.append(
