@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.support.processes import free_port
 
@@ -218,6 +219,7 @@ class Recipe:
                 process.wait(timeout=10)
 
 
+@pytest.mark.slow  # two whole sessions through every command of the recipe (about 20 s)
 def test_the_operating_recipe_runs_as_written_and_completes_two_sessions(tmp_path: Path) -> None:
     groups = recipe_steps(DOC.read_text(encoding="utf-8"))
     steps = [step for group in groups for step in group]

@@ -169,6 +169,7 @@ def test_ctrl_c_on_the_coordinator_says_the_same_command_resumes(
     )
 
 
+@pytest.mark.slow  # waits out a real join deadline (about 15 s)
 def test_a_node_missing_the_join_deadline_is_named_with_what_the_design_needs(
     tmp_path: Path, processes: Processes
 ) -> None:
