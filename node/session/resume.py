@@ -81,10 +81,11 @@ def take_aggregated(
     # A share counts as sent once the coordinator holds it or the node noted
     # it (the note is written just before the upload): its draws must be reused.
     for summary in waiting:
-        if RoundRef.parse(summary.name).is_cape_sum and (
+        ref = RoundRef.parse(summary.name)
+        if ref.is_cape_sum and (
             ctx.node_id in summary.submitted or noted_share(ctx, summary.index) is not None
         ):
-            progress.cape_sent.add(RoundRef.parse(summary.name).model_round)
+            progress.cape_sent.add(ref.model_round)
     finished = {
         s.name
         for s in status.rounds
@@ -105,8 +106,9 @@ def take_aggregated(
         if summary.state != RoundState.READY:
             continue
         participants = status.participants(index, ctx.roster.node_ids)
-        if RoundRef.parse(name).is_cape_sum:
-            model_round = RoundRef.parse(name).model_round
+        ref = RoundRef.parse(name)
+        if ref.is_cape_sum:
+            model_round = ref.model_round
             _take_published_cape_sum(
                 ctx,
                 progress,
