@@ -37,22 +37,30 @@ probability p = exp(−γ):
 
 **Exact decisions from floating point.** A test "u < p" takes its uniform u
 from 32 keystream bits, u = (w + r)/2^32 with r ∈ [0, 1) the rest of an
-infinite-precision uniform. numpy computes p̂ = exp(−γ̂) in float64; with
-|p̂ − p| ≤ 2^-40 the test is decided exactly whenever w + 1 ≤ (p̂ − 2^-40)·2^32
-(accept for every r) or w ≥ (p̂ + 2^-40)·2^32 (reject for every r). Otherwise
-(probability about 2^-32 per test) the same test is decided in exact
+infinite-precision uniform. numpy computes p̂ = exp(−γ̂) in float64 and
+d = (p̂ + 2^20) − (2^20 + w/2^32): both doubles lie in [2^20, 2^21), where
+the spacing is 2^-32, so the second is exact (2^20's bits OR-ed with w), the
+first rounds by at most 2^-33 and the difference is exact; hence
+|d − (p − w/2^32)| ≤ 2^-33 + |p̂ − p|. With |p̂ − p| ≤ 2^-49 (below) the
+test is decided exactly whenever d ≥ (1 + g)/2^32 (then w + 1 ≤ p·2^32:
+accept for every r) or d ≤ −g/2^32 (then w ≥ p·2^32: reject for every r),
+with the guard g = 1 > 1/2 + 2^-17. Otherwise (three values of w in 2^32,
+so probability about 2^-30 per test) the same test is decided in exact
 arithmetic: γ as a fraction, ln u with Python's ``decimal`` (correctly
 rounded) at 60 digits and more until the comparison is certain, and the bits
 of r from a side stream, SHA-256 of the key, the block, the proposal's index
 and the test (ties of V against its thresholds are resolved the same way).
 So the sampler draws *exactly* from N_Z(0, σ²) or Lap_Z(b) given uniform
 keystream bits, provided numpy's float64 exp and arithmetic stay within
-2^-40 of the true p. They stay within 2^-49: γ̂ has relative error below
-2^-50 (U·2^-k is exact; the cancellation in X − σ²/t costs at most
-2^-52·max(X, σ²/t), and e^(−z²/2)·|z|·(|z| + 2√2) ≤ 2.3 for z = (X − σ²/t)/σ),
-p·|γ̂ − γ| ≤ p·γ·2^-50 + … < 2^-50, and float64 exp is accurate to a few ulp
-(2^-51 absolute on [0, 1]). The guard is therefore 2^9 times wider than the
-error it covers; :data:`SAMPLER_TV_PER_DRAW` is the total-variation distance
+2^-49 of the true p. They do: γ̂ has relative error below 2^-50 (U·2^-k is
+exact; the cancellation in X − σ²/t costs at most 2^-52·max(X, σ²/t), and
+e^(−z²/2)·|z|·(|z| + 2√2) ≤ 2.3 for z = (X − σ²/t)/σ), p·|γ̂ − γ| ≤
+p·γ·2^-50 + … < 2^-50, and float64 exp is accurate to a few ulp (2^-51
+absolute on [0, 1]). The value X = U + 2^j·V itself is built in float64
+(2^j·V and U are exact, and so is their sum below 2^53); the rare X of 2^53
+or more (only for scales above about 2^47) is rebuilt from U and V as a
+Python integer and written into the output as one, so no output is ever a
+rounded double. :data:`SAMPLER_TV_PER_DRAW` is the total-variation distance
 this leaves between the sampler and its target law (see :func:`sampler_delta`).
 
 **Determinism.** The output depends only on the key, the scale (as an exact
@@ -80,6 +88,7 @@ from dataclasses import dataclass
 from decimal import Decimal, localcontext
 from fractions import Fraction
 from numbers import Rational, Real
+from typing import Any
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -116,10 +125,15 @@ SAMPLER_TV_PER_DRAW = 0.0
 _KEY_BYTES = 32
 _BLOCK_COUNTER_STRIDE = 1 << 48
 _TIE_LABEL = b"zerosum/v2/discrete-tie"
-_GUARD = 2.0**-40
-_GUARD32 = _GUARD * 2.0**32
-_LN_TWO32 = 32.0 * math.log(2.0)
+#: Half-width of the undecided band of an acceptance test, in units of 2^-32:
+#: it covers the 2^-33 of rounding in d and the 2^-49 of float error in p̂.
+_GUARD32 = 1.0
 _TWO32 = float(2**32)
+_TWO20 = 2.0**20
+_TWO20_BITS = np.uint64(0x4130000000000000)  # the bits of the double 2^20
+_TWO53 = 2.0**53
+#: −ln u_pt ≤ 53 ln 2 < 36.74 for every u_pt ≥ 2^-53 (so V ≤ 36.74·L from float).
+_MOST_NEG_LOG = 36.74
 _BATCH = 1 << 14
 #: Proposals worked through at once (a batch in cache-sized pieces; no effect on the draws).
 _CHUNK = 1 << 14
@@ -127,8 +141,10 @@ _MASK64 = (1 << 64) - 1
 _LE_U64 = np.dtype("<u8")
 _TWO52 = 2.0**52
 _TWO52_BITS = np.uint64(0x4330000000000000)  # the bits of the double 2^52
-_TWO52_INT = np.int64(0x4330000000000000)
 _ONE_BITS = np.uint64(0x3FF0000000000000)  # the bits of the double 1.0
+_U12 = np.uint64(12)
+_U63 = np.uint64(63)
+_LOW32 = np.uint64(0xFFFFFFFF)
 # V's tie test, scaled by 2^-32: (1 + 2^-15)·L/2^32 (module docstring and _proposals).
 _V_TIE_BOUND = (1.0 + 2.0**-15) / 2.0**32
 _MAX_BATCHES = 10_000
@@ -163,6 +179,23 @@ class _Law:
     @property
     def t(self) -> int:
         return self.big_l << self.j
+
+    @functools.cached_property
+    def shifts(self) -> tuple[np.uint64, float, float, float]:
+        """(64 − j as a shift count, 2^j, L, V's tie bound) as the ufuncs take them."""
+        big_l = float(self.big_l)
+        return (
+            np.uint64(64 - self.j),
+            float(1 << self.j),
+            big_l,
+            _V_TIE_BOUND * big_l + 0.5 / _TWO32,
+        )
+
+    @functools.cached_property
+    def reaches_2_53(self) -> bool:
+        """Whether X = U + 2^j·V can reach 2^53 with V from float (then X is fixed up exactly)."""
+        most_v = math.floor(_MOST_NEG_LOG * self.big_l)
+        return (most_v + 1) << self.j >= 1 << 53
 
     @functools.cached_property
     def floats(self) -> tuple[float, float, float]:
@@ -292,6 +325,7 @@ class _Keystream:
         blocks = (most_words >> 1) + 1
         self._counters = np.empty((blocks, 2), dtype=_LE_U64)
         self._steps = np.arange(blocks, dtype=_LE_U64)
+        self._high_filled: int | None = None  # the high word every counter block holds, if one
 
     def words_at(self, first: int, count: int, out: NDArray[np.uint64]) -> NDArray[np.uint64]:
         """Words ``first`` … ``first + count − 1`` of the stream, in ``out`` (a view of it).
@@ -308,10 +342,13 @@ class _Keystream:
         np.add(self._steps[:blocks], np.uint64(start & _MASK64), out=low)
         high = (self._high + (start >> 64)) & _MASK64
         if (start & _MASK64) + blocks <= _MASK64 + 1:  # no low word passes 2^64 here
-            counters[:, 1] = high
+            if self._high_filled != high:
+                self._counters[:, 1] = high
+                self._high_filled = high
         else:  # the low words that wrapped carry into the high word
             np.less(low, np.uint64(start & _MASK64), out=counters[:, 1], casting="unsafe")
             counters[:, 1] += np.uint64(high)
+            self._high_filled = None
         self._encrypt.update_into(counters.data.cast("B"), out.data.cast("B"))
         return out[skip : skip + count]
 
@@ -320,7 +357,7 @@ class _Workspace:
     """Buffers for one chunk of proposals, reused from chunk to chunk."""
 
     def __init__(self, size: int) -> None:
-        self.a_words = np.empty(size + 4, dtype=_LE_U64)
+        self.words = np.empty(2 * size + 4, dtype=_LE_U64)  # a then b, or a alone
         self.b_words = np.empty(size + 4, dtype=_LE_U64)
         self.u_pt = np.empty(size, dtype=np.float64)
         self.uf = np.empty(size, dtype=np.float64)
@@ -328,13 +365,30 @@ class _Workspace:
         self.vf = np.empty(size, dtype=np.float64)
         self.xf = np.empty(size, dtype=np.float64)
         self.p = np.empty(size, dtype=np.float64)
-        self.u = np.empty(size, dtype=np.uint64)
         self.bits = np.empty(size, dtype=np.uint64)
-        self.x = np.empty(size, dtype=np.int64)
-        self.sign = np.empty(size, dtype=np.int64)
         self.v_unsure = np.empty(size, dtype=np.bool_)
         self.unsure = np.empty(size, dtype=np.bool_)
         self.accepted = np.empty(size, dtype=np.bool_)
+        self._views: dict[int, tuple[Any, ...]] = {}
+
+    def views(self, m: int) -> tuple[Any, ...]:
+        """The buffers cut to m proposals (cut once per size: most chunks have the same)."""
+        cut = self._views.get(m)
+        if cut is None:
+            cut = (
+                self.u_pt[:m],
+                self.z[:m],
+                self.vf[:m],
+                self.xf[:m],
+                self.p[:m],
+                self.uf[:m],
+                self.bits[:m],
+                self.v_unsure[:m],
+                self.unsure[:m],
+                self.accepted[:m],
+            )
+            self._views[m] = cut
+        return cut
 
 
 def _proposals(  # noqa: PLR0917 - one call site, every argument needed
@@ -345,27 +399,21 @@ def _proposals(  # noqa: PLR0917 - one call site, every argument needed
     block: int,
     first_index: int,
     work: _Workspace,
-) -> NDArray[np.int64]:
+) -> tuple[NDArray[np.float64], list[tuple[int, int]]]:
     """The accepted values among the proposals made from words a[i], b[i], in order.
 
     Proposal i takes U from the top j bits of a[i] and its sign from a[i]'s
     lowest bit, V's uniform from the top 32 bits of b[i] and the acceptance
-    test's from its low 32. The float work runs in ``work``'s buffers, with
-    integer inputs fed straight to float ufuncs so that no conversion takes a
-    pass of its own.
+    test's from its low 32. The values come back as float64 holding whole
+    numbers exactly (X = U + 2^j·V is built in float64, exact below 2^53),
+    with a list of (position, value) for the rare values of 2^53 or more,
+    which a float cannot hold and the caller writes in as integers. The float
+    work runs in ``work``'s buffers, with integer inputs fed straight to float
+    ufuncs so that no conversion takes a pass of its own.
     """
     m = a.size
-    u_pt, z, vf, xf, p, uf = (
-        work.u_pt[:m],
-        work.z[:m],
-        work.vf[:m],
-        work.xf[:m],
-        work.p[:m],
-        work.uf[:m],
-    )
-    bits, u_bits, x, sign = work.bits[:m], work.u[:m], work.x[:m], work.sign[:m]
-    v_unsure, unsure, accepted = work.v_unsure[:m], work.unsure[:m], work.accepted[:m]
-    big_l = float(law.big_l)
+    u_pt, z, vf, xf, p, uf, bits, v_unsure, unsure, accepted = work.views(m)
+    u_shift, two_j, big_l, tie_bound = law.shifts
     # V = ⌊−L ln u⌋ for V's uniform u = (w + r)/2^32, w the top 32 bits of b.
     # The double 1 + k/2^52 has the bits of 1.0 OR-ed with a 52-bit k; with k
     # the top 52 bits of b, u_pt = (k + 1/2)/2^52 (exact) lies inside u's cell
@@ -375,7 +423,7 @@ def _proposals(  # noqa: PLR0917 - one call site, every argument needed
     # min(f, 1 − f)·w ≤ (1 + 2^-15)·L (the 2^-15 covers the float error of
     # −L ln u_pt, a few ulp), hence f(1 − f)·u_pt·2^32 < min(f, 1 − f)·(w + 1)
     # ≤ (1 + 2^-15)·L + 1/2, the test below.
-    np.right_shift(b, np.uint64(12), out=bits)
+    np.right_shift(b, _U12, out=bits)
     bits |= _ONE_BITS
     np.subtract(bits.view(np.float64), 1.0 - 2.0**-53, out=u_pt)
     np.log(u_pt, out=z)
@@ -385,22 +433,16 @@ def _proposals(  # noqa: PLR0917 - one call site, every argument needed
     np.multiply(z, z, out=p)
     z -= p  # f(1 − f)
     z *= u_pt
-    np.less_equal(z, _V_TIE_BOUND * big_l + 0.5 / _TWO32, out=v_unsure)
-    # U on the top j bits of a (an integer, and exactly as the double uf); X = U + 2^j·V.
+    np.less_equal(z, tie_bound, out=v_unsure)
+    # U on the top j bits of a, exactly as the double uf (U < 2^45); X = U + 2^j·V.
     if law.j:
-        np.right_shift(a, np.uint64(64 - law.j), out=u_bits)
+        np.right_shift(a, u_shift, out=bits)
     else:
-        u_bits.fill(0)
-    u = u_bits.view(np.int64)
-    np.bitwise_or(u_bits, _TWO52_BITS, out=bits)
-    np.subtract(bits.view(np.float64), _TWO52, out=uf)  # U < 2^45
-    np.add(vf, _TWO52, out=xf)  # the double 2^52 + V, whose bits end in V (V < 2^12)
-    np.subtract(xf.view(np.int64), _TWO52_INT, out=x)
-    x <<= np.int64(law.j)
-    x |= u
-    np.multiply(vf, float(1 << law.j), out=xf)  # exact
-    xf += uf  # X rounded once to float64, as converting it would
-    # ln(P̂) = 32 ln 2 − γ, so exp gives P̂ = p̂·2^32 directly.
+        bits.fill(0)
+    bits |= _TWO52_BITS
+    np.subtract(bits.view(np.float64), _TWO52, out=uf)
+    np.multiply(vf, two_j, out=xf)  # exact
+    xf += uf  # X, exact while below 2^53 (otherwise rounded once, and fixed below)
     centre, quadratic, linear = law.floats
     if law.kind == "gaussian":
         np.subtract(xf, centre, out=p)
@@ -410,46 +452,61 @@ def _proposals(  # noqa: PLR0917 - one call site, every argument needed
         np.multiply(xf, quadratic, out=p)
     np.multiply(uf, linear, out=z)
     p += z
-    p += _LN_TWO32
-    np.exp(p, out=p)
-    # d = P̂ − w' (w' the low 32 bits of b): accept for every r when d ≥ 1 + guard,
-    # reject when d ≤ −guard, otherwise (or when V was undecided) decide exactly.
-    np.bitwise_and(b, np.uint64(0xFFFFFFFF), out=bits)
-    bits |= _TWO52_BITS
-    np.subtract(bits.view(np.float64), _TWO52, out=z)
-    p -= z
-    np.greater_equal(p, 1.0 + _GUARD32, out=accepted)
-    np.greater(p, -_GUARD32, out=unsure)
-    unsure ^= accepted  # −guard < d < 1 + guard
+    np.exp(p, out=p)  # p̂ ≈ exp(−γ)
+    # d = (p̂ + 2^20) − (2^20 + w'/2^32), w' the low 32 bits of b: both doubles
+    # lie on the grid 2^-32 (2^20 + w'/2^32 is 2^20's bits OR-ed with w', exact;
+    # p̂ + 2^20 rounds by at most 2^-33), so d = p̂ − w'/2^32 within 2^-33.
+    # Accept for every r when d ≥ (1 + guard)/2^32, reject when d ≤ −guard/2^32,
+    # otherwise (or when V was undecided) decide exactly.
+    p += _TWO20
+    np.bitwise_and(b, _LOW32, out=bits)
+    bits |= _TWO20_BITS
+    p -= bits.view(np.float64)
+    np.greater_equal(p, (1.0 + _GUARD32) / _TWO32, out=accepted)
+    np.greater(p, -_GUARD32 / _TWO32, out=unsure)
+    unsure ^= accepted  # −guard < d·2^32 < 1 + guard
     unsure |= v_unsure
-    if unsure.any():
+    large: dict[int, int] = {}
+    if law.reaches_2_53 and xf.max() >= _TWO53:
+        for i in np.flatnonzero(xf >= _TWO53):
+            large[int(i)] = (int(a[i]) >> (64 - law.j)) + (int(vf[i]) << law.j)
+    if np.count_nonzero(unsure):
         for i in np.flatnonzero(unsure):
             index = first_index + int(i)
-            u_i = int(u[i])
+            u_i = int(a[i]) >> (64 - law.j)
             b_i = int(b[i])
             if v_unsure[i]:
                 v_i = _exact_geometric(law.big_l, b_i >> 32, _side_fraction(key, block, index, 0))
             else:
                 v_i = int(vf[i])
             x_i = u_i + (v_i << law.j)
-            x[i] = x_i
+            xf[i] = float(x_i)
+            if x_i >= 1 << 53:
+                large[int(i)] = x_i
+            else:
+                large.pop(int(i), None)
             accepted[i] = _exact_accept(
                 law.gamma_exact(u_i, x_i), b_i & 0xFFFFFFFF, _side_fraction(key, block, index, 1)
             )
-    # The sign is a's lowest bit; +0 and −0 are the same value, so −0 is rejected.
-    np.bitwise_and(a.view(np.int64), np.int64(1), out=sign)
-    if x.min() == 0:  # x ≥ 0 here
-        zero = np.flatnonzero(x == 0)
-        accepted[zero[sign[zero] == 1]] = False
-    np.negative(sign, out=sign)  # 0 or −1
-    x ^= sign
-    x -= sign
-    return np.compress(accepted, x)
+    # The sign is a's lowest bit, set as the double's sign bit; +0 and −0 are
+    # the same value, so −0 is rejected.
+    if np.minimum.reduce(xf) == 0.0:  # xf ≥ 0 here
+        zero = np.flatnonzero(xf == 0.0)
+        accepted[zero[(a[zero] & np.uint64(1)) == 1]] = False
+    np.left_shift(a, _U63, out=bits)
+    signed = xf.view(np.uint64)
+    np.bitwise_or(signed, bits, out=signed)
+    patches = [
+        (int(np.count_nonzero(accepted[:i])), -x_i if int(a[i]) & 1 else x_i)
+        for i, x_i in sorted(large.items())
+        if accepted[i]
+    ]
+    return np.compress(accepted, xf), patches
 
 
 def _block_stream(key: bytes, block: int) -> _Keystream:
     counter = (int.from_bytes(key[16:32], "little") + block * _BLOCK_COUNTER_STRIDE) % (1 << 128)
-    return _Keystream(key[:16], counter, _CHUNK + 4)
+    return _Keystream(key[:16], counter, 2 * _CHUNK + 4)
 
 
 def _fill_block(
@@ -473,11 +530,18 @@ def _fill_block(
         m = min(_BATCH, need + need // 2 + 16)
         for k in range(0, m, _CHUNK):
             c = min(_CHUNK, m - k)
-            a = stream.words_at(2 * index + k, c, work.a_words)
-            b = stream.words_at(2 * index + m + k, c, work.b_words)
-            taken = _proposals(law, a, b, key, block, index + k, work)
+            if c == m:  # the whole batch at once: its a and b words are one stretch
+                words = stream.words_at(2 * index, 2 * m, work.words)
+                a, b = words[:m], words[m:]
+            else:
+                a = stream.words_at(2 * index + k, c, work.words)
+                b = stream.words_at(2 * index + m + k, c, work.b_words)
+            taken, patches = _proposals(law, a, b, key, block, index + k, work)
             take = min(taken.size, size - filled)
             out[filled : filled + take] = taken[:take]
+            for position, value in patches:
+                if position < take:
+                    out[filled + position] = value
             filled += take
             if filled >= size:
                 break

@@ -460,6 +460,21 @@ def test_forced_exact_path_gives_identical_draws(
     assert np.array_equal(exact, fast)
 
 
+def test_values_beyond_two_to_the_53_are_exact(monkeypatch: pytest.MonkeyPatch) -> None:
+    """X is built in float64, exact below 2^53; larger values (here a Laplace draw of
+    −9,031,674,164,635,863 at b = 2^50, odd, which no double holds) are written in as integers:
+    the draws equal those of the exact path, which works in Python integers throughout."""
+    key = _key("beyond-2^53/57")
+    n = 300
+    fast = discrete_laplace(key, MAX_SCALE, n)
+    big = np.flatnonzero(np.abs(fast) >= 2**53)
+    assert big.tolist() == [200]
+    assert int(fast[200]) == -9_031_674_164_635_863  # odd: not a float's rounding
+    monkeypatch.setattr(nd, "_GUARD32", 2.0**33)
+    monkeypatch.setattr(nd, "_V_TIE_BOUND", 1e300)
+    assert np.array_equal(discrete_laplace(key, MAX_SCALE, n), fast)
+
+
 @pytest.mark.parametrize(("sampler", "scale"), [(discrete_gaussian, 3.0), (discrete_laplace, 10.0)])
 def test_widened_guards_give_identical_draws(
     monkeypatch: pytest.MonkeyPatch, sampler: Sampler, scale: float
