@@ -26,13 +26,14 @@ from coordinator.session import Session
 from coordinator.store import Store
 from node.egress import EgressBundle
 from node.errors import NodeRefused, SessionFailed
-from node.gateway import CoordinatorGateway, JoinReceipt, UploadReceipt
+from node.gateway import CoordinatorGateway
 from node.runner import GatewayFactory, NodeOptions, NodeRunner, RunOutcome, grpc_gateway
 from node.session.setup import LocalSetup
 from node.state_folder import NodeState
 from noise.accounting import gaussian_epsilon, gaussian_mu
 from noise.keys import KeyBundle
 from proto.federation import config_hash, load_federation
+from proto.messages import JoinReceipt, UploadReceipt
 from tests.node.gateways import failing_before_upload
 from zerosum import cli
 from zerosum.commands import federation as federation_command

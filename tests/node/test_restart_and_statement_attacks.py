@@ -36,14 +36,6 @@ import numpy as np
 import pytest
 
 from node.errors import CoordinatorUnreachable, NodeRefused, SessionFailed
-from node.gateway import (
-    RoundResult,
-    RoundState,
-    RoundSummary,
-    SessionState,
-    SessionStatus,
-    UploadStatement,
-)
 from node.release import ReleaseNoise
 from node.runner import NodeRunner
 from node.session.results import Outcome, await_result
@@ -56,6 +48,14 @@ from noise.aggregate_check import TAG_MODULUS, challenge_vectors, tags
 from noise.keys import EphemeralKey
 from noise.layout import Layout, payload_digest
 from proto.federation import load_federation
+from proto.messages import (
+    RoundResult,
+    RoundState,
+    RoundSummary,
+    SessionState,
+    SessionStatus,
+    UploadStatement,
+)
 from tests.node.fake_gateway import FakeCoordinator, running
 from tests.node.nodes import CONFIG_HASH, LAYOUT, ROSTER_HASH, FakePlan, Node
 from tests.node.peer_checks import sealed_tags

@@ -20,7 +20,6 @@ from typing import Literal
 import pytest
 
 from coordinator.config import SessionConfig
-from coordinator.messages import SessionState
 from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
@@ -32,6 +31,9 @@ from node.ledger import PrivacyLedger
 from node.runner import GatewayFactory, NodeOptions, NodeRefused, NodeRunner, grpc_gateway
 from noise.keys import IdentityKey
 from proto.federation import config_hash, load_federation
+from proto.messages import (
+    SessionState,
+)
 from tests.node.gateways import failing_before_upload
 from zerosum.commands import federation as federation_command
 
