@@ -159,7 +159,7 @@ def test_a_node_lost_after_the_first_round_is_unmasked_in_process(
     assert isinstance(outcomes["d"], SessionFailed)
     for node in "abc":
         assert not isinstance(outcomes[node], BaseException), outcomes[node]
-    (dropped,) = session.status().dropped_nodes
+    (dropped,) = session.status().dropped
     assert (dropped.node_id, dropped.round_index) == ("d", 1)
     ledger = (tmp_path / "out-a" / "ledger.json").read_text()
     assert '"kind": "unmask"' in ledger

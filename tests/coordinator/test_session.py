@@ -103,7 +103,7 @@ def test_roster_becomes_final_and_round_0_opens_when_every_node_joined(
     assert session.state() == SessionState.RUNNING
     status = session.status(session.session_id)
     assert (status.current_round_index, status.current_round_name) == (0, "moments")
-    assert status.rounds[0].status == RoundState.OPEN
+    assert status.rounds[0].state == RoundState.OPEN
 
 
 def test_the_same_join_again_is_accepted_as_a_rejoin(fed: Federation, session: Session) -> None:
@@ -224,7 +224,7 @@ def test_two_rounds_without_dropouts_give_the_exact_sums(fed: Federation, sessio
         assert view.payload.sha256 == hashlib.sha256(view.path.read_bytes()).digest()  # type: ignore[union-attr]
     assert session.state() == SessionState.COMPLETED
     status = session.status(session.session_id)
-    assert [r.round_name for r in status.rounds] == ["moments", "scatter"]
+    assert [r.name for r in status.rounds] == ["moments", "scatter"]
 
 
 def test_chunks_not_aligned_to_words_are_summed_exactly(fed: Federation, session: Session) -> None:
@@ -633,7 +633,7 @@ def test_survivor_silent_at_the_unmask_deadline_supersedes_the_round_and_reruns_
     submit_correction(session, "b", 0, data.correction("b", ["d"]))
     session.tick(clock.advance(60_000))  # c never answers
     status = session.status(session.session_id)
-    assert [(r.round_name, r.status) for r in status.rounds] == [
+    assert [(r.name, r.state) for r in status.rounds] == [
         ("moments", RoundState.SUPERSEDED),
         ("moments", RoundState.OPEN),
     ]
@@ -642,8 +642,8 @@ def test_survivor_silent_at_the_unmask_deadline_supersedes_the_round_and_reruns_
         "'moments' among a, b from round 1, with fresh keys; attempt 2 of plan round 'moments' "
         "(at most 3)"
     )
-    assert [(d.node_id, d.round_index) for d in status.dropped_nodes] == [("c", 0), ("d", 0)]
-    assert status.dropped_nodes[0].reason == (
+    assert [(d.node_id, d.round_index) for d in status.dropped] == [("c", 0), ("d", 0)]
+    assert status.dropped[0].reason == (
         "did not answer the unmask request for round 0 ('moments') before its deadline"
     )
     # Nothing of round 0 is published: the uploads not unmasked stay one-time padded.
@@ -702,7 +702,7 @@ def test_the_rerun_cap_fails_the_session_instead_of_another_attempt(
             )
         session.tick(clock.advance(60_000))
     status = session.status(session.session_id)
-    assert [(r.round_name, r.status) for r in status.rounds] == [
+    assert [(r.name, r.state) for r in status.rounds] == [
         ("moments", RoundState.SUPERSEDED),
         ("moments", RoundState.FAILED),
     ]
@@ -733,7 +733,7 @@ def test_a_survivor_that_never_attested_is_dropped_and_the_attesters_rerun_the_r
         )
     session.tick(clock.advance(60_000))
     status = session.status(session.session_id)
-    assert [(r.round_name, r.status) for r in status.rounds] == [
+    assert [(r.name, r.state) for r in status.rounds] == [
         ("moments", RoundState.SUPERSEDED),
         ("moments", RoundState.OPEN),
     ]
@@ -809,7 +809,7 @@ def test_a_stalled_cape_unmask_reruns_from_the_cape_sum(
     submit_correction(session, "b", stalled, None)
     session.tick(clock.advance(60_000))  # c attested but never answers
     status = session.status(session.session_id)
-    assert [(r.round_name, r.status) for r in status.rounds] == rounds
+    assert [(r.name, r.state) for r in status.rounds] == rounds
     assert session.store.result(stalled) is None
     rerun = stalled + 1
     assert session.store.round(rerun).participants == ("a", "b")  # type: ignore[union-attr]
@@ -873,7 +873,9 @@ def test_bad_attestations_and_early_corrections_are_refused(
         session, FailedPrecondition, lambda: session.attest(stale, caller="a")
     )
     forged = fed.attestation("b", sid, 0, request.survivor_hash, survivors=request.survivors)
-    forged = type(forged)(sid, 0, "a", request.survivor_hash, forged.signature)
+    forged = type(forged)(
+        "a", request.survivor_hash, forged.signature, session_id=sid, round_index=0
+    )
     assert "does not verify" in refused(
         session, Unauthenticated, lambda: session.attest(forged, caller="a")
     )
@@ -1166,7 +1168,7 @@ def test_a_refusal_naming_a_survivor_reruns_the_round_without_it(
     assert not receipt.accepted
     assert session.state() == SessionState.RUNNING
     status = session.status()
-    assert status.rounds[0].status == RoundState.SUPERSEDED
+    assert status.rounds[0].state == RoundState.SUPERSEDED
     assert status.rounds[0].dropped == ("c",)
     assert "survivor 'c' was named by 'a' in round 0 ('moments')" in status.rounds[0].reason
     assert because in status.rounds[0].reason
@@ -1210,7 +1212,7 @@ def test_cape_dropout_in_a_model_round_reruns_the_cape_sum_among_survivors(
     upload(session, "b", 1, model.payloads["b"])
     session.tick(clock.advance(60_000))
     status = session.status()
-    assert [(r.round_name, r.status) for r in status.rounds] == [
+    assert [(r.name, r.state) for r in status.rounds] == [
         ("cape-sum/moments", RoundState.READY),
         ("moments", RoundState.SUPERSEDED),
         ("cape-sum/moments", RoundState.OPEN),
@@ -1221,7 +1223,7 @@ def test_cape_dropout_in_a_model_round_reruns_the_cape_sum_among_survivors(
         data = zero_sum(["a", "b"], N_WORDS, seed=20 + round_index)
         run_round(fed, session, round_index, data.payloads)
         np.testing.assert_array_equal(read_result(session, round_index), data.total(["a", "b"]))
-    assert [r.round_name for r in session.status().rounds][3:] == [
+    assert [r.name for r in session.status().rounds][3:] == [
         "moments",
         "cape-sum/scatter",
         "scatter",

@@ -110,12 +110,16 @@ def test_a_withdrawal_before_the_others_upload_lets_them_finish_without_the_dead
     data = zero_sum(fed.node_ids, N_WORDS, seed=41)
     receipt = withdraw(session, "c")
     assert receipt == WithdrawReceipt(
-        session.session_id, 0, "c", dropped=("c",), state=SessionState.RUNNING
+        session_id=session.session_id,
+        round_index=0,
+        node_id="c",
+        dropped=("c",),
+        state=SessionState.RUNNING,
     )
     status = session.status(session.session_id)
     why = f"withdrew from round 0 ('moments'): {REJECTED}"
-    assert status.dropped_nodes == (DroppedNode("c", 0, why),)
-    assert status.rounds[0].status == RoundState.OPEN
+    assert status.dropped == (DroppedNode("c", 0, why),)
+    assert status.rounds[0].state == RoundState.OPEN
     assert status.rounds[0].reason == f"node 'c' {why}"
     assert status.rounds[0].dropped == ("c",)
     upload(session, "a", 0, data.payloads["a"])
@@ -130,7 +134,7 @@ def test_a_withdrawal_before_the_others_upload_lets_them_finish_without_the_dead
     np.testing.assert_array_equal(read_result(session, 0), data.total(["a", "b"]))
     assert session.store.round(1).participants == ("a", "b")  # type: ignore[union-attr]
     # The reason stays in the status after the round completed.
-    assert session.status().dropped_nodes == (DroppedNode("c", 0, why),)
+    assert session.status().dropped == (DroppedNode("c", 0, why),)
 
 
 def test_a_withdrawal_after_the_others_uploaded_starts_the_unmask_at_once(
@@ -238,7 +242,7 @@ def test_a_cape_model_round_withdrawal_reruns_the_cape_sum_at_once(
     upload(session, "b", 1, model.payloads["b"])
     withdraw(session, "c", 1)
     status = session.status()
-    assert [(r.round_name, r.status) for r in status.rounds] == [
+    assert [(r.name, r.state) for r in status.rounds] == [
         ("cape-sum/moments", RoundState.READY),
         ("moments", RoundState.SUPERSEDED),
         ("cape-sum/moments", RoundState.OPEN),
@@ -283,7 +287,7 @@ def test_a_withdrawal_then_a_missed_deadline_keeps_both_reasons(
         "only 1 of 3 nodes submitted round 'moments' (b, c dropped); the federation requires "
         f"at least 2; node 'c' withdrew from round 0 ('moments'): {REJECTED}"
     )
-    assert session.status().dropped_nodes == (
+    assert session.status().dropped == (
         DroppedNode("b", 0, "missed the deadline of round 0 ('moments')"),
         DroppedNode("c", 0, f"withdrew from round 0 ('moments'): {REJECTED}"),
     )
@@ -422,6 +426,6 @@ def test_a_withdrawal_reason_with_terminal_escapes_is_stored_escaped(
 ) -> None:
     join_all(fed, session)
     withdraw(session, "c", reason="stopping \x1b[2J\x1b[31mnow\x1b[0m\x07")
-    (dropped,) = session.status().dropped_nodes
+    (dropped,) = session.status().dropped
     assert "\x1b" not in dropped.reason and "\x07" not in dropped.reason
     assert "stopping" in dropped.reason and "now" in dropped.reason

@@ -224,7 +224,7 @@ def test_the_budget_binds_across_sessions_and_the_second_is_refused_at_start(
         for reason in reasons:
             assert "revealing my pair terms with {a} in round 0" in reason, reason
             assert "(colluders:1)" in reason and "above the budget of 1.2" in reason
-        dropped = {d.node_id: d.reason for d in second.session.status().dropped_nodes}
+        dropped = {d.node_id: d.reason for d in second.session.status().dropped}
         assert "above the budget" in dropped["a"]
     record = _state(fed).entry(session_id)
     assert record is not None and record.stage == "failed" and record.released == ()
