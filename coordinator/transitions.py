@@ -50,12 +50,13 @@ session only; a rerun is a new round under the next index
 (:class:`~coordinator.events.NextRound`).
 
 Adding a phase (say a round status 'reveal'): name it in
-``RoundState`` (coordinator/messages.py) and ``ROUND_STATUSES``
+``RoundState`` (proto/messages.py) and ``ROUND_STATUSES``
 (coordinator/store/rows.py), allow it in the schema's CHECK list under a new
 schema version (coordinator/store/schema.py) and give it a wire status
-(coordinator/wire.py); add its events to coordinator/events.py; add rows and
-handlers here; and let a step decide when each event has happened. The table
-test (tests/coordinator/test_transitions.py) then walks the new pairs.
+(proto/zerosum/v1/session.proto, mapped in proto/convert.py); add its
+events to coordinator/events.py; add rows and handlers here; and let a
+step decide when each event has happened. The table test
+(tests/coordinator/test_transitions.py) then walks the new pairs.
 """
 
 from __future__ import annotations
