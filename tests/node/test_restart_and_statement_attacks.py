@@ -162,6 +162,25 @@ def _await(node: Node, noise: ReleaseNoise) -> Outcome | None:
 # ---------------------------------------------------------------- the nodes an aggregate counts
 
 
+@pytest.mark.parametrize("state", [RoundState.SUPERSEDED, RoundState.FAILED])
+def test_a_superseded_round_is_waited_out_like_a_failed_one(
+    tmp_path: Path, state: RoundState
+) -> None:
+    node, noise = _awaiting(tmp_path)
+    rerun = "superseded by round 2 (a CAPE rerun among the survivors)"
+    _serve(node, RoundResult(1, "scatter", state, rerun, ("a", "b"), ("c", "d")), None)
+    node.coordinator.results = _Once(node.coordinator.results)  # asked twice: fails, never hangs
+    assert _await(node, noise) is None  # the session runs on: the node waits for the rerun
+    assert "status" in node.coordinator.calls
+
+
+class _Once(dict[int, RoundResult]):
+    """Results handed out once each (a node polling the same round again gets none)."""
+
+    def get(self, key: int, default: RoundResult | None = None) -> RoundResult | None:  # type: ignore[override]
+        return self.pop(key, default)
+
+
 def test_an_aggregate_counting_a_node_reported_dropped_is_refused(tmp_path: Path) -> None:
     node, noise = _awaiting(tmp_path)
     # The coordinator says d missed the deadline; a attests and sends its pair terms with d.
