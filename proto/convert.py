@@ -2,10 +2,14 @@
 
 Both ends use it: the coordinator's servicer (coordinator/server.py) reads
 requests with the ``*_from_pb`` functions and writes answers with the
-``*_to_pb`` ones; the node's gRPC gateway (node/client.py) does the
-reverse with the same pairs. Field for field, one function per message and
-direction. Only this module, the gRPC client and the server import the
-generated stubs (tests/house/test_import_rules.py). A message that cannot be
+``*_to_pb`` ones; the node's gRPC gateway (node/client.py) reads those
+answers back with the matching ``*_from_pb`` (so every answer has both
+directions here, and tests/proto/test_convert.py round-trips them) and
+builds its requests from its call's arguments with the shared helpers
+(key bundles, sealed messages). Field for field, one function per message
+and direction. Only this module, ``proto.chunks`` (the payload streams), the
+gRPC client and the server import the generated stubs
+(tests/house/test_import_rules.py). A message that cannot be
 read (a malformed key bundle) raises :class:`~proto.errors.MalformedMessage`.
 
 Status names: the enums of proto/messages.py map one to one onto the
@@ -113,7 +117,7 @@ def session_state_from_pb(state: int) -> SessionState:
     return _SESSION_STATES.get(state, SessionState.UNKNOWN)
 
 
-# ---------------------------------------------------------------- in
+# ---------------------------------------- requests, as the coordinator reads them
 
 
 def tensor_slots_from_pb(tensors: Iterable[pb.TensorLayout]) -> tuple[TensorSlot, ...]:
@@ -222,7 +226,7 @@ def withdraw_request_from_pb(request: pb.WithdrawRequest) -> WithdrawRequest:
     )
 
 
-# ---------------------------------------------------------------- out
+# ---------------------------------------- answers, as the coordinator writes them
 
 
 def join_response_to_pb(receipt: JoinReceipt) -> pb.JoinResponse:
@@ -242,16 +246,7 @@ def roster_to_pb(view: RosterView) -> pb.Roster:
     return pb.Roster(
         session_id=view.session_id,
         config_hash=view.config_hash,
-        bundles=[
-            pb.KeyBundle(
-                config_hash=b.config_hash,
-                session_id=b.session_id,
-                node_id=b.node_id,
-                public_key=b.public_key,
-                signature=b.signature,
-            )
-            for b in view.bundles
-        ],
+        bundles=[key_bundle_to_pb(b) for b in view.bundles],
         version=view.version,
         roster_hash=view.roster_hash,
         final=view.final,
@@ -430,7 +425,7 @@ def sealed_contributions_to_pb(sealed: Sequence[Sealed]) -> list[pb.SealedContri
     ]
 
 
-# ---------------------------------------------------------------- answers, as a node reads them
+# ---------------------------------------- answers, as a node reads them
 #
 # Text written by the coordinator or another node (every ``reason``) is made
 # safe to print on the way in (proto.text), at most REASON_CHARACTERS long.
