@@ -55,7 +55,6 @@ from numpy.typing import NDArray
 
 from benchmarks._plain_grpc import plain_channel, plain_round
 from node.client import GrpcGateway, RetryPolicy
-from node.gateway import RoundState, Sealed
 from node.roster import derive_seeds, verify_roster
 from node.statements import check_statements, sign_upload_statement
 from node.unmask import attestation_signature
@@ -79,6 +78,7 @@ from noise.masks import pairwise_mask
 from noise.self_mask import self_mask, self_mask_commitment, self_mask_seed
 from noise.transcript import sealed_check_message
 from proto.federation import config_hash, load_federation
+from proto.messages import RoundState, Sealed
 
 __all__ = ["MASK_MODES", "PLAIN_TENSOR", "POLL_SECONDS", "TENSOR", "main", "node_values"]
 

@@ -13,10 +13,11 @@ Where to start reading:
   payload files, typed reads and writes);
 * ``aggregate.py`` (the running uint64 sum), ``layout.py`` (payload header
   checks), ``config.py`` (what the coordinator takes from the federation
-  config), ``messages.py`` (plain dataclasses in and out), ``errors.py``
+  config), ``messages.py`` (the result view that names a stored file; every
+  message in and out is a plain type of ``proto/messages.py``), ``errors.py``
   (refusals and their gRPC status);
-* ``server.py`` (the mutual-TLS gRPC server) and ``wire.py`` (protobuf
-  messages to and from the dataclasses); ``guard.py`` and ``limits.py``
+* ``server.py`` (the mutual-TLS gRPC server, translating with
+  ``proto/convert.py``); ``guard.py`` and ``limits.py``
   (what every call passes through: identity, calls at once per caller and in
   total, stream deadlines, INTERNAL for the unexpected), ``operations.py``
   (health and reflection) and ``logs.py`` (text or JSON log lines);

@@ -33,9 +33,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from coordinator.aggregate import RoundSum
 from coordinator.config import SessionConfig
 from coordinator.logs import Note
-from coordinator.messages import RoundStatus
 from coordinator.store import RoundRow, SessionRow, Store, UnmaskRow
 from noise.transcript import roster_hash
+from proto.messages import (
+    RoundState,
+)
 
 __all__ = [
     "SessionContext",
@@ -182,7 +184,7 @@ class SessionContext:
         self._sum_round = round_row.round_index
         rebuilt = RoundSum(self.config.layout(round_row.name).size)
         included = set(round_row.participants)
-        if round_row.status == RoundStatus.UNMASK:
+        if round_row.status == RoundState.AWAITING_UNMASK:
             included = set(self.unmask_row(round_row).survivors)
         for upload in self.store.uploads(round_row.round_index):
             if upload.node_id in included:

@@ -9,10 +9,11 @@ layout, so that the word-by-word sum adds like to like.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from coordinator.errors import InvalidArgument
 from noise.layout import Layout, LayoutError, TensorSlot
+from proto.messages import (
+    PayloadSpec,
+)
 
 __all__ = [
     "MAX_FIXED_POINT_BITS",
@@ -24,21 +25,6 @@ __all__ = [
 ]
 
 MAX_FIXED_POINT_BITS = 62
-
-
-@dataclass(frozen=True)
-class PayloadSpec:
-    """What a payload header promises: size, checksum, fixed-point scale and layout.
-
-    ``tensors`` are the slots as received; :func:`validate_payload` makes a
-    :class:`Layout` of them.
-    """
-
-    total_bytes: int
-    total_elements: int
-    sha256: bytes
-    fixed_point_bits: int
-    tensors: tuple[TensorSlot, ...]
 
 
 def validate_payload(spec: PayloadSpec, *, what: str, max_bytes: int) -> Layout:

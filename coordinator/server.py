@@ -1,7 +1,7 @@
 """The coordinator's gRPC server: mutual TLS, message translation, status codes, deadlines.
 
 The servicer only translates protobuf messages to the plain dataclasses of
-coordinator/messages.py and back (coordinator/wire.py); every decision is
+proto/messages.py and back (proto/convert.py); every decision is
 the session's (coordinator/session.py). A refused message raises a
 :class:`~coordinator.errors.CoordinatorError`, which becomes a gRPC status
 with the error's sentence as details (``context.abort``).
@@ -59,15 +59,20 @@ from coordinator.errors import (
 from coordinator.guard import CallGuard
 from coordinator.limits import ServerLimits, Watchdog
 from coordinator.logs import EventLog, as_event_log
+from coordinator.messages import ResultView
 from coordinator.operations import Operations
 from coordinator.session import Session, Ticket
-from coordinator.wire import (
+from noise.layout import Layout
+from proto.chunks import file_chunks, payload_header
+from proto.convert import (
+    ROUND_STATUS,
     attestation_from_pb,
     attestation_receipt_to_pb,
     join_response_to_pb,
     key_bundle_from_pb,
-    result_header_to_pb,
     roster_to_pb,
+    sealed_tags_to_pb,
+    statements_to_pb,
     status_to_pb,
     unmask_header_from_pb,
     unmask_receipt_to_pb,
@@ -78,7 +83,8 @@ from coordinator.wire import (
     withdraw_receipt_to_pb,
     withdraw_request_from_pb,
 )
-from proto.chunks import file_chunks
+from proto.errors import MalformedMessage
+from proto.messages import RoundState
 from proto.tls import (
     CertificateError,
     PeerVerifier,
@@ -111,6 +117,35 @@ RESULT_HOLD_SECONDS = 1.0
 def _abort(context: grpc.ServicerContext, error: CoordinatorError) -> NoReturn:
     context.abort(grpc.StatusCode[error.status], error.sentence)
     raise AssertionError("context.abort returned")  # pragma: no cover
+
+
+def _result_header(view: ResultView) -> pb.ResultHeader:
+    """The first message of a result stream: the round's status and, when ready, its payload.
+
+    Here rather than in proto/convert.py: a ResultView also names the stored
+    aggregate file, which never leaves the coordinator.
+    """
+    header = pb.ResultHeader(
+        session_id=view.session_id,
+        round_index=view.round_index,
+        round_name=view.round_name,
+        status=ROUND_STATUS[RoundState(view.status)],
+        reason=view.reason,
+        deadline_unix_ms=view.deadline_ms,
+        survivor_node_ids=list(view.survivors),
+        dropped_node_ids=list(view.dropped),
+        survivor_hash=view.survivor_hash,
+        statements=statements_to_pb(view.statements),
+        sealed_tags=sealed_tags_to_pb(view.tags),
+    )
+    if view.payload is not None:
+        spec = view.payload
+        header.payload.CopyFrom(
+            payload_header(None, Layout(spec.tensors), spec.fixed_point_bits, sha256=spec.sha256)
+        )
+    if view.unmask_request is not None:
+        header.unmask_request.CopyFrom(unmask_request_to_pb(view.unmask_request))
+    return header
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -176,7 +211,11 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def Join(self, request: pb.JoinRequest, context: grpc.ServicerContext) -> pb.JoinResponse:
         def join(caller: str) -> pb.JoinResponse:
-            receipt = self.session.join(key_bundle_from_pb(request), caller=caller)
+            try:
+                bundle = key_bundle_from_pb(request)
+            except MalformedMessage as error:
+                raise InvalidArgument(str(error)) from None
+            receipt = self.session.join(bundle, caller=caller)
             return join_response_to_pb(receipt)
 
         result: pb.JoinResponse = self._call(context, join, access="join")
@@ -288,7 +327,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             )
 
         caller, view = self._call(context, check)
-        yield pb.ResultChunk(header=result_header_to_pb(view))
+        yield pb.ResultChunk(header=_result_header(view))
         if view.path is None:
             return
         for chunk in file_chunks(view.path, RESULT_CHUNK_BYTES):

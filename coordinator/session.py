@@ -46,22 +46,7 @@ from collections.abc import Callable
 
 from coordinator.config import SessionConfig
 from coordinator.context import SessionContext, wall_clock_ms
-from coordinator.messages import (
-    Attestation,
-    AttestationReceipt,
-    JoinReceipt,
-    ResultView,
-    RosterView,
-    StatusView,
-    UnmaskHeader,
-    UnmaskReceipt,
-    UnmaskRefusal,
-    UnmaskRequestView,
-    UploadHeader,
-    UploadReceipt,
-    WithdrawReceipt,
-    WithdrawRequest,
-)
+from coordinator.messages import ResultView
 from coordinator.steps.checks import check_caller, check_in_roster
 from coordinator.steps.deadlines import Deadlines
 from coordinator.steps.joining import Joining
@@ -73,6 +58,21 @@ from coordinator.steps.withdraw import Withdrawals
 from coordinator.store import Store
 from coordinator.transitions import StatusChanges
 from noise.keys import KeyBundle
+from proto.messages import (
+    Attestation,
+    AttestationReceipt,
+    JoinReceipt,
+    RosterView,
+    SessionStatus,
+    UnmaskHeader,
+    UnmaskReceipt,
+    UnmaskRefusal,
+    UnmaskRequest,
+    UploadHeader,
+    UploadReceipt,
+    WithdrawReceipt,
+    WithdrawRequest,
+)
 
 __all__ = ["MAX_CHUNK_BYTES", "Session", "Ticket", "wall_clock_ms"]
 
@@ -189,9 +189,7 @@ class Session:
         """Record a survivor's refusal; the round cannot be completed and the session fails."""
         return self._unmasking.refuse_unmask(refusal, caller=caller)
 
-    def unmask_request(
-        self, session_id: str, round_index: int, *, caller: str
-    ) -> UnmaskRequestView:
+    def unmask_request(self, session_id: str, round_index: int, *, caller: str) -> UnmaskRequest:
         """What the coordinator asks of ``caller`` for a round (``pending`` False: nothing)."""
         return self._views.unmask_request(session_id, round_index, caller=caller)
 
@@ -219,7 +217,7 @@ class Session:
         """Note that ``node_id`` was sent the whole result of a round."""
         self._views.record_delivery(round_index, node_id)
 
-    def status(self, session_id: str = "", *, caller: str | None = None) -> StatusView:
+    def status(self, session_id: str = "", *, caller: str | None = None) -> SessionStatus:
         """Where the session is. ``session_id`` may be empty (a node learning the id)."""
         return self._views.status(session_id, caller=caller)
 

@@ -50,12 +50,13 @@ session only; a rerun is a new round under the next index
 (:class:`~coordinator.events.NextRound`).
 
 Adding a phase (say a round status 'reveal'): name it in
-``RoundStatus`` (coordinator/messages.py) and ``ROUND_STATUSES``
+``RoundState`` (proto/messages.py) and ``ROUND_STATUSES``
 (coordinator/store/rows.py), allow it in the schema's CHECK list under a new
 schema version (coordinator/store/schema.py) and give it a wire status
-(coordinator/wire.py); add its events to coordinator/events.py; add rows and
-handlers here; and let a step decide when each event has happened. The table
-test (tests/coordinator/test_transitions.py) then walks the new pairs.
+(proto/zerosum/v1/session.proto, mapped in proto/convert.py); add its
+events to coordinator/events.py; add rows and handlers here; and let a
+step decide when each event has happened. The table test
+(tests/coordinator/test_transitions.py) then walks the new pairs.
 """
 
 from __future__ import annotations
@@ -91,9 +92,12 @@ from coordinator.events import (
     UploadsComplete,
     WithdrawalLeftTooFew,
 )
-from coordinator.messages import RoundStatus, SessionState
 from coordinator.store import ResultRow, RoundRow, SessionRow, UnmaskRow
 from noise.transcript import survivor_set_hash
+from proto.messages import (
+    RoundState,
+    SessionState,
+)
 
 __all__ = [
     "ROUND_TRANSITIONS",
@@ -243,7 +247,7 @@ def _start_running(
 def _fail_to_gather(changes: StatusChanges, row: SessionRow, event: TooFewJoined, now: int) -> None:
     """The roster becomes final and the session fails: too few joined."""
     changes.ctx.store.finalise_roster()
-    changes.ctx.store.set_session_state(SessionState.FAILED, reason=event.reason, ended_ms=now)
+    changes.ctx.store.set_session_state(SessionState.ABORTED, reason=event.reason, ended_ms=now)
     changes.ctx.note(f"session failed: {event.reason}", event="session-failed")
 
 
@@ -267,7 +271,7 @@ def _complete(changes: StatusChanges, row: SessionRow, event: FinalRoundReady, n
 
 
 def _fail_session(changes: StatusChanges, row: SessionRow, event: RoundFailed, now: int) -> None:
-    changes.ctx.store.set_session_state(SessionState.FAILED, reason=event.reason, ended_ms=now)
+    changes.ctx.store.set_session_state(SessionState.ABORTED, reason=event.reason, ended_ms=now)
     changes.ctx.note(f"session failed: {event.reason}", event="session-failed")
 
 
@@ -295,7 +299,7 @@ def _publish(
             computed_ms=now,
         )
     )
-    ctx.store.set_round_status(index, RoundStatus.READY, "")
+    ctx.store.set_round_status(index, RoundState.READY, "")
     ctx.note(
         f"round {index} ({name!r}) ready: the sum over {node_list(event.survivors)} "
         f"(sha256 {short_digest(event.result.sha256)})",
@@ -340,7 +344,7 @@ def _request_unmask(
     dropped = f" ({node_list(event.dropped)} dropped)" if event.dropped else ""
     ctx.store.set_round_status(
         index,
-        RoundStatus.UNMASK,
+        RoundState.AWAITING_UNMASK,
         f"waiting for the unmask answers of {node_list(event.survivors)}{dropped}",
     )
     ctx.store.set_unmask_attempt(index, attempt)
@@ -359,7 +363,7 @@ def _fail_round(
     now: int,
 ) -> None:
     """The round fails with the event's reason, and the session with it."""
-    changes.ctx.store.set_round_status(round_row.round_index, RoundStatus.FAILED, event.reason)
+    changes.ctx.store.set_round_status(round_row.round_index, RoundState.FAILED, event.reason)
     changes.apply_to_session(RoundFailed(event.reason), now=now)
 
 
@@ -371,7 +375,7 @@ def _supersede(
 ) -> None:
     """The round is superseded; ``event.rerun`` opens under the next index among the survivors."""
     index = round_row.round_index
-    changes.ctx.store.set_round_status(index, RoundStatus.SUPERSEDED, event.reason)
+    changes.ctx.store.set_round_status(index, RoundState.SUPERSEDED, event.reason)
     changes.ctx.note(f"round {index} ({round_row.name!r}): {event.reason}", event="round-rerun")
     changes.apply_to_session(NextRound(index + 1, event.rerun, event.survivors), now=now)
 
@@ -409,9 +413,9 @@ def _extend_unmask_deadline(
 # ---------------------------------------------------------------- the table
 
 JOINING, RUNNING = SessionState.JOINING, SessionState.RUNNING
-COMPLETED, FAILED = SessionState.COMPLETED, SessionState.FAILED
-OPEN, UNMASK, READY = RoundStatus.OPEN, RoundStatus.UNMASK, RoundStatus.READY
-ROUND_FAILED, SUPERSEDED = RoundStatus.FAILED, RoundStatus.SUPERSEDED
+COMPLETED, FAILED = SessionState.COMPLETED, SessionState.ABORTED
+OPEN, UNMASK, READY = RoundState.OPEN, RoundState.AWAITING_UNMASK, RoundState.READY
+ROUND_FAILED, SUPERSEDED = RoundState.FAILED, RoundState.SUPERSEDED
 
 SESSION_TRANSITIONS: tuple[Transition[SessionRow, Any], ...] = (
     Transition(JOINING, EveryoneJoined, (RUNNING,), _start_running),

@@ -2,8 +2,8 @@
 
 A TRE node only ever opens outbound connections to the coordinator (the only
 server). :class:`GrpcGateway` implements ``node.gateway.CoordinatorGateway``:
-it translates between protobuf and the gateway's plain values, so nothing
-beyond this module sees gRPC.
+it translates between protobuf and the plain messages of ``proto.messages``
+with ``proto.convert``, so nothing beyond this module sees gRPC.
 
 Every call is retried on UNAVAILABLE and DEADLINE_EXCEEDED — the coordinator
 may be restarting after a crash and resumes from its SQLite state — with
@@ -50,22 +50,6 @@ from node.errors import (
     SetupError,
     TlsMismatch,
 )
-from node.gateway import (
-    Attestation,
-    DroppedNode,
-    JoinReceipt,
-    RosterView,
-    RoundResult,
-    RoundState,
-    RoundSummary,
-    Sealed,
-    SessionState,
-    SessionStatus,
-    UnmaskRequest,
-    UploadReceipt,
-    UploadStatement,
-    WithdrawReceipt,
-)
 from node.tls_probe import tls_mismatch
 from noise.keys import KeyBundle
 from noise.layout import Layout, as_words
@@ -76,6 +60,27 @@ from proto.chunks import (
     layout_of,
     payload_chunks,
     payload_header,
+)
+from proto.convert import (
+    join_response_from_pb,
+    key_bundle_to_pb,
+    result_header_from_pb,
+    roster_from_pb,
+    sealed_contributions_to_pb,
+    sealed_tags_to_pb,
+    status_from_pb,
+    upload_receipt_from_pb,
+    withdraw_receipt_from_pb,
+)
+from proto.messages import (
+    JoinReceipt,
+    RosterView,
+    RoundResult,
+    Sealed,
+    SessionStatus,
+    UnmaskRequest,
+    UploadReceipt,
+    WithdrawReceipt,
 )
 from proto.text import sanitise_text
 from proto.tls import CertificateError, check_node_credentials
@@ -93,27 +98,12 @@ __all__ = [
 _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
 # Certificates and keys are a few kilobytes; anything larger is not one.
 _CREDENTIAL_BYTES: Final = 64 * KIB
-# The coordinator bounds a withdrawal reason to 1000 characters; nothing longer is shown.
-_REASON_CHARACTERS: Final = 1000
 # How often a node that keeps retrying says so.
 _PROGRESS_SECONDS: Final = 10.0
 # How often, at most, an UNAVAILABLE call is followed by a TLS handshake of the node's own.
 _DIAGNOSE_SECONDS: Final = 2.0
 
 _R = TypeVar("_R")
-
-_SESSION_STATES = {
-    pb.SESSION_STATE_JOINING: SessionState.JOINING,
-    pb.SESSION_STATE_RUNNING: SessionState.RUNNING,
-    pb.SESSION_STATE_COMPLETED: SessionState.COMPLETED,
-    pb.SESSION_STATE_ABORTED: SessionState.ABORTED,
-}
-_ROUND_STATES = {
-    pb.ROUND_STATUS_OPEN: RoundState.OPEN,
-    pb.ROUND_STATUS_AWAITING_UNMASK: RoundState.AWAITING_UNMASK,
-    pb.ROUND_STATUS_READY: RoundState.READY,
-    pb.ROUND_STATUS_FAILED: RoundState.FAILED,
-}
 
 
 @dataclass(frozen=True)
@@ -236,11 +226,6 @@ def assemble_payload(
         raise PayloadError(f"{what}: {error}") from None
 
 
-def _peer_text(text: str) -> str:
-    """A reason written by the coordinator or another node, safe to print (proto.text)."""
-    return sanitise_text(text, _REASON_CHARACTERS)
-
-
 def _read_credential(path: Path, what: str, *, secret: bool = False) -> bytes:
     try:
         if secret:
@@ -248,45 +233,6 @@ def _read_credential(path: Path, what: str, *, secret: bool = False) -> bytes:
         return read_limited(path, _CREDENTIAL_BYTES, what=what)
     except LocalFileError as error:
         raise SetupError(str(error)) from None
-
-
-def _bundle_message(bundle: KeyBundle) -> pb.KeyBundle:
-    return pb.KeyBundle(
-        config_hash=bundle.config_hash,
-        session_id=bundle.session_id,
-        node_id=bundle.node_id,
-        public_key=bundle.public_key,
-        signature=bundle.signature,
-    )
-
-
-def _unmask_request(message: pb.UnmaskRequest) -> UnmaskRequest | None:
-    if not message.pending:
-        return None
-    return UnmaskRequest(
-        session_id=message.session_id,
-        round_index=message.round_index,
-        round_name=message.round_name,
-        dropped=tuple(message.dropped_node_ids),
-        survivors=tuple(message.survivor_node_ids),
-        survivor_hash=bytes(message.survivor_hash),
-        attestations=tuple(
-            Attestation(a.node_id, bytes(a.survivor_hash), bytes(a.signature))
-            for a in message.attestations
-        ),
-        min_survivors=message.min_survivors,
-        challenge=tuple(_sealed(c) for c in message.challenge),
-        tags=tuple(_sealed(t) for t in message.sealed_tags),
-    )
-
-
-def _sealed(message: pb.SealedContribution | pb.SealedTags) -> Sealed:
-    return Sealed(
-        sender=message.sender_node_id,
-        recipient=message.recipient_node_id,
-        sealed=bytes(message.sealed),
-        signature=bytes(message.signature),
-    )
 
 
 class _HandshakeFailed(grpc.RpcError):
@@ -442,43 +388,18 @@ class GrpcGateway:
     # -- calls ----------------------------------------------------------
 
     def join(self, bundle: KeyBundle) -> JoinReceipt:
-        request = pb.JoinRequest(bundle=_bundle_message(bundle))
+        request = pb.JoinRequest(bundle=key_bundle_to_pb(bundle))
         response: pb.JoinResponse = self._call(
             "Join", lambda t: self._stub.Join(request, timeout=t)
         )
-        return JoinReceipt(
-            rejoined=response.rejoined,
-            joined_count=response.joined_count,
-            federation_size=response.federation_size,
-        )
+        return join_response_from_pb(response)
 
     def status(self, session_id: str = "") -> SessionStatus:
         request = pb.GetStatusRequest(session_id=session_id)
         message: pb.SessionStatus = self._call(
             "GetStatus", lambda t: self._stub.GetStatus(request, timeout=t)
         )
-        return SessionStatus(
-            session_id=message.session_id,
-            state=_SESSION_STATES.get(message.state, SessionState.UNKNOWN),
-            config_hash=bytes(message.config_hash),
-            reason=_peer_text(message.reason),
-            rounds=tuple(
-                RoundSummary(
-                    index=r.round_index,
-                    name=r.round_name,
-                    state=_ROUND_STATES.get(r.status, RoundState.UNKNOWN),
-                    submitted=tuple(r.submitted_node_ids),
-                    dropped=tuple(r.dropped_node_ids),
-                    reason=_peer_text(r.reason),
-                )
-                for r in message.rounds
-            ),
-            joined=tuple(message.joined_node_ids),
-            dropped=tuple(
-                DroppedNode(d.node_id, d.round_index, _peer_text(d.reason))
-                for d in message.dropped_nodes
-            ),
-        )
+        return status_from_pb(message)
 
     def withdraw(self, session_id: str, round_index: int, reason: str) -> WithdrawReceipt:
         """Tell the coordinator this node stops before uploading ``round_index``, and why.
@@ -494,30 +415,14 @@ class GrpcGateway:
         receipt: pb.WithdrawReceipt = self._call(
             "Withdraw", lambda t: self._stub.Withdraw(request, timeout=t)
         )
-        return WithdrawReceipt(dropped=tuple(receipt.dropped_node_ids))
+        return withdraw_receipt_from_pb(receipt)
 
     def roster(self, session_id: str) -> RosterView:
         request = pb.GetRosterRequest(session_id=session_id, node_id=self._node_id)
         message: pb.Roster = self._call(
             "GetRoster", lambda t: self._stub.GetRoster(request, timeout=t)
         )
-        return RosterView(
-            session_id=message.session_id,
-            config_hash=bytes(message.config_hash),
-            bundles=tuple(
-                KeyBundle(
-                    config_hash=bytes(b.config_hash),
-                    session_id=b.session_id,
-                    node_id=b.node_id,
-                    public_key=bytes(b.public_key),
-                    signature=bytes(b.signature),
-                )
-                for b in message.bundles
-            ),
-            roster_hash=bytes(message.roster_hash),
-            final=message.final,
-            excluded=tuple(message.excluded_node_ids),
-        )
+        return roster_from_pb(message)
 
     def upload(
         self,
@@ -557,15 +462,7 @@ class GrpcGateway:
             roster_hash=roster_hash,
             statement_signature=statement_signature,
             self_mask_commitment=self_mask_commitment,
-            challenge=[
-                pb.SealedContribution(
-                    sender_node_id=c.sender,
-                    recipient_node_id=c.recipient,
-                    sealed=c.sealed,
-                    signature=c.signature,
-                )
-                for c in challenge
-            ],
+            challenge=sealed_contributions_to_pb(challenge),
         )
 
         def messages() -> Iterator[pb.UploadChunk]:
@@ -577,13 +474,7 @@ class GrpcGateway:
             "UploadEgress", lambda t: self._stub.UploadEgress(messages(), timeout=t)
         )
         self._uploaded[(session_id, round_index)] = bytes(header.payload.sha256)
-        return UploadReceipt(
-            duplicate=receipt.duplicate,
-            submitted_count=receipt.submitted_count,
-            expected_count=receipt.expected_count,
-            sha256=bytes(receipt.sha256),
-            received_bytes=receipt.received_bytes,
-        )
+        return upload_receipt_from_pb(receipt)
 
     def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
         """SHA-256 of the payload this gateway uploaded for a round; None if it sent none."""
@@ -618,32 +509,7 @@ class GrpcGateway:
             else:
                 for _ in chunks:  # none are sent; drain the stream all the same
                     pass
-            return RoundResult(
-                round_index=header.round_index,
-                round_name=header.round_name,
-                state=_ROUND_STATES.get(header.status, RoundState.UNKNOWN),
-                reason=_peer_text(header.reason),
-                survivors=tuple(header.survivor_node_ids),
-                dropped=tuple(header.dropped_node_ids),
-                statements=tuple(
-                    UploadStatement(
-                        node_id=s.node_id,
-                        round_name=s.round_name,
-                        roster_hash=bytes(s.roster_hash),
-                        payload_sha256=bytes(s.payload_sha256),
-                        signature=bytes(s.signature),
-                    )
-                    for s in header.statements
-                ),
-                aggregate=aggregate,
-                layout=layout,
-                unmask_request=(
-                    _unmask_request(header.unmask_request)
-                    if header.HasField("unmask_request")
-                    else None
-                ),
-                tags=tuple(_sealed(t) for t in header.sealed_tags),
-            )
+            return result_header_from_pb(header, aggregate=aggregate, layout=layout)
 
         return self._call("GetResult", attempt)
 
@@ -662,15 +528,7 @@ class GrpcGateway:
             node_id=self._node_id,
             survivor_hash=survivor_hash,
             signature=signature,
-            sealed_tags=[
-                pb.SealedTags(
-                    sender_node_id=t.sender,
-                    recipient_node_id=t.recipient,
-                    sealed=t.sealed,
-                    signature=t.signature,
-                )
-                for t in tags
-            ],
+            sealed_tags=sealed_tags_to_pb(tuple(tags)),
         )
         self._call("AttestSurvivors", lambda t: self._stub.AttestSurvivors(request, timeout=t))
 

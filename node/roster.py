@@ -22,11 +22,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from node.errors import RosterError
-from node.gateway import RosterView
 from noise.errors import KeyFormatError, SignatureError
 from noise.keys import EphemeralKey, KeyBundle, verify_key_bundle
 from noise.seeds import pairwise_seed
 from noise.transcript import roster_hash
+from proto.messages import RosterView
 
 __all__ = ["RosterError", "VerifiedRoster", "derive_seeds", "verify_roster"]
 

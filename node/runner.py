@@ -60,7 +60,7 @@ from node.errors import (
     SessionFailed,
     SessionStateError,
 )
-from node.gateway import CoordinatorGateway, SessionState
+from node.gateway import CoordinatorGateway
 from node.masking import MaskPrefetch
 from node.session.cape_round import run_cape_sum_round
 from node.session.context import NodeOptions, SessionContext
@@ -76,6 +76,7 @@ from node.session.setup import LocalSetup, prepare
 from node.session_state import SessionStore
 from node.state_folder import NodeState
 from noise.errors import InfeasibleDesignError
+from proto.messages import SessionState
 from proto.rounds import RoundRef
 
 __all__ = [

@@ -32,9 +32,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from node.errors import StatementError
-from node.gateway import RoundResult, UploadStatement
 from noise.keys import IdentityKey
 from noise.transcript import upload_statement_message
+from proto.messages import RoundResult, UploadStatement
 
 __all__ = ["StatementError", "check_statements", "sign_upload_statement"]
 

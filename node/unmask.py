@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from node.gateway import Attestation, UnmaskRequest
 from noise.keys import IdentityKey
 from noise.transcript import survivor_attestation_message, survivor_set_hash
+from proto.messages import Attestation, UnmaskRequest
 
 __all__ = [
     "Attestation",

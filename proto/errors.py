@@ -10,8 +10,12 @@ local files and nested text are a package of their own (``bounded``, root
 
 from __future__ import annotations
 
-__all__ = ["ProtoError"]
+__all__ = ["MalformedMessage", "ProtoError"]
 
 
 class ProtoError(Exception):
     """Base class of every error raised by proto/."""
+
+
+class MalformedMessage(ProtoError, ValueError):
+    """A protobuf message that cannot be read as its plain type (the sentence names why)."""

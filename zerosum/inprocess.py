@@ -2,7 +2,9 @@
 
 :class:`InProcessGateway` implements ``node.gateway.CoordinatorGateway`` by
 calling a ``coordinator.session.Session`` directly, with the node's id as the
-authenticated caller (what the TLS layer proves over gRPC). Payloads go through
+authenticated caller (what the TLS layer proves over gRPC). Both ends speak
+the plain messages of ``proto.messages``, so requests and answers pass through
+unchanged; only a result's stored aggregate file is read into memory here. Payloads go through
 the same chunked path as over the wire (``proto.chunks``), and a refusal of
 the coordinator raises the same ``CoordinatorRefused`` with the same status
 name and sentence. Tests and demonstrations run whole sessions with it, many
@@ -23,67 +25,35 @@ import numpy as np
 from numpy.typing import NDArray
 
 from coordinator.errors import CoordinatorError
-from coordinator.layout import PayloadSpec
-from coordinator.messages import (
-    Attestation as CoordinatorAttestation,
-)
-from coordinator.messages import (
-    SealedContribution,
-    SealedTags,
-    UnmaskHeader,
-    UnmaskReceipt,
-    UnmaskRefusal,
-    UploadHeader,
-    WithdrawRequest,
-)
-from coordinator.messages import (
-    UploadReceipt as CoordinatorUploadReceipt,
-)
 from coordinator.session import Session, Ticket
 from node.errors import AlreadyJoined, CoordinatorRefused
-from node.gateway import (
-    Attestation,
-    DroppedNode,
-    JoinReceipt,
-    RosterView,
-    RoundResult,
-    RoundState,
-    RoundSummary,
-    Sealed,
-    SessionState,
-    SessionStatus,
-    UnmaskRequest,
-    UploadReceipt,
-    UploadStatement,
-    WithdrawReceipt,
-)
 from noise.keys import KeyBundle
 from noise.layout import Layout, payload_digest
 from proto.chunks import CHUNK_BYTES, payload_chunks
+from proto.messages import (
+    Attestation,
+    JoinReceipt,
+    PayloadSpec,
+    RosterView,
+    RoundResult,
+    RoundState,
+    Sealed,
+    SessionStatus,
+    UnmaskHeader,
+    UnmaskReceipt,
+    UnmaskRefusal,
+    UnmaskRequest,
+    UploadHeader,
+    UploadReceipt,
+    WithdrawReceipt,
+    WithdrawRequest,
+)
 
 __all__ = ["InProcessGateway", "Ticker"]
 
 
-def _sealed(tags: Sequence[SealedTags]) -> tuple[Sealed, ...]:
-    return tuple(Sealed(t.sender, t.recipient, t.sealed, t.signature) for t in tags)
-
-
 U64 = NDArray[np.uint64]
 _R = TypeVar("_R")
-
-_SESSION_STATES = {
-    "joining": SessionState.JOINING,
-    "running": SessionState.RUNNING,
-    "completed": SessionState.COMPLETED,
-    "failed": SessionState.ABORTED,
-}
-_ROUND_STATES = {
-    "open": RoundState.OPEN,
-    "unmask": RoundState.AWAITING_UNMASK,
-    "ready": RoundState.READY,
-    "failed": RoundState.FAILED,
-    "superseded": RoundState.FAILED,
-}
 
 
 class Ticker(threading.Thread):
@@ -129,8 +99,8 @@ class InProcessGateway:
             raise kind(method, error.status, error.sentence) from None
 
     def _stream(
-        self, ticket: Ticket | CoordinatorUploadReceipt | UnmaskReceipt, payload: U64
-    ) -> CoordinatorUploadReceipt | UnmaskReceipt:
+        self, ticket: Ticket | UploadReceipt | UnmaskReceipt, payload: U64
+    ) -> UploadReceipt | UnmaskReceipt:
         if not isinstance(ticket, Ticket):
             return ticket  # answered at once (a duplicate)
         try:
@@ -144,48 +114,17 @@ class InProcessGateway:
         view = self._call(
             "GetStatus", lambda: self._session.status(session_id, caller=self._node_id)
         )
-        return SessionStatus(
-            session_id=view.session_id,
-            state=_SESSION_STATES.get(view.state, SessionState.UNKNOWN),
-            config_hash=view.config_hash,
-            reason=view.reason,
-            rounds=tuple(
-                RoundSummary(
-                    index=r.round_index,
-                    name=r.round_name,
-                    state=_ROUND_STATES.get(r.status, RoundState.UNKNOWN),
-                    submitted=r.submitted,
-                    dropped=r.dropped,
-                    reason=r.reason,
-                )
-                for r in view.rounds
-            ),
-            joined=view.joined,
-            dropped=tuple(
-                DroppedNode(d.node_id, d.round_index, d.reason) for d in view.dropped_nodes
-            ),
-        )
+        return view
 
     def join(self, bundle: KeyBundle) -> JoinReceipt:
         receipt = self._call("Join", lambda: self._session.join(bundle, caller=self._node_id))
-        return JoinReceipt(
-            rejoined=receipt.rejoined,
-            joined_count=receipt.joined_count,
-            federation_size=receipt.federation_size,
-        )
+        return receipt
 
     def roster(self, session_id: str) -> RosterView:
         view = self._call(
             "GetRoster", lambda: self._session.roster(session_id, caller=self._node_id)
         )
-        return RosterView(
-            session_id=view.session_id,
-            config_hash=view.config_hash,
-            bundles=view.bundles,
-            roster_hash=view.roster_hash,
-            final=view.final,
-            excluded=view.excluded,
-        )
+        return view
 
     def upload(
         self,
@@ -218,24 +157,16 @@ class InProcessGateway:
             roster_hash=roster_hash,
             statement_signature=statement_signature,
             self_mask_commitment=self_mask_commitment,
-            challenge=tuple(
-                SealedContribution(c.sender, c.recipient, c.sealed, c.signature) for c in challenge
-            ),
+            challenge=tuple(challenge),
         )
 
-        def send() -> CoordinatorUploadReceipt | UnmaskReceipt:
+        def send() -> UploadReceipt | UnmaskReceipt:
             return self._stream(self._session.begin_upload(header, caller=self._node_id), payload)
 
         receipt = self._call("UploadEgress", send)
-        assert isinstance(receipt, CoordinatorUploadReceipt)
+        assert isinstance(receipt, UploadReceipt)
         self._uploaded[(session_id, round_index)] = digest
-        return UploadReceipt(
-            duplicate=receipt.duplicate,
-            submitted_count=receipt.submitted_count,
-            expected_count=receipt.expected_count,
-            sha256=receipt.sha256,
-            received_bytes=receipt.received_bytes,
-        )
+        return receipt
 
     def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
         return self._uploaded.get((session_id, round_index))
@@ -255,42 +186,19 @@ class InProcessGateway:
                     "GetResult", "DATA_LOSS", "the stored aggregate does not match its digest"
                 )
             self._session.record_delivery(round_index, self._node_id)
-        request = None
-        if view.unmask_request is not None and view.unmask_request.pending:
-            r = view.unmask_request
-            request = UnmaskRequest(
-                session_id=r.session_id,
-                round_index=r.round_index,
-                round_name=r.round_name,
-                dropped=r.dropped,
-                survivors=r.survivors,
-                survivor_hash=r.survivor_hash,
-                attestations=tuple(
-                    Attestation(a.node_id, a.survivor_hash, a.signature) for a in r.attestations
-                ),
-                min_survivors=r.min_survivors,
-                challenge=tuple(
-                    Sealed(c.sender, c.recipient, c.sealed, c.signature) for c in r.challenge
-                ),
-                tags=_sealed(r.tags),
-            )
+        pending = view.unmask_request
         return RoundResult(
             round_index=view.round_index,
             round_name=view.round_name,
-            state=_ROUND_STATES.get(view.status, RoundState.UNKNOWN),
+            state=RoundState(view.status),
             reason=view.reason,
             survivors=view.survivors,
             dropped=view.dropped,
-            statements=tuple(
-                UploadStatement(
-                    s.node_id, s.round_name, s.roster_hash, s.payload_sha256, s.signature
-                )
-                for s in view.statements
-            ),
+            statements=view.statements,
             aggregate=aggregate,
             layout=layout,
-            unmask_request=request,
-            tags=_sealed(view.tags),
+            unmask_request=pending if pending is not None and pending.pending else None,
+            tags=view.tags,
         )
 
     def attest(
@@ -302,13 +210,13 @@ class InProcessGateway:
         signature: bytes,
         tags: Sequence[Sealed],
     ) -> None:
-        attestation = CoordinatorAttestation(
+        attestation = Attestation(
             session_id=session_id,
             round_index=round_index,
             node_id=self._node_id,
             survivor_hash=survivor_hash,
             signature=signature,
-            tags=tuple(SealedTags(t.sender, t.recipient, t.sealed, t.signature) for t in tags),
+            tags=tuple(tags),
         )
         self._call(
             "AttestSurvivors", lambda: self._session.attest(attestation, caller=self._node_id)
@@ -342,7 +250,7 @@ class InProcessGateway:
             self_mask_seed=self_mask_seed,
         )
 
-        def send() -> CoordinatorUploadReceipt | UnmaskReceipt:
+        def send() -> UploadReceipt | UnmaskReceipt:
             begun = self._session.begin_unmask(header, caller=self._node_id)
             if payload is None:
                 assert not isinstance(begun, Ticket), "an answer without corrections has no stream"
@@ -369,7 +277,7 @@ class InProcessGateway:
         request = WithdrawRequest(
             session_id=session_id, round_index=round_index, node_id=self._node_id, reason=reason
         )
-        receipt = self._call(
+        receipt: WithdrawReceipt = self._call(
             "Withdraw", lambda: self._session.withdraw(request, caller=self._node_id)
         )
-        return WithdrawReceipt(dropped=receipt.dropped)
+        return receipt

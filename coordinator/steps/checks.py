@@ -20,10 +20,13 @@ from coordinator.errors import (
     Unauthenticated,
 )
 from coordinator.layout import PayloadSpec
-from coordinator.messages import SealedContribution, SealedTags, SessionState
 from coordinator.store import MemberRow, RoundRow, SessionRow, Store
 from noise.keys import key_fingerprint
 from noise.transcript import sealed_check_message
+from proto.messages import (
+    Sealed,
+    SessionState,
+)
 
 __all__ = [
     "check_bits",
@@ -139,7 +142,7 @@ def check_live(ctx: SessionContext, node_id: str, row: SessionRow) -> None:
 
 def check_running(row: SessionRow) -> None:
     """Refuse once the session has completed or failed."""
-    if row.state in (SessionState.COMPLETED, SessionState.FAILED):
+    if row.state in (SessionState.COMPLETED, SessionState.ABORTED):
         ended = "completed" if row.state == SessionState.COMPLETED else f"failed: {row.reason}"
         raise FailedPrecondition(f"session {row.session_id!r} has ended ({ended}).")
 
@@ -155,7 +158,7 @@ def check_bits(ctx: SessionContext, spec: PayloadSpec, what: str) -> None:
 
 def check_sealed(
     ctx: SessionContext,
-    items: Sequence[SealedContribution | SealedTags],
+    items: Sequence[Sealed],
     *,
     round_index: int,
     sender: str,

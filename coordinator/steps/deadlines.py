@@ -35,11 +35,14 @@ from coordinator.events import (
     TooFewUploaded,
     UnmaskStalled,
 )
-from coordinator.messages import RoundStatus, SessionState
 from coordinator.steps.joining import Joining
 from coordinator.steps.streams import Streams
 from coordinator.store import RoundRow, Store, UnmaskRow
 from coordinator.transitions import StatusChanges
+from proto.messages import (
+    RoundState,
+    SessionState,
+)
 from proto.rounds import RoundRef
 
 __all__ = ["Deadlines", "nobody_awaited", "withdrawal_notes"]
@@ -62,7 +65,7 @@ def withdrawal_notes(store: Store, round_row: RoundRow) -> str:
 
 def nobody_awaited(store: Store, round_row: RoundRow) -> bool:
     """True when the open round awaits nobody: every participant without an upload withdrew."""
-    if round_row.status != RoundStatus.OPEN:
+    if round_row.status != RoundState.OPEN:
         return False
     uploaded = {u.node_id for u in store.uploads(round_row.round_index)}
     missing = set(round_row.participants) - uploaded
@@ -99,12 +102,12 @@ class Deadlines:
             if row.state != SessionState.RUNNING or row.current_round is None:
                 return
             current = ctx.round_row(row.current_round)
-            if current.status == RoundStatus.OPEN:
+            if current.status == RoundState.OPEN:
                 if now >= current.deadline_ms:
                     self.close_round(current, now, deadline=True)
                 elif nobody_awaited(ctx.store, current):
                     self.close_round(current, now, deadline=False)
-            elif current.status == RoundStatus.UNMASK:
+            elif current.status == RoundState.AWAITING_UNMASK:
                 request = ctx.unmask_row(current)
                 if now >= request.deadline_ms:
                     self._unmask_deadline(current, request, now)
@@ -179,7 +182,7 @@ class Deadlines:
         return [
             r
             for r in self.ctx.store.rounds()
-            if r.status == RoundStatus.SUPERSEDED and RoundRef.parse(r.name).model_round == base
+            if r.status == RoundState.SUPERSEDED and RoundRef.parse(r.name).model_round == base
         ]
 
     def _attempt(self, name: str) -> str:

@@ -26,12 +26,16 @@ from coordinator.events import (
     RoundResumed,
     TooFewJoined,
 )
-from coordinator.messages import JoinReceipt, RoundStatus, SessionState
 from coordinator.steps.checks import check_caller, find_member
 from coordinator.store import SessionRow
 from coordinator.transitions import StatusChanges
 from noise.errors import SignatureError
 from noise.keys import KeyBundle, key_fingerprint, verify_key_bundle
+from proto.messages import (
+    JoinReceipt,
+    RoundState,
+    SessionState,
+)
 
 __all__ = ["Joining"]
 
@@ -75,7 +79,7 @@ class Joining:
                 self.changes.apply_to_session(JoinResumed(), now=now)
             elif row.state == SessionState.RUNNING and row.current_round is not None:
                 current = self.ctx.round_row(row.current_round)
-                if current.status in (RoundStatus.OPEN, RoundStatus.UNMASK):
+                if current.status in (RoundState.OPEN, RoundState.AWAITING_UNMASK):
                     self.changes.apply_to_round(current.round_index, RoundResumed(), now=now)
 
     def check_may_join(self, caller: str) -> None:

@@ -25,10 +25,13 @@ from coordinator.context import SessionContext, short_digest
 from coordinator.errors import FailedPrecondition, InvalidArgument
 from coordinator.events import ResultFile
 from coordinator.layout import PayloadSpec
-from coordinator.messages import UnmaskReceipt, UploadReceipt
 from coordinator.store import PayloadWriter
 from coordinator.store.payloads import fsync_dir
 from noise.layout import Layout
+from proto.messages import (
+    UnmaskReceipt,
+    UploadReceipt,
+)
 
 __all__ = ["MAX_CHUNK_BYTES", "Streams", "Ticket", "unlink_placed"]
 

@@ -53,14 +53,6 @@ from coordinator.events import (
     UnmaskRefused,
 )
 from coordinator.layout import check_announced_size, check_same_layout, validate_payload
-from coordinator.messages import (
-    Attestation,
-    AttestationReceipt,
-    RoundStatus,
-    UnmaskHeader,
-    UnmaskReceipt,
-    UnmaskRefusal,
-)
 from coordinator.steps.checks import (
     check_bits,
     check_in_roster,
@@ -86,6 +78,14 @@ from noise.keys import key_fingerprint
 from noise.seeds import SEED_BYTES
 from noise.self_mask import self_mask_commitment
 from noise.transcript import survivor_attestation_message
+from proto.messages import (
+    Attestation,
+    AttestationReceipt,
+    RoundState,
+    UnmaskHeader,
+    UnmaskReceipt,
+    UnmaskRefusal,
+)
 from proto.rounds import RoundRef
 
 __all__ = ["Unmasking"]
@@ -110,7 +110,7 @@ class Unmasking:
         check_session_id(session_id, row)
         round_row = check_round(self.ctx, round_index, row)
         check_running(row)
-        if round_row.status != RoundStatus.UNMASK:
+        if round_row.status != RoundState.AWAITING_UNMASK:
             raise FailedPrecondition(
                 f"round {round_index} ({round_row.name!r}) is not awaiting unmask corrections "
                 f"(it is {round_row.status})."
@@ -340,7 +340,10 @@ class Unmasking:
             raise FailedPrecondition(ticket.cancelled_sentence())
         check_running(self.ctx.session())
         round_row = self.ctx.round_row(ticket.round_index)
-        if round_row.status != RoundStatus.UNMASK or round_row.unmask_attempt != ticket.attempt:
+        if (
+            round_row.status != RoundState.AWAITING_UNMASK
+            or round_row.unmask_attempt != ticket.attempt
+        ):
             raise FailedPrecondition(
                 f"{ticket.what}: the unmask request changed while the correction was in "
                 "progress; fetch the request again."

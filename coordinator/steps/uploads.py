@@ -42,7 +42,6 @@ from coordinator.errors import (
 )
 from coordinator.events import UploadsComplete
 from coordinator.layout import check_announced_size, check_same_layout, validate_payload
-from coordinator.messages import RoundStatus, UploadHeader, UploadReceipt
 from coordinator.steps.checks import (
     check_bits,
     check_in_roster,
@@ -59,6 +58,11 @@ from coordinator.transitions import StatusChanges
 from noise.aggregate_check import SEALED_BYTES
 from noise.errors import KeyFormatError
 from noise.transcript import upload_statement_message
+from proto.messages import (
+    RoundState,
+    UploadHeader,
+    UploadReceipt,
+)
 
 __all__ = ["Uploads"]
 
@@ -111,7 +115,7 @@ class Uploads:
                     f"{round_row.round_index} ({round_row.name!r})."
                 )
             check_running(row)
-            if round_row.status != RoundStatus.OPEN:
+            if round_row.status != RoundState.OPEN:
                 raise FailedPrecondition(
                     f"round {round_row.round_index} ({round_row.name!r}) no longer accepts "
                     f"uploads: it is {round_row.status}."
@@ -252,7 +256,7 @@ class Uploads:
             return receipt
         check_live(ctx, ticket.node_id, row)
         check_running(row)
-        if round_row.status != RoundStatus.OPEN:
+        if round_row.status != RoundState.OPEN:
             raise FailedPrecondition(
                 f"{ticket.what}: round {round_row.round_index} ({round_row.name!r}) stopped "
                 f"accepting uploads (it is {round_row.status})."

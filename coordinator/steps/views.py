@@ -16,25 +16,24 @@ from pathlib import Path
 from coordinator.context import SessionContext
 from coordinator.errors import NotFound
 from coordinator.layout import PayloadSpec
-from coordinator.messages import (
-    Attestation,
-    DroppedNode,
-    ResultView,
-    RosterView,
-    RoundDeadline,
-    RoundStatus,
-    RoundSummary,
-    SealedContribution,
-    SealedTags,
-    SessionState,
-    StatusView,
-    UnmaskRequestView,
-    UploadStatement,
-)
+from coordinator.messages import ResultView
 from coordinator.steps.checks import check_in_roster, check_round, check_session_id
 from coordinator.store import AttestationRow, RoundRow, SessionRow, UploadRow
 from noise.keys import KeyBundle
 from noise.transcript import roster_hash, survivor_set_hash
+from proto.messages import (
+    Attestation,
+    DroppedNode,
+    RosterView,
+    RoundDeadline,
+    RoundState,
+    RoundSummary,
+    Sealed,
+    SessionState,
+    SessionStatus,
+    UnmaskRequest,
+    UploadStatement,
+)
 
 __all__ = ["Views"]
 
@@ -100,7 +99,7 @@ class Views:
         return relays
 
     def _note_terminal(self, caller: str, row: SessionRow) -> None:
-        if row.state == SessionState.FAILED:
+        if row.state == SessionState.ABORTED:
             self._notified.add(caller)
 
     def roster(self, session_id: str, *, caller: str) -> RosterView:
@@ -159,7 +158,7 @@ class Views:
         # Read before the view, so a change while it is built is answered at once next time.
         version = ctx.version
         view = self._result(session_id, round_index, caller=caller)
-        under_way = view.status in (RoundStatus.OPEN, RoundStatus.UNMASK)
+        under_way = view.status in (RoundState.OPEN, RoundState.AWAITING_UNMASK)
         self._sent[caller] = (round_index, version, under_way)
         return view
 
@@ -183,10 +182,10 @@ class Views:
             payload: PayloadSpec | None = None
             path: Path | None = None
             statements: tuple[UploadStatement, ...] = ()
-            tags: tuple[SealedTags, ...] = ()
+            tags: tuple[Sealed, ...] = ()
             deadline = round_row.deadline_ms
             status = round_row.status
-            if status == RoundStatus.READY:
+            if status == RoundState.READY:
                 stored = ctx.store.result(round_index)
                 assert stored is not None and round_row.layout is not None
                 survivors, dropped = stored.survivors, stored.dropped
@@ -203,7 +202,7 @@ class Views:
                 path = ctx.store.payload_path(stored.path)
                 statements = self._statements(row, round_row, survivors)
                 tags = self._tags_for(round_index, round_row.unmask_attempt, caller)
-            elif status == RoundStatus.UNMASK:
+            elif status == RoundState.AWAITING_UNMASK:
                 request = ctx.unmask_row(round_row)
                 survivors, dropped, digest = (
                     request.survivors,
@@ -211,7 +210,7 @@ class Views:
                     request.survivor_hash,
                 )
                 deadline = request.deadline_ms
-            elif status == RoundStatus.OPEN:
+            elif status == RoundState.OPEN:
                 survivors = round_row.participants
             else:
                 dropped = tuple(
@@ -219,7 +218,7 @@ class Views:
                 )
                 survivors = tuple(sorted(set(round_row.participants) - set(dropped)))
             reason = round_row.reason
-            if row.state == SessionState.FAILED and status != RoundStatus.READY:
+            if row.state == SessionState.ABORTED and status != RoundState.READY:
                 reason = row.reason
             request_view = self._request_view(row, round_row, caller)
             return ResultView(
@@ -239,10 +238,10 @@ class Views:
                 tags=tags,
             )
 
-    def _tags_for(self, round_index: int, attempt: int, caller: str) -> tuple[SealedTags, ...]:
+    def _tags_for(self, round_index: int, attempt: int, caller: str) -> tuple[Sealed, ...]:
         """The aggregate-check tags each attested survivor sealed for ``caller``."""
         return tuple(
-            SealedTags(sender, caller, sealed, signature)
+            Sealed(sender, caller, sealed, signature)
             for sender, sealed, signature in self._relays(round_index, attempt).tags.get(caller, ())
         )
 
@@ -265,9 +264,7 @@ class Views:
             if upload.node_id in counted
         )
 
-    def unmask_request(
-        self, session_id: str, round_index: int, *, caller: str
-    ) -> UnmaskRequestView:
+    def unmask_request(self, session_id: str, round_index: int, *, caller: str) -> UnmaskRequest:
         """What the coordinator asks of ``caller`` for a round (``pending`` False: nothing)."""
         ctx = self.ctx
         with ctx.lock:
@@ -277,16 +274,16 @@ class Views:
             round_row = check_round(ctx, round_index, row)
             return self._request_view(row, round_row, caller)
 
-    def _request_view(self, row: SessionRow, round_row: RoundRow, caller: str) -> UnmaskRequestView:
+    def _request_view(self, row: SessionRow, round_row: RoundRow, caller: str) -> UnmaskRequest:
         """The unmask request pending for ``caller`` in ``round_row`` (``pending`` False: none)."""
         ctx = self.ctx
-        idle = UnmaskRequestView(
+        idle = UnmaskRequest(
             session_id=row.session_id,
             round_index=round_row.round_index,
             round_name=round_row.name,
             pending=False,
         )
-        if round_row.status != RoundStatus.UNMASK or row.state != SessionState.RUNNING:
+        if round_row.status != RoundState.AWAITING_UNMASK or row.state != SessionState.RUNNING:
             return idle
         request = ctx.unmask_row(round_row)
         answered = {
@@ -306,7 +303,7 @@ class Views:
             for a in relays.attestations
         )
         survivors = set(request.survivors)
-        return UnmaskRequestView(
+        return UnmaskRequest(
             session_id=row.session_id,
             round_index=round_row.round_index,
             round_name=round_row.name,
@@ -321,7 +318,7 @@ class Views:
             min_survivors=ctx.config.min_nodes,
             attempt=request.attempt,
             challenge=tuple(
-                SealedContribution(sender, caller, sealed, signature)
+                Sealed(sender, caller, sealed, signature)
                 for sender, sealed, signature in relays.challenge.get(caller, ())
                 if sender in survivors
             ),
@@ -334,7 +331,7 @@ class Views:
         with ctx.lock, ctx.store.transaction():
             ctx.store.add_delivery(round_index, node_id, ctx.clock())
 
-    def status(self, session_id: str = "", *, caller: str | None = None) -> StatusView:
+    def status(self, session_id: str = "", *, caller: str | None = None) -> SessionStatus:
         """Where the session is. ``session_id`` may be empty (a node learning the id)."""
         ctx = self.ctx
         with ctx.lock:
@@ -352,13 +349,13 @@ class Views:
             for r in rounds:
                 dropped = tuple(m.node_id for m in members if m.dropped_round == r.round_index)
                 deadline = r.deadline_ms
-                if r.status == RoundStatus.UNMASK:
+                if r.status == RoundState.AWAITING_UNMASK:
                     deadline = ctx.unmask_row(r).deadline_ms
                 summaries.append(
                     RoundSummary(
-                        round_index=r.round_index,
-                        round_name=r.name,
-                        status=r.status,
+                        index=r.round_index,
+                        name=r.name,
+                        state=RoundState(r.status),
                         submitted=tuple(u.node_id for u in ctx.store.uploads(r.round_index)),
                         dropped=dropped,
                         deadline_ms=deadline,
@@ -366,9 +363,9 @@ class Views:
                     )
                 )
             current = rounds[-1] if rounds else None
-            return StatusView(
+            return SessionStatus(
                 session_id=row.session_id,
-                state=row.state,
+                state=SessionState(row.state),
                 config_hash=row.config_hash,
                 federation_id=row.federation_id,
                 current_round_index=current.round_index if current else 0,
@@ -384,7 +381,7 @@ class Views:
                 join_deadline_ms=row.join_deadline_ms,
                 min_nodes=ctx.config.min_nodes,
                 rounds=tuple(summaries),
-                dropped_nodes=tuple(
+                dropped=tuple(
                     DroppedNode(m.node_id, int(m.dropped_round or 0), m.dropped_reason)
                     for m in members
                     if m.status == "dropped"
@@ -393,7 +390,7 @@ class Views:
 
     def ended(self) -> bool:
         """True once the session completed or failed."""
-        return self.ctx.session().state in (SessionState.COMPLETED, SessionState.FAILED)
+        return self.ctx.session().state in (SessionState.COMPLETED, SessionState.ABORTED)
 
     def everyone_informed(self) -> bool:
         """True when every live node has learnt the outcome (final result sent, or failure seen)."""
@@ -403,6 +400,6 @@ class Views:
             live = ctx.store.live_node_ids()
             if row.state == SessionState.COMPLETED and row.current_round is not None:
                 return live <= ctx.store.deliveries(row.current_round)
-            if row.state == SessionState.FAILED:
+            if row.state == SessionState.ABORTED:
                 return live <= self._notified
             return False

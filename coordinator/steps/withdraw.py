@@ -36,7 +36,6 @@ from __future__ import annotations
 from coordinator.context import SessionContext, node_list
 from coordinator.errors import FailedPrecondition, InvalidArgument
 from coordinator.events import NodeWithdrew, WithdrawalLeftTooFew
-from coordinator.messages import RoundStatus, WithdrawReceipt, WithdrawRequest
 from coordinator.steps.checks import (
     check_in_roster,
     check_live,
@@ -49,6 +48,12 @@ from coordinator.steps.deadlines import Deadlines, nobody_awaited, withdrawal_no
 from coordinator.steps.streams import Streams
 from coordinator.store import RoundRow, SessionRow
 from coordinator.transitions import StatusChanges
+from proto.messages import (
+    RoundState,
+    SessionState,
+    WithdrawReceipt,
+    WithdrawRequest,
+)
 from proto.text import sanitise_text
 
 __all__ = ["MAX_WITHDRAW_REASON_CHARS", "Withdrawals", "withdrawal_reason"]
@@ -131,12 +136,12 @@ class Withdrawals:
                 f"{what}: node {node_id!r} is not a participant of {label} "
                 f"(participants: {node_list(list(round_row.participants))})."
             )
-        if round_row.status == RoundStatus.UNMASK:
+        if round_row.status == RoundState.AWAITING_UNMASK:
             raise FailedPrecondition(
                 f"{what}: {label} is awaiting unmask corrections; a survivor that will not go "
                 "on answers the unmask request with a refusal instead."
             )
-        if round_row.status != RoundStatus.OPEN:
+        if round_row.status != RoundState.OPEN:
             raise FailedPrecondition(
                 f"{what}: {label} is {round_row.status}; only the open current round can be "
                 "withdrawn from."
@@ -190,5 +195,5 @@ class Withdrawals:
             round_index=round_row.round_index,
             node_id=node_id,
             dropped=dropped,
-            state=row.state,
+            state=SessionState(row.state),
         )

@@ -41,7 +41,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from numpy.typing import NDArray
 
 from node.errors import SessionFailed
-from node.gateway import RoundResult, Sealed, UnmaskRequest
 from node.session.context import SessionContext
 from noise.aggregate_check import (
     CHALLENGE_VECTORS,
@@ -58,6 +57,7 @@ from noise.aggregate_check import (
 )
 from noise.layout import Layout
 from noise.transcript import sealed_check_message
+from proto.messages import RoundResult, Sealed, UnmaskRequest
 
 __all__ = [
     "Culprit",

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 
 from node.cape_state import CapeStore
 from node.errors import AlreadyJoined, RosterError, SessionFailed, SessionStateError
-from node.gateway import CoordinatorGateway, SessionState
+from node.gateway import CoordinatorGateway
 from node.roster import derive_seeds, verify_roster
 from node.session.context import NodeOptions, SessionContext
 from node.session.outputs import archive_previous
@@ -33,6 +33,7 @@ from node.session.setup import LocalSetup
 from node.session_state import SessionStore
 from node.state_folder import NodeState
 from noise.keys import EphemeralKey, key_fingerprint, sign_key_bundle
+from proto.messages import SessionState
 
 __all__ = ["join"]
 

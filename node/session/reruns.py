@@ -19,8 +19,8 @@ from each superseded attempt, and its reason), named as such.
 from __future__ import annotations
 
 from node.errors import NodeRefused
-from node.gateway import SessionStatus
 from node.session.context import SessionContext
+from proto.messages import SessionStatus
 from proto.rounds import RoundRef
 
 __all__ = ["attempts_note", "check_rerun_cap", "earlier_attempts", "plan_round"]

@@ -17,7 +17,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from node.errors import SessionFailed, StatementError
-from node.gateway import RoundState
 from node.release import ReleaseNoise
 from node.session import unmask_answers
 from node.session.aggregate_tags import check_aggregate
@@ -25,6 +24,7 @@ from node.session.context import SessionContext
 from node.session.progress import RoundProgress
 from node.statements import check_statements
 from noise.layout import Layout
+from proto.messages import RoundState
 
 __all__ = ["Outcome", "await_result"]
 
@@ -96,7 +96,7 @@ def await_result(
             )
             progress.challenge = None
             return Outcome(result.aggregate, result.survivors)
-        if result.state == RoundState.FAILED:
+        if result.state.given_up:  # FAILED, or SUPERSEDED by a rerun
             status = ctx.gateway.status(ctx.session_id)
             if status.state.ended:
                 raise SessionFailed(f"the session failed: {status.reason or result.reason}")

@@ -19,7 +19,6 @@ import numpy as np
 from node.cape_state import CapeStore
 from node.egress import MANIFEST, egress_folder
 from node.errors import NodeRefused, SessionFailed
-from node.gateway import RoundState, SessionStatus
 from node.ledger import Refusal
 from node.release import plan_release
 from node.session import egress_steps
@@ -31,6 +30,7 @@ from node.session.progress import RoundProgress
 from node.session.results import await_result
 from node.session.self_masking import sent_payload
 from noise.layout import payload_digest
+from proto.messages import RoundState, SessionStatus
 from proto.rounds import RoundRef
 
 __all__ = ["catch_up", "take_aggregated"]
@@ -100,7 +100,7 @@ def take_aggregated(
                 f"the coordinator dropped this node from round {index} ({name!r}) while it "
                 "was away (a deadline passed); it cannot rejoin this session"
             )
-        if summary.state == RoundState.FAILED and (current is None or index != current.index):
+        if summary.state.given_up and (current is None or index != current.index):
             progress.done.add(index)  # superseded by a rerun
             continue
         if summary.state != RoundState.READY:

@@ -31,7 +31,6 @@ from numpy.typing import NDArray
 
 from node import budget
 from node.errors import GatewayError, NodeRefused, SessionFailed, SessionStateError
-from node.gateway import UnmaskRequest
 from node.masking import unmask_corrections
 from node.release import ReleaseNoise, with_cape_participants
 from node.session.aggregate_tags import Culprit, attest_tags, open_relayed_tags
@@ -48,6 +47,7 @@ from node.unmask import (
 )
 from noise.layout import Layout
 from noise.masks import cape_blinding
+from proto.messages import UnmaskRequest
 from proto.rounds import RoundRef
 
 __all__ = ["answer"]

@@ -25,12 +25,13 @@ from node.cohort import load_cohort
 from node.deltab import plan as deltab_plan
 from node.deltab.persist import load_model
 from node.errors import CoordinatorRefused, SessionFailed
-from node.gateway import CoordinatorGateway, RoundResult
+from node.gateway import CoordinatorGateway
 from node.plans.deltab import plan_settings
 from node.runner import NodeOptions, NodeRunner
 from node.session.setup import LocalSetup
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from proto.federation import config_hash, load_federation
+from proto.messages import RoundResult
 from tests.node.gateways import FaultyGateway
 from zerosum.commands import federation as federation_command
 from zerosum.inprocess import InProcessGateway, Ticker
@@ -158,7 +159,7 @@ def test_a_node_lost_after_the_first_round_is_unmasked_in_process(
     assert isinstance(outcomes["d"], SessionFailed)
     for node in "abc":
         assert not isinstance(outcomes[node], BaseException), outcomes[node]
-    (dropped,) = session.status().dropped_nodes
+    (dropped,) = session.status().dropped
     assert (dropped.node_id, dropped.round_index) == ("d", 1)
     ledger = (tmp_path / "out-a" / "ledger.json").read_text()
     assert '"kind": "unmask"' in ledger

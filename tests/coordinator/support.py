@@ -16,14 +16,6 @@ from numpy.typing import NDArray
 
 from coordinator.config import SessionConfig
 from coordinator.layout import PayloadSpec, TensorSlot
-from coordinator.messages import (
-    Attestation,
-    SealedContribution,
-    SealedTags,
-    UnmaskHeader,
-    UploadHeader,
-    UploadReceipt,
-)
 from coordinator.session import Session, Ticket
 from noise.aggregate_check import SEALED_TAGS_BYTES
 from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
@@ -34,6 +26,13 @@ from noise.transcript import (
     sealed_check_message,
     survivor_attestation_message,
     upload_statement_message,
+)
+from proto.messages import (
+    Attestation,
+    Sealed,
+    UnmaskHeader,
+    UploadHeader,
+    UploadReceipt,
 )
 from proto.zerosum.v1 import session_pb2 as pb
 
@@ -107,7 +106,7 @@ class Federation:
 
     def sealed_tags(
         self, node_id: str, peer: str, session_id: str, round_index: int, digest: bytes
-    ) -> SealedTags:
+    ) -> Sealed:
         """Opaque stand-in tags of ``node_id`` for ``peer``, signed by ``node_id``."""
         sealed = bytes([len(peer)]) * SEALED_TAGS_BYTES
         message = sealed_check_message(
@@ -120,7 +119,7 @@ class Federation:
             recipient=peer,
             sealed=sealed,
         )
-        return SealedTags(node_id, peer, sealed, self.identities[node_id].sign(message))
+        return Sealed(node_id, peer, sealed, self.identities[node_id].sign(message))
 
 
 def make_federation(
@@ -297,9 +296,7 @@ def signed_header(
     )
 
 
-def sealed_challenge(
-    session: Session, node: str, round_index: int
-) -> tuple[SealedContribution, ...]:
+def sealed_challenge(session: Session, node: str, round_index: int) -> tuple[Sealed, ...]:
     """Stand-ins for ``node``'s sealed challenge contributions (opaque to the coordinator).
 
     Each is signed by ``node`` as the coordinator requires (with no key known
@@ -322,7 +319,7 @@ def sealed_challenge(
             sealed=sealed,
         )
         signature = signer.sign(message) if signer is not None else bytes(64)
-        out.append(SealedContribution(node, peer, sealed, signature))
+        out.append(Sealed(node, peer, sealed, signature))
     return tuple(out)
 
 

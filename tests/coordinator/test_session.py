@@ -28,9 +28,13 @@ from coordinator.errors import (
     Unauthenticated,
 )
 from coordinator.layout import PayloadSpec, TensorSlot
-from coordinator.messages import (
-    RoundStatus,
-    SealedContribution,
+from coordinator.session import Session, Ticket
+from coordinator.store import Store
+from noise.keys import IdentityKey, sign_key_bundle
+from noise.transcript import survivor_set_hash
+from proto.messages import (
+    RoundState,
+    Sealed,
     SessionState,
     UnmaskHeader,
     UnmaskReceipt,
@@ -38,10 +42,6 @@ from coordinator.messages import (
     UploadHeader,
     UploadStatement,
 )
-from coordinator.session import Session, Ticket
-from coordinator.store import Store
-from noise.keys import IdentityKey, sign_key_bundle
-from noise.transcript import survivor_set_hash
 from tests.coordinator.support import (
     CONFIG_HASH,
     LAYOUT,
@@ -103,7 +103,7 @@ def test_roster_becomes_final_and_round_0_opens_when_every_node_joined(
     assert session.state() == SessionState.RUNNING
     status = session.status(session.session_id)
     assert (status.current_round_index, status.current_round_name) == (0, "moments")
-    assert status.rounds[0].status == RoundStatus.OPEN
+    assert status.rounds[0].state == RoundState.OPEN
 
 
 def test_the_same_join_again_is_accepted_as_a_rejoin(fed: Federation, session: Session) -> None:
@@ -191,7 +191,7 @@ def test_join_deadline_with_too_few_nodes_fails_the_session(
 ) -> None:
     join_all(fed, session, ["b"])
     session.tick(clock.advance(60_000))
-    assert session.state() == SessionState.FAILED
+    assert session.state() == SessionState.ABORTED
     assert session.reason() == (
         "only 1 of 3 nodes joined before the join deadline (a, c missing); "
         "the federation requires at least 2"
@@ -214,17 +214,17 @@ def test_two_rounds_without_dropouts_give_the_exact_sums(fed: Federation, sessio
             upload(session, node, round_index, data.payloads[node])
         # Every upload is in, yet nothing is published before the seeds are revealed.
         view = session.result(session.session_id, round_index, caller="a")
-        assert view.status == RoundStatus.UNMASK and view.path is None
+        assert view.status == RoundState.AWAITING_UNMASK and view.path is None
         assert (view.survivors, view.dropped) == (fed.node_ids, ())
         reveal_all(fed, session, round_index)
         np.testing.assert_array_equal(read_result(session, round_index), data.total(fed.node_ids))
         view = session.result(session.session_id, round_index, caller="b")
-        assert view.status == RoundStatus.READY and view.survivors == ("a", "b", "c")
+        assert view.status == RoundState.READY and view.survivors == ("a", "b", "c")
         assert view.payload is not None and view.payload.tensors == LAYOUT
         assert view.payload.sha256 == hashlib.sha256(view.path.read_bytes()).digest()  # type: ignore[union-attr]
     assert session.state() == SessionState.COMPLETED
     status = session.status(session.session_id)
-    assert [r.round_name for r in status.rounds] == ["moments", "scatter"]
+    assert [r.name for r in status.rounds] == ["moments", "scatter"]
 
 
 def test_chunks_not_aligned_to_words_are_summed_exactly(fed: Federation, session: Session) -> None:
@@ -339,16 +339,14 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
             InvalidArgument,
             replace(
                 header(),
-                challenge=(*header().challenge[:-1], SealedContribution("a", "a", bytes(48))),
+                challenge=(*header().challenge[:-1], Sealed("a", "a", bytes(48))),
             ),
         ),
         "challenge in another's name": (
             InvalidArgument,
             replace(
                 header(),
-                challenge=tuple(
-                    SealedContribution("b", c.recipient, c.sealed) for c in header().challenge
-                ),
+                challenge=tuple(Sealed("b", c.recipient, c.sealed) for c in header().challenge),
             ),
         ),
         "short challenge": (
@@ -356,8 +354,7 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
             replace(
                 header(),
                 challenge=tuple(
-                    SealedContribution(c.sender, c.recipient, c.sealed[:47])
-                    for c in header().challenge
+                    Sealed(c.sender, c.recipient, c.sealed[:47]) for c in header().challenge
                 ),
             ),
         ),
@@ -573,7 +570,7 @@ def test_dropout_after_the_roster_is_unmasked_to_the_exact_survivor_sum(
     upload(session, "b", 0, data.payloads["b"])
     session.tick(clock.advance(60_000))
     view = session.result(session.session_id, 0, caller="a")
-    assert view.status == RoundStatus.UNMASK
+    assert view.status == RoundState.AWAITING_UNMASK
     assert (view.survivors, view.dropped) == (("a", "b"), ("c",))
     assert view.survivor_hash == survivor_set_hash(
         CONFIG_HASH, session.session_id, 0, ["a", "b"], ["c"]
@@ -613,12 +610,12 @@ def test_too_few_answers_at_the_unmask_deadline_fail_the_session(
     unmask_round(fed, session, 0, ["a", "b", "c"])
     submit_correction(session, "a", 0, data.correction("a", ["d"]))
     session.tick(clock.advance(60_000))  # b and c never answer
-    assert session.state() == SessionState.FAILED
+    assert session.state() == SessionState.ABORTED
     assert session.reason() == (
         "only 1 of 3 survivors answered the unmask request for round 'moments' (b, c silent); "
         "the federation requires at least 2"
     )
-    assert session.result(session.session_id, 0, caller="a").status == RoundStatus.FAILED
+    assert session.result(session.session_id, 0, caller="a").status == RoundState.FAILED
 
 
 def test_survivor_silent_at_the_unmask_deadline_supersedes_the_round_and_reruns_it(
@@ -636,22 +633,22 @@ def test_survivor_silent_at_the_unmask_deadline_supersedes_the_round_and_reruns_
     submit_correction(session, "b", 0, data.correction("b", ["d"]))
     session.tick(clock.advance(60_000))  # c never answers
     status = session.status(session.session_id)
-    assert [(r.round_name, r.status) for r in status.rounds] == [
-        ("moments", RoundStatus.SUPERSEDED),
-        ("moments", RoundStatus.OPEN),
+    assert [(r.name, r.state) for r in status.rounds] == [
+        ("moments", RoundState.SUPERSEDED),
+        ("moments", RoundState.OPEN),
     ]
     assert status.rounds[0].reason == (
         "c did not answer the unmask request of round 0 ('moments'); the round is rerun as "
         "'moments' among a, b from round 1, with fresh keys; attempt 2 of plan round 'moments' "
         "(at most 3)"
     )
-    assert [(d.node_id, d.round_index) for d in status.dropped_nodes] == [("c", 0), ("d", 0)]
-    assert status.dropped_nodes[0].reason == (
+    assert [(d.node_id, d.round_index) for d in status.dropped] == [("c", 0), ("d", 0)]
+    assert status.dropped[0].reason == (
         "did not answer the unmask request for round 0 ('moments') before its deadline"
     )
     # Nothing of round 0 is published: the uploads not unmasked stay one-time padded.
     view = session.result(session.session_id, 0, caller="a")
-    assert view.status == RoundStatus.SUPERSEDED
+    assert view.status == RoundState.SUPERSEDED
     assert (view.path, view.payload, view.statements) == (None, None, ())
     assert (view.survivors, view.dropped) == (("a", "b"), ("c", "d"))
     assert session.store.result(0) is None
@@ -705,12 +702,12 @@ def test_the_rerun_cap_fails_the_session_instead_of_another_attempt(
             )
         session.tick(clock.advance(60_000))
     status = session.status(session.session_id)
-    assert [(r.round_name, r.status) for r in status.rounds] == [
-        ("moments", RoundStatus.SUPERSEDED),
-        ("moments", RoundStatus.FAILED),
+    assert [(r.name, r.state) for r in status.rounds] == [
+        ("moments", RoundState.SUPERSEDED),
+        ("moments", RoundState.FAILED),
     ]
     assert status.rounds[0].reason.endswith("attempt 2 of plan round 'moments' (at most 2)")
-    assert session.state() == SessionState.FAILED
+    assert session.state() == SessionState.ABORTED
     assert session.reason() == (
         "round 1 ('moments') would need another rerun (d silent), but plan round 'moments' was "
         "superseded 1 time already (rounds 0), the most session.max_reruns = 1 allows: each "
@@ -736,9 +733,9 @@ def test_a_survivor_that_never_attested_is_dropped_and_the_attesters_rerun_the_r
         )
     session.tick(clock.advance(60_000))
     status = session.status(session.session_id)
-    assert [(r.round_name, r.status) for r in status.rounds] == [
-        ("moments", RoundStatus.SUPERSEDED),
-        ("moments", RoundStatus.OPEN),
+    assert [(r.name, r.state) for r in status.rounds] == [
+        ("moments", RoundState.SUPERSEDED),
+        ("moments", RoundState.OPEN),
     ]
     assert status.rounds[0].reason == (
         "c did not answer the unmask request of round 0 ('moments'); the round is rerun as "
@@ -767,7 +764,7 @@ def test_too_few_attestations_at_the_unmask_deadline_fail_the_session(
         caller="a",
     )
     session.tick(clock.advance(60_000))
-    assert session.state() == SessionState.FAILED
+    assert session.state() == SessionState.ABORTED
     assert session.reason() == (
         "only 1 of 3 survivors answered the unmask request for round 'moments' (b, c silent); "
         "the federation requires at least 2"
@@ -781,16 +778,16 @@ def test_too_few_attestations_at_the_unmask_deadline_fail_the_session(
         (
             0,
             [
-                ("cape-sum/moments", RoundStatus.SUPERSEDED),
-                ("cape-sum/moments", RoundStatus.OPEN),
+                ("cape-sum/moments", RoundState.SUPERSEDED),
+                ("cape-sum/moments", RoundState.OPEN),
             ],
         ),
         (
             1,
             [
-                ("cape-sum/moments", RoundStatus.READY),
-                ("moments", RoundStatus.SUPERSEDED),
-                ("cape-sum/moments", RoundStatus.OPEN),
+                ("cape-sum/moments", RoundState.READY),
+                ("moments", RoundState.SUPERSEDED),
+                ("cape-sum/moments", RoundState.OPEN),
             ],
         ),
     ],
@@ -812,7 +809,7 @@ def test_a_stalled_cape_unmask_reruns_from_the_cape_sum(
     submit_correction(session, "b", stalled, None)
     session.tick(clock.advance(60_000))  # c attested but never answers
     status = session.status(session.session_id)
-    assert [(r.round_name, r.status) for r in status.rounds] == rounds
+    assert [(r.name, r.state) for r in status.rounds] == rounds
     assert session.store.result(stalled) is None
     rerun = stalled + 1
     assert session.store.round(rerun).participants == ("a", "b")  # type: ignore[union-attr]
@@ -828,13 +825,13 @@ def test_too_few_uploads_at_the_deadline_fail_the_session_with_a_reason(
     join_all(fed, session)
     upload(session, "c", 0, zero_sum(fed.node_ids, N_WORDS, seed=12).payloads["c"])
     session.tick(clock.advance(60_000))
-    assert session.state() == SessionState.FAILED
+    assert session.state() == SessionState.ABORTED
     assert session.reason() == (
         "only 1 of 3 nodes submitted round 'moments' (a, b dropped); "
         "the federation requires at least 2"
     )
     view = session.result(session.session_id, 0, caller="c")
-    assert view.status == RoundStatus.FAILED and view.reason == session.reason()
+    assert view.status == RoundState.FAILED and view.reason == session.reason()
     assert view.dropped == ("a", "b")
 
 
@@ -876,7 +873,9 @@ def test_bad_attestations_and_early_corrections_are_refused(
         session, FailedPrecondition, lambda: session.attest(stale, caller="a")
     )
     forged = fed.attestation("b", sid, 0, request.survivor_hash, survivors=request.survivors)
-    forged = type(forged)(sid, 0, "a", request.survivor_hash, forged.signature)
+    forged = type(forged)(
+        "a", request.survivor_hash, forged.signature, session_id=sid, round_index=0
+    )
     assert "does not verify" in refused(
         session, Unauthenticated, lambda: session.attest(forged, caller="a")
     )
@@ -1128,7 +1127,7 @@ def test_a_refusal_to_unmask_ends_the_session_with_the_nodes_reason(
     )
     receipt = session.refuse_unmask(refusal, caller="b")
     assert not receipt.accepted
-    assert session.state() == SessionState.FAILED
+    assert session.state() == SessionState.ABORTED
     assert session.reason() == (
         "node 'b' refused to unmask round 0 ('moments'): noise left on my round-0 egress "
         "would fall to σ = 0.12, below my floor of 0.35"
@@ -1169,7 +1168,7 @@ def test_a_refusal_naming_a_survivor_reruns_the_round_without_it(
     assert not receipt.accepted
     assert session.state() == SessionState.RUNNING
     status = session.status()
-    assert status.rounds[0].status == RoundStatus.SUPERSEDED
+    assert status.rounds[0].state == RoundState.SUPERSEDED
     assert status.rounds[0].dropped == ("c",)
     assert "survivor 'c' was named by 'a' in round 0 ('moments')" in status.rounds[0].reason
     assert because in status.rounds[0].reason
@@ -1193,7 +1192,7 @@ def test_a_refusal_naming_a_survivor_fails_the_round_below_min_nodes(state_path:
         session.session_id, 0, "b", (), request.survivor_hash, "c sealed garbage", accused="c"
     )
     session.refuse_unmask(refusal, caller="b")
-    assert session.state() == SessionState.FAILED
+    assert session.state() == SessionState.ABORTED
     assert "survivor 'c' was named by 'b'" in session.reason()
     assert "the federation requires at least 3" in session.reason()
 
@@ -1213,10 +1212,10 @@ def test_cape_dropout_in_a_model_round_reruns_the_cape_sum_among_survivors(
     upload(session, "b", 1, model.payloads["b"])
     session.tick(clock.advance(60_000))
     status = session.status()
-    assert [(r.round_name, r.status) for r in status.rounds] == [
-        ("cape-sum/moments", RoundStatus.READY),
-        ("moments", RoundStatus.SUPERSEDED),
-        ("cape-sum/moments", RoundStatus.OPEN),
+    assert [(r.name, r.state) for r in status.rounds] == [
+        ("cape-sum/moments", RoundState.READY),
+        ("moments", RoundState.SUPERSEDED),
+        ("cape-sum/moments", RoundState.OPEN),
     ]
     assert "rerun among the 2 survivors from round 2" in status.rounds[1].reason
     assert session.store.round(2).participants == ("a", "b")  # type: ignore[union-attr]
@@ -1224,7 +1223,7 @@ def test_cape_dropout_in_a_model_round_reruns_the_cape_sum_among_survivors(
         data = zero_sum(["a", "b"], N_WORDS, seed=20 + round_index)
         run_round(fed, session, round_index, data.payloads)
         np.testing.assert_array_equal(read_result(session, round_index), data.total(["a", "b"]))
-    assert [r.round_name for r in session.status().rounds][3:] == [
+    assert [r.name for r in session.status().rounds][3:] == [
         "moments",
         "cape-sum/scatter",
         "scatter",
@@ -1296,7 +1295,7 @@ def test_restart_between_revealed_seeds_still_removes_every_self_mask(
     submit_correction(session, "a", 0, None)
     session.store.close()  # the process dies
     restarted = Session(Store(state_path), fed.config, clock=clock)
-    assert restarted.store.round(0).status == RoundStatus.UNMASK  # type: ignore[union-attr]
+    assert restarted.store.round(0).status == RoundState.AWAITING_UNMASK  # type: ignore[union-attr]
     assert submit_correction(restarted, "a", 0, None).duplicate  # type: ignore[attr-defined]
     submit_correction(restarted, "b", 0, None)
     submit_correction(restarted, "c", 0, None)
@@ -1314,7 +1313,7 @@ def test_restart_gives_the_nodes_a_full_period_again(
     assert restarted.store.round(0).deadline_ms == clock.now + 60_000  # type: ignore[union-attr]
     restarted.tick(clock.advance(59_000))
     assert restarted.state() == SessionState.RUNNING
-    assert restarted.store.round(0).status == RoundStatus.OPEN  # type: ignore[union-attr]
+    assert restarted.store.round(0).status == RoundState.OPEN  # type: ignore[union-attr]
 
 
 def test_a_state_file_of_another_federation_config_is_refused(
@@ -1386,7 +1385,7 @@ def test_the_last_answer_sent_again_after_the_round_is_ready_is_a_duplicate(
     for node in ("a", "b", "c"):
         upload(session, node, 0, data.payloads[node])
     reveal_all(fed, session, 0, data)
-    assert session.store.round(0).status == RoundStatus.READY  # type: ignore[union-attr]
+    assert session.store.round(0).status == RoundState.READY  # type: ignore[union-attr]
     before = session.store.dump()
     receipt = submit_correction(session, "c", 0, None)
     assert isinstance(receipt, UnmaskReceipt) and receipt.duplicate

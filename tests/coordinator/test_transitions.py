@@ -47,7 +47,6 @@ from coordinator.events import (
     UploadsComplete,
     WithdrawalLeftTooFew,
 )
-from coordinator.messages import RoundStatus, SessionState
 from coordinator.session import Session
 from coordinator.store import ROUND_STATUSES, SESSION_STATES, Store
 from coordinator.transitions import (
@@ -57,6 +56,10 @@ from coordinator.transitions import (
     describe,
     round_transition,
     session_transition,
+)
+from proto.messages import (
+    RoundState,
+    SessionState,
 )
 from tests.coordinator.support import (
     N_WORDS,
@@ -127,33 +130,33 @@ def _uploads(
 def _in_state(scope: str, state: str, tmp_path: Path) -> tuple[Session, int]:
     """A session brought by real messages into ``state``, and the round that is in it."""
     clock = FakeClock()
-    cape = scope == "round" and state == RoundStatus.SUPERSEDED
+    cape = scope == "round" and state == RoundState.SUPERSEDED
     session, fed = _session(tmp_path, clock, cape=cape)
     if state == SessionState.JOINING:
         return session, 0
-    if state == SessionState.FAILED and scope == "session":
+    if state == SessionState.ABORTED and scope == "session":
         session.join(fed.bundle("a", session.session_id), caller="a")
         session.tick(clock.advance(fed.config.join_timeout_ms))
-        assert session.state() == SessionState.FAILED
+        assert session.state() == SessionState.ABORTED
         return session, 0
     join_all(fed, session)
-    if state in (SessionState.RUNNING, RoundStatus.OPEN):
+    if state in (SessionState.RUNNING, RoundState.OPEN):
         return session, 0
-    if state in (SessionState.COMPLETED, RoundStatus.READY):
+    if state in (SessionState.COMPLETED, RoundState.READY):
         _uploads(session, 0, ("a", "b", "c"), seed=1, reveal=fed)
         _uploads(session, 1, ("a", "b", "c"), seed=2, reveal=fed)
         assert session.state() == SessionState.COMPLETED
         return session, 1
-    if state == RoundStatus.UNMASK:
+    if state == RoundState.AWAITING_UNMASK:
         _uploads(session, 0, ("a", "b"), seed=3)
         session.tick(clock.advance(ROUND_MS))
         return session, 0
-    if state == RoundStatus.FAILED:
+    if state == RoundState.FAILED:
         _uploads(session, 0, ("a",), seed=4)
         session.tick(clock.advance(ROUND_MS))
-        assert session.state() == SessionState.FAILED
+        assert session.state() == SessionState.ABORTED
         return session, 0
-    assert state == RoundStatus.SUPERSEDED
+    assert state == RoundState.SUPERSEDED
     _uploads(session, 0, ("a", "b", "c"), seed=5, reveal=fed)
     _uploads(session, 1, ("a", "b"), seed=6)
     session.tick(clock.advance(ROUND_MS))
@@ -233,7 +236,7 @@ def test_every_pair_has_a_handler_or_is_refused_leaving_the_store_unchanged(
 
 
 def test_a_refusal_names_what_the_state_allows(tmp_path: Path) -> None:
-    session, _ = _in_state("round", RoundStatus.OPEN, tmp_path)
+    session, _ = _in_state("round", RoundState.OPEN, tmp_path)
     with pytest.raises(TransitionRefused) as refused, session.context.transition():
         session.changes.apply_to_round(0, UnmaskRefused("node 'a' refused"), now=1)
     assert str(refused.value) == (
@@ -250,7 +253,7 @@ def test_a_refusal_names_what_the_state_allows(tmp_path: Path) -> None:
 def test_round_events_change_only_the_current_round_of_a_running_session(
     tmp_path: Path,
 ) -> None:
-    session, _ = _in_state("round", RoundStatus.OPEN, tmp_path)
+    session, _ = _in_state("round", RoundState.OPEN, tmp_path)
     before = session.store.dump()
     with (
         pytest.raises(TransitionRefused, match="round 5 has not opened"),
@@ -262,9 +265,9 @@ def test_round_events_change_only_the_current_round_of_a_running_session(
 
 
 def test_a_superseded_round_is_no_longer_current(tmp_path: Path) -> None:
-    session, superseded = _in_state("round", RoundStatus.SUPERSEDED, tmp_path)
+    session, superseded = _in_state("round", RoundState.SUPERSEDED, tmp_path)
     rerun = session.store.round(superseded + 1)
-    assert rerun is not None and rerun.status == RoundStatus.OPEN
+    assert rerun is not None and rerun.status == RoundState.OPEN
     assert rerun.name == "cape-sum/moments"
     session.store.close()
 
@@ -279,7 +282,7 @@ def test_a_change_outside_a_transition_is_refused_as_a_bug(tmp_path: Path) -> No
 
 
 def test_an_allowed_event_changes_the_state_as_its_row_says(tmp_path: Path) -> None:
-    session, _ = _in_state("round", RoundStatus.UNMASK, tmp_path)
+    session, _ = _in_state("round", RoundState.AWAITING_UNMASK, tmp_path)
     clock_now = 2_000_000_000_000
     request = session.store.unmask_request(0, 1)
     assert request is not None
@@ -287,7 +290,7 @@ def test_an_allowed_event_changes_the_state_as_its_row_says(tmp_path: Path) -> N
         session.changes.apply_to_round(0, RoundResumed(), now=clock_now)
     moved = session.store.unmask_request(0, 1)
     assert moved is not None and moved.deadline_ms == clock_now + ROUND_MS
-    assert session.context.round_row(0).status == RoundStatus.UNMASK
+    assert session.context.round_row(0).status == RoundState.AWAITING_UNMASK
     session.store.close()
 
 

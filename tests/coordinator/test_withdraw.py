@@ -23,16 +23,16 @@ from coordinator.errors import (
     InvalidArgument,
     PermissionDenied,
 )
-from coordinator.messages import (
+from coordinator.session import Session, Ticket
+from coordinator.steps.withdraw import MAX_WITHDRAW_REASON_CHARS
+from coordinator.store import Store
+from proto.messages import (
     DroppedNode,
-    RoundStatus,
+    RoundState,
     SessionState,
     WithdrawReceipt,
     WithdrawRequest,
 )
-from coordinator.session import Session, Ticket
-from coordinator.steps.withdraw import MAX_WITHDRAW_REASON_CHARS
-from coordinator.store import Store
 from tests.coordinator.support import (
     N_WORDS,
     FakeClock,
@@ -110,27 +110,31 @@ def test_a_withdrawal_before_the_others_upload_lets_them_finish_without_the_dead
     data = zero_sum(fed.node_ids, N_WORDS, seed=41)
     receipt = withdraw(session, "c")
     assert receipt == WithdrawReceipt(
-        session.session_id, 0, "c", dropped=("c",), state=SessionState.RUNNING
+        session_id=session.session_id,
+        round_index=0,
+        node_id="c",
+        dropped=("c",),
+        state=SessionState.RUNNING,
     )
     status = session.status(session.session_id)
     why = f"withdrew from round 0 ('moments'): {REJECTED}"
-    assert status.dropped_nodes == (DroppedNode("c", 0, why),)
-    assert status.rounds[0].status == RoundStatus.OPEN
+    assert status.dropped == (DroppedNode("c", 0, why),)
+    assert status.rounds[0].state == RoundState.OPEN
     assert status.rounds[0].reason == f"node 'c' {why}"
     assert status.rounds[0].dropped == ("c",)
     upload(session, "a", 0, data.payloads["a"])
-    assert session.store.round(0).status == RoundStatus.OPEN  # type: ignore[union-attr]
+    assert session.store.round(0).status == RoundState.OPEN  # type: ignore[union-attr]
     upload(session, "b", 0, data.payloads["b"])
     # The last live upload is in: the next tick takes the deadline's path, no time passed.
     session.tick()
     view = session.result(session.session_id, 0, caller="a")
-    assert view.status == RoundStatus.UNMASK
+    assert view.status == RoundState.AWAITING_UNMASK
     assert (view.survivors, view.dropped) == (("a", "b"), ("c",))
     assert answer_unmask(fed, session, 0, ["a", "b"], data) == ("c",)
     np.testing.assert_array_equal(read_result(session, 0), data.total(["a", "b"]))
     assert session.store.round(1).participants == ("a", "b")  # type: ignore[union-attr]
     # The reason stays in the status after the round completed.
-    assert session.status().dropped_nodes == (DroppedNode("c", 0, why),)
+    assert session.status().dropped == (DroppedNode("c", 0, why),)
 
 
 def test_a_withdrawal_after_the_others_uploaded_starts_the_unmask_at_once(
@@ -142,7 +146,7 @@ def test_a_withdrawal_after_the_others_uploaded_starts_the_unmask_at_once(
     upload(session, "b", 0, data.payloads["b"])
     receipt = withdraw(session, "c", reason="releasing round 0 would exceed my ε budget")
     assert receipt.dropped == ("c",) and receipt.state == SessionState.RUNNING
-    assert session.store.round(0).status == RoundStatus.UNMASK  # type: ignore[union-attr]
+    assert session.store.round(0).status == RoundState.AWAITING_UNMASK  # type: ignore[union-attr]
     assert answer_unmask(fed, session, 0, ["a", "b"], data) == ("c",)
     np.testing.assert_array_equal(read_result(session, 0), data.total(["a", "b"]))
 
@@ -183,7 +187,7 @@ def test_the_same_withdrawal_is_acknowledged_after_the_round_moved_on(
     upload(session, "b", 0, data.payloads["b"])
     first = withdraw(session, "c")
     answer_unmask(fed, session, 0, ["a", "b"], data)
-    assert session.store.round(0).status == RoundStatus.READY  # type: ignore[union-attr]
+    assert session.store.round(0).status == RoundState.READY  # type: ignore[union-attr]
     assert withdraw(session, "c") == first
 
 
@@ -219,7 +223,7 @@ def test_a_withdrawal_settles_after_a_restart_between_it_and_the_last_upload(
     session.store.close()  # the process dies before its ticker ran
     restarted = Session(Store(state_path), fed.config, clock=clock)
     restarted.tick()
-    assert restarted.store.round(0).status == RoundStatus.UNMASK  # type: ignore[union-attr]
+    assert restarted.store.round(0).status == RoundState.AWAITING_UNMASK  # type: ignore[union-attr]
     answer_unmask(fed, restarted, 0, ["a", "b"], data)
     np.testing.assert_array_equal(read_result(restarted, 0), data.total(["a", "b"]))
     restarted.store.close()
@@ -238,10 +242,10 @@ def test_a_cape_model_round_withdrawal_reruns_the_cape_sum_at_once(
     upload(session, "b", 1, model.payloads["b"])
     withdraw(session, "c", 1)
     status = session.status()
-    assert [(r.round_name, r.status) for r in status.rounds] == [
-        ("cape-sum/moments", RoundStatus.READY),
-        ("moments", RoundStatus.SUPERSEDED),
-        ("cape-sum/moments", RoundStatus.OPEN),
+    assert [(r.name, r.state) for r in status.rounds] == [
+        ("cape-sum/moments", RoundState.READY),
+        ("moments", RoundState.SUPERSEDED),
+        ("cape-sum/moments", RoundState.OPEN),
     ]
     assert session.store.round(2).participants == ("a", "b")  # type: ignore[union-attr]
     session.store.close()
@@ -257,14 +261,14 @@ def test_withdrawals_leaving_fewer_than_min_nodes_fail_the_session_at_once(
     withdraw(session, "b", reason="my noise floor cannot be kept")
     assert session.state() == SessionState.RUNNING
     receipt = withdraw(session, "c")
-    assert receipt.dropped == ("b", "c") and receipt.state == SessionState.FAILED
+    assert receipt.dropped == ("b", "c") and receipt.state == SessionState.ABORTED
     assert session.reason() == (
         "only 1 of 3 nodes remain in round 'moments' (a); the federation requires at least 2; "
         "node 'b' withdrew from round 0 ('moments'): my noise floor cannot be kept; "
         f"node 'c' withdrew from round 0 ('moments'): {REJECTED}"
     )
     view = session.result(session.session_id, 0, caller="a")
-    assert view.status == RoundStatus.FAILED and view.reason == session.reason()
+    assert view.status == RoundState.FAILED and view.reason == session.reason()
     # a was not dropped: it did nothing wrong, and learns the reason from the status.
     assert {m.node_id: m.status for m in session.store.members()}["a"] == "live"
 
@@ -276,14 +280,14 @@ def test_a_withdrawal_then_a_missed_deadline_keeps_both_reasons(
     upload(session, "a", 0, zero_sum(fed.node_ids, N_WORDS, seed=50).payloads["a"])
     withdraw(session, "c")
     session.tick(clock.advance(59_999))
-    assert session.store.round(0).status == RoundStatus.OPEN  # type: ignore[union-attr]
+    assert session.store.round(0).status == RoundState.OPEN  # type: ignore[union-attr]
     session.tick(clock.advance(1))  # b never uploads
-    assert session.state() == SessionState.FAILED
+    assert session.state() == SessionState.ABORTED
     assert session.reason() == (
         "only 1 of 3 nodes submitted round 'moments' (b, c dropped); the federation requires "
         f"at least 2; node 'c' withdrew from round 0 ('moments'): {REJECTED}"
     )
-    assert session.status().dropped_nodes == (
+    assert session.status().dropped == (
         DroppedNode("b", 0, "missed the deadline of round 0 ('moments')"),
         DroppedNode("c", 0, f"withdrew from round 0 ('moments'): {REJECTED}"),
     )
@@ -397,7 +401,7 @@ def test_a_withdrawal_from_a_finished_round_or_an_ended_session_is_refused(
     assert "round 0 ('moments') is ready; only the open current round" in message
     withdraw(session, "a", 1)
     withdraw(session, "b", 1)
-    assert session.state() == SessionState.FAILED
+    assert session.state() == SessionState.ABORTED
     message = refused(session, FailedPrecondition, lambda: withdraw(session, "c", 1))
     assert "has ended (failed: only 1 of 3 nodes remain" in message
 
@@ -422,6 +426,6 @@ def test_a_withdrawal_reason_with_terminal_escapes_is_stored_escaped(
 ) -> None:
     join_all(fed, session)
     withdraw(session, "c", reason="stopping \x1b[2J\x1b[31mnow\x1b[0m\x07")
-    (dropped,) = session.status().dropped_nodes
+    (dropped,) = session.status().dropped
     assert "\x1b" not in dropped.reason and "\x07" not in dropped.reason
     assert "stopping" in dropped.reason and "now" in dropped.reason

@@ -17,8 +17,12 @@
   ``zerosum`` or gRPC.
 
 Only ``zerosum`` (the command) and ``benchmarks`` may import both node and
-coordinator. The check reads every module's imports (also those inside
-functions); a planted violation shows it would catch one.
+coordinator. Only the converter (``proto.convert``, with ``proto.chunks`` for
+the payload streams), the gRPC client (``node.client``), the server
+(``coordinator.server``) and the stubs themselves import
+the generated ``proto.zerosum`` modules: everything else speaks the plain
+messages of ``proto.messages``. The check reads every module's imports (also
+those inside functions); a planted violation shows it would catch one.
 """
 
 from __future__ import annotations
@@ -54,6 +58,21 @@ RULES: Mapping[str, tuple[str, ...]] = {
     "node.deltab": ("coordinator", "simulations", "zerosum", "grpc", "proto", "sklearn"),
     "simulations": ("proto", "coordinator", "zerosum", "grpc"),
 }
+
+
+# The generated stubs (proto/zerosum/v1/*_pb2*) and the modules that may import them.
+STUBS = "proto.zerosum"
+STUB_IMPORTERS = frozenset({"proto.convert", "proto.chunks", "node.client", "coordinator.server"})
+PRODUCT = (
+    "bounded",
+    "noise",
+    "proto",
+    "node",
+    "coordinator",
+    "simulations",
+    "zerosum",
+    "benchmarks",
+)
 
 
 def _module_name(root: Path, path: Path) -> str:
@@ -106,8 +125,49 @@ def violations(root: Path, rules: Mapping[str, tuple[str, ...]] = RULES) -> list
     return sorted(set(found))
 
 
+def stub_violations(root: Path) -> list[str]:
+    """Every import of the generated stubs by a module not allowed to, as ``module:line``."""
+    found = []
+    for package in PRODUCT:
+        if not (root / package).is_dir():
+            continue
+        for module, line, imported in imports(root, package):
+            if module in STUB_IMPORTERS or module == STUBS or module.startswith(STUBS + "."):
+                continue
+            if _forbidden(imported, (STUBS,)):
+                found.append(f"{module}:{line} imports {imported} (only the converter may)")
+    return sorted(set(found))
+
+
 def test_every_package_keeps_its_import_rules() -> None:
     assert violations(REPO) == []
+
+
+def test_only_the_converter_the_client_and_the_server_import_the_stubs() -> None:
+    assert stub_violations(REPO) == []
+    # The rule is about something: each module allowed to import the stubs does.
+    importers = {m for p in PRODUCT for m, _, i in imports(REPO, p) if _forbidden(i, (STUBS,))}
+    assert importers >= STUB_IMPORTERS
+
+
+@pytest.mark.parametrize(
+    ("path", "source"),
+    [
+        ("zerosum/inprocess.py", "from proto.zerosum.v1 import session_pb2 as pb\n"),
+        ("node/session/planted.py", "def f():\n    import proto.zerosum.v1.session_pb2\n"),
+        ("proto/planted.py", "from .zerosum.v1 import session_pb2_grpc\n"),
+    ],
+)
+def test_a_planted_stub_import_is_caught(tmp_path: Path, path: str, source: str) -> None:
+    target = tmp_path / path
+    target.parent.mkdir(parents=True)
+    for parent in [target.parent, *target.parent.parents]:
+        if parent == tmp_path:
+            break
+        (parent / "__init__.py").write_text("")
+    target.write_text(source)
+    found = stub_violations(tmp_path)
+    assert any(line.startswith(_module_name(tmp_path, target) + ":") for line in found), found
 
 
 def test_every_package_of_the_rules_exists() -> None:

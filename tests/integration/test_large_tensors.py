@@ -27,7 +27,6 @@ import pytest
 from numpy.typing import NDArray
 
 from node.client import CHUNK_BYTES, GrpcGateway, RetryPolicy
-from node.gateway import RoundState, Sealed, UploadReceipt
 from node.roster import VerifiedRoster, verify_roster
 from node.statements import check_statements, sign_upload_statement
 from node.unmask import attestation_signature
@@ -36,6 +35,7 @@ from noise.keys import EphemeralKey, sign_key_bundle
 from noise.layout import Layout, TensorSlot, payload_digest
 from noise.self_mask import self_mask, self_mask_commitment
 from proto.federation import RoundSpec, config_hash, dump_federation, load_federation
+from proto.messages import RoundState, Sealed, UploadReceipt
 from tests.node.peer_checks import signed_sealed
 from tests.support.processes import Federation, Processes, init_federation
 from tests.support.sessions import SessionRun

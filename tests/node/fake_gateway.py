@@ -24,7 +24,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from node.errors import GatewayError
-from node.gateway import (
+from node.runner import GatewayFactory
+from node.session.context import NodeOptions
+from node.session.setup import LocalSetup
+from noise.keys import KeyBundle
+from noise.layout import Layout, payload_digest
+from noise.transcript import roster_hash
+from proto.messages import (
     Attestation,
     JoinReceipt,
     RosterView,
@@ -37,12 +43,6 @@ from node.gateway import (
     UploadReceipt,
     WithdrawReceipt,
 )
-from node.runner import GatewayFactory
-from node.session.context import NodeOptions
-from node.session.setup import LocalSetup
-from noise.keys import KeyBundle
-from noise.layout import Layout, payload_digest
-from noise.transcript import roster_hash
 
 __all__ = ["FakeCoordinator", "UnmaskAnswer", "Upload", "running"]
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from node.gateway import CoordinatorGateway, UploadReceipt
+from node.gateway import CoordinatorGateway
 from node.runner import GatewayFactory, grpc_gateway
 from node.session.context import NodeOptions
 from node.session.setup import LocalSetup
+from proto.messages import UploadReceipt
 
 
 class FaultyGateway:

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-from node.gateway import SessionStatus
 from node.ledger import PrivacyLedger
 from node.release import TensorSensitivity
 from node.roster import VerifiedRoster
@@ -32,6 +31,7 @@ from node.state_folder import NodeState
 from noise.keys import EphemeralKey, KeyBundle, sign_key_bundle
 from noise.layout import Layout
 from proto.federation import FederationConfig
+from proto.messages import SessionStatus
 from tests.node.fake_gateway import FakeCoordinator, running
 from tests.node.test_runner_units import (
     CODEC,

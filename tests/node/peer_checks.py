@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from node.gateway import Sealed
 from noise.aggregate_check import (
     CHALLENGE_VECTORS,
     challenge_contribution,
@@ -20,6 +19,7 @@ from noise.aggregate_check import (
 )
 from noise.keys import EphemeralKey, IdentityKey
 from noise.transcript import sealed_check_message
+from proto.messages import Sealed
 
 __all__ = [
     "peer_contributions",

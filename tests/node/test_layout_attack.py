@@ -132,7 +132,7 @@ def test_a_wrong_layout_sent_first_is_refused_to_its_sender_alone(tmp_path: Path
     assert "in this round's layout" in refusal.details
     for node in HONEST:
         assert not isinstance(outcomes[node], BaseException), outcomes[node]
-    (dropped,) = session.status().dropped_nodes
+    (dropped,) = session.status().dropped
     assert (dropped.node_id, dropped.round_index) == ("d", 0)
 
     # The model is the exact fit over the honest nodes' own (audited) sums.

@@ -26,13 +26,14 @@ from coordinator.session import Session
 from coordinator.store import Store
 from node.egress import EgressBundle
 from node.errors import NodeRefused, SessionFailed
-from node.gateway import CoordinatorGateway, JoinReceipt, UploadReceipt
+from node.gateway import CoordinatorGateway
 from node.runner import GatewayFactory, NodeOptions, NodeRunner, RunOutcome, grpc_gateway
 from node.session.setup import LocalSetup
 from node.state_folder import NodeState
 from noise.accounting import gaussian_epsilon, gaussian_mu
 from noise.keys import KeyBundle
 from proto.federation import config_hash, load_federation
+from proto.messages import JoinReceipt, UploadReceipt
 from tests.node.gateways import failing_before_upload
 from zerosum import cli
 from zerosum.commands import federation as federation_command
@@ -223,7 +224,7 @@ def test_the_budget_binds_across_sessions_and_the_second_is_refused_at_start(
         for reason in reasons:
             assert "revealing my pair terms with {a} in round 0" in reason, reason
             assert "(colluders:1)" in reason and "above the budget of 1.2" in reason
-        dropped = {d.node_id: d.reason for d in second.session.status().dropped_nodes}
+        dropped = {d.node_id: d.reason for d in second.session.status().dropped}
         assert "above the budget" in dropped["a"]
     record = _state(fed).entry(session_id)
     assert record is not None and record.stage == "failed" and record.released == ()

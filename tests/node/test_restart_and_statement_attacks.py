@@ -36,14 +36,6 @@ import numpy as np
 import pytest
 
 from node.errors import CoordinatorUnreachable, NodeRefused, SessionFailed
-from node.gateway import (
-    RoundResult,
-    RoundState,
-    RoundSummary,
-    SessionState,
-    SessionStatus,
-    UploadStatement,
-)
 from node.release import ReleaseNoise
 from node.runner import NodeRunner
 from node.session.results import Outcome, await_result
@@ -56,6 +48,14 @@ from noise.aggregate_check import TAG_MODULUS, challenge_vectors, tags
 from noise.keys import EphemeralKey
 from noise.layout import Layout, payload_digest
 from proto.federation import load_federation
+from proto.messages import (
+    RoundResult,
+    RoundState,
+    RoundSummary,
+    SessionState,
+    SessionStatus,
+    UploadStatement,
+)
 from tests.node.fake_gateway import FakeCoordinator, running
 from tests.node.nodes import CONFIG_HASH, LAYOUT, ROSTER_HASH, FakePlan, Node
 from tests.node.peer_checks import sealed_tags
@@ -160,6 +160,25 @@ def _await(node: Node, noise: ReleaseNoise) -> Outcome | None:
 
 
 # ---------------------------------------------------------------- the nodes an aggregate counts
+
+
+@pytest.mark.parametrize("state", [RoundState.SUPERSEDED, RoundState.FAILED])
+def test_a_superseded_round_is_waited_out_like_a_failed_one(
+    tmp_path: Path, state: RoundState
+) -> None:
+    node, noise = _awaiting(tmp_path)
+    rerun = "superseded by round 2 (a CAPE rerun among the survivors)"
+    _serve(node, RoundResult(1, "scatter", state, rerun, ("a", "b"), ("c", "d")), None)
+    node.coordinator.results = _Once(node.coordinator.results)  # asked twice: fails, never hangs
+    assert _await(node, noise) is None  # the session runs on: the node waits for the rerun
+    assert "status" in node.coordinator.calls
+
+
+class _Once(dict[int, RoundResult]):
+    """Results handed out once each (a node polling the same round again gets none)."""
+
+    def get(self, key: int, default: RoundResult | None = None) -> RoundResult | None:  # type: ignore[override]
+        return self.pop(key, default)
 
 
 def test_an_aggregate_counting_a_node_reported_dropped_is_refused(tmp_path: Path) -> None:

@@ -6,10 +6,10 @@ import dataclasses
 
 import pytest
 
-from node.gateway import RosterView
 from node.roster import RosterError, derive_seeds, verify_roster
 from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
 from noise.transcript import roster_hash
+from proto.messages import RosterView
 
 IDS = ["a", "b", "c"]
 CONFIG_HASH = bytes(range(32))

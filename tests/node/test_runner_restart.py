@@ -23,7 +23,6 @@ from node.atomic import atomic_write_json
 from node.cape_state import CapeMaterial, CapeStore
 from node.egress import EgressBundle, egress_folder
 from node.errors import AlreadyJoined, NodeRefused, SessionFailed
-from node.gateway import RoundState, RoundSummary, SessionState, SessionStatus
 from node.ledger import Release
 from node.masking import MaskPrefetch, cape_sum_payload, pairwise_masks
 from node.release import ReleaseNoise
@@ -44,6 +43,7 @@ from node.session_state import SessionStore
 from noise.keys import EphemeralKey
 from noise.layout import payload_digest
 from proto.federation import FederationConfig
+from proto.messages import RoundState, RoundSummary, SessionState, SessionStatus
 from tests.node.fake_gateway import FakeCoordinator, running
 from tests.node.nodes import (
     CONFIG_HASH,

@@ -20,7 +20,6 @@ from typing import Literal
 import pytest
 
 from coordinator.config import SessionConfig
-from coordinator.messages import SessionState
 from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
@@ -32,6 +31,9 @@ from node.ledger import PrivacyLedger
 from node.runner import GatewayFactory, NodeOptions, NodeRefused, NodeRunner, grpc_gateway
 from noise.keys import IdentityKey
 from proto.federation import config_hash, load_federation
+from proto.messages import (
+    SessionState,
+)
 from tests.node.gateways import failing_before_upload
 from zerosum.commands import federation as federation_command
 
@@ -177,7 +179,7 @@ def test_a_node_over_its_budget_withdraws_and_the_others_finish_at_once(
     assert elapsed < 30.0, f"the session took {elapsed:.1f} s"
     session = server.session
     assert session.state() == SessionState.COMPLETED
-    (dropped,) = session.status().dropped_nodes
+    (dropped,) = session.status().dropped
     assert (dropped.node_id, dropped.round_index) == ("c", 0)
     assert dropped.reason == f"withdrew from round 0 ('means'): {outcomes['c']}"
     assert any(line.endswith("(dropped from the round: {c})") for line in lines["c"]), lines["c"]
@@ -210,12 +212,12 @@ def test_an_interrupted_node_does_not_withdraw_and_is_dropped_at_the_deadline(
     assert isinstance(outcomes["c"], KeyboardInterrupt), outcomes["c"]
     # c has stopped, and the coordinator still counts on it until the deadline.
     status = server.session.status()
-    assert status.dropped_nodes == () and status.rounds[0].dropped == ()
+    assert status.dropped == () and status.rounds[0].dropped == ()
     assert not any("withdr" in line for line in lines["c"]), lines["c"]
     for n in "abd":
         threads[n].join(timeout=60)
         assert not isinstance(outcomes[n], BaseException), outcomes[n]
-    (dropped,) = server.session.status().dropped_nodes
+    (dropped,) = server.session.status().dropped
     assert (dropped.node_id, dropped.reason) == ("c", "missed the deadline of round 0 ('means')")
 
 
@@ -293,7 +295,7 @@ def test_a_node_without_a_valid_approval_withdraws_promptly(
     assert isinstance(outcomes["c"], raised), outcomes["c"]
     assert all(not isinstance(outcomes[n], BaseException) for n in "abd"), outcomes
     assert elapsed < 30.0, f"the session took {elapsed:.1f} s (the deadline was 120 s away)"
-    (dropped,) = server.session.status().dropped_nodes
+    (dropped,) = server.session.status().dropped
     assert (dropped.node_id, dropped.round_index) == ("c", 0)
     assert dropped.reason == f"withdrew from round 0 ('means'): {reason}"
     assert "cell counts" not in dropped.reason

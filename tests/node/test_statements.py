@@ -8,10 +8,10 @@ import hashlib
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from node.gateway import RoundResult, RoundState, UploadStatement
 from node.statements import StatementError, check_statements, sign_upload_statement
 from noise.keys import IdentityKey
 from noise.transcript import upload_statement_message
+from proto.messages import RoundResult, RoundState, UploadStatement
 
 IDS = ("a", "b", "c")
 CONFIG_HASH = hashlib.sha256(b"statements test federation").digest()

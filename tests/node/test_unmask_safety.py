@@ -24,7 +24,6 @@ import numpy as np
 import pytest
 
 from node.errors import NodeRefused
-from node.gateway import Attestation, Sealed, UnmaskRequest
 from node.ledger import Refusal, SecureSumUnmask, UnmaskReveal
 from node.masking import MaskPrefetch, cape_draws
 from node.release import ReleaseNoise, cape_floor_shortfall, with_cape_participants
@@ -36,6 +35,7 @@ from noise.aggregate_check import CHALLENGE_VECTORS
 from noise.layout import Layout
 from noise.transcript import sealed_check_message, survivor_set_hash
 from proto.federation import FederationConfig
+from proto.messages import Attestation, Sealed, UnmaskRequest
 from tests.node.nodes import CONFIG_HASH, LAYOUT, Node, joined, restarted
 from tests.node.peer_checks import sealed_contributions, sealed_tags
 from tests.node.test_runner_units import (

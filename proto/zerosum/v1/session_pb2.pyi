@@ -80,6 +80,8 @@ class _RoundStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_RoundStat
     """the aggregate is final and downloadable"""
     ROUND_STATUS_FAILED: _RoundStatus.ValueType  # 4
     """cannot complete (see reason)"""
+    ROUND_STATUS_SUPERSEDED: _RoundStatus.ValueType  # 5
+    """a CAPE model round rerun after a dropout (see reason)"""
 
 class RoundStatus(_RoundStatus, metaclass=_RoundStatusEnumTypeWrapper):
     """---------------------------------------------------------------- results"""
@@ -93,6 +95,8 @@ ROUND_STATUS_READY: RoundStatus.ValueType  # 3
 """the aggregate is final and downloadable"""
 ROUND_STATUS_FAILED: RoundStatus.ValueType  # 4
 """cannot complete (see reason)"""
+ROUND_STATUS_SUPERSEDED: RoundStatus.ValueType  # 5
+"""a CAPE model round rerun after a dropout (see reason)"""
 Global___RoundStatus: _TypeAlias = RoundStatus  # noqa: Y015
 
 class _SessionState:
