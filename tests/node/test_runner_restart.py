@@ -54,7 +54,8 @@ from tests.node.nodes import (
     peer_bundles,
     restarted,
 )
-from tests.node.test_runner_units import (
+from tests.node.test_unmask_safety import _answer, _released, _request, _unmask_entries
+from tests.support.made_up_federation import (
     CODEC,
     SENSITIVITIES,
     SESSION,
@@ -63,7 +64,6 @@ from tests.node.test_runner_units import (
     _tensors,
     release_for,
 )
-from tests.node.test_unmask_safety import _answer, _released, _request, _unmask_entries
 
 U64 = NDArray[np.uint64]
 IDS = ["a", "b", "c", "d"]

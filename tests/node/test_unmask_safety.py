@@ -38,7 +38,7 @@ from noise.transcript import sealed_check_message, survivor_set_hash
 from proto.federation import FederationConfig
 from tests.node.nodes import CONFIG_HASH, LAYOUT, Node, joined, restarted
 from tests.node.peer_checks import sealed_contributions, sealed_tags
-from tests.node.test_runner_units import (
+from tests.support.made_up_federation import (
     SENSITIVITIES,
     SESSION,
     _config,
