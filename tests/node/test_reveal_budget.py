@@ -21,7 +21,7 @@ import pytest
 from node import budget
 from node.errors import NodeRefused
 from proto.federation import FederationConfig
-from tests.node.test_unmask_safety import _answer, _node, _released, _request, _unmask_entries
+from tests.node.unmask_requests import _answer, _node, _released, _request, _unmask_entries
 from tests.support.made_up_federation import _config
 
 

@@ -54,7 +54,7 @@ from tests.node.nodes import (
     peer_bundles,
     restarted,
 )
-from tests.node.test_unmask_safety import _answer, _released, _request, _unmask_entries
+from tests.node.unmask_requests import _answer, _released, _request, _unmask_entries
 from tests.support.made_up_federation import (
     CODEC,
     SENSITIVITIES,
