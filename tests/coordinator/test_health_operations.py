@@ -24,6 +24,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from coordinator.logs import CoordinatorLog, Note
 from proto.federation import config_hash, load_federation
+from tests.coordinator.server_harness import Certificates, Harness, certificates, start_limited
 from tests.coordinator.test_command import (
     Coordinator,
     _no_leftover_processes,
@@ -31,8 +32,6 @@ from tests.coordinator.test_command import (
     join,
     nodes_for,
 )
-from tests.coordinator.test_limits_server import start_limited
-from tests.coordinator.test_server import Certificates, Harness, certificates
 from zerosum.commands import coordinator as coordinator_command
 
 # Fixtures shared with the modules they come from.
