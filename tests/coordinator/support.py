@@ -23,6 +23,8 @@ from coordinator.messages import (
     UnmaskHeader,
     UploadHeader,
     UploadReceipt,
+    WithdrawReceipt,
+    WithdrawRequest,
 )
 from coordinator.session import Session, Ticket
 from noise.aggregate_check import SEALED_TAGS_BYTES
@@ -516,3 +518,21 @@ def wire_tags(
             )
         )
     return out
+
+
+REJECTED = "the TRE's output checker rejected this node's egress"
+
+
+def withdrawal(
+    session: Session, node: str, round_index: int = 0, reason: str = REJECTED, **changes: str
+) -> WithdrawRequest:
+    return WithdrawRequest(
+        session_id=changes.get("session_id", session.session_id),
+        round_index=round_index,
+        node_id=node,
+        reason=reason,
+    )
+
+
+def withdraw(session: Session, node: str, round_index: int = 0, **kw: str) -> WithdrawReceipt:
+    return session.withdraw(withdrawal(session, node, round_index, **kw), caller=node)
