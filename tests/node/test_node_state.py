@@ -9,7 +9,6 @@ created with the id of a session the node took part in.
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 import time
@@ -34,8 +33,8 @@ from noise.accounting import gaussian_epsilon, gaussian_mu
 from noise.keys import KeyBundle
 from proto.federation import config_hash, load_federation
 from tests.node.gateways import failing_before_upload
+from tests.support.synthetic_init import init_synthetic
 from zerosum import cli
-from zerosum.commands import federation as federation_command
 
 NODES = ("a", "b", "c", "d")
 DELTA = 1e-6
@@ -43,24 +42,14 @@ MU_STAR = gaussian_mu(1.0, DELTA)
 
 
 def _federation(out: Path, budget: float) -> Path:
-    parser = argparse.ArgumentParser()
-    federation_command.add_arguments(parser)
-    args = parser.parse_args(
-        [
-            "init",
-            "--nodes",
-            ",".join(NODES),
-            "--out",
-            str(out),
-            "--synthetic",
-            "--seed",
-            "11",
-            "--n-features",
-            "5",
-            "--n-components",
-            "2",
-            "--cohort-sizes",
-            "120,130,140,150",
+    return init_synthetic(
+        out,
+        NODES,
+        seed=11,
+        n_features=5,
+        n_components=2,
+        cohort_sizes="120,130,140,150",
+        options=[
             "--coordinator",
             "127.0.0.1:1",
             "--nan-policy",
@@ -76,10 +65,8 @@ def _federation(out: Path, budget: float) -> Path:
             # One release per session exactly: the tests count sessions against the budget.
             "--max-reruns",
             "0",
-        ]
+        ],
     )
-    assert federation_command.run(args) == 0
-    return out
 
 
 @dataclass

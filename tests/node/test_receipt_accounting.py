@@ -14,7 +14,6 @@ egress receipts and the state folder's ledger must say the same.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import threading
@@ -35,7 +34,7 @@ from noise.accounting import compose_mu, gaussian_epsilon, privacy_report
 from noise.designs import remaining_variance
 from noise.policy import plan_noise
 from proto.federation import config_hash, load_federation
-from zerosum.commands import federation as federation_command
+from tests.support.synthetic_init import init_synthetic
 from zerosum.inprocess import InProcessGateway, Ticker
 
 NODES = "abcd"
@@ -43,24 +42,14 @@ LABELS = ("outsider", "colluders:1", "coordinator", "coalition:1")
 
 
 def _federation(out: Path, construction: str) -> Path:
-    parser = argparse.ArgumentParser()
-    federation_command.add_arguments(parser)
-    args = parser.parse_args(
-        [
-            "init",
-            "--nodes",
-            ",".join(NODES),
-            "--out",
-            str(out),
-            "--synthetic",
-            "--seed",
-            "3",
-            "--n-features",
-            "5",
-            "--n-components",
-            "2",
-            "--cohort-sizes",
-            "120,130,140,150",
+    return init_synthetic(
+        out,
+        NODES,
+        seed=3,
+        n_features=5,
+        n_components=2,
+        cohort_sizes="120,130,140,150",
+        options=[
             "--construction",
             construction,
             "--residual-dp",
@@ -75,10 +64,8 @@ def _federation(out: Path, construction: str) -> Path:
             "3000",
             "--round-deadline",
             "30",
-        ]
+        ],
     )
-    assert federation_command.run(args) == 0
-    return out
 
 
 @pytest.fixture(params=["pairwise", "cape"])
