@@ -9,7 +9,6 @@ coordinator reaches the node as the same status and sentence as over gRPC.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator
@@ -32,38 +31,26 @@ from node.session.setup import LocalSetup
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from proto.federation import config_hash, load_federation
 from tests.node.gateways import FaultyGateway
-from zerosum.commands import federation as federation_command
+from tests.support.synthetic_init import init_synthetic
 from zerosum.inprocess import InProcessGateway, Ticker
 
 
 def _federation(out: Path, *extra: str) -> Path:
-    parser = argparse.ArgumentParser()
-    federation_command.add_arguments(parser)
-    args = parser.parse_args(
-        [
-            "init",
-            "--nodes",
-            "a,b,c,d",
-            "--out",
-            str(out),
-            "--synthetic",
-            "--seed",
-            "21",
-            "--n-features",
-            "5",
-            "--n-components",
-            "2",
-            "--cohort-sizes",
-            "120,130,140,150",
+    return init_synthetic(
+        out,
+        ("a", "b", "c", "d"),
+        seed=21,
+        n_features=5,
+        n_components=2,
+        cohort_sizes="120,130,140,150",
+        options=[
             "--round-deadline",
             "2",
             "--join-deadline",
             "30",
             *extra,
-        ]
+        ],
     )
-    assert federation_command.run(args) == 0
-    return out
 
 
 @pytest.fixture
