@@ -10,7 +10,6 @@ coordinator reaches the node as the same status and sentence as over gRPC.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from node.session.setup import LocalSetup
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from proto.federation import config_hash, load_federation
 from tests.node.gateways import FaultyGateway
+from tests.support.runner_threads import run_side_by_side
 from tests.support.synthetic_init import init_synthetic
 from zerosum.inprocess import InProcessGateway, Ticker
 
@@ -74,15 +74,13 @@ def _run(
     nodes: str,
     wrap: Callable[[CoordinatorGateway], CoordinatorGateway] = lambda g: g,
 ) -> dict[str, object]:
-    outcomes: dict[str, object] = {}
-
     def gateway(
         setup: LocalSetup, options: NodeOptions, say: Callable[[str], None]
     ) -> CoordinatorGateway:
         return wrap(InProcessGateway(session, setup.node_id))
 
-    def run(node: str) -> None:
-        runner = NodeRunner(
+    def runner_for(node: str) -> NodeRunner:
+        return NodeRunner(
             fed,
             node,
             out=tmp_path / f"out-{node}",
@@ -90,17 +88,8 @@ def _run(
             progress=lambda _line: None,
             gateway=gateway,
         )
-        try:
-            outcomes[node] = runner.run()
-        except BaseException as error:
-            outcomes[node] = error
 
-    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in nodes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return outcomes
+    return run_side_by_side(nodes, runner_for, timeout=60)
 
 
 def _pooled(fed: Path, nodes: str) -> deltab_plan.BrainAgeModel:

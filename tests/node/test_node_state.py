@@ -10,7 +10,6 @@ created with the id of a session the node took part in.
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -33,6 +32,7 @@ from noise.accounting import gaussian_epsilon, gaussian_mu
 from noise.keys import KeyBundle
 from proto.federation import config_hash, load_federation
 from tests.node.gateways import failing_before_upload
+from tests.support.runner_threads import run_side_by_side
 from tests.support.synthetic_init import init_synthetic
 from zerosum import cli
 
@@ -127,10 +127,9 @@ def _run(
     Nodes in ``fresh_state`` use a state folder of their own in ``folder``
     (a node with nothing spent yet).
     """
-    outcomes: dict[str, object] = {}
 
-    def run(node: str) -> None:
-        runner = NodeRunner(
+    def runner_for(node: str) -> NodeRunner:
+        return NodeRunner(
             fed,
             node,
             out=folder / f"out-{node}",
@@ -139,16 +138,8 @@ def _run(
             progress=lambda _line: None,
             gateway=(gateways or {}).get(node, grpc_gateway),
         )
-        try:
-            outcomes[node] = runner.run()
-        except BaseException as error:
-            outcomes[node] = error
 
-    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in nodes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    outcomes = run_side_by_side(nodes, runner_for, timeout=120)
     return outcomes
 
 

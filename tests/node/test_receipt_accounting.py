@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from noise.accounting import compose_mu, gaussian_epsilon, privacy_report
 from noise.designs import remaining_variance
 from noise.policy import plan_noise
 from proto.federation import config_hash, load_federation
+from tests.support.runner_threads import run_side_by_side
 from tests.support.synthetic_init import init_synthetic
 from zerosum.inprocess import InProcessGateway, Ticker
 
@@ -78,31 +78,22 @@ def finished(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
     )
     ticker = Ticker(session)
     ticker.start()
-    outcomes: dict[str, object] = {}
 
     def gateway(
         setup: LocalSetup, options: NodeOptions, say: Callable[[str], None]
     ) -> CoordinatorGateway:
         return InProcessGateway(session, setup.node_id)
 
-    def run(node: str) -> None:
-        runner = NodeRunner(
+    def runner_for(node: str) -> NodeRunner:
+        return NodeRunner(
             fed,
             node,
             options=NodeOptions(approve="auto", poll_seconds=0.02),
             progress=lambda _line: None,
             gateway=gateway,
         )
-        try:
-            outcomes[node] = runner.run()
-        except BaseException as error:
-            outcomes[node] = error
 
-    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in NODES]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    outcomes = run_side_by_side(NODES, runner_for, timeout=120)
     ticker.stop()
     session.store.close()
     for node in NODES:
