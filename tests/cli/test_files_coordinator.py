@@ -9,7 +9,6 @@ with one line on stderr and opens no port.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import time
@@ -21,22 +20,21 @@ from cryptography import x509
 
 import zerosum.cli
 from proto.tls import certificate_fingerprint
+from tests.support.synthetic_init import init_synthetic
 from zerosum import pki
-from zerosum.commands import federation as federation_command
 
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("fed")
-    parser = argparse.ArgumentParser()
-    federation_command.add_arguments(parser)
-    args = parser.parse_args(
-        ["init", "--nodes", "a,b", "--out", str(out), "--synthetic", "--seed", "1", "--force",
-         "--n-features", "5", "--n-components", "2", "--cohort-sizes", "120,130",
-         "--coordinator", "127.0.0.1:9"]
-    )  # fmt: skip
-    assert federation_command.run(args) == 0
-    return out
+    return init_synthetic(
+        tmp_path_factory.mktemp("fed"),
+        ("a", "b"),
+        seed=1,
+        n_features=5,
+        n_components=2,
+        cohort_sizes="120,130",
+        options=["--force", "--coordinator", "127.0.0.1:9"],
+    )
 
 
 def _fifo(path: Path) -> None:

@@ -9,9 +9,7 @@ coordinator reaches the node as the same status and sentence as over gRPC.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -33,38 +31,27 @@ from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from proto.federation import config_hash, load_federation
 from proto.messages import RoundResult
 from tests.node.gateways import FaultyGateway
-from zerosum.commands import federation as federation_command
+from tests.support.runner_threads import run_side_by_side
+from tests.support.synthetic_init import init_synthetic
 from zerosum.inprocess import InProcessGateway, Ticker
 
 
 def _federation(out: Path, *extra: str) -> Path:
-    parser = argparse.ArgumentParser()
-    federation_command.add_arguments(parser)
-    args = parser.parse_args(
-        [
-            "init",
-            "--nodes",
-            "a,b,c,d",
-            "--out",
-            str(out),
-            "--synthetic",
-            "--seed",
-            "21",
-            "--n-features",
-            "5",
-            "--n-components",
-            "2",
-            "--cohort-sizes",
-            "120,130,140,150",
+    return init_synthetic(
+        out,
+        ("a", "b", "c", "d"),
+        seed=21,
+        n_features=5,
+        n_components=2,
+        cohort_sizes="120,130,140,150",
+        options=[
             "--round-deadline",
             "2",
             "--join-deadline",
             "30",
             *extra,
-        ]
+        ],
     )
-    assert federation_command.run(args) == 0
-    return out
 
 
 @pytest.fixture
@@ -88,15 +75,13 @@ def _run(
     nodes: str,
     wrap: Callable[[CoordinatorGateway], CoordinatorGateway] = lambda g: g,
 ) -> dict[str, object]:
-    outcomes: dict[str, object] = {}
-
     def gateway(
         setup: LocalSetup, options: NodeOptions, say: Callable[[str], None]
     ) -> CoordinatorGateway:
         return wrap(InProcessGateway(session, setup.node_id))
 
-    def run(node: str) -> None:
-        runner = NodeRunner(
+    def runner_for(node: str) -> NodeRunner:
+        return NodeRunner(
             fed,
             node,
             out=tmp_path / f"out-{node}",
@@ -104,17 +89,8 @@ def _run(
             progress=lambda _line: None,
             gateway=gateway,
         )
-        try:
-            outcomes[node] = runner.run()
-        except BaseException as error:
-            outcomes[node] = error
 
-    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in nodes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return outcomes
+    return run_side_by_side(nodes, runner_for, timeout=60)
 
 
 def _pooled(fed: Path, nodes: str) -> deltab_plan.BrainAgeModel:

@@ -11,7 +11,7 @@ import pytest
 from node.ledger import PrivacyLedger
 from noise.accounting import compose_mu, gaussian_epsilon
 from proto.federation import dump_federation
-from tests.node.test_runner_units import _config
+from tests.support.made_up_federation import _config
 from zerosum.cli import main
 
 IDS = ["a", "b", "c"]

@@ -33,6 +33,8 @@ from proto.messages import (
     UnmaskHeader,
     UploadHeader,
     UploadReceipt,
+    WithdrawReceipt,
+    WithdrawRequest,
 )
 from proto.zerosum.v1 import session_pb2 as pb
 
@@ -513,3 +515,21 @@ def wire_tags(
             )
         )
     return out
+
+
+REJECTED = "the TRE's output checker rejected this node's egress"
+
+
+def withdrawal(
+    session: Session, node: str, round_index: int = 0, reason: str = REJECTED, **changes: str
+) -> WithdrawRequest:
+    return WithdrawRequest(
+        session_id=changes.get("session_id", session.session_id),
+        round_index=round_index,
+        node_id=node,
+        reason=reason,
+    )
+
+
+def withdraw(session: Session, node: str, round_index: int = 0, **kw: str) -> WithdrawReceipt:
+    return session.withdraw(withdrawal(session, node, round_index, **kw), caller=node)

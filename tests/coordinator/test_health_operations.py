@@ -24,15 +24,14 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from coordinator.logs import CoordinatorLog, Note
 from proto.federation import config_hash, load_federation
-from tests.coordinator.test_command import (
+from tests.coordinator.coordinator_process import (
     Coordinator,
     _no_leftover_processes,
     federation_dir,
     join,
     nodes_for,
 )
-from tests.coordinator.test_limits_server import start_limited
-from tests.coordinator.test_server import Certificates, Harness, certificates
+from tests.coordinator.server_harness import Certificates, Harness, certificates, start_limited
 from zerosum.commands import coordinator as coordinator_command
 
 # Fixtures shared with the modules they come from.

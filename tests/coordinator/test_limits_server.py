@@ -25,53 +25,31 @@ import pytest
 
 from coordinator.limits import ServerLimits
 from coordinator.logs import CoordinatorLog
-from coordinator.server import ServerTLS, start_server
-from coordinator.session import Session
-from coordinator.store import Store
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
-from tests.coordinator.support import N_WORDS, ZeroSum, make_federation, zero_sum
-from tests.coordinator.test_server import (
+from tests.coordinator.server_harness import (
     Certificates,
     Harness,
+    answer,
+    answer_messages,
     as_bytes,
     attest,
     certificates,
+    code_of,
     fetch_result,
     joined,
     layout_messages,
     send,
     sent,
+    start_limited,
     unmask_request,
     upload_messages,
 )
+from tests.coordinator.support import N_WORDS, ZeroSum, zero_sum
 
 __all__ = ["certificates"]  # the module-scoped fixture, shared with test_server
 
 pytestmark = pytest.mark.integration
-
-LIMITS = ServerLimits(calls_per_node=4, first_message_seconds=1.0, message_gap_seconds=1.0)
-
-
-def start_limited(
-    tmp_path: Path,
-    certs: Certificates,
-    *,
-    limits: ServerLimits = LIMITS,
-    log: Callable[[str], None] | None = None,
-    **options: int,
-) -> Harness:
-    fed = make_federation(("a", "b", "c"), **options)  # type: ignore[arg-type]
-    session = Session(Store(tmp_path / "state.sqlite"), fed.config)
-    tls = ServerTLS(
-        certificate=certs.server.certificate_pem(),
-        private_key=certs.server.private_key_pem(),
-        ca_certificate=certs.ca_pem,
-    )
-    server = start_server(
-        session, tls, listen="127.0.0.1:0", tick_seconds=0.05, limits=limits, log=log
-    )
-    return Harness(fed, session, server, certs, [])
 
 
 @pytest.fixture
@@ -79,14 +57,6 @@ def limited(tmp_path: Path, certificates: Certificates) -> Iterator[Harness]:
     h = start_limited(tmp_path, certificates, round_ms=4000)
     yield h
     h.close()
-
-
-def code_of(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
-    try:
-        call()
-    except grpc.RpcError as error:
-        return error.code(), error.details() or ""
-    return grpc.StatusCode.OK, ""
 
 
 def honest_finish(h: Harness, data: ZeroSum) -> None:
@@ -114,8 +84,6 @@ def honest_finish(h: Harness, data: ZeroSum) -> None:
 def _answer(
     h: Harness, node: str, request: pb.UnmaskRequest, correction: bytes
 ) -> Iterator[pb.UnmaskChunk]:
-    from tests.coordinator.test_server import answer_messages
-
     return answer_messages(h, node, request, correction)
 
 
@@ -312,8 +280,6 @@ def test_a_member_that_never_joined_is_denied_every_call_even_the_aggregate(
         assert list(request.dropped_node_ids) == []
         for node in ("a", "b"):
             attest(h, node, request)
-        from tests.coordinator.test_server import answer
-
         for node in ("a", "b"):
             answer(h, node, request, None)
         header, payload = fetch_result(h, "a", 0)

@@ -16,15 +16,16 @@ from coordinator.status_view import coordinator_alive, lock_path, read_status, r
 from coordinator.store import Store
 from tests.coordinator.support import (
     N_WORDS,
+    REJECTED,
     FakeClock,
     attest_all,
     join_all,
     make_federation,
     submit_correction,
     upload,
+    withdraw,
     zero_sum,
 )
-from tests.coordinator.test_withdraw import REJECTED, withdraw
 from zerosum.commands import coordinator as command
 from zerosum.commands import federation as federation_command
 

@@ -20,8 +20,7 @@ import grpc
 import pytest
 
 from coordinator.store import Store
-from tests.coordinator.test_limits_server import code_of, start_limited
-from tests.coordinator.test_server import Certificates, certificates
+from tests.coordinator.server_harness import Certificates, certificates, code_of, start_limited
 
 __all__ = ["certificates"]
 

@@ -35,6 +35,7 @@ from proto.messages import (
 )
 from tests.coordinator.support import (
     N_WORDS,
+    REJECTED,
     FakeClock,
     Federation,
     join_all,
@@ -46,25 +47,10 @@ from tests.coordinator.support import (
     spec_for,
     submit_correction,
     upload,
+    withdraw,
+    withdrawal,
     zero_sum,
 )
-
-REJECTED = "the TRE's output checker rejected this node's egress"
-
-
-def withdrawal(
-    session: Session, node: str, round_index: int = 0, reason: str = REJECTED, **changes: str
-) -> WithdrawRequest:
-    return WithdrawRequest(
-        session_id=changes.get("session_id", session.session_id),
-        round_index=round_index,
-        node_id=node,
-        reason=reason,
-    )
-
-
-def withdraw(session: Session, node: str, round_index: int = 0, **kw: str) -> WithdrawReceipt:
-    return session.withdraw(withdrawal(session, node, round_index, **kw), caller=node)
 
 
 def refused(session: Session, error: type[CoordinatorError], action: Callable[[], object]) -> str:

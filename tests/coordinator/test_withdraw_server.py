@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 from proto.zerosum.v1 import session_pb2 as pb
-from tests.coordinator.support import N_WORDS, zero_sum
-from tests.coordinator.test_server import (
+from tests.coordinator.server_harness import (
     Certificates,
     Harness,
     answer,
@@ -32,6 +31,7 @@ from tests.coordinator.test_server import (
     start,
     upload_messages,
 )
+from tests.coordinator.support import N_WORDS, zero_sum
 from zerosum import pki
 
 pytestmark = pytest.mark.integration

@@ -33,8 +33,8 @@ import pytest
 
 from node.approval import ApprovalGate, read_approval, sign_approval
 from node.egress import EgressBundle
-from tests.node.test_runner_units import _checkers, _identities
 from tests.support.bundles import make_bundle
+from tests.support.made_up_federation import _checkers, _identities
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_KEY = _identities(["a", "b", "c"])["a"]

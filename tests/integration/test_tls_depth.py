@@ -40,7 +40,7 @@ from proto.tls import (
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from tests.coordinator.support import Federation, make_federation
-from tests.proto.test_federation import make_config
+from tests.support.sample_config import make_config
 from zerosum import pki
 
 pytestmark = pytest.mark.integration

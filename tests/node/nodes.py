@@ -4,8 +4,8 @@ The round steps of ``node.session`` take a :class:`~node.session.context.Session
 (what the join fixes) and a :class:`~node.session.progress.RoundProgress` (what
 the node did so far). Here both are made without a network: a
 :class:`~node.session.setup.LocalSetup` from an in-code federation config
-(``tests.node.test_runner_units._config``) and a fixed-tensor plan, the
-deterministic identity and session keys of ``tests.node.test_runner_units``,
+(``tests.support.made_up_federation._config``) and a fixed-tensor plan, the
+deterministic identity and session keys of ``tests.support.made_up_federation``,
 a real privacy ledger in the test's output folder, and a
 :class:`~tests.node.fake_gateway.FakeCoordinator`. :func:`joined` is a node
 that has just joined; :func:`restarted` one started again over the same
@@ -33,7 +33,7 @@ from noise.layout import Layout
 from proto.federation import FederationConfig
 from proto.messages import SessionStatus
 from tests.node.fake_gateway import FakeCoordinator, running
-from tests.node.test_runner_units import (
+from tests.support.made_up_federation import (
     CODEC,
     SENSITIVITIES,
     SESSION,

@@ -1,7 +1,7 @@
 """What the other survivors of a node test send for the aggregate check, made as they make it.
 
 Node tests drive one node against hand-built requests and results; the other
-survivors exist only as keys (``tests.node.test_runner_units._identities`` and
+survivors exist only as keys (``tests.support.made_up_federation._identities`` and
 ``_seeds``). These helpers seal and sign, as each of them would, its challenge
 contribution and its blinded tags for the node under test
 (``noise.aggregate_check``, ``noise.transcript.sealed_check_message``).
@@ -31,7 +31,7 @@ __all__ = [
 
 
 def peer_ephemeral_keys(ids: Sequence[str]) -> dict[str, EphemeralKey]:
-    """The session keys of ``tests.node.test_runner_units._seeds``."""
+    """The session keys of ``tests.support.made_up_federation._seeds``."""
     return {n: EphemeralKey.from_private_bytes(bytes([40 + i]) * 32) for i, n in enumerate(ids)}
 
 

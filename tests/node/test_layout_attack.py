@@ -12,7 +12,6 @@ upload.
 
 from __future__ import annotations
 
-import argparse
 import threading
 from pathlib import Path
 
@@ -43,7 +42,7 @@ from noise.layout import Layout, payload_digest
 from proto.federation import FederationConfig, config_hash, load_federation
 from tests.node.gateways import FaultyGateway
 from tests.node.peer_checks import signed_sealed
-from zerosum.commands import federation as federation_command
+from tests.support.synthetic_init import init_synthetic
 
 pytestmark = pytest.mark.integration
 
@@ -51,34 +50,22 @@ HONEST = "abc"
 
 
 def _federation(out: Path) -> Path:
-    parser = argparse.ArgumentParser()
-    federation_command.add_arguments(parser)
-    args = parser.parse_args(
-        [
-            "init",
-            "--nodes",
-            "a,b,c,d",
-            "--out",
-            str(out),
-            "--synthetic",
-            "--seed",
-            "9",
-            "--n-features",
-            "5",
-            "--n-components",
-            "2",
-            "--cohort-sizes",
-            "120,130,140,150",
+    return init_synthetic(
+        out,
+        ("a", "b", "c", "d"),
+        seed=9,
+        n_features=5,
+        n_components=2,
+        cohort_sizes="120,130,140,150",
+        options=[
             "--coordinator",
             "127.0.0.1:1",
             "--round-deadline",
             "3",
             "--join-deadline",
             "30",
-        ]
+        ],
     )
-    assert federation_command.run(args) == 0
-    return out
 
 
 def test_a_wrong_layout_sent_first_is_refused_to_its_sender_alone(tmp_path: Path) -> None:

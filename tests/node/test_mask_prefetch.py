@@ -8,7 +8,7 @@ import pytest
 from node.masking import MaskPrefetch, mask_key, pairwise_masks
 from node.release import TensorSensitivity
 from noise.layout import Layout
-from tests.node.test_runner_units import (
+from tests.support.made_up_federation import (
     CODEC,
     SENSITIVITIES,
     _config,

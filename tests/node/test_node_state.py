@@ -9,9 +9,7 @@ created with the id of a session the node took part in.
 
 from __future__ import annotations
 
-import argparse
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -35,8 +33,9 @@ from noise.keys import KeyBundle
 from proto.federation import config_hash, load_federation
 from proto.messages import JoinReceipt, UploadReceipt
 from tests.node.gateways import failing_before_upload
+from tests.support.runner_threads import run_side_by_side
+from tests.support.synthetic_init import init_synthetic
 from zerosum import cli
-from zerosum.commands import federation as federation_command
 
 NODES = ("a", "b", "c", "d")
 DELTA = 1e-6
@@ -44,24 +43,14 @@ MU_STAR = gaussian_mu(1.0, DELTA)
 
 
 def _federation(out: Path, budget: float) -> Path:
-    parser = argparse.ArgumentParser()
-    federation_command.add_arguments(parser)
-    args = parser.parse_args(
-        [
-            "init",
-            "--nodes",
-            ",".join(NODES),
-            "--out",
-            str(out),
-            "--synthetic",
-            "--seed",
-            "11",
-            "--n-features",
-            "5",
-            "--n-components",
-            "2",
-            "--cohort-sizes",
-            "120,130,140,150",
+    return init_synthetic(
+        out,
+        NODES,
+        seed=11,
+        n_features=5,
+        n_components=2,
+        cohort_sizes="120,130,140,150",
+        options=[
             "--coordinator",
             "127.0.0.1:1",
             "--nan-policy",
@@ -77,10 +66,8 @@ def _federation(out: Path, budget: float) -> Path:
             # One release per session exactly: the tests count sessions against the budget.
             "--max-reruns",
             "0",
-        ]
+        ],
     )
-    assert federation_command.run(args) == 0
-    return out
 
 
 @dataclass
@@ -141,10 +128,9 @@ def _run(
     Nodes in ``fresh_state`` use a state folder of their own in ``folder``
     (a node with nothing spent yet).
     """
-    outcomes: dict[str, object] = {}
 
-    def run(node: str) -> None:
-        runner = NodeRunner(
+    def runner_for(node: str) -> NodeRunner:
+        return NodeRunner(
             fed,
             node,
             out=folder / f"out-{node}",
@@ -153,16 +139,8 @@ def _run(
             progress=lambda _line: None,
             gateway=(gateways or {}).get(node, grpc_gateway),
         )
-        try:
-            outcomes[node] = runner.run()
-        except BaseException as error:
-            outcomes[node] = error
 
-    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in nodes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    outcomes = run_side_by_side(nodes, runner_for, timeout=120)
     return outcomes
 
 

@@ -16,7 +16,7 @@ from node.release import plan_release
 from noise import accounting
 from noise.fixed_point import FixedPointCodec
 from proto.federation import ConfigError, config_hash, dump_federation, parse_federation
-from tests.node.test_runner_units import _config, _seeds
+from tests.support.made_up_federation import _config, _seeds
 
 IDS = ["a", "b", "c", "d"]
 CODEC = FixedPointCodec(32)

@@ -18,7 +18,7 @@ from node.errors import SessionFailed
 from node.masking import MaskPrefetch
 from node.session.model_round import run_model_round
 from tests.node.nodes import FakePlan, joined
-from tests.node.test_runner_units import _config, _tensors
+from tests.support.made_up_federation import _config, _tensors
 
 IDS = ["a", "b", "c"]
 

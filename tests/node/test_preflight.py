@@ -9,7 +9,7 @@ import pytest
 from node.preflight import check_stream
 from noise.stream import stream_fingerprint
 from proto.federation import ConfigError
-from tests.proto.test_federation import make_config
+from tests.support.sample_config import make_config
 
 
 def test_check_stream_accepts_this_installation_and_refuses_another() -> None:

@@ -14,10 +14,8 @@ egress receipts and the state folder's ledger must say the same.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -35,7 +33,8 @@ from noise.accounting import compose_mu, gaussian_epsilon, privacy_report
 from noise.designs import remaining_variance
 from noise.policy import plan_noise
 from proto.federation import config_hash, load_federation
-from zerosum.commands import federation as federation_command
+from tests.support.runner_threads import run_side_by_side
+from tests.support.synthetic_init import init_synthetic
 from zerosum.inprocess import InProcessGateway, Ticker
 
 NODES = "abcd"
@@ -43,24 +42,14 @@ LABELS = ("outsider", "colluders:1", "coordinator", "coalition:1")
 
 
 def _federation(out: Path, construction: str) -> Path:
-    parser = argparse.ArgumentParser()
-    federation_command.add_arguments(parser)
-    args = parser.parse_args(
-        [
-            "init",
-            "--nodes",
-            ",".join(NODES),
-            "--out",
-            str(out),
-            "--synthetic",
-            "--seed",
-            "3",
-            "--n-features",
-            "5",
-            "--n-components",
-            "2",
-            "--cohort-sizes",
-            "120,130,140,150",
+    return init_synthetic(
+        out,
+        NODES,
+        seed=3,
+        n_features=5,
+        n_components=2,
+        cohort_sizes="120,130,140,150",
+        options=[
             "--construction",
             construction,
             "--residual-dp",
@@ -75,10 +64,8 @@ def _federation(out: Path, construction: str) -> Path:
             "3000",
             "--round-deadline",
             "30",
-        ]
+        ],
     )
-    assert federation_command.run(args) == 0
-    return out
 
 
 @pytest.fixture(params=["pairwise", "cape"])
@@ -91,31 +78,22 @@ def finished(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
     )
     ticker = Ticker(session)
     ticker.start()
-    outcomes: dict[str, object] = {}
 
     def gateway(
         setup: LocalSetup, options: NodeOptions, say: Callable[[str], None]
     ) -> CoordinatorGateway:
         return InProcessGateway(session, setup.node_id)
 
-    def run(node: str) -> None:
-        runner = NodeRunner(
+    def runner_for(node: str) -> NodeRunner:
+        return NodeRunner(
             fed,
             node,
             options=NodeOptions(approve="auto", poll_seconds=0.02),
             progress=lambda _line: None,
             gateway=gateway,
         )
-        try:
-            outcomes[node] = runner.run()
-        except BaseException as error:
-            outcomes[node] = error
 
-    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in NODES]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    outcomes = run_side_by_side(NODES, runner_for, timeout=120)
     ticker.stop()
     session.store.close()
     for node in NODES:

@@ -59,9 +59,9 @@ from proto.messages import (
 from tests.node.fake_gateway import FakeCoordinator, running
 from tests.node.nodes import CONFIG_HASH, LAYOUT, ROSTER_HASH, FakePlan, Node
 from tests.node.peer_checks import sealed_tags
-from tests.node.test_runner_restart import IDS, _at_gate, _node
-from tests.node.test_runner_units import SESSION, _identities, _seeds
-from tests.node.test_unmask_safety import _answer, _released, _request
+from tests.node.restarts import IDS, _at_gate, _node
+from tests.node.unmask_requests import _answer, _released, _request
+from tests.support.made_up_federation import SESSION, _identities, _seeds
 from zerosum.commands import federation as federation_command
 
 KEYS = _identities(IDS)

@@ -21,8 +21,8 @@ import pytest
 from node import budget
 from node.errors import NodeRefused
 from proto.federation import FederationConfig
-from tests.node.test_runner_units import _config
-from tests.node.test_unmask_safety import _answer, _node, _released, _request, _unmask_entries
+from tests.node.unmask_requests import _answer, _node, _released, _request, _unmask_entries
+from tests.support.made_up_federation import _config
 
 
 def _with_budget(config: FederationConfig, epsilon_budget: float) -> FederationConfig:

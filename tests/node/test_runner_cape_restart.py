@@ -16,7 +16,6 @@ tests/integration/test_cape_restart.py.
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 import time
@@ -48,7 +47,7 @@ from noise.layout import payload_digest
 from noise.self_mask import self_mask
 from proto.federation import config_hash, load_federation
 from tests.node.gateways import failing_before_upload
-from zerosum.commands import federation as federation_command
+from tests.support.synthetic_init import init_synthetic
 
 pytestmark = pytest.mark.integration
 
@@ -60,24 +59,14 @@ class Crash(Exception):
 
 
 def _federation(out: Path) -> Path:
-    parser = argparse.ArgumentParser()
-    federation_command.add_arguments(parser)
-    args = parser.parse_args(
-        [
-            "init",
-            "--nodes",
-            ",".join(NODES),
-            "--out",
-            str(out),
-            "--synthetic",
-            "--seed",
-            "5",
-            "--n-features",
-            "6",
-            "--n-components",
-            "3",
-            "--cohort-sizes",
-            "120,150,130,140",
+    return init_synthetic(
+        out,
+        NODES,
+        seed=5,
+        n_features=6,
+        n_components=3,
+        cohort_sizes="120,150,130,140",
+        options=[
             "--coordinator",
             "127.0.0.1:1",
             "--construction",
@@ -96,10 +85,8 @@ def _federation(out: Path) -> Path:
             "60",
             "--join-deadline",
             "200",
-        ]
+        ],
     )
-    assert federation_command.run(args) == 0
-    return out
 
 
 @dataclass

@@ -17,14 +17,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from numpy.typing import NDArray
 
 from node.atomic import atomic_write_json
 from node.cape_state import CapeMaterial, CapeStore
 from node.egress import EgressBundle, egress_folder
 from node.errors import AlreadyJoined, NodeRefused, SessionFailed
 from node.ledger import Release
-from node.masking import MaskPrefetch, cape_sum_payload, pairwise_masks
+from node.masking import MaskPrefetch, cape_sum_payload
 from node.release import ReleaseNoise
 from node.runner import NodeRunner
 from node.session.cape_material import cape_state
@@ -33,7 +32,6 @@ from node.session.context import NodeOptions, SessionContext
 from node.session.egress_steps import (
     bundle_before_restart,
     check_bundle_noise,
-    release,
     release_again,
 )
 from node.session.joining import join
@@ -42,7 +40,6 @@ from node.session.resume import catch_up
 from node.session_state import SessionStore
 from noise.keys import EphemeralKey
 from noise.layout import payload_digest
-from proto.federation import FederationConfig
 from proto.messages import RoundState, RoundSummary, SessionState, SessionStatus
 from tests.node.fake_gateway import FakeCoordinator, running
 from tests.node.nodes import (
@@ -54,34 +51,15 @@ from tests.node.nodes import (
     peer_bundles,
     restarted,
 )
-from tests.node.test_runner_units import (
-    CODEC,
+from tests.node.restarts import CLEAN, IDS, U64, _at_gate, _node
+from tests.node.unmask_requests import _answer, _released, _request, _unmask_entries
+from tests.support.made_up_federation import (
     SENSITIVITIES,
     SESSION,
     _config,
     _seeds,
-    _tensors,
     release_for,
 )
-from tests.node.test_unmask_safety import _answer, _released, _request, _unmask_entries
-
-U64 = NDArray[np.uint64]
-IDS = ["a", "b", "c", "d"]
-CLEAN = LAYOUT.encode(_tensors(0), CODEC)
-
-
-def _node(
-    out: Path,
-    config: FederationConfig | None = None,
-    *,
-    status: SessionStatus | None = None,
-    options: NodeOptions | None = None,
-    plan: object | None = None,
-) -> Node:
-    """Node a restarted over ``out``: it knows nothing but what that folder holds."""
-    config = config or _config(IDS, threshold=1)
-    return restarted(out, config, status=status, options=options, plan=plan)
-
 
 # ---------------------------------------------------------------- unmask answers
 
@@ -129,34 +107,6 @@ def test_an_answer_sent_again_after_a_restart_is_the_same_and_recorded_once(
 
 
 # ---------------------------------------------------------------- the bundle written before
-
-
-def _egress(node: Node, participants: Sequence[str], index: int) -> tuple[ReleaseNoise, U64]:
-    noise = release_for(node.ctx.config, participants, "a", SENSITIVITIES)
-    mask = pairwise_masks(noise, _seeds(IDS)["a"], LAYOUT, round_index=index, codec=CODEC)
-    return noise, CLEAN + mask
-
-
-def _at_gate(out: Path) -> tuple[ReleaseNoise, U64]:
-    """Write round 1's bundle the way a node does, then stop at the gate (as if killed)."""
-    node = joined(
-        out,
-        _config(IDS, threshold=1),
-        options=NodeOptions(approve="manual", approval_timeout=0.0),
-    )
-    noise, egress = _egress(node, IDS, 1)
-    with pytest.raises(ValueError, match="no approval appeared"):
-        release(
-            node.ctx,
-            index=1,
-            name="scatter",
-            layout=LAYOUT,
-            noise=noise,
-            clean=CLEAN,
-            egress=egress,
-        )
-    assert node.ctx.ledger.entries == ()
-    return noise, egress
 
 
 def _planned_now(node: Node, found: EgressBundle) -> ReleaseNoise:

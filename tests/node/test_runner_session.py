@@ -7,7 +7,6 @@ files a node writes, and a survivor's unmask answer when a node drops.
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 from collections.abc import Iterator
@@ -32,30 +31,20 @@ from node.runner import GatewayFactory, NodeOptions, NodeRunner, SessionFailed, 
 from noise.fixed_point import FixedPointCodec
 from proto.federation import config_hash, load_federation
 from tests.node.gateways import failing_before_upload
-from zerosum.commands import federation as federation_command
+from tests.support.synthetic_init import init_synthetic
 
 pytestmark = pytest.mark.integration
 
 
 def _federation(out: Path, nodes: str, round_deadline: float, nan_policy: str = "drop") -> Path:
-    parser = argparse.ArgumentParser()
-    federation_command.add_arguments(parser)
-    args = parser.parse_args(
-        [
-            "init",
-            "--nodes",
-            nodes,
-            "--out",
-            str(out),
-            "--synthetic",
-            "--seed",
-            "4",
-            "--n-features",
-            "6",
-            "--n-components",
-            "3",
-            "--cohort-sizes",
-            ",".join(["120", "150", "130", "140"][: len(nodes.split(","))]),
+    return init_synthetic(
+        out,
+        nodes.split(","),
+        seed=4,
+        n_features=6,
+        n_components=3,
+        cohort_sizes=",".join(["120", "150", "130", "140"][: len(nodes.split(","))]),
+        options=[
             "--coordinator",
             "127.0.0.1:1",
             "--round-deadline",
@@ -64,10 +53,8 @@ def _federation(out: Path, nodes: str, round_deadline: float, nan_policy: str = 
             "30",
             "--nan-policy",
             nan_policy,
-        ]
+        ],
     )
-    assert federation_command.run(args) == 0
-    return out
 
 
 def _serve(fed: Path, state: Path) -> RunningServer:

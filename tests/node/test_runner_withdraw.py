@@ -10,7 +10,6 @@ be run again and resume, so the coordinator waits for the deadline.
 
 from __future__ import annotations
 
-import argparse
 import threading
 import time
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from proto.messages import (
     SessionState,
 )
 from tests.node.gateways import failing_before_upload
-from zerosum.commands import federation as federation_command
+from tests.support.synthetic_init import init_synthetic
 
 pytestmark = pytest.mark.integration
 
@@ -43,24 +42,14 @@ NODES = "abcd"
 
 
 def _federation(out: Path, round_deadline: float) -> Path:
-    parser = argparse.ArgumentParser()
-    federation_command.add_arguments(parser)
-    args = parser.parse_args(
-        [
-            "init",
-            "--nodes",
-            ",".join(NODES),
-            "--out",
-            str(out),
-            "--synthetic",
-            "--seed",
-            "5",
-            "--n-features",
-            "6",
-            "--n-components",
-            "3",
-            "--cohort-sizes",
-            "120,150,130,140",
+    return init_synthetic(
+        out,
+        NODES,
+        seed=5,
+        n_features=6,
+        n_components=3,
+        cohort_sizes="120,150,130,140",
+        options=[
             "--coordinator",
             "127.0.0.1:1",
             "--round-deadline",
@@ -70,10 +59,8 @@ def _federation(out: Path, round_deadline: float) -> Path:
             # Two rounds ("means", then "sums"): the others go on after a withdrawal.
             "--nan-policy",
             "mean",
-        ]
+        ],
     )
-    assert federation_command.run(args) == 0
-    return out
 
 
 @pytest.fixture

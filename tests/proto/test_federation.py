@@ -22,7 +22,6 @@ from proto.federation import (
     FederationConfig,
     NodeEntry,
     NoiseDesignSpec,
-    PlanSpec,
     PrivacyPolicy,
     RoundSpec,
     SessionTimings,
@@ -32,44 +31,8 @@ from proto.federation import (
     load_federation,
     parse_federation,
 )
+from tests.support.sample_config import KEYS, edited, make_config, make_plan
 from tests.support.strategies import node_id_lists
-
-KEYS = {name: bytes([i + 1]) * 32 for i, name in enumerate(("alpha", "beta", "gamma", "delta"))}
-
-
-def make_plan(**overrides: object) -> PlanSpec:
-    fields: dict[str, object] = {
-        "name": "test-plan",
-        "version": "3",
-        "rounds": (
-            RoundSpec("means", Layout.of({"n": (), "sum_x": (4,)})),
-            RoundSpec("sums", Layout.of({"n": (), "sum_xx": (10,), "sum_xy": (4,)})),
-        ),
-        "settings": {
-            "model": {"kind": "unbiased_quadratic", "n_features": 4, "n_components": 2},
-            "clipping": {
-                "age_low": 45.0,
-                "age_high": 85.0,
-                "feature_low": -5.0,
-                "feature_high": [5.0, 6.0, 7.0, 8.5],
-            },
-        },
-    }
-    fields.update(overrides)
-    return PlanSpec(**fields)  # type: ignore[arg-type]
-
-
-def make_config(**overrides: object) -> FederationConfig:
-    fields: dict[str, object] = {
-        "federation_id": "trial-1",
-        "coordinator_address": "coord.example.org:50051",
-        "ca_certificate": "ca/ca.pem",
-        "nodes": tuple(NodeEntry(n, k) for n, k in KEYS.items()),
-        "plan": make_plan(),
-    }
-    fields.update(overrides)
-    return FederationConfig(**fields)  # type: ignore[arg-type]
-
 
 VARIANTS: dict[str, Callable[[], FederationConfig]] = {
     "defaults": make_config,
@@ -313,12 +276,6 @@ def test_hash_ignores_node_order(ids: list[str], random: object) -> None:
 
 
 # ----------------------------------------------------------------- errors
-
-
-def edited(old: str, new: str) -> str:
-    text = dump_federation(make_config())
-    assert old in text, old
-    return text.replace(old, new, 1)
 
 
 def appended(section: str, line: str) -> str:

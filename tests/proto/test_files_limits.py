@@ -39,7 +39,7 @@ from node.deltab.cells import spreadsheet_safe
 from node.deltab.io import read_table, write_table
 from proto.federation import ConfigError, parse_federation
 from proto.text import sanitise_text
-from tests.proto.test_federation import edited
+from tests.support.sample_config import edited
 
 Reader = Callable[[Path], object]
 

@@ -22,8 +22,8 @@ from acro.version import __version__ as acro_version
 
 from node.approval import sign_approval, write_approval
 from node.egress import ACRO_RESULTS_VERSION, EgressBundle
-from tests.node.test_runner_units import _checkers
 from tests.support.bundles import make_bundle
+from tests.support.made_up_federation import _checkers
 
 
 def test_the_bundle_names_the_installed_acro_release() -> None:

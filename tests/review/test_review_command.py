@@ -19,8 +19,8 @@ from node.approval import (
 from node.egress import EgressBundle
 from noise.keys import IdentityKey, key_fingerprint
 from proto.federation import FederationConfig, dump_federation
-from tests.node.test_runner_units import SESSION, _checkers, _identities
 from tests.support.bundles import federation, make_bundle
+from tests.support.made_up_federation import SESSION, _checkers, _identities
 from zerosum.cli import main
 
 NODE_KEY = _identities(["a", "b", "c"])["a"]

@@ -9,8 +9,8 @@ import pytest
 
 from node.approval import read_approval, sign_approval
 from node.egress import EgressBundle
-from tests.node.test_runner_units import _checkers
 from tests.support.bundles import make_bundle
+from tests.support.made_up_federation import _checkers
 from zerosum.cli import main
 
 CHECKER = _checkers(["a", "b", "c"])["a"]

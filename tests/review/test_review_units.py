@@ -11,12 +11,12 @@ import pytest
 from node.egress import EgressBundle
 from node.receipt import DPReceipt, MaskingFacts, ObserverRelease, SDCEvidence, TensorEntry
 from node.review.units import real_units
-from tests.node.test_runner_units import CODEC, SESSION, _config
 from tests.support.bundles import make_bundle, review
+from tests.support.made_up_federation import CODEC, SESSION, _config
 from zerosum.cli import main
 
 IDS = ["a", "b", "c"]
-# The test federation's public bounds (tests/node/test_runner_units.py).
+# The test federation's public bounds (tests/support/made_up_federation.py).
 AGE = (45.0, 80.0)
 FEATURE = (-4.0, 4.0)
 P = 4

@@ -25,7 +25,7 @@ from proto.federation import (
     config_hash,
     dump_federation,
 )
-from tests.node.test_runner_units import CODEC, SESSION, _config, _seeds, release_for
+from tests.support.made_up_federation import CODEC, SESSION, _config, _seeds, release_for
 
 IDS = ["a", "b", "c"]
 P = 40
