@@ -1,7 +1,7 @@
 """The ε budget against every observer class the policy names, for a release and a session.
 
 ``privacy.epsilon_budget`` caps the composed ε this node's data may reach,
-across every session recorded in its ledger (``node.ledger``), against each
+across every session recorded in its ledger (``node.records.ledger``), against each
 observer class the policy bounds:
 
 * ``outsider`` — whoever sees one egress (a reviewer, an eavesdropper);
@@ -36,7 +36,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from node.ledger import ObserverTotal, PrivacyLedger, observer_of
+from node.records.ledger import ObserverTotal, PrivacyLedger, observer_of
 from node.release import TensorSensitivity, plan_release
 from noise.accounting import Observer, compose_mu, gaussian_epsilon
 from proto.federation import FederationConfig

@@ -54,13 +54,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from node.atomic import (
-    atomic_write_bytes,
-    atomic_write_json,
-    atomic_writer,
-    json_bytes,
-    sha256_file,
-)
 from node.errors import EgressError, EgressIntegrityError
 from node.receipt import (
     DPReceipt,
@@ -72,6 +65,13 @@ from node.receipt import (
     check_layout,
     entries_layout,
     json_number,
+)
+from node.records.atomic import (
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_writer,
+    json_bytes,
+    sha256_file,
 )
 from noise.fixed_point import FixedPointCodec
 from noise.layout import Layout, payload_digest

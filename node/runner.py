@@ -62,6 +62,8 @@ from node.errors import (
 )
 from node.gateway import CoordinatorGateway
 from node.masking import MaskPrefetch
+from node.records.session_state import SessionStore
+from node.records.state_folder import NodeState
 from node.session.cape_round import run_cape_sum_round
 from node.session.context import NodeOptions, SessionContext
 from node.session.delta_summary_step import release_delta_summary
@@ -73,8 +75,6 @@ from node.session.progress import RoundProgress
 from node.session.reruns import attempts_note, check_rerun_cap
 from node.session.resume import catch_up, take_aggregated
 from node.session.setup import LocalSetup, prepare
-from node.session_state import SessionStore
-from node.state_folder import NodeState
 from noise.errors import InfeasibleDesignError
 from proto.messages import SessionState
 from proto.rounds import RoundRef

@@ -37,11 +37,11 @@ from typing import Any, Final
 
 from bounded.files import read_limited
 from bounded.nesting import parse_json
-from node.atomic import atomic_write_bytes, atomic_write_json, json_bytes
 from node.delta_summary import DeltaSummary, statistic_meaning
 from node.egress import ACRO_RESULTS_VERSION
 from node.errors import EgressError, EgressIntegrityError
-from node.ledger import ObserverTotal
+from node.records.atomic import atomic_write_bytes, atomic_write_json, json_bytes
+from node.records.ledger import ObserverTotal
 
 __all__ = [
     "SUMMARY_FORMAT",

@@ -203,7 +203,7 @@ class EphemeralKey:
         """The 32-byte raw private key (tests, simulations, and a node's saved session key).
 
         A node keeps it only in its private output folder, mode 0600, until the
-        session ends (node/session_state.py), so a restarted node can rejoin.
+        session ends (node/records/session_state.py), so a restarted node can rejoin.
         """
         return self._private.private_bytes(
             serialization.Encoding.Raw,

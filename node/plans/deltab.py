@@ -29,7 +29,6 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from node.atomic import atomic_write_text
 from node.cohort import LocalCohort, load_cohort
 from node.deltab import plan as deltab_plan
 from node.deltab.cells import spreadsheet_safe
@@ -41,6 +40,7 @@ from node.errors import LocalDataError, ModelFitError
 from node.plans.deltab_settings import DeltabSettings
 from node.plans.interface import PlanDefinition
 from node.preflight import ClipShare, CohortPreflight
+from node.records.atomic import atomic_write_text
 from node.release import TensorSensitivity
 from noise.fixed_point import FixedPointCodec
 from noise.layout import Layout

@@ -4,7 +4,7 @@ Under CAPE (Imtiaz, Mohammadi & Sarwate 2019, arXiv 1904.10059) a node's
 noise for a model round is e_k = q(ê_k) − share_k(S) plus residual noise,
 from its private draws q(ê_k) and the secure sum S of a preceding CAPE-sum
 round. :class:`CapeState` holds that material while the session runs (a
-rerun reuses the draws and residual); ``node.cape_state.CapeStore`` keeps a
+rerun reuses the draws and residual); ``node.records.cape_state.CapeStore`` keeps a
 copy in ``OUT/audit/cape-<round>/``, each piece saved before anything derived
 from it leaves (:func:`save_cape_state`), and a restarted node loads it back
 (:func:`cape_state`). A node that sent a share made from its draws never
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
-from node.cape_state import CapeMaterial, CapeStore, CapeSum
 from node.errors import CapeStateError, SessionFailed
+from node.records.cape_state import CapeMaterial, CapeStore, CapeSum
 from node.release import ReleaseNoise, cape_floor_shortfall, plan_release, with_cape_participants
 from noise.layout import Layout
 
@@ -62,7 +62,7 @@ class CapeState:
 def save_cape_state(
     ctx: SessionContext, model_round: str, state: CapeState, layout: Layout
 ) -> None:
-    """Save ``state`` in ``OUT/audit/cape-<round>/`` (node/cape_state.py), checked."""
+    """Save ``state`` in ``OUT/audit/cape-<round>/`` (node/records/cape_state.py), checked."""
     cape_sum = None
     if state.total is not None:
         assert state.sum_index is not None

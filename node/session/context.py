@@ -21,11 +21,11 @@ from numpy.typing import NDArray
 from node.client import RetryPolicy
 from node.errors import SessionFailed
 from node.gateway import CoordinatorGateway
-from node.ledger import PrivacyLedger
 from node.plans.interface import ModelPlan
+from node.records.ledger import PrivacyLedger
+from node.records.state_folder import NodeState
 from node.roster import VerifiedRoster
 from node.session.setup import LocalSetup
-from node.state_folder import NodeState
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey
 from noise.layout import Layout

@@ -33,8 +33,8 @@ from node.errors import (
     NodeRefused,
     SessionFailed,
 )
-from node.ledger import NoiseFacts
 from node.receipt import SDCEvidence
+from node.records.ledger import NoiseFacts
 from node.release import ReleaseNoise
 from node.session.context import SessionContext
 from noise.keys import key_fingerprint

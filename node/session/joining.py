@@ -3,10 +3,10 @@
 1. Ask the coordinator which session it runs; refuse a coordinator that runs
    another federation configuration (its config hash differs).
 2. Look for a session key this node saved for that session before a restart
-   (``node.session_state.SessionStore``). Refuse a session id the node's state
+   (``node.records.session_state.SessionStore``). Refuse a session id the node's state
    folder already records (or its ledger holds entries of) unless that saved
    key is the one recorded: a coordinator reusing a session id is replaying
-   it (``node.state_folder``). Otherwise make a fresh X25519 key and save it
+   it (``node.records.state_folder``). Otherwise make a fresh X25519 key and save it
    (0600), then record the session in ``STATE/sessions.json``, both *before*
    the key is sent: once the coordinator holds a key it accepts no other key
    from this node for the session.
@@ -23,15 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from node.cape_state import CapeStore
 from node.errors import AlreadyJoined, RosterError, SessionFailed, SessionStateError
 from node.gateway import CoordinatorGateway
+from node.records.cape_state import CapeStore
+from node.records.session_state import SessionStore
+from node.records.state_folder import NodeState
 from node.roster import derive_seeds, verify_roster
 from node.session.context import NodeOptions, SessionContext
 from node.session.outputs import archive_previous
 from node.session.setup import LocalSetup
-from node.session_state import SessionStore
-from node.state_folder import NodeState
 from noise.keys import EphemeralKey, key_fingerprint, sign_key_bundle
 from proto.messages import SessionState
 

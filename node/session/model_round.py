@@ -22,10 +22,10 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from node.cape_state import CapeStore
 from node.egress import MANIFEST, EgressBundle, egress_folder
 from node.errors import NodeRefused, SessionFailed
 from node.masking import MaskPrefetch, add_residual_noise, cape_masks
+from node.records.cape_state import CapeStore
 from node.release import ReleaseNoise, plan_release
 from node.session import egress_steps
 from node.session.aggregate_tags import sealed_challenge

@@ -16,10 +16,10 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from node.cape_state import CapeStore
 from node.egress import EgressBundle
 from node.plans.interface import ModelPlan
-from node.session_state import SessionStore
+from node.records.cape_state import CapeStore
+from node.records.session_state import SessionStore
 
 __all__ = ["CAPE_SUM_NOTE", "archive_previous", "json_object", "write_results"]
 
@@ -67,6 +67,6 @@ def write_results(out: Path, plan: ModelPlan) -> tuple[Path, Path]:
     model_path, predictions = plan.write_outputs(out)
     # The session key has served its purpose; nothing may be derived from it any more.
     SessionStore(out).complete()
-    # Nor from the CAPE material, whose only use was a restart (node/cape_state.py).
+    # Nor from the CAPE material, whose only use was a restart (node/records/cape_state.py).
     CapeStore(out).discard()
     return model_path, predictions

@@ -4,7 +4,7 @@
 * ``cape`` / ``cape_sent`` — the CAPE material of each model round, and the
   model rounds of which a CAPE-sum share was sent before a restart;
 * ``survivor_sets`` — the one survivor set this node signed per round index
-  (``node.survivor_sets``, kept in STATE across restarts; opened on first use);
+  (``node.records.survivor_sets``, kept in STATE across restarts; opened on first use);
 * ``attested`` / ``answered`` — survivor-set hashes this process has signed
   (or said it signed before a restart), and those it sent unmask answers for;
 * ``revealed`` — per round index, every node whose pair terms (or pads) this
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from node.ledger import PrivacyLedger
+from node.records.ledger import PrivacyLedger
+from node.records.survivor_sets import SurvivorSets
 from node.session.cape_material import CapeState
-from node.survivor_sets import SurvivorSets
 from node.unmask import RevealedTerms
 
 __all__ = ["RoundProgress"]
@@ -53,7 +53,7 @@ class RoundProgress:
         process that crashed: they bind a restarted node as they bound that
         one, so it never answers what the uninterrupted node would refuse.
         The survivor sets it signed are read from STATE on first use
-        (``node.survivor_sets``): one per round index, whatever happens.
+        (``node.records.survivor_sets``): one per round index, whatever happens.
         """
         revealed = {
             index: RevealedTerms(set(dropped), set(survivors))

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from node.cape_state import CapeStore
 from node.egress import MANIFEST, egress_folder
 from node.errors import NodeRefused, SessionFailed
-from node.ledger import Refusal
+from node.records.cape_state import CapeStore
+from node.records.ledger import Refusal
 from node.release import plan_release
 from node.session import egress_steps
 from node.session.cape_material import cape_state

@@ -10,7 +10,7 @@ version and code digest (``node.plans.registry``), opens it on the local data,
 runs the cohort's pre-flight (``node.preflight``: subjects read and used,
 the share clipped per feature, refused past ``plan.clipping.max_clipped_fraction``
 or below ``min_cohort_size``), and settles the output folder OUT and the state
-folder STATE (``node.state_folder``). Every problem is a
+folder STATE (``node.records.state_folder``). Every problem is a
 :class:`~node.errors.SetupError` with one sentence (the command exits 2;
 :class:`~node.errors.PreflightRefused` carries one sentence per problem),
 found before a connection is opened.
@@ -52,7 +52,7 @@ class LocalSetup:
     tls: tuple[Path, Path, Path]  # CA certificate, client certificate, client key
     plan: ModelPlan
     out: Path
-    state: Path  # the node's state folder (node.state_folder): its ledger and sessions
+    state: Path  # the node's state folder (node.records.state_folder): its ledger and sessions
 
 
 def _check_tls(tls: tuple[Path, Path, Path], node_id: str, revoked: tuple[str, ...]) -> None:

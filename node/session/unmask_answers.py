@@ -3,7 +3,7 @@
 Every round has an unmask step, once its uploads are in. One call of
 :func:`answer` takes one step: attest the survivor set, with this node's
 aggregate-check tags sealed for the other survivors (an attestation reveals
-nothing; one set per round index, ever: ``node.survivor_sets``), or — once
+nothing; one set per round index, ever: ``node.records.survivor_sets``), or — once
 every survivor attested the same set and its tags open — send this node's
 self-mask seed and, if nodes dropped, its pair terms with them (under CAPE,
 in a CAPE-sum round, its pads with them), or refuse with a sentence. A
@@ -32,12 +32,12 @@ from numpy.typing import NDArray
 from node import budget
 from node.errors import GatewayError, NodeRefused, SessionFailed, SessionStateError
 from node.masking import unmask_corrections
+from node.records.survivor_sets import SignedSet, SurvivorSets
 from node.release import ReleaseNoise, with_cape_participants
 from node.session.aggregate_tags import Culprit, attest_tags, open_relayed_tags
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
 from node.session.self_masking import round_self_mask_seed
-from node.survivor_sets import SignedSet, SurvivorSets
 from node.unmask import (
     RevealedTerms,
     attestation_signature,

@@ -34,7 +34,7 @@ import pytest
 from node.approval import sign_approval, write_approval
 from node.budget import checked
 from node.egress import EgressBundle
-from node.ledger import ObserverTotal, PrivacyLedger
+from node.records.ledger import ObserverTotal, PrivacyLedger
 from proto.federation import load_federation
 from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script
 from tests.adversary.records import Answer

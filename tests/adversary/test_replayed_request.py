@@ -6,7 +6,7 @@ does not publish; it issues a second request for the same round index to b,
 c and d, now saying a dropped (D = {a}). Had they answered, their pair terms
 with a plus a's seed already received would strip a's upload to its clean
 values. A node signs one survivor set per round index, ever, and keeps it in
-STATE/survivor-sets.json (node/survivor_sets.py), so all three refuse ("signed once
+STATE/survivor-sets.json (node/records/survivor_sets.py), so all three refuse ("signed once
 per round"); b is killed and restarted between the two requests, so its
 refusal comes from that file, not from memory. In the *restored* variant b's
 OUT folder is also put back as it was before b signed anything (a copy taken

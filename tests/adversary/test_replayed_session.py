@@ -9,7 +9,7 @@ shows everyone the set "all survived" for round 0 — if a now revealed the
 seed of an upload carrying the same egress, the pair terms from the first run
 would strip it. What b, c and d recorded of the session in their node state
 folders stops them: they refuse the replayed session id at the join
-(node/state_folder.py), so a never sees the signatures it waits for. (Were they to
+(node/records/state_folder.py), so a never sees the signatures it waits for. (Were they to
 rejoin, the record of pair terms already revealed would still stop a second,
 smaller dropped set: node/unmask.py, check_against_revealed.)
 """

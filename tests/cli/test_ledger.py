@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from node.ledger import PrivacyLedger
+from node.records.ledger import PrivacyLedger
 from noise.accounting import compose_mu, gaussian_epsilon
 from proto.federation import dump_federation
 from tests.support.made_up_federation import _config

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from node.ledger import PrivacyLedger
-from node.state_folder import NodeState
+from node.records.ledger import PrivacyLedger
+from node.records.state_folder import NodeState
 from noise.accounting import compose_mu, gaussian_epsilon
 from proto.federation import dump_federation
 from tests.support.made_up_federation import _config

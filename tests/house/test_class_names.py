@@ -28,7 +28,7 @@ PRODUCT = (
 KNOWN = {
     "ConfigError": {"proto/federation/checks.py", "simulations/config.py"},
     "Layout": {"noise/layout.py", "simulations/utility.py"},
-    "NodeState": {"node/state_folder.py", "node/deltab/plan.py"},
+    "NodeState": {"node/records/state_folder.py", "node/deltab/plan.py"},
     "ObserverPrivacy": {"noise/accounting.py", "simulations/schemes.py"},
     "SessionContext": {"coordinator/context.py", "node/session/context.py"},
 }

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from acro import record as acro_record
 
-from node.ledger import LaplaceRelease, PrivacyLedger
+from node.records.ledger import LaplaceRelease, PrivacyLedger
 from node.summary_bundle import SummaryBundle
 from proto.federation import load_federation
 

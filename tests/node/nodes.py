@@ -20,14 +20,14 @@ from pathlib import Path
 
 import numpy as np
 
-from node.ledger import PrivacyLedger
+from node.records.ledger import PrivacyLedger
+from node.records.state_folder import NodeState
 from node.release import TensorSensitivity
 from node.roster import VerifiedRoster
 from node.runner import NodeRunner
 from node.session.context import NodeOptions, SessionContext
 from node.session.progress import RoundProgress
 from node.session.setup import LocalSetup
-from node.state_folder import NodeState
 from noise.keys import EphemeralKey, KeyBundle, sign_key_bundle
 from noise.layout import Layout
 from proto.federation import FederationConfig

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.cape_state import CapeMaterial, CapeStateError, CapeStore, CapeSum
+from node.records.cape_state import CapeMaterial, CapeStateError, CapeStore, CapeSum
 from noise.layout import Layout
 
 SESSION = "0123456789abcdef0123456789abcdef"

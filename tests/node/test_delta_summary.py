@@ -11,7 +11,7 @@ import pytest
 
 from node.budget import over_budget
 from node.delta_summary import DeltaSummarySettings, quantiles_from_histogram, summarise
-from node.ledger import PrivacyLedger
+from node.records.ledger import PrivacyLedger
 from proto.federation import ConfigError
 
 SETTINGS = DeltaSummarySettings(enabled=True, epsilon=1.0, delta_low=-10.0, delta_high=10.0)

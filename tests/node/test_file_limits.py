@@ -246,8 +246,8 @@ def test_an_approval_from_outside_is_read_bounded(tmp_path: Path) -> None:
 
 
 def test_the_ledger_and_private_records_refuse_what_the_node_never_wrote(tmp_path: Path) -> None:
-    from node.atomic import read_private_bytes
-    from node.ledger import LedgerError, PrivacyLedger
+    from node.records.atomic import read_private_bytes
+    from node.records.ledger import LedgerError, PrivacyLedger
 
     ledger = tmp_path / "ledger.json"
     ledger.write_text('{"format": ' + "[" * 100_000 + "]" * 100_000 + "}")

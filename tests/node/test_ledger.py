@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from node.ledger import LedgerError, PrivacyLedger, UnmaskReveal, observer_of
+from node.records.ledger import LedgerError, PrivacyLedger, UnmaskReveal, observer_of
 from noise.accounting import Observer, gaussian_epsilon
 
 DELTA = 1e-6

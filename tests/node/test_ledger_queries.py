@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from node.ledger import PrivacyLedger
+from node.records.ledger import PrivacyLedger
 
 DELTA = 1e-6
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from node.ledger import (
+from node.records.ledger import (
     LaplaceRelease,
     LedgerError,
     NoiseFacts,
@@ -21,7 +21,7 @@ from node.ledger import (
     SecureSumUnmask,
     UnmaskReveal,
 )
-from node.ledger_entry import entry_from_json
+from node.records.ledger_entry import entry_from_json
 from noise.accounting import Observer
 
 # Written by the ledger code of format version 2 before the typed record

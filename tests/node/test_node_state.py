@@ -25,9 +25,9 @@ from coordinator.store import Store
 from node.egress import EgressBundle
 from node.errors import NodeRefused, SessionFailed
 from node.gateway import CoordinatorGateway
+from node.records.state_folder import NodeState
 from node.runner import GatewayFactory, NodeOptions, NodeRunner, RunOutcome, grpc_gateway
 from node.session.setup import LocalSetup
-from node.state_folder import NodeState
 from noise.accounting import gaussian_epsilon, gaussian_mu
 from noise.keys import KeyBundle
 from proto.federation import config_hash, load_federation

@@ -36,14 +36,14 @@ import numpy as np
 import pytest
 
 from node.errors import CoordinatorUnreachable, NodeRefused, SessionFailed
+from node.records.session_state import KEY_FILE, SessionStateError, SessionStore
+from node.records.survivor_sets import SignedSet, SurvivorSets
 from node.release import ReleaseNoise
 from node.runner import NodeRunner
 from node.session.results import Outcome, await_result
 from node.session.resume import catch_up, take_aggregated
 from node.session.self_masking import sent_payload
-from node.session_state import KEY_FILE, SessionStateError, SessionStore
 from node.statements import sign_upload_statement
-from node.survivor_sets import SignedSet, SurvivorSets
 from noise.aggregate_check import TAG_MODULUS, challenge_vectors, tags
 from noise.keys import EphemeralKey
 from noise.layout import Layout, payload_digest
@@ -340,7 +340,7 @@ def test_another_process_on_the_folder_stops_the_runner_until_it_dies(tmp_path: 
             textwrap.dedent(
                 f"""
                 import sys
-                from node.session_state import SessionStore
+                from node.records.session_state import SessionStore
                 with SessionStore({str(out)!r}).exclusive():
                     print("held", flush=True)
                     sys.stdin.read()

@@ -31,9 +31,10 @@ from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
 from node.audit import read_audit
-from node.cape_state import CapeMaterial, CapeStore
 from node.egress import EgressBundle
 from node.masking import cape_masks
+from node.records.cape_state import CapeMaterial, CapeStore
+from node.records.session_state import SessionStore
 from node.runner import (
     GatewayFactory,
     NodeOptions,
@@ -42,7 +43,6 @@ from node.runner import (
     RunOutcome,
     grpc_gateway,
 )
-from node.session_state import SessionStore
 from noise.layout import payload_digest
 from noise.self_mask import self_mask
 from proto.federation import config_hash, load_federation

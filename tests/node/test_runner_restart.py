@@ -18,12 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.atomic import atomic_write_json
-from node.cape_state import CapeMaterial, CapeStore
 from node.egress import EgressBundle, egress_folder
 from node.errors import AlreadyJoined, NodeRefused, SessionFailed
-from node.ledger import Release
 from node.masking import MaskPrefetch, cape_sum_payload
+from node.records.atomic import atomic_write_json
+from node.records.cape_state import CapeMaterial, CapeStore
+from node.records.ledger import Release
+from node.records.session_state import SessionStore
 from node.release import ReleaseNoise
 from node.runner import NodeRunner
 from node.session.cape_material import cape_state
@@ -37,7 +38,6 @@ from node.session.egress_steps import (
 from node.session.joining import join
 from node.session.model_round import run_model_round
 from node.session.resume import catch_up
-from node.session_state import SessionStore
 from noise.keys import EphemeralKey
 from noise.layout import payload_digest
 from proto.messages import RoundState, RoundSummary, SessionState, SessionStatus

@@ -26,7 +26,7 @@ from node.approval import sign_approval, write_approval
 from node.client import RetryPolicy
 from node.egress import EgressBundle, egress_folder
 from node.errors import ApprovalError, ApprovalRejected
-from node.ledger import PrivacyLedger
+from node.records.ledger import PrivacyLedger
 from node.runner import GatewayFactory, NodeOptions, NodeRefused, NodeRunner, grpc_gateway
 from noise.keys import IdentityKey
 from proto.federation import config_hash, load_federation

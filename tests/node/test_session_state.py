@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from node.session_state import (
+from node.records.session_state import (
     KEY_FILE,
     SESSION_FILE,
     SessionRecord,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from node.errors import SessionFailed, SessionStateError
-from node.ledger import PrivacyLedger
-from node.state_folder import NodeState
+from node.records.ledger import PrivacyLedger
+from node.records.state_folder import NodeState
 from noise.keys import EphemeralKey
 
 DELTA = 1e-6

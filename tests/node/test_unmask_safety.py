@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from node.errors import NodeRefused
-from node.ledger import Refusal, SecureSumUnmask
 from node.masking import MaskPrefetch, cape_draws
+from node.records.ledger import Refusal, SecureSumUnmask
 from node.release import ReleaseNoise, cape_floor_shortfall, with_cape_participants
 from node.session.cape_material import CapeState
 from node.session.model_round import run_model_round

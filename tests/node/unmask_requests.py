@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from node.ledger import SecureSumUnmask, UnmaskReveal
+from node.records.ledger import SecureSumUnmask, UnmaskReveal
 from node.release import ReleaseNoise
 from node.session.unmask_answers import answer
 from node.unmask import attestation_signature

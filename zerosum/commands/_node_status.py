@@ -1,6 +1,6 @@
 """What ``zerosum node --status`` reads from a node's state folder, and how it is shown.
 
-Read-only and offline: the state folder alone (``node.state_folder``) tells
+Read-only and offline: the state folder alone (``node.records.state_folder``) tells
 which sessions this node took part in and how far each got, what its ledger
 holds (releases per session, and per observer class the ε used and left of
 ``privacy.epsilon_budget``, with the class that binds), the last failure it
@@ -30,8 +30,8 @@ def node_alive(lock: Path) -> bool | None:
 
 def read_node_status(config: FederationConfig, node_id: str, state: Path) -> dict[str, Any]:
     """The node's status as JSON-ready data (raises SessionStateError, LedgerError)."""
-    from node.ledger import PrivacyLedger
-    from node.state_folder import NodeState
+    from node.records.ledger import PrivacyLedger
+    from node.records.state_folder import NodeState
     from zerosum.commands.ledger import budget_left
 
     folder = NodeState(state, node_id)

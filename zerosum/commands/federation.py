@@ -62,7 +62,7 @@ from zerosum.commands.init_inputs import InitError
 
 if TYPE_CHECKING:
     from node.deltab.synthetic import Cohort
-    from node.ledger import ObserverTotal
+    from node.records.ledger import ObserverTotal
 
 DESCRIPTION = """\
 Set up a federation: `zerosum federation init` writes the shared config

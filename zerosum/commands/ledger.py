@@ -1,6 +1,6 @@
 """`zerosum ledger`: what a node's data has disclosed so far, and what its budget leaves.
 
-Reads a node's privacy ledger (node/ledger.py, through ``PrivacyLedger``'s
+Reads a node's privacy ledger (node/records/ledger.py, through ``PrivacyLedger``'s
 public API only) without changing it, and prints every release (μ and ε per
 observer class), every unmask answer (what was revealed to whom, and the
 release's μ afterwards), every refusal, then per observer class the composed
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from node.ledger import LedgerEntry, PrivacyLedger
+    from node.records.ledger import LedgerEntry, PrivacyLedger
     from proto.federation import FederationConfig
 
 DESCRIPTION = """\
@@ -98,7 +98,7 @@ def budget_left(
 def summary(ledger: PrivacyLedger, config: FederationConfig) -> dict[str, Any]:
     """The ledger's events and totals with the config's caps, as JSON-ready data."""
     privacy = config.privacy
-    # Each event as the ledger file writes it (node.ledger_entry).
+    # Each event as the ledger file writes it (node.records.ledger_entry).
     events = [e.to_json() for e in ledger.entries]
     totals = []
     left, binding = budget_left(ledger, config)
@@ -130,7 +130,7 @@ def summary(ledger: PrivacyLedger, config: FederationConfig) -> dict[str, Any]:
 
 
 def _event_line(entry: LedgerEntry, delta: float) -> str:
-    from node.ledger import LaplaceRelease, Release, SecureSumUnmask, UnmaskReveal
+    from node.records.ledger import LaplaceRelease, Release, SecureSumUnmask, UnmaskReveal
 
     where = f"session {entry.session_id} round {entry.round_index} ({entry.round_name!r})"
     if isinstance(entry, Release):
@@ -204,7 +204,7 @@ def _text(ledger: PrivacyLedger, config: FederationConfig) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from node.errors import LedgerError
-    from node.ledger import PrivacyLedger
+    from node.records.ledger import PrivacyLedger
     from proto.federation import ConfigError, load_federation
 
     try:

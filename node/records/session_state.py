@@ -21,7 +21,7 @@ the coordinator accepts as a rejoin; the pairwise seeds, and with them every
 pairwise mask, come out bit for bit as before the crash.
 
 The key is written before the node sends its join, atomically (temporary file,
-fsync, rename: node/atomic.py). The temporary file comes from
+fsync, rename: node/records/atomic.py). The temporary file comes from
 ``tempfile.mkstemp``, which creates it with ``O_CREAT | O_EXCL`` and mode 0600
 whatever the umask, so the key is never readable by anyone else, not even
 between creation and rename. It is deleted as soon as it has no use: when the
@@ -54,13 +54,13 @@ from typing import Any
 
 from bounded.files import LocalFileError, read_limited_text
 from bounded.nesting import NestingError, parse_json
-from node.atomic import (
+from node.errors import SessionStateError
+from node.records.atomic import (
     ExposedFileError,
     atomic_write_bytes,
     atomic_write_json,
     read_private_bytes,
 )
-from node.errors import SessionStateError
 from noise.keys import EphemeralKey, key_fingerprint
 
 # The session record holds ids, hashes and keys: kilobytes.
@@ -293,7 +293,7 @@ class SessionStore:
     def discard_key(self) -> None:
         """Delete the saved private key and any half-written copy (a no-op when there is none).
 
-        ``node.atomic`` writes the key to ``.session.key.<random>.tmp`` first;
+        ``node.records.atomic`` writes the key to ``.session.key.<random>.tmp`` first;
         a process killed before the rename leaves that file, a private key
         like the other, behind.
         """

@@ -1,6 +1,6 @@
 """The typed privacy record: one frozen class per ledger event, and composed totals.
 
-``node.ledger`` keeps the events in order and composes them; this module holds
+``node.records.ledger`` keeps the events in order and composes them; this module holds
 what an event is. Each kind of event is its own immutable class with its own
 documented fields (no free-form details), in the manner of one event class per
 mechanism:

@@ -6,7 +6,7 @@ operator likes); what must outlive it lives in the state folder STATE
 ``nodes/<id>/state/``, inside the TRE, never exported):
 
 ``STATE/ledger.json``
-    The node's privacy ledger (``node.ledger``) over every session it has
+    The node's privacy ledger (``node.records.ledger``) over every session it has
     taken part in, so that ``privacy.epsilon_budget`` caps what the data have
     disclosed in total, not per session.
 ``STATE/sessions.json``
@@ -28,7 +28,7 @@ operator likes); what must outlive it lives in the state folder STATE
     this state folder (two processes would each rewrite the ledger from
     their own memory and lose entries).
 
-Both files are written atomically (``node.atomic``), and *before* the act
+Both files are written atomically (``node.records.atomic``), and *before* the act
 they record: a session's record before its key is sent, a release before its
 bytes leave (``node.session.egress_steps``).
 
@@ -37,7 +37,7 @@ presents an id this node already holds a record of (or ledger entries for) is
 replaying that session: a node that joined it anew would release the same
 data again under fresh noise. :meth:`NodeState.check_not_replayed` refuses
 such a session unless this node is resuming it from its own saved state, the
-session key in OUT (``node.session_state``) whose public key is the one
+session key in OUT (``node.records.session_state``) whose public key is the one
 recorded here; a completed session is refused always.
 
 **One story.** The ledger and the session list are checked against each
@@ -70,9 +70,9 @@ from typing import Any, Literal, get_args
 
 from bounded.files import LocalFileError, read_limited_text
 from bounded.nesting import NestingError, parse_json
-from node.atomic import atomic_write_json
 from node.errors import SessionFailed, SessionStateError
-from node.ledger import LedgerError, PrivacyLedger
+from node.records.atomic import atomic_write_json
+from node.records.ledger import LedgerError, PrivacyLedger
 from noise.keys import key_fingerprint
 
 # One entry of a few hundred bytes per session this node took part in.

@@ -3,7 +3,7 @@
 A TRE must be able to say, at any time, how much the data it holds has
 disclosed in total. The ledger is one JSON file per node, kept in the node's
 state folder across every session it takes part in (``STATE/ledger.json``,
-``node.state_folder``), with one entry per event:
+``node.records.state_folder``), with one entry per event:
 
 * ``release`` — an egress left the TRE; it records μ per observer class
   ("outsider"; "colluders:m" for an outsider who also holds the secrets of m
@@ -22,7 +22,7 @@ state folder across every session it takes part in (``STATE/ledger.json``,
   ``node.delta_summary``): every observer class sees it, so its ε adds to
   every class's total.
 
-Each event is its own frozen class (``node.ledger_entry``: ``Release``,
+Each event is its own frozen class (``node.records.ledger_entry``: ``Release``,
 ``UnmaskReveal``, ``SecureSumUnmask``, ``Refusal``, ``LaplaceRelease``); the
 file keeps the JSON form above (``kind``, ``mu`` and ``details``).
 
@@ -61,9 +61,10 @@ from typing import Any
 
 from bounded.files import LocalFileError, read_limited_text
 from bounded.nesting import NestingError, parse_json
-from node.atomic import atomic_write_json
 from node.errors import LedgerError
-from node.ledger_entry import (
+from node.receipt import json_number
+from node.records.atomic import atomic_write_json
+from node.records.ledger_entry import (
     LaplaceRelease,
     LedgerEntry,
     NoiseFacts,
@@ -79,7 +80,6 @@ from node.ledger_entry import (
     label_order,
     observer_of,
 )
-from node.receipt import json_number
 from noise.accounting import compose_mu, gaussian_epsilon
 
 # A ledger gains a few hundred bytes per release; 64 MiB is decades of them.

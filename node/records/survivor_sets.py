@@ -32,8 +32,8 @@ from typing import Any
 
 from bounded.files import LocalFileError, read_limited_text
 from bounded.nesting import parse_json
-from node.atomic import atomic_write_json
 from node.errors import SessionStateError
+from node.records.atomic import atomic_write_json
 
 # One signed survivor set (node ids, a hash, κ) per round of every session.
 _RECORD_BYTES = 64 << 20

@@ -27,8 +27,8 @@ keeps them inside the TRE, next to the un-noised audit records:
         layout, the participants τ² was planned for, and for each vector file
         its SHA-256 (for S also the round index and the participants it covers).
 
-Every file is written atomically (node/atomic.py) and private to its owner
-(0600, like the session key of node/session_state.py); a file readable by
+Every file is written atomically (node/records/atomic.py) and private to its owner
+(0600, like the session key of node/records/session_state.py); a file readable by
 others is refused on load, as ``ssh`` refuses such a private key. ``cape.json``
 is written last and is the commit point: only the vector files it names, with
 the digests it records, are ever read back, so a crash between two writes
@@ -64,13 +64,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from node.atomic import (
+from node.errors import CapeStateError
+from node.records.atomic import (
     ExposedFileError,
     atomic_write_bytes,
     atomic_write_json,
     read_private_bytes,
 )
-from node.errors import CapeStateError
 from noise.layout import Layout, LayoutError, payload_digest
 
 __all__ = [
