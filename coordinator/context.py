@@ -1,17 +1,17 @@
 """What every step of a session shares: store, config, clock, log, lock and the running sum.
 
 A session is a few step objects (coordinator/steps/) over one
-:class:`SessionContext`; the context is the only state they share. It holds
+:class:`CoordinatorContext`; the context is the only state they share. It holds
 
 * the store and the federation's :class:`~coordinator.config.SessionConfig`;
 * the clock (Unix milliseconds; tests pass a fake one) and the session lock,
   a re-entrant lock every step takes before it reads or writes state, so a
   check and the write that depends on it see the same state;
-* :meth:`SessionContext.transition`, one store transaction whose log lines
-  (:meth:`SessionContext.note`) are emitted only once it has committed, so
+* :meth:`CoordinatorContext.transition`, one store transaction whose log lines
+  (:meth:`CoordinatorContext.note`) are emitted only once it has committed, so
   the log never tells of a change a crash undid; each commit also counts in
-  :attr:`SessionContext.version` and wakes whoever waits for a change
-  (:meth:`SessionContext.wait_for_change`, a held result poll);
+  :attr:`CoordinatorContext.version` and wakes whoever waits for a change
+  (:meth:`CoordinatorContext.wait_for_change`, a held result poll);
 * the current round's running sum, rebuilt from the stored payload files
   whenever it is not in memory (after a restart, or after a step dropped it
   because it may be stale).
@@ -40,7 +40,7 @@ from proto.messages import (
 )
 
 __all__ = [
-    "SessionContext",
+    "CoordinatorContext",
     "clock_text",
     "node_list",
     "short_digest",
@@ -78,7 +78,7 @@ def verify_ed25519(public_key: bytes, signature: bytes, message: bytes) -> bool:
     return True
 
 
-class SessionContext:
+class CoordinatorContext:
     """The state the steps of one session share (see the module docstring)."""
 
     def __init__(

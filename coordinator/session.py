@@ -36,7 +36,7 @@ coordinator/transitions.py (the events in coordinator/events.py); the steps
 that check messages and decide which event happened are in
 coordinator/steps/ (joining, uploads, unmask, withdraw, deadlines, views,
 streams), each a small object over the shared
-:class:`~coordinator.context.SessionContext`. :class:`Session` composes them
+:class:`~coordinator.context.CoordinatorContext`. :class:`Session` composes them
 and keeps the methods the server and the command call.
 """
 
@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from coordinator.config import SessionConfig
-from coordinator.context import SessionContext, wall_clock_ms
+from coordinator.context import CoordinatorContext, wall_clock_ms
 from coordinator.messages import ResultView
 from coordinator.steps.checks import check_caller, check_in_roster
 from coordinator.steps.deadlines import Deadlines
@@ -101,7 +101,7 @@ class Session:
     ) -> None:
         self.store = store
         self.config = config
-        self.context = SessionContext(store, config, clock=clock, log=log)
+        self.context = CoordinatorContext(store, config, clock=clock, log=log)
         self.changes = StatusChanges(self.context)
         self._streams = Streams(self.context)
         self._joining = Joining(self.context, self.changes)

@@ -12,7 +12,7 @@ transaction back. Nothing else writes the session's state or a round's
 status, reason, deadline or unmask attempt.
 
 Every change happens inside one store transaction
-(:meth:`~coordinator.context.SessionContext.transition`), opened by the step
+(:meth:`~coordinator.context.CoordinatorContext.transition`), opened by the step
 together with its own writes (the upload row, the dropped nodes), so a
 ``kill -9`` leaves either all of a change or none of it. A handler may cause
 a second change in the same transaction: a round that is ready opens the
@@ -65,7 +65,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from coordinator.context import SessionContext, clock_text, node_list, short_digest
+from coordinator.context import CoordinatorContext, clock_text, node_list, short_digest
 from coordinator.errors import TransitionRefused
 from coordinator.events import (
     AttestationsComplete,
@@ -130,7 +130,7 @@ class Transition(Generic[Row, Event]):
 class StatusChanges:
     """Applies events to the session and its current round through the table."""
 
-    def __init__(self, ctx: SessionContext) -> None:
+    def __init__(self, ctx: CoordinatorContext) -> None:
         self.ctx = ctx
 
     def apply_to_session(self, event: SessionEvent, *, now: int) -> None:
@@ -179,7 +179,7 @@ class StatusChanges:
     def _require_transaction(self, event: SessionEvent | RoundEvent) -> None:
         if not self.ctx.store.in_transaction:
             raise RuntimeError(
-                f"{event.sentence!r} must be applied inside SessionContext.transition(), "
+                f"{event.sentence!r} must be applied inside CoordinatorContext.transition(), "
                 "together with the writes that caused it."
             )
 

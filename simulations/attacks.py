@@ -47,7 +47,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import ndtr
 
-from node.deltab.plan import NodeState, PlanSettings, round_tensors
+from node.deltab.plan import NodeMemory, PlanSettings, round_tensors
 from node.deltab.sums import SUMS, sensitivity
 from noise.accounting import gaussian_mu
 from noise.designs import conditional_covariance
@@ -64,7 +64,7 @@ from simulations.schemes import (
     variants,
 )
 from simulations.seeding import child, generator
-from simulations.utility import Layout, entry_scales
+from simulations.utility import FlatLayout, entry_scales
 
 __all__ = [
     "ATTACK_SCHEMES",
@@ -211,9 +211,9 @@ def membership_attack(
         seed=child(seed, 0),
     )
     bounds = public_bounds(fed.population, params.site_offset_sd)
-    layout = Layout.of(SUMS, params.n_features)
+    layout = FlatLayout.of(SUMS, params.n_features)
     target_x, target_age = worst_case_subject(bounds)
-    state = NodeState(settings=PlanSettings(bounds=bounds))
+    state = NodeMemory(settings=PlanSettings(bounds=bounds))
     signal = layout.flatten(
         round_tensors(SUMS, target_x[np.newaxis], np.array([target_age]), state)
     )

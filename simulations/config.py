@@ -33,7 +33,7 @@ and the Harary graph once per degree in ``harary_degrees``), K, dropout rate
 and collusion threshold T for which a design exists (T ≤ K − 2 for the
 complete graph, T < d < K for H_{d,K}); ``n_nodes = []`` leaves it out.
 
-Unknown keys and bad values raise :class:`ConfigError`, naming the field.
+Unknown keys and bad values raise :class:`SimulationConfigError`, naming the field.
 """
 
 from __future__ import annotations
@@ -58,12 +58,12 @@ __all__ = [
     "PRESETS",
     "SCENARIOS",
     "AttackParams",
-    "ConfigError",
     "DropoutParams",
     "DropoutSweep",
     "OverTheAirParams",
     "ReconstructionParams",
     "SimConfig",
+    "SimulationConfigError",
     "UtilityParams",
     "load_config",
 ]
@@ -77,7 +77,7 @@ MODELS = deltab_models  # listed once, in node.deltab
 _CONFIG_BYTES = 1 << 20
 
 
-class ConfigError(SimulationError, ValueError):
+class SimulationConfigError(SimulationError, ValueError):
     """A simulation setting is unknown or out of range; names the field and the value."""
 
     def __init__(self, field_name: str, value: object, reason: str) -> None:
@@ -316,47 +316,47 @@ def _check_value(where: str, name: str, value: object) -> None:
     positive_ints |= {"n_users", "dim", "samples_per_user", "iterations"}
     if name in _INT_FIELDS:
         if not _is_int(value):
-            raise ConfigError(label, value, "must be a whole number")
+            raise SimulationConfigError(label, value, "must be a whole number")
         assert isinstance(value, int)
         if name == "n_nodes" and not 2 <= value <= 100_000:
-            raise ConfigError(label, value, "must be between 2 and 100000 nodes")
+            raise SimulationConfigError(label, value, "must be between 2 and 100000 nodes")
         if name in positive_ints and value < 1:
-            raise ConfigError(label, value, "must be at least 1")
+            raise SimulationConfigError(label, value, "must be at least 1")
         if name in ("collusion_threshold", "coalition_size") and value < 0:
-            raise ConfigError(label, value, "must be 0 or more")
+            raise SimulationConfigError(label, value, "must be 0 or more")
         return
     if name == "model":
         if value not in MODELS:
-            raise ConfigError(label, value, f"must be one of {list(MODELS)}")
+            raise SimulationConfigError(label, value, f"must be one of {list(MODELS)}")
         return
     if name == "coalition_sizes":
         if not isinstance(value, tuple) or not all(_is_int(v) and v >= 1 for v in value):
-            raise ConfigError(label, value, "must be a list of whole numbers >= 1")
+            raise SimulationConfigError(label, value, "must be a list of whole numbers >= 1")
         return
     if not _is_number(value) or not math.isfinite(float(value)):  # type: ignore[arg-type]
-        raise ConfigError(label, value, "must be a finite number")
+        raise SimulationConfigError(label, value, "must be a finite number")
     x = float(value)  # type: ignore[arg-type]
     if name == "epsilon" and not x > 0.0:
-        raise ConfigError(label, value, "must be > 0")
+        raise SimulationConfigError(label, value, "must be > 0")
     if name == "delta" and not 0.0 < x < 1.0:
-        raise ConfigError(label, value, "must lie strictly between 0 and 1")
+        raise SimulationConfigError(label, value, "must lie strictly between 0 and 1")
     if name in ("site_offset_sd", "ridge", "channel_noise_std", "perturbation_std") and x < 0.0:
-        raise ConfigError(label, value, "must be >= 0")
+        raise SimulationConfigError(label, value, "must be >= 0")
     if name == "feature_proportion" and not 0.0 <= x <= 1.0:
-        raise ConfigError(label, value, "must lie in [0, 1] (0 keeps every component)")
+        raise SimulationConfigError(label, value, "must lie in [0, 1] (0 keeps every component)")
     if name == "power_scaling" and not x > 0.0:
-        raise ConfigError(label, value, "must be > 0")
+        raise SimulationConfigError(label, value, "must be > 0")
 
 
 def _override(section: str, current: Any, table: object) -> Any:
     """``current`` (a params dataclass) with the keys of ``table`` replaced, after checks."""
     if not isinstance(table, Mapping):
-        raise ConfigError(section, table, "must be a table of settings")
+        raise SimulationConfigError(section, table, "must be a table of settings")
     known = {f.name: f for f in fields(current)}
     changes: dict[str, object] = {}
     for name, given in table.items():
         if name not in known:
-            raise ConfigError(
+            raise SimulationConfigError(
                 f"{section}.{name}", given, f"is not a known setting; known: {sorted(known)}"
             )
         value: object = tuple(given) if isinstance(given, list) else given
@@ -371,13 +371,15 @@ def _override_axes(
     current: tuple[tuple[str, tuple[float, ...]], ...], table: object
 ) -> tuple[tuple[str, tuple[float, ...]], ...]:
     if not isinstance(table, Mapping):
-        raise ConfigError("axes", table, "must be a table of parameter lists")
+        raise SimulationConfigError("axes", table, "must be a table of parameter lists")
     axes = dict(current)
     for name, values in table.items():
         if name not in AXES:
-            raise ConfigError(f"axes.{name}", values, f"is not a sweep axis; axes: {list(AXES)}")
+            raise SimulationConfigError(
+                f"axes.{name}", values, f"is not a sweep axis; axes: {list(AXES)}"
+            )
         if not isinstance(values, list):
-            raise ConfigError(f"axes.{name}", values, "must be a list of values")
+            raise SimulationConfigError(f"axes.{name}", values, "must be a list of values")
         for v in values:
             _check_value("axes", name, float(v) if name not in _INT_FIELDS and _is_int(v) else v)
         axes[name] = tuple(values)
@@ -386,31 +388,37 @@ def _override_axes(
 
 def _names(field_name: str, value: object, allowed: tuple[str, ...]) -> tuple[str, ...]:
     if not isinstance(value, list) or not value:
-        raise ConfigError(field_name, value, f"must be a non-empty list drawn from {list(allowed)}")
+        raise SimulationConfigError(
+            field_name, value, f"must be a non-empty list drawn from {list(allowed)}"
+        )
     for v in value:
         if v not in allowed:
-            raise ConfigError(field_name, v, f"is not one of {list(allowed)}")
+            raise SimulationConfigError(field_name, v, f"is not one of {list(allowed)}")
     return tuple(v for v in allowed if v in value)
 
 
 def _int_list(label: str, value: object, low: int, high: int, *, empty: bool) -> tuple[int, ...]:
     if not isinstance(value, list) or (not value and not empty):
-        raise ConfigError(label, value, "must be a " + ("" if empty else "non-empty ") + "list")
+        raise SimulationConfigError(
+            label, value, "must be a " + ("" if empty else "non-empty ") + "list"
+        )
     for v in value:
         if not _is_int(v) or not low <= v <= high:
-            raise ConfigError(label, v, f"must be a whole number from {low} to {high}")
+            raise SimulationConfigError(label, v, f"must be a whole number from {low} to {high}")
     return tuple(value)
 
 
 def _override_dropout(current: DropoutSweep, table: object) -> DropoutSweep:
     if not isinstance(table, Mapping):
-        raise ConfigError("dropout", table, "must be a table of settings")
+        raise SimulationConfigError("dropout", table, "must be a table of settings")
     known = {f.name for f in fields(DropoutSweep)}
     changes: dict[str, Any] = {}
     for name, value in table.items():
         label = f"dropout.{name}"
         if name not in known:
-            raise ConfigError(label, value, f"is not a known setting; known: {sorted(known)}")
+            raise SimulationConfigError(
+                label, value, f"is not a known setting; known: {sorted(known)}"
+            )
         if name == "graphs":
             changes[name] = _names(label, value, GRAPHS)
         elif name == "harary_degrees":
@@ -421,14 +429,14 @@ def _override_dropout(current: DropoutSweep, table: object) -> DropoutSweep:
             changes[name] = _int_list(label, value, 0, 100_000, empty=False)
         elif name == "rates":
             if not isinstance(value, list) or not value:
-                raise ConfigError(label, value, "must be a non-empty list of rates")
+                raise SimulationConfigError(label, value, "must be a non-empty list of rates")
             for v in value:
                 if not _is_number(v) or not 0.0 <= float(v) < 1.0:
-                    raise ConfigError(label, v, "must be a dropout rate in [0, 1)")
+                    raise SimulationConfigError(label, v, "must be a dropout rate in [0, 1)")
             changes[name] = tuple(float(v) for v in value)
         elif name == "reps":
             if not _is_int(value) or value < 1:
-                raise ConfigError(label, value, "must be a whole number >= 1")
+                raise SimulationConfigError(label, value, "must be a whole number >= 1")
             changes[name] = value
         else:  # epsilon, delta
             number = float(value) if _is_int(value) else value
@@ -444,11 +452,11 @@ def apply_overrides(config: SimConfig, data: Mapping[str, object]) -> SimConfig:
     for key, value in data.items():
         if key == "seed":
             if not _is_int(value) or value < 0:  # type: ignore[operator]
-                raise ConfigError("seed", value, "must be a non-negative whole number")
+                raise SimulationConfigError("seed", value, "must be a non-negative whole number")
             changes["seed"] = value
         elif key == "reps":
             if not _is_int(value) or value < 1:  # type: ignore[operator]
-                raise ConfigError("reps", value, "must be a whole number >= 1")
+                raise SimulationConfigError("reps", value, "must be a whole number >= 1")
             changes["reps"] = value
         elif key == "schemes":
             changes["schemes"] = _names("schemes", value, SCHEMES)
@@ -463,7 +471,7 @@ def apply_overrides(config: SimConfig, data: Mapping[str, object]) -> SimConfig:
             if isinstance(table, dict) and "epsilons" in table:
                 eps = table.pop("epsilons")
                 if not isinstance(eps, list) or not eps:
-                    raise ConfigError("attack.epsilons", eps, "must be a non-empty list")
+                    raise SimulationConfigError("attack.epsilons", eps, "must be a non-empty list")
                 for e in eps:
                     _check_value("attack", "epsilon", e)
                 changes["attack_epsilons"] = tuple(float(e) for e in eps)
@@ -478,7 +486,7 @@ def apply_overrides(config: SimConfig, data: Mapping[str, object]) -> SimConfig:
             changes["scenarios"] = _names("scenarios", value, SCENARIOS)
         else:
             known = sorted(top | {"axes", "attack"})
-            raise ConfigError(key, value, f"is not a known setting; known: {known}")
+            raise SimulationConfigError(key, value, f"is not a known setting; known: {known}")
     return dataclasses.replace(config, **changes)
 
 
@@ -490,7 +498,7 @@ def load_config(
 ) -> SimConfig:
     """The preset, overridden by the TOML file at ``path`` if given, then by ``scenarios``."""
     if preset not in PRESETS:
-        raise ConfigError("preset", preset, f"must be one of {sorted(PRESETS)}")
+        raise SimulationConfigError("preset", preset, f"must be one of {sorted(PRESETS)}")
     config = PRESETS[preset]
     if path is not None:
         config = _load_file(config, Path(path))
@@ -505,9 +513,9 @@ def _load_file(config: SimConfig, source: Path) -> SimConfig:
         check_text_nesting(text, what=str(source), syntax="toml")
         data = tomllib.loads(text)
     except MissingFileError:
-        raise ConfigError("config", str(source), "does not exist") from None
+        raise SimulationConfigError("config", str(source), "does not exist") from None
     except (LocalFileError, NestingError) as exc:
-        raise ConfigError("config", str(source), str(exc)) from None
+        raise SimulationConfigError("config", str(source), str(exc)) from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config", str(source), f"is not valid TOML ({exc})") from None
+        raise SimulationConfigError("config", str(source), f"is not valid TOML ({exc})") from None
     return apply_overrides(config, data)

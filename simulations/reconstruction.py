@@ -49,7 +49,7 @@ from simulations.schemes import (
     variants,
 )
 from simulations.seeding import child, generator
-from simulations.utility import Layout, entry_scales
+from simulations.utility import FlatLayout, entry_scales
 
 __all__ = ["RECONSTRUCTION_SCHEMES", "SUCCESS_CORRELATION", "reconstruction_attack"]
 
@@ -115,7 +115,7 @@ def reconstruction_attack(
     )
     population = fed.population
     bounds = public_bounds(population, params.site_offset_sd)
-    layout = Layout.of(SUMS, params.n_features)
+    layout = FlatLayout.of(SUMS, params.n_features)
     mu_star = gaussian_mu(params.epsilon, params.delta)
     scales = entry_scales(layout, sensitivity(SUMS, bounds), mu_star)
     offset = sum(layout.sizes[: layout.names.index("sum_x")])

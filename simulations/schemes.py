@@ -44,7 +44,7 @@ __all__ = [
     "CONSTRUCTIONS",
     "OBSERVERS",
     "SCHEMES",
-    "ObserverPrivacy",
+    "SchemeObserverPrivacy",
     "Variant",
     "declared_privacy",
     "effective_collusion_threshold",
@@ -145,7 +145,7 @@ _UNIT_MU = gaussian_mu(_UNIT_EPSILON, _UNIT_DELTA)
 
 
 @dataclass(frozen=True)
-class ObserverPrivacy:
+class SchemeObserverPrivacy:
     """μ and ε at δ of one release, as one observer class faces it."""
 
     observer: str
@@ -183,7 +183,7 @@ def declared_privacy(
     collusion_threshold: int,
     coalition_size: int,
     seed_fedavg_tensors: int = 5,
-) -> dict[str, ObserverPrivacy]:
+) -> dict[str, SchemeObserverPrivacy]:
     """Per observer class, the (μ, ε) one release of ``variant`` is calibrated to give.
 
     ``none`` gives μ = ε = ∞. ``independent``: every observer faces the node's
@@ -200,7 +200,9 @@ def declared_privacy(
     elif variant.scheme == "seed_fedavg":
         total = epsilon * seed_fedavg_tensors
         return {
-            name: ObserverPrivacy(name, m if name.endswith("coalition") else 0, math.nan, total)
+            name: SchemeObserverPrivacy(
+                name, m if name.endswith("coalition") else 0, math.nan, total
+            )
             for name in OBSERVERS
         }
     else:
@@ -211,7 +213,7 @@ def declared_privacy(
         ratio = gaussian_mu(epsilon, delta) / _UNIT_MU
         mus = tuple(u * ratio for u in unit)
     return {
-        name: ObserverPrivacy(
+        name: SchemeObserverPrivacy(
             name, m if name.endswith("coalition") else 0, mu, gaussian_epsilon(mu, delta)
         )
         for name, mu in zip(OBSERVERS, mus, strict=True)

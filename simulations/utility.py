@@ -52,7 +52,7 @@ from node.deltab import stats
 from node.deltab.exceptions import DeltabWarning
 from node.deltab.fedavg import COEFFICIENTS, model_from_coefficients
 from node.deltab.model import BrainAgeModel
-from node.deltab.plan import NodeState, PlanSettings, round_tensors
+from node.deltab.plan import NodeMemory, PlanSettings, round_tensors
 from node.deltab.scaling import Bounds
 from node.deltab.sums import SUMS, sensitivity
 from node.deltab.synthetic import Cohort
@@ -82,7 +82,7 @@ from simulations.seeding import child, generator
 
 __all__ = [
     "DATA_FIELDS",
-    "Layout",
+    "FlatLayout",
     "effective_coefficients",
     "entry_scales",
     "release_noise",
@@ -102,14 +102,14 @@ _CODEC = FixedPointCodec()
 
 
 @dataclass(frozen=True)
-class Layout:
+class FlatLayout:
     """A round's tensors flattened back to back in ``expected_shapes`` order."""
 
     names: tuple[str, ...]
     shapes: tuple[tuple[int, ...], ...]
 
     @classmethod
-    def of(cls, round_name: str, n_features: int) -> Layout:
+    def of(cls, round_name: str, n_features: int) -> FlatLayout:
         shapes = stats.expected_shapes(round_name, n_features)
         return cls(tuple(shapes), tuple(shapes.values()))
 
@@ -131,7 +131,7 @@ class Layout:
         return out
 
 
-def entry_scales(layout: Layout, sensitivities: dict[str, float], mu_star: float) -> FloatArray:
+def entry_scales(layout: FlatLayout, sensitivities: dict[str, float], mu_star: float) -> FloatArray:
     """s_t = Δ_t·√M/μ* repeated over tensor t's entries (M = number of tensors)."""
     m = len(layout.names)
     per_tensor = [sensitivities[n] * math.sqrt(m) / mu_star for n in layout.names]
@@ -248,7 +248,7 @@ class _Rep:
             bounds=self.bounds,
         )
         self.mu_star = gaussian_mu(params.epsilon, params.delta)
-        self.layout = Layout.of(SUMS, params.n_features)
+        self.layout = FlatLayout.of(SUMS, params.n_features)
         self.sums = self._encode()
         self.scales = entry_scales(self.layout, sensitivity(SUMS, self.bounds), self.mu_star)
         pooled_x = np.vstack([s.features for s in self.sites])
@@ -265,7 +265,7 @@ class _Rep:
         """Every node's sums contribution in fixed point, (K, d) int64."""
         rows = []
         for site in self.sites:
-            state = NodeState(settings=self.settings)
+            state = NodeMemory(settings=self.settings)
             tensors = round_tensors(SUMS, site.features, site.age, state)
             rows.append(_CODEC.encode_scaled_int(self.layout.flatten(tensors), tensor=SUMS))
         return np.stack(rows)
@@ -315,7 +315,7 @@ def _seed_fedavg_variant(
     per_egress = []
     noise_sum: FloatArray | None = None
     for site in rep.sites:
-        state = NodeState(settings=rep.settings, model=basis)
+        state = NodeMemory(settings=rep.settings, model=basis)
         exact = round_tensors(COEFFICIENTS, site.features, site.age, state)
         sigma = page_sigma(page_sensitivity(basis, site.features, rep.bounds), p.epsilon, p.delta)
         noised = noised_coefficients(exact, sigma, rng)

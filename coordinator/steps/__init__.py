@@ -1,4 +1,4 @@
-"""The steps of a session, each a small object over the shared SessionContext.
+"""The steps of a session, each a small object over the shared CoordinatorContext.
 
 ``joining`` (start, resume, joins), ``uploads``, ``unmask`` (attestations,
 corrections, refusals), ``withdraw``, ``deadlines`` (what the clock decides),

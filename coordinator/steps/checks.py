@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator.context import SessionContext, node_list, verify_ed25519
+from coordinator.context import CoordinatorContext, node_list, verify_ed25519
 from coordinator.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 
-def check_caller(ctx: SessionContext, caller: str, claimed: str) -> None:
+def check_caller(ctx: CoordinatorContext, caller: str, claimed: str) -> None:
     """Refuse (PERMISSION_DENIED) unless ``caller`` (from its certificate) is ``claimed``.
 
     Also refuses a node outside the federation.
@@ -60,7 +60,7 @@ def check_caller(ctx: SessionContext, caller: str, claimed: str) -> None:
 
 
 def check_in_roster(
-    ctx: SessionContext, caller: str, claimed: str, *, while_joining: bool = False
+    ctx: CoordinatorContext, caller: str, claimed: str, *, while_joining: bool = False
 ) -> None:
     """:func:`check_caller`, then refuse (PERMISSION_DENIED) a node outside the session's roster.
 
@@ -96,7 +96,7 @@ def check_session_id(session_id: str, row: SessionRow) -> None:
         )
 
 
-def check_round(ctx: SessionContext, round_index: int, row: SessionRow) -> RoundRow:
+def check_round(ctx: CoordinatorContext, round_index: int, row: SessionRow) -> RoundRow:
     """The round a message names; refused when it has not opened."""
     found = ctx.store.round(round_index)
     if found is None:
@@ -127,7 +127,7 @@ def find_member(store: Store, node_id: str) -> MemberRow | None:
     return next((m for m in store.members() if m.node_id == node_id), None)
 
 
-def check_live(ctx: SessionContext, node_id: str, row: SessionRow) -> None:
+def check_live(ctx: CoordinatorContext, node_id: str, row: SessionRow) -> None:
     """Refuse a node that did not join or was dropped."""
     member = find_member(ctx.store, node_id)
     if member is None:
@@ -147,7 +147,7 @@ def check_running(row: SessionRow) -> None:
         raise FailedPrecondition(f"session {row.session_id!r} has ended ({ended}).")
 
 
-def check_bits(ctx: SessionContext, spec: PayloadSpec, what: str) -> None:
+def check_bits(ctx: CoordinatorContext, spec: PayloadSpec, what: str) -> None:
     """Refuse a payload whose fixed-point scale is not the federation's."""
     expected = ctx.config.fixed_point_bits
     if spec.fixed_point_bits != expected:
@@ -157,7 +157,7 @@ def check_bits(ctx: SessionContext, spec: PayloadSpec, what: str) -> None:
 
 
 def check_sealed(
-    ctx: SessionContext,
+    ctx: CoordinatorContext,
     items: Sequence[Sealed],
     *,
     round_index: int,

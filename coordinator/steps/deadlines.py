@@ -26,7 +26,7 @@ commit together.
 
 from __future__ import annotations
 
-from coordinator.context import SessionContext, node_list
+from coordinator.context import CoordinatorContext, node_list
 from coordinator.events import (
     CapeModelDropout,
     NobodyAwaited,
@@ -78,7 +78,7 @@ class Deadlines:
 
     def __init__(
         self,
-        ctx: SessionContext,
+        ctx: CoordinatorContext,
         streams: Streams,
         changes: StatusChanges,
         joining: Joining,

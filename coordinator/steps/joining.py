@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import secrets
 
-from coordinator.context import SessionContext, clock_text, node_list
+from coordinator.context import CoordinatorContext, clock_text, node_list
 from coordinator.errors import AlreadyExists, PermissionDenied, StateFileError, Unauthenticated
 from coordinator.events import (
     EveryoneJoined,
@@ -43,7 +43,7 @@ __all__ = ["Joining"]
 class Joining:
     """Start or resume the session; take joins; close the roster."""
 
-    def __init__(self, ctx: SessionContext, changes: StatusChanges) -> None:
+    def __init__(self, ctx: CoordinatorContext, changes: StatusChanges) -> None:
         self.ctx = ctx
         self.changes = changes
 

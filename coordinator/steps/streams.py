@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coordinator.aggregate import Contribution, ContributionWithdrawn, RoundSum
-from coordinator.context import SessionContext, short_digest
+from coordinator.context import CoordinatorContext, short_digest
 from coordinator.errors import FailedPrecondition, InvalidArgument
 from coordinator.events import ResultFile
 from coordinator.layout import PayloadSpec
@@ -99,7 +99,7 @@ class Ticket:
 class Streams:
     """The open payload streams of a session, one per (kind, round, node)."""
 
-    def __init__(self, ctx: SessionContext) -> None:
+    def __init__(self, ctx: CoordinatorContext) -> None:
         self.ctx = ctx
         self._open: dict[tuple[str, int, str], Ticket] = {}
 

@@ -37,7 +37,7 @@ coordinator/steps/views.py.
 
 from __future__ import annotations
 
-from coordinator.context import SessionContext, node_list, short_digest, verify_ed25519
+from coordinator.context import CoordinatorContext, node_list, short_digest, verify_ed25519
 from coordinator.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -96,7 +96,7 @@ _MAX_REASON_CHARS = 2000
 class Unmasking:
     """Attestations, corrections and refusals of the survivors of a round."""
 
-    def __init__(self, ctx: SessionContext, streams: Streams, changes: StatusChanges) -> None:
+    def __init__(self, ctx: CoordinatorContext, streams: Streams, changes: StatusChanges) -> None:
         self.ctx = ctx
         self.streams = streams
         self.changes = changes

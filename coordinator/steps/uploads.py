@@ -33,7 +33,7 @@ for a node whose receipt was lost); a different one is refused
 from __future__ import annotations
 
 from coordinator.aggregate import ContributionWithdrawn
-from coordinator.context import SessionContext, clock_text, short_digest, verify_ed25519
+from coordinator.context import CoordinatorContext, clock_text, short_digest, verify_ed25519
 from coordinator.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -70,7 +70,7 @@ __all__ = ["Uploads"]
 class Uploads:
     """Receiving and storing uploads."""
 
-    def __init__(self, ctx: SessionContext, streams: Streams, changes: StatusChanges) -> None:
+    def __init__(self, ctx: CoordinatorContext, streams: Streams, changes: StatusChanges) -> None:
         self.ctx = ctx
         self.streams = streams
         self.changes = changes

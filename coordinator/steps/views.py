@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from coordinator.context import SessionContext
+from coordinator.context import CoordinatorContext
 from coordinator.errors import NotFound
 from coordinator.layout import PayloadSpec
 from coordinator.messages import ResultView
@@ -68,7 +68,7 @@ def _by_recipient(
 class Views:
     """Roster, results, unmask requests and status as the nodes see them."""
 
-    def __init__(self, ctx: SessionContext) -> None:
+    def __init__(self, ctx: CoordinatorContext) -> None:
         self.ctx = ctx
         # Nodes that have seen the session's failure (in memory: after a
         # restart they are told again, which is harmless). Only GetStatus

@@ -33,7 +33,7 @@ receipt) is answered with the receipt of the state now.
 
 from __future__ import annotations
 
-from coordinator.context import SessionContext, node_list
+from coordinator.context import CoordinatorContext, node_list
 from coordinator.errors import FailedPrecondition, InvalidArgument
 from coordinator.events import NodeWithdrew, WithdrawalLeftTooFew
 from coordinator.steps.checks import (
@@ -79,7 +79,7 @@ class Withdrawals:
 
     def __init__(
         self,
-        ctx: SessionContext,
+        ctx: CoordinatorContext,
         streams: Streams,
         changes: StatusChanges,
         deadlines: Deadlines,

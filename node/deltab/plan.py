@@ -26,7 +26,7 @@ the shared basis (see ``fedavg``): after the model round every node sends
 ``round_tensors("coefficients", ...)`` and ``finish_seed_literal`` averages
 them (``run_in_process(..., seed_literal=True)``).
 
-Everything a node needs between rounds lives in its :class:`NodeState`; the
+Everything a node needs between rounds lives in its :class:`NodeMemory`; the
 clip counts of each round stay there (they never enter the tensors).
 """
 
@@ -68,7 +68,7 @@ __all__ = [
     "KNOWN_ROUNDS",
     "ROUNDS",
     "SEED_LITERAL_ROUNDS",
-    "NodeState",
+    "NodeMemory",
     "PlanSettings",
     "finish",
     "finish_seed_literal",
@@ -120,7 +120,7 @@ class PlanSettings:
 
 
 @dataclass
-class NodeState:
+class NodeMemory:
     """One node's memory between rounds (confounds are the node's own data).
 
     ``fill`` is the pre-scaled imputation of missing feature values and
@@ -143,7 +143,7 @@ def _unknown(round_name: str) -> ValueError:
     return ValueError(f"round_name must be one of {KNOWN_ROUNDS}; got {round_name!r}.")
 
 
-def round_tensors(round_name: str, X: ArrayLike, age: ArrayLike, state: NodeState) -> Tensors:
+def round_tensors(round_name: str, X: ArrayLike, age: ArrayLike, state: NodeMemory) -> Tensors:
     """This node's contribution to ``round_name`` (see ``stats.expected_shapes``)."""
     settings = state.settings
     bounds = settings.bounds
@@ -186,7 +186,7 @@ def round_tensors(round_name: str, X: ArrayLike, age: ArrayLike, state: NodeStat
 def receive(
     round_name: str,
     aggregate: Mapping[str, ArrayLike],
-    state: NodeState,
+    state: NodeMemory,
     *,
     noisy: bool = False,
 ) -> None:
@@ -273,7 +273,7 @@ def run_in_process(
     """
     settings = PlanSettings() if settings is None else settings
     states = [
-        NodeState(settings=settings, confounds=cohort[2] if len(cohort) > 2 else None)
+        NodeMemory(settings=settings, confounds=cohort[2] if len(cohort) > 2 else None)
         for cohort in cohorts
     ]
     plan = tuple(settings.rounds if rounds is None else rounds)

@@ -154,7 +154,7 @@ class DeltabPlan:
         self.settings = plan_settings(config)
         self.cohort = cohort
         self.round_names: tuple[str, ...] = config.plan.round_names
-        self.state = deltab_plan.NodeState(settings=self.settings)
+        self.state = deltab_plan.NodeMemory(settings=self.settings)
         self._tensors: dict[str, dict[str, NDArray[np.float64]]] = {}
         self._received: set[str] = set()
         # After predict(): a sentence on subjects outside the training bounds, if any.
@@ -357,7 +357,7 @@ class DeltabPlan:
         """
         codec = FixedPointCodec(self.config.fixed_point_bits)
         layouts = {r.name: r.layout for r in self.config.plan.rounds}
-        state = deltab_plan.NodeState(settings=self.settings)
+        state = deltab_plan.NodeMemory(settings=self.settings)
         for name in self.round_names:
             aggregate = self._aggregates.get(name)
             if aggregate is None:

@@ -275,7 +275,7 @@ def test_a_superseded_round_is_no_longer_current(tmp_path: Path) -> None:
 def test_a_change_outside_a_transition_is_refused_as_a_bug(tmp_path: Path) -> None:
     session, _ = _in_state("session", SessionState.RUNNING, tmp_path)
     before = session.store.dump()
-    with pytest.raises(RuntimeError, match=r"inside SessionContext\.transition"):
+    with pytest.raises(RuntimeError, match=r"inside CoordinatorContext\.transition"):
         session.changes.apply_to_round(0, RoundResumed(), now=1)
     assert session.store.dump() == before
     session.store.close()

@@ -2,9 +2,8 @@
 
 Two classes of one name in two rooms (a plain ``JoinReceipt`` for the
 coordinator and another for the node) are two vocabularies for one thing;
-the wire's are in ``proto/messages.py`` alone. The names still defined
-twice, in rooms whose renaming is open work, are listed in ``KNOWN``: the
-list may only shrink, and an entry that no longer holds fails the test.
+the wire's are in ``proto/messages.py`` alone. ``KNOWN`` lists names allowed
+twice with their files; it is empty, and a new entry needs a reason.
 """
 
 from __future__ import annotations
@@ -25,13 +24,7 @@ PRODUCT = (
     "benchmarks",
 )
 
-KNOWN = {
-    "ConfigError": {"proto/federation/checks.py", "simulations/config.py"},
-    "Layout": {"noise/layout.py", "simulations/utility.py"},
-    "NodeState": {"node/records/state_folder.py", "node/deltab/plan.py"},
-    "ObserverPrivacy": {"noise/accounting.py", "simulations/schemes.py"},
-    "SessionContext": {"coordinator/context.py", "node/session/context.py"},
-}
+KNOWN: dict[str, set[str]] = {}
 
 
 def class_names(root: Path) -> dict[str, set[str]]:

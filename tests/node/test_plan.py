@@ -10,7 +10,7 @@ from node.deltab.fedavg import coefficient_shapes, local_coefficients, model_fro
 from node.deltab.plan import (
     ROUNDS,
     SEED_LITERAL_ROUNDS,
-    NodeState,
+    NodeMemory,
     PlanSettings,
     finish,
     finish_seed_literal,
@@ -52,7 +52,7 @@ def test_driving_the_plan_round_by_round_gives_the_pooled_model(
         model="unbiased_quadratic", variance_explained=0.9, bounds=bounds, nan_policy=nan_policy
     )
     nodes = _by_age(data, 3)
-    states = [NodeState(settings=settings) for _ in nodes]
+    states = [NodeMemory(settings=settings) for _ in nodes]
     aggregates = {}
     for round_name in rounds:
         sent = [
@@ -79,7 +79,7 @@ def test_driving_the_plan_round_by_round_gives_the_pooled_model(
 
 
 def test_rounds_out_of_order_are_refused(cohort: Cohort) -> None:
-    state = NodeState()
+    state = NodeMemory()
     with pytest.raises(ValueError, match="call receive\\('moments'"):
         round_tensors("scatter", cohort.X, cohort.age, state)
     with pytest.raises(ValueError, match="needs the shared basis"):
@@ -90,7 +90,7 @@ def test_rounds_out_of_order_are_refused(cohort: Cohort) -> None:
         receive("gradients", {}, state)
     with pytest.raises(ValueError, match="the means round belongs to nan_policy='mean'"):
         round_tensors("means", cohort.X, cohort.age, state)
-    imputing = NodeState(PlanSettings(nan_policy="mean"))
+    imputing = NodeMemory(PlanSettings(nan_policy="mean"))
     # The zero-filled sums need no means; completing their aggregate does.
     sums = round_tensors("sums", cohort.X, cohort.age, imputing)
     with pytest.raises(ValueError, match="call receive\\('means'"):
@@ -172,7 +172,7 @@ def test_coefficient_round_tensors_and_averaging(cohort: Cohort) -> None:
     literal = finish_seed_literal(
         {
             "moments": combine(
-                [round_tensors("moments", X, a, NodeState(settings)) for X, a in nodes]
+                [round_tensors("moments", X, a, NodeMemory(settings)) for X, a in nodes]
             ),
             **_scatter_and_coefficients(nodes, settings),
         },
@@ -189,7 +189,7 @@ Node = tuple[np.ndarray, np.ndarray]
 def _scatter_and_coefficients(
     nodes: list[Node], settings: PlanSettings
 ) -> dict[str, dict[str, np.ndarray]]:
-    states = [NodeState(settings) for _ in nodes]
+    states = [NodeMemory(settings) for _ in nodes]
     moments = combine(
         [round_tensors("moments", X, a, s) for (X, a), s in zip(nodes, states, strict=True)]
     )

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from node.deltab import MODELS, Bounds, BrainAgeModel, DeltabWarning
-from node.deltab.plan import NodeState, PlanSettings, finish, receive, round_tensors, run_in_process
+from node.deltab.plan import (
+    NodeMemory,
+    PlanSettings,
+    finish,
+    receive,
+    round_tensors,
+    run_in_process,
+)
 from node.deltab.scaling import Standardisation
 from node.deltab.stats import SCATTER, Tensors, combine, expected_shapes
 from node.deltab.stats import sensitivity as centred_sensitivity
@@ -127,7 +134,7 @@ def _parts(sc: Scenario, data: Cohort) -> list[NDArray[np.intp]]:
 
 
 def _send(
-    round_name: str, data: Cohort, parts: list[NDArray[np.intp]], states: list[NodeState]
+    round_name: str, data: Cohort, parts: list[NDArray[np.intp]], states: list[NodeMemory]
 ) -> Tensors:
     sent = [
         round_tensors(round_name, data.X[i], data.age[i], state)
@@ -136,9 +143,9 @@ def _send(
     return _through_fixed_point(sent)
 
 
-def _states(data: Cohort, parts: list[NDArray[np.intp]], plan: PlanSettings) -> list[NodeState]:
+def _states(data: Cohort, parts: list[NDArray[np.intp]], plan: PlanSettings) -> list[NodeMemory]:
     conf = data.confounds
-    return [NodeState(settings=plan, confounds=None if conf is None else conf[i]) for i in parts]
+    return [NodeMemory(settings=plan, confounds=None if conf is None else conf[i]) for i in parts]
 
 
 # Through 32 fractional bits each node's sums are rounded to 2^-33, and the fit
@@ -273,7 +280,7 @@ def test_shapes_from_the_settings_are_the_shapes_of_the_local_tensors(
     data = cohort_factory(72, n=80, p=7, n_confounds=n_confounds, nan_fraction=0.05)
     assert plan_shapes(7, n_confounds, nan_policy).keys() == set(rounds_for(nan_policy))
     plan = PlanSettings(nan_policy=nan_policy, bounds=_bounds(data, clip=False))
-    state = NodeState(settings=plan, confounds=data.confounds)
+    state = NodeMemory(settings=plan, confounds=data.confounds)
     for round_name, shapes in plan_shapes(7, n_confounds, nan_policy).items():
         tensors = round_tensors(round_name, data.X, data.age, state)
         # Same names, same order (the payload order), same shapes, float64.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from simulations.config import PRESETS, ConfigError, UtilityParams, load_config
+from simulations.config import PRESETS, SimulationConfigError, UtilityParams, load_config
 
 
 def test_quick_preset_sweeps_every_axis_around_its_base() -> None:
@@ -56,26 +56,26 @@ def test_toml_overrides_the_preset(tiny_config: Path) -> None:
 def test_bad_settings_name_the_field(tmp_path: Path, text: str, field: str) -> None:
     path = tmp_path / "bad.toml"
     path.write_text(text, encoding="utf-8")
-    with pytest.raises(ConfigError) as caught:
+    with pytest.raises(SimulationConfigError) as caught:
         load_config("quick", path)
     assert caught.value.field == field
     assert field in str(caught.value)
 
 
 def test_missing_and_malformed_files(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(SimulationConfigError, match="does not exist"):
         load_config("quick", tmp_path / "absent.toml")
     broken = tmp_path / "broken.toml"
     broken.write_text("seed = = 1\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="not valid TOML"):
+    with pytest.raises(SimulationConfigError, match="not valid TOML"):
         load_config("quick", broken)
-    with pytest.raises(ConfigError, match="preset"):
+    with pytest.raises(SimulationConfigError, match="preset"):
         load_config("huge")
     deep = tmp_path / "deep.toml"
     deep.write_text("x = " + "[" * 5000 + "]" * 5000 + "\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="nest"):
+    with pytest.raises(SimulationConfigError, match="nest"):
         load_config("quick", deep)
     fifo = tmp_path / "fifo.toml"
     os.mkfifo(fifo)
-    with pytest.raises(ConfigError, match="FIFO"):
+    with pytest.raises(SimulationConfigError, match="FIFO"):
         load_config("quick", fifo)

@@ -15,7 +15,7 @@ from node.release import ReleaseNoise, TensorSensitivity
 from noise.accounting import gaussian_epsilon
 from noise.designs import explicit_design, remaining_variance
 from noise.policy import NoisePlan, worst_remaining_variance
-from simulations.config import ConfigError, DropoutSweep, load_config
+from simulations.config import DropoutSweep, SimulationConfigError, load_config
 from simulations.dropout import DropoutParams, dropout_plan, dropout_rows, survivor_noise
 from simulations.dropout_summary import summarise_dropout, wilson_interval
 from simulations.seeding import cell_seed
@@ -267,5 +267,5 @@ def test_toml_overrides_and_scenarios(tmp_path: Path) -> None:
     ],
 )
 def test_bad_dropout_settings_name_the_field(tmp_path: Path, text: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=re.escape(message)):
+    with pytest.raises(SimulationConfigError, match=re.escape(message)):
         load_config("quick", _config(tmp_path, text))

@@ -111,12 +111,12 @@ def run(args: argparse.Namespace) -> int:
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, "1")
     from simulations.cluster import ClusterError, DaskTarget
-    from simulations.config import ConfigError, load_config
+    from simulations.config import SimulationConfigError, load_config
     from simulations.sweep import Progress, run_sweep
 
     try:
         config = load_config(args.preset, args.config, scenarios=args.scenario)
-    except ConfigError as exc:
+    except SimulationConfigError as exc:
         return _error(str(exc))
     target = None
     if args.scheduler is not None:
