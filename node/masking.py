@@ -12,7 +12,7 @@ share that layout:
   stream (``noise.residual``).
 
 Every variance is an exact fraction of the config's pinned scale
-(``node.release.ReleaseNoise.pair_variances``). The egress is q(x_k) + m_k + g_k
+(``node.egress.release.ReleaseNoise.pair_variances``). The egress is q(x_k) + m_k + g_k
 modulo 2^64. Because Σ_k m_k = 0 exactly
 in Z/2^64Z, the sum of all egresses equals the sum of all audit payloads bit
 for bit when residual noise is off — the property the coordinator's exact
@@ -29,7 +29,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import NDArray
 
-from node.release import ReleaseNoise
+from node.egress.release import ReleaseNoise
 from noise.fixed_point import FixedPointCodec
 from noise.layout import Layout, TensorSlot
 from noise.masks import cape_blinding, cape_draw, cape_mask, pair_terms, pairwise_mask

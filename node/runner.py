@@ -21,7 +21,7 @@
 (and again after a restart) the whole session's cost, every plan round not
 yet released among the round's participants composed with the ledger, is
 checked against ``privacy.epsilon_budget`` for every observer class the
-policy bounds (``node.budget``); a session that would pass it is refused with
+policy bounds (``node.egress.budget``); a session that would pass it is refused with
 a withdrawal, nothing of its data sent.
 
 **Withdrawal.** A node that stops on purpose before uploading the current
@@ -48,8 +48,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.approval import check_checker_keys
 from node.client import GrpcGateway
+from node.egress.approval import check_checker_keys
 from node.errors import (
     ApprovalError,
     ApprovalRejected,

@@ -1,7 +1,7 @@
 """The delta summary's egress bundle: what an output checker inspects before it leaves.
 
 One folder per node and session, ``OUT/egress/delta-summary/``, laid out like a
-round's bundle (``node.egress``) so the same review, approval and viewers work:
+round's bundle (``node.egress.bundle``) so the same review, approval and viewers work:
 
 ``values.csv``
     ``statistic,value,units,epsilon,sensitivity,scale,meaning``: each released
@@ -38,7 +38,7 @@ from typing import Any, Final
 from bounded.files import read_limited
 from bounded.nesting import parse_json
 from node.delta_summary import DeltaSummary, statistic_meaning
-from node.egress import ACRO_RESULTS_VERSION
+from node.egress.bundle import ACRO_RESULTS_VERSION
 from node.errors import EgressError, EgressIntegrityError
 from node.records.atomic import atomic_write_bytes, atomic_write_json, json_bytes
 from node.records.ledger import ObserverTotal

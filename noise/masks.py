@@ -71,7 +71,7 @@ def design_variances(design: Design, node_id: str, codec: FixedPointCodec) -> di
     For designs made outside a federation (simulations, tests): both ends use
     the same float design, so the fractions agree. A node in a session uses
     the exact variances of the config's pinned scales instead
-    (``node.release.ReleaseNoise.pair_variances``).
+    (``node.egress.release.ReleaseNoise.pair_variances``).
     """
     scale = Fraction(2) ** (2 * codec.frac_bits)
     row = design.pair_variances[design.index(node_id)]

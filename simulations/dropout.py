@@ -1,7 +1,7 @@
 """Dropouts at scale: what survivors keep, what the aggregate carries, how often a round fails.
 
 One round with dropouts, as the live protocol runs it (docs/design.md §4.6,
-``node.unmask``, ``node.release``):
+``node.unmask``, ``node.egress.release``):
 
 1. The design is planned over all K participants: ``noise.policy.plan_noise``
    at unit sensitivity for the per-egress (ε, δ), collusion threshold T, on the
@@ -15,7 +15,7 @@ One round with dropouts, as the live protocol runs it (docs/design.md §4.6,
        v_k(D) = Σ_{j∈S, j≠k} c_kj² + σ_res²
 
    (``noise.designs.remaining_variance(design, D)``), and k refuses when
-   v_k(D) < σ_t²(1 − FLOOR_RTOL) — ``node.release.ReleaseNoise.floor_shortfall``,
+   v_k(D) < σ_t²(1 − FLOOR_RTOL) — ``node.egress.release.ReleaseNoise.floor_shortfall``,
    the rule a live node applies. The round ends infeasible when any survivor
    refuses, or when fewer than ``MIN_NODES`` survive (the federation's default
    ``min_nodes``).
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from node.release import FLOOR_RTOL
+from node.egress.release import FLOOR_RTOL
 from noise.accounting import gaussian_epsilon
 from noise.policy import NoisePlan, plan_noise
 from simulations.schemes import node_ids

@@ -27,7 +27,7 @@ Pipeline per repetition (the one-release plan of ``node.deltab.plan``, noised):
 
 Noise. Tensor t of the round's M tensors has L2 sensitivity Δ_t from the
 public bounds (``node.deltab.sums.sensitivity``) and noise scale
-s_t = Δ_t·√M/μ*(ε, δ) — the node's calibrated release (``node.release``):
+s_t = Δ_t·√M/μ*(ε, δ) — the node's calibrated release (``node.egress.release``):
 each egress is (ε, δ)-DP against an outsider for the whole round. The unit plan of
 ``simulations.schemes.unit_plan`` supplies the design; independent noise uses
 the per-egress target variance itself.

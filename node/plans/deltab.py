@@ -36,12 +36,12 @@ from node.deltab.out_of_range import fit_to_training_bounds
 from node.deltab.persist import save_model, set_feature_names, set_training_bounds
 from node.deltab.plan import PlanSettings
 from node.deltab.sums import DERIVATIONS, MEANS, SUMS, plan_shapes, sensitivity
+from node.egress.release import TensorSensitivity
 from node.errors import LocalDataError, ModelFitError
 from node.plans.deltab_settings import DeltabSettings
 from node.plans.interface import PlanDefinition
 from node.preflight import ClipShare, CohortPreflight
 from node.records.atomic import atomic_write_text
-from node.release import TensorSensitivity
 from noise.fixed_point import FixedPointCodec
 from noise.layout import Layout
 from proto.federation import ConfigError, FederationConfig, PlanSpec, RoundSpec
@@ -116,7 +116,7 @@ def public_sensitivities(config: FederationConfig, round_name: str) -> list[Tens
     """Each tensor's L2 sensitivity in ``round_name`` (add or remove one subject).
 
     From the public clipping bounds and the round's public layout alone, so
-    any party can compute it before the round, without data (``node.budget``
+    any party can compute it before the round, without data (``node.egress.budget``
     adds up a session's cost with it; ``zerosum federation init`` checks the
     budget with it).
     """

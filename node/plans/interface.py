@@ -30,8 +30,8 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from node.egress.release import TensorSensitivity
 from node.preflight import CohortPreflight
-from node.release import TensorSensitivity
 from proto.federation import FederationConfig, PlanSpec
 
 __all__ = ["ModelPlan", "PlanDefinition", "code_digest"]

@@ -36,11 +36,11 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from node.egress.release import TensorSensitivity
 from node.errors import LocalDataError
 from node.plans.interface import PlanDefinition
 from node.preflight import ClipShare, CohortPreflight
 from node.records.atomic import atomic_write_json, atomic_write_text
-from node.release import TensorSensitivity
 from noise.layout import Layout
 from proto.federation import ConfigError, FederationConfig, PlanSpec, RoundSpec
 from proto.federation.checks import MISSING, finite, positive, whole

@@ -61,8 +61,8 @@ from typing import Any
 
 from bounded.files import LocalFileError, read_limited_text
 from bounded.nesting import NestingError, parse_json
+from node.egress.receipt import json_number
 from node.errors import LedgerError
-from node.receipt import json_number
 from node.records.atomic import atomic_write_json
 from node.records.ledger_entry import (
     LaplaceRelease,

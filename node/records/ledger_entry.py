@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
+from node.egress.receipt import LayoutError, ObserverRelease, json_number, parse_json_number
 from node.errors import LedgerError
-from node.receipt import LayoutError, ObserverRelease, json_number, parse_json_number
 from noise.accounting import Observer
 from noise.errors import ObserverError
 

@@ -17,7 +17,7 @@
   and compared with the receipt and the config's caps.
 
 ε from σ and Δ. Tensor t carries independent N(0, σ_t²) noise on each entry
-as an outsider sees one egress (√(R_kk + σ_res²), node/receipt.py), and one
+as an outsider sees one egress (√(R_kk + σ_res²), node/egress/receipt.py), and one
 subject moves it by at most Δ_t in L2, so the release is μ-GDP with
 μ = √(Σ_t (Δ_t/σ_t)²) (Gaussian mechanism and GDP composition, Dong, Roth &
 Su 2022, Corollaries 2.13 and 3.3), and (ε, δ)-DP with ε from the exact
@@ -33,7 +33,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from node.egress import (
+from node.egress.bundle import (
     APPROVAL,
     CHECKSUMS,
     MANIFEST,

@@ -4,7 +4,7 @@ Bounds that do not fit the data are invisible in the release itself: the
 sums are sums of values flattened to the bounds, with exactly the declared
 noise, and every other check passes. What shows it is the count of values the
 node clipped, which stays inside the TRE in the round's audit record
-(``node.audit``: the brain-age plan's counts of ``age`` and each
+(``node.egress.audit``: the brain-age plan's counts of ``age`` and each
 ``feature:<name>``, and ``subjects``, the number they are out of). With that record
 (``zerosum review --audit``) this check fails any column — age or a feature,
 named as in ``plan.clipping.feature_names`` — clipped for more than
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from node.audit import AuditRecord
-from node.egress import EgressBundle
+from node.egress.audit import AuditRecord
+from node.egress.bundle import EgressBundle
 from node.plans.deltab_settings import DeltabSettings
 from node.review.findings import Finding, fail, note, passed
 from proto.federation import ConfigError, FederationConfig

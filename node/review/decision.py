@@ -1,6 +1,6 @@
 """Which keys may decide on a bundle, and what the folder's current decision is worth.
 
-A decision (node/approval.py) is valid only when it is for the manifest on
+A decision (node/egress/approval.py) is valid only when it is for the manifest on
 disk and signed by one of the output checker keys that the federation config
 pins for the bundle's node (``[[nodes]] checker_public_keys``). A valid
 decision is final. Anything else in ``approval.json`` — unreadable, signed by
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from node.approval import Approval, read_approval, verify_approval
-from node.egress import EgressBundle
+from node.egress.approval import Approval, read_approval, verify_approval
+from node.egress.bundle import EgressBundle
 from node.errors import ApprovalError, NodeError
 from node.review.findings import Finding, look, note
 from noise.keys import key_fingerprint

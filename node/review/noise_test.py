@@ -1,6 +1,6 @@
 """Does the egress carry noise of the declared scale? A χ² test against the audit record.
 
-``OUT/audit/round-<r>/`` (node/audit.py) holds the node's un-noised payload,
+``OUT/audit/round-<r>/`` (node/egress/audit.py) holds the node's un-noised payload,
 so d = egress − audit (modulo 2^64, read as signed, decoded) is exactly the
 noise the node added: its mask plus residual noise. Under the declared
 design every entry of tensor t is an independent N(0, σ_t²) draw (σ_t the
@@ -30,8 +30,8 @@ from typing import Final
 import numpy as np
 from scipy.special import gammainccinv, gammaincinv
 
-from node.audit import AuditRecord, read_audit
-from node.egress import EgressBundle, EgressError
+from node.egress.audit import AuditRecord, read_audit
+from node.egress.bundle import EgressBundle, EgressError
 from node.review.findings import Finding, fail, passed
 from noise.fixed_point import FixedPointCodec
 

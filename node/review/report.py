@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from node.audit import AuditRecord
-from node.egress import EgressBundle, EgressError, EgressIntegrityError
+from node.egress.audit import AuditRecord
+from node.egress.bundle import EgressBundle, EgressError, EgressIntegrityError
 from node.review.checks import (
     GuaranteeFigures,
     check_config,

@@ -34,8 +34,8 @@ from scipy.stats import gamma
 
 from bounded.files import read_limited_text
 from bounded.nesting import parse_json
-from node.budget import BUDGET_RTOL, checked
 from node.delta_summary import DeltaSummarySettings
+from node.egress.budget import BUDGET_RTOL, checked
 from node.errors import EgressIntegrityError
 from node.review.checks import check_files
 from node.review.decision import (

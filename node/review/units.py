@@ -29,7 +29,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from node.egress import EgressBundle
+from node.egress.bundle import EgressBundle
 from node.plans.deltab_settings import DeltabSettings
 from proto.federation import ConfigError, FederationConfig
 

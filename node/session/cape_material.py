@@ -19,9 +19,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from node.egress.release import (
+    ReleaseNoise,
+    cape_floor_shortfall,
+    plan_release,
+    with_cape_participants,
+)
 from node.errors import CapeStateError, SessionFailed
 from node.records.cape_state import CapeMaterial, CapeStore, CapeSum
-from node.release import ReleaseNoise, cape_floor_shortfall, plan_release, with_cape_participants
 from noise.layout import Layout
 
 if TYPE_CHECKING:

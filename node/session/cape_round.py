@@ -17,12 +17,12 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from node.egress import egress_folder
+from node.egress.bundle import egress_folder
+from node.egress.release import plan_release, with_cape_participants
 from node.errors import NodeRefused, SessionFailed
 from node.masking import cape_draws, cape_sum_payload
 from node.records.atomic import atomic_write_json
 from node.records.cape_state import CapeStore
-from node.release import plan_release, with_cape_participants
 from node.session.cape_material import CapeState, cape_state, save_cape_state
 from node.session.context import SessionContext
 from node.session.model_round import upload

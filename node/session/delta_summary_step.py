@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from node.approval import ApprovalGate
 from node.delta_summary import summarise
+from node.egress.approval import ApprovalGate
 from node.errors import EgressIntegrityError, ModelFitError, NodeRefused, SessionFailed
 from node.session.context import SessionContext
 from node.session.egress_steps import budget_refusal

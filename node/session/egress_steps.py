@@ -24,18 +24,18 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from node import budget
-from node.approval import ApprovalGate, read_approval
-from node.audit import AUDIT, AuditRecord, audit_folder, write_audit
-from node.egress import MANIFEST, EgressBundle, egress_folder
+from node.egress import budget
+from node.egress.approval import ApprovalGate, read_approval
+from node.egress.audit import AUDIT, AuditRecord, audit_folder, write_audit
+from node.egress.bundle import MANIFEST, EgressBundle, egress_folder
+from node.egress.receipt import SDCEvidence
+from node.egress.release import ReleaseNoise
 from node.errors import (
     EgressIntegrityError,
     NodeRefused,
     SessionFailed,
 )
-from node.receipt import SDCEvidence
 from node.records.ledger import NoiseFacts
-from node.release import ReleaseNoise
 from node.session.context import SessionContext
 from noise.keys import key_fingerprint
 from noise.layout import Layout
@@ -91,7 +91,7 @@ def budget_refusal(
 def check_budget(ctx: SessionContext, index: int, name: str, mu: dict[str, float]) -> None:
     """Refuse (NodeRefused) a release that would take any checked class above the budget.
 
-    The classes are those of ``node.budget``: outsider and outsider with up
+    The classes are those of ``node.egress.budget``: outsider and outsider with up
     to T colluding nodes always, the coordinator and its coalitions when
     residual noise bounds them.
     """

@@ -22,11 +22,11 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from node.egress import MANIFEST, EgressBundle, egress_folder
+from node.egress.bundle import MANIFEST, EgressBundle, egress_folder
+from node.egress.release import ReleaseNoise, plan_release
 from node.errors import NodeRefused, SessionFailed
 from node.masking import MaskPrefetch, add_residual_noise, cape_masks
 from node.records.cape_state import CapeStore
-from node.release import ReleaseNoise, plan_release
 from node.session import egress_steps
 from node.session.aggregate_tags import sealed_challenge
 from node.session.cape_material import cape_state, save_cape_state

@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from node.egress import EgressBundle
+from node.egress.bundle import EgressBundle
 from node.plans.interface import ModelPlan
 from node.records.cape_state import CapeStore
 from node.records.session_state import SessionStore

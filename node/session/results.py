@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from node.egress.release import ReleaseNoise
 from node.errors import SessionFailed, StatementError
-from node.release import ReleaseNoise
 from node.session import unmask_answers
 from node.session.aggregate_tags import check_aggregate
 from node.session.context import SessionContext

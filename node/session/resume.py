@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from node.egress import MANIFEST, egress_folder
+from node.egress.bundle import MANIFEST, egress_folder
+from node.egress.release import plan_release
 from node.errors import NodeRefused, SessionFailed
 from node.records.cape_state import CapeStore
 from node.records.ledger import Refusal
-from node.release import plan_release
 from node.session import egress_steps
 from node.session.cape_material import cape_state
 from node.session.cape_round import noted_share, take_cape_sum

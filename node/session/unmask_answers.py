@@ -16,7 +16,7 @@ left on this node's egress once the terms are revealed must stay at or above
 it — and the budget: pair terms raise the round's release for the coalition
 classes (``ReleaseNoise.mu_after_unmask``), so the ledger with the release
 raised that way must keep every class the policy bounds finite and within
-``privacy.epsilon_budget`` (``node.budget.reveal_excess``), or the node refuses
+``privacy.epsilon_budget`` (``node.egress.budget.reveal_excess``), or the node refuses
 with a sentence naming the class and the numbers. Everything an answer
 reveals is recorded in the ledger before it leaves, and counted as revealed
 from then on, whether or not the coordinator takes it.
@@ -29,11 +29,11 @@ from typing import NoReturn
 import numpy as np
 from numpy.typing import NDArray
 
-from node import budget
+from node.egress import budget
+from node.egress.release import ReleaseNoise, with_cape_participants
 from node.errors import GatewayError, NodeRefused, SessionFailed, SessionStateError
 from node.masking import unmask_corrections
 from node.records.survivor_sets import SignedSet, SurvivorSets
-from node.release import ReleaseNoise, with_cape_participants
 from node.session.aggregate_tags import Culprit, attest_tags, open_relayed_tags
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
@@ -390,7 +390,7 @@ def _reveal_excess(
 ) -> str | None:
     """Why revealing pair terms with ``revealed`` would pass the budget of a class, or None.
 
-    Every class the policy bounds (``node.budget.checked``) is composed with
+    Every class the policy bounds (``node.egress.budget.checked``) is composed with
     the ledger, the round's release raised to ``after``; a class left with no
     noise at all is refused whatever the budget.
     """

@@ -149,7 +149,7 @@ class NodeEntry:
     """One TRE of the federation: its pinned identity key and its output checkers' keys.
 
     ``checker_public_keys`` are the Ed25519 public keys whose signed decision
-    on this node's egress the node accepts (node/approval.py); the matching
+    on this node's egress the node accepts (node/egress/approval.py); the matching
     private keys are held by the TRE's output checkers, never by the node.
     Empty means the node can only run with automatic approval.
     """
@@ -308,7 +308,7 @@ class RoundSpec:
     ``noise_std`` pins, per tensor, the standard deviation S_t of the noise
     every egress of the round carries, in grid units (an integer: σ_t·2^F
     rounded up), as ``federation init`` computed it once for everyone
-    (node.pinned_noise). Nodes derive every pair, CAPE and residual variance
+    (node.egress.pinned_noise). Nodes derive every pair, CAPE and residual variance
     from it in exact rational arithmetic and never recompute a scale in
     floating point of their own, so both ends of a pair draw the same
     integers. Empty only while a config is being made.

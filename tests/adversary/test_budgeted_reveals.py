@@ -31,9 +31,9 @@ from typing import Any
 
 import pytest
 
-from node.approval import sign_approval, write_approval
-from node.budget import checked
-from node.egress import EgressBundle
+from node.egress.approval import sign_approval, write_approval
+from node.egress.budget import checked
+from node.egress.bundle import EgressBundle
 from node.records.ledger import ObserverTotal, PrivacyLedger
 from proto.federation import load_federation
 from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script

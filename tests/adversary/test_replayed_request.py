@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from node.approval import sign_approval, write_approval
-from node.egress import EgressBundle
+from node.egress.approval import sign_approval, write_approval
+from node.egress.bundle import EgressBundle
 from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
 from tests.adversary.reconstruct import floors, leftover, stripped
 from tests.adversary.scenario import Attack, Processes, ledger_gaps, make_federation

@@ -57,6 +57,36 @@ RULES: Mapping[str, tuple[str, ...]] = {
     "node": ("coordinator", "simulations", "zerosum"),
     "node.deltab": ("coordinator", "simulations", "zerosum", "grpc", "proto", "sklearn"),
     "simulations": ("proto", "coordinator", "zerosum", "grpc"),
+    # The node's rooms: records at the bottom (of egress only the receipt's
+    # number format and layouts), egress above it, the session steps and the
+    # output checker's review above both.
+    "node.records": (
+        "coordinator",
+        "simulations",
+        "zerosum",
+        "node.session",
+        "node.review",
+        "node.plans",
+        "node.deltab",
+        "node.runner",
+        "node.client",
+        "node.egress.bundle",
+        "node.egress.release",
+        "node.egress.budget",
+        "node.egress.approval",
+        "node.egress.audit",
+        "node.egress.pinned_noise",
+    ),
+    "node.egress": (
+        "coordinator",
+        "simulations",
+        "zerosum",
+        "node.session",
+        "node.review",
+        "node.deltab",
+        "node.runner",
+        "node.client",
+    ),
 }
 
 
@@ -190,6 +220,16 @@ def test_every_package_of_the_rules_exists() -> None:
         ("node/deltab", "import proto.chunks\n", "proto.chunks"),
         ("simulations", "from proto import chunks\n", "proto"),
         ("proto", "from node import errors\n", "node"),
+        (
+            "node/records",
+            "from node.session.context import SessionContext\n",
+            "node.session.context",
+        ),
+        ("node/records", "from ..egress.budget import Budget\n", "node.egress.budget"),
+        ("node/records", "from node.plans import registry\n", "node.plans"),
+        ("node/egress", "from node.review import report\n", "node.review"),
+        ("node/egress", "from ..session import results\n", "node.session"),
+        ("node/egress", "import node.runner\n", "node.runner"),
     ],
 )
 def test_a_planted_violation_is_caught(

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from node.egress import EgressBundle
+from node.egress.bundle import EgressBundle
 from tests.support.processes import Processes, init_federation, wait_until
 from tests.support.sessions import SessionRun
 

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from node.egress import EgressBundle
+from node.egress.bundle import EgressBundle
 from tests.support.processes import (
     Federation,
     Processes,

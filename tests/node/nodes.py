@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from node.egress.release import TensorSensitivity
 from node.records.ledger import PrivacyLedger
 from node.records.state_folder import NodeState
-from node.release import TensorSensitivity
 from node.roster import VerifiedRoster
 from node.runner import NodeRunner
 from node.session.context import NodeOptions, SessionContext

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+from node.egress.release import ReleaseNoise
 from node.masking import pairwise_masks
-from node.release import ReleaseNoise
 from node.session.context import NodeOptions
 from node.session.egress_steps import (
     release,

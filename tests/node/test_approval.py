@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from node.approval import (
+from node.egress.approval import (
     ApprovalError,
     ApprovalGate,
     ApprovalRejected,
@@ -19,8 +19,8 @@ from node.approval import (
     verify_approval,
     write_approval,
 )
-from node.egress import EgressBundle
-from node.receipt import DPReceipt, MaskingFacts, ObserverRelease, SDCEvidence, TensorEntry
+from node.egress.bundle import EgressBundle
+from node.egress.receipt import DPReceipt, MaskingFacts, ObserverRelease, SDCEvidence, TensorEntry
 from noise.keys import IdentityKey
 
 NODE_KEY = IdentityKey.from_private_bytes(bytes(range(32)))

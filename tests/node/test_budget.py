@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from node.budget import checked, describe, excess_sentence, over_budget, unbounded_note
+from node.egress.budget import checked, describe, excess_sentence, over_budget, unbounded_note
 from node.records.ledger import PrivacyLedger
 from noise.accounting import compose_mu, gaussian_epsilon
 

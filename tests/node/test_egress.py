@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.audit import AuditRecord, audit_folder, read_audit, write_audit
-from node.egress import (
+from node.egress.audit import AuditRecord, audit_folder, read_audit, write_audit
+from node.egress.bundle import (
     ACRO_RESULTS_VERSION,
     EGRESS_FORMAT,
     EgressBundle,
@@ -20,7 +20,7 @@ from node.egress import (
     EgressIntegrityError,
     egress_folder,
 )
-from node.receipt import (
+from node.egress.receipt import (
     DPReceipt,
     MaskingFacts,
     ObserverRelease,

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node import egress
-from node.audit import AuditRecord, read_audit, write_audit
-from node.egress import EgressBundle, EgressIntegrityError
-from node.receipt import DPReceipt, MaskingFacts, ObserverRelease, SDCEvidence, TensorEntry
+from node.egress import bundle as egress
+from node.egress.audit import AuditRecord, read_audit, write_audit
+from node.egress.bundle import EgressBundle, EgressIntegrityError
+from node.egress.receipt import DPReceipt, MaskingFacts, ObserverRelease, SDCEvidence, TensorEntry
 from noise.fixed_point import FixedPointCodec
 
 BITS = 32

@@ -232,7 +232,7 @@ def test_predict_writes_formula_ids_inert(
 
 
 def test_an_approval_from_outside_is_read_bounded(tmp_path: Path) -> None:
-    from node.approval import read_approval
+    from node.egress.approval import read_approval
     from node.errors import ApprovalError
 
     approval = tmp_path / "approval.json"

@@ -22,7 +22,7 @@ from coordinator.config import SessionConfig
 from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
-from node.egress import EgressBundle
+from node.egress.bundle import EgressBundle
 from node.errors import NodeRefused, SessionFailed
 from node.gateway import CoordinatorGateway
 from node.records.state_folder import NodeState

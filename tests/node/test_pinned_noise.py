@@ -9,10 +9,10 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-import node.release as release_module
+import node.egress.release as release_module
+from node.egress.pinned_noise import pin_noise, pinned
+from node.egress.release import plan_release
 from node.masking import pairwise_masks
-from node.pinned_noise import pin_noise, pinned
-from node.release import plan_release
 from noise import accounting
 from noise.fixed_point import FixedPointCodec
 from proto.federation import ConfigError, config_hash, dump_federation, parse_federation

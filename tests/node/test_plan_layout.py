@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.egress import egress_folder
+from node.egress.bundle import egress_folder
 from node.errors import SessionFailed
 from node.masking import MaskPrefetch
 from node.session.model_round import run_model_round

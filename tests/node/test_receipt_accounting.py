@@ -24,7 +24,7 @@ import pytest
 from coordinator.config import SessionConfig
 from coordinator.session import Session
 from coordinator.store import Store
-from node.egress import EgressBundle
+from node.egress.bundle import EgressBundle
 from node.gateway import CoordinatorGateway
 from node.plans.deltab import public_sensitivities
 from node.runner import NodeOptions, NodeRunner, RunOutcome

@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from node.egress.release import ReleaseNoise
 from node.errors import CoordinatorUnreachable, NodeRefused, SessionFailed
 from node.records.session_state import KEY_FILE, SessionStateError, SessionStore
 from node.records.survivor_sets import SignedSet, SurvivorSets
-from node.release import ReleaseNoise
 from node.runner import NodeRunner
 from node.session.results import Outcome, await_result
 from node.session.resume import catch_up, take_aggregated

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from node import budget
+from node.egress import budget
 from node.errors import NodeRefused
 from proto.federation import FederationConfig
 from tests.node.unmask_requests import _answer, _node, _released, _request, _unmask_entries

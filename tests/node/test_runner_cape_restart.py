@@ -30,8 +30,8 @@ from coordinator.config import SessionConfig
 from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
-from node.audit import read_audit
-from node.egress import EgressBundle
+from node.egress.audit import read_audit
+from node.egress.bundle import EgressBundle
 from node.masking import cape_masks
 from node.records.cape_state import CapeMaterial, CapeStore
 from node.records.session_state import SessionStore

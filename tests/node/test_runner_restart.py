@@ -18,14 +18,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.egress import EgressBundle, egress_folder
+from node.egress.bundle import EgressBundle, egress_folder
+from node.egress.release import ReleaseNoise
 from node.errors import AlreadyJoined, NodeRefused, SessionFailed
 from node.masking import MaskPrefetch, cape_sum_payload
 from node.records.atomic import atomic_write_json
 from node.records.cape_state import CapeMaterial, CapeStore
 from node.records.ledger import Release
 from node.records.session_state import SessionStore
-from node.release import ReleaseNoise
 from node.runner import NodeRunner
 from node.session.cape_material import cape_state
 from node.session.cape_round import run_cape_sum_round

@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.audit import AuditRecord, noise_evidence, read_audit, write_audit
-from node.egress import EgressBundle
+from node.egress.audit import AuditRecord, noise_evidence, read_audit, write_audit
+from node.egress.bundle import EgressBundle
+from node.egress.receipt import SDCEvidence
+from node.egress.release import ReleaseNoise
 from node.masking import (
     add_residual_noise,
     cape_draws,
@@ -19,8 +21,6 @@ from node.masking import (
     pairwise_masks,
     unmask_corrections,
 )
-from node.receipt import SDCEvidence
-from node.release import ReleaseNoise
 from node.unmask import (
     Attestation,
     UnmaskRequest,

@@ -22,9 +22,9 @@ from coordinator.config import SessionConfig
 from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
-from node.approval import sign_approval, write_approval
 from node.client import RetryPolicy
-from node.egress import EgressBundle, egress_folder
+from node.egress.approval import sign_approval, write_approval
+from node.egress.bundle import EgressBundle, egress_folder
 from node.errors import ApprovalError, ApprovalRejected
 from node.records.ledger import PrivacyLedger
 from node.runner import GatewayFactory, NodeOptions, NodeRefused, NodeRunner, grpc_gateway
@@ -257,7 +257,7 @@ def test_a_node_without_a_valid_approval_withdraws_promptly(
     case: tuple[str, str, type[Exception], str],
 ) -> None:
     signer, decision, raised, reason = case
-    monkeypatch.setattr("node.approval.REPLACE_SECONDS", 1.0)
+    monkeypatch.setattr("node.egress.approval.REPLACE_SECONDS", 1.0)
     fed = _federation(tmp_path / "fed", round_deadline=120.0)
     server = _serve(fed, tmp_path / "state", servers)
     lines: dict[str, list[str]] = {n: [] for n in NODES}

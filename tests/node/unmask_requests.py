@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from node.egress.release import ReleaseNoise
 from node.records.ledger import SecureSumUnmask, UnmaskReveal
-from node.release import ReleaseNoise
 from node.session.unmask_answers import answer
 from node.unmask import attestation_signature
 from noise.aggregate_check import CHALLENGE_VECTORS

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from node.receipt import LayoutError, ObserverRelease
+from node.egress.receipt import LayoutError, ObserverRelease
 from noise.accounting import Observer, privacy_report
 from noise.designs import complete_design
 from noise.errors import ObserverError

@@ -20,8 +20,8 @@ import pandas as pd
 from acro import record as acro_record
 from acro.version import __version__ as acro_version
 
-from node.approval import sign_approval, write_approval
-from node.egress import ACRO_RESULTS_VERSION, EgressBundle
+from node.egress.approval import sign_approval, write_approval
+from node.egress.bundle import ACRO_RESULTS_VERSION, EgressBundle
 from tests.support.bundles import make_bundle
 from tests.support.made_up_federation import _checkers
 

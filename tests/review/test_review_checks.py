@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from node.egress import EgressBundle
+from node.egress.bundle import EgressBundle
 from tests.support.bundles import make_bundle, review
 from zerosum.cli import main
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.approval import (
+from node.egress.approval import (
     ApprovalError,
     ApprovalGate,
     read_approval,
@@ -16,7 +16,7 @@ from node.approval import (
     verify_approval,
     write_approval,
 )
-from node.egress import EgressBundle
+from node.egress.bundle import EgressBundle
 from noise.keys import IdentityKey, key_fingerprint
 from proto.federation import FederationConfig, dump_federation
 from tests.support.bundles import federation, make_bundle

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from node.approval import read_approval, sign_approval
-from node.egress import EgressBundle
+from node.egress.approval import read_approval, sign_approval
+from node.egress.bundle import EgressBundle
 from tests.support.bundles import make_bundle
 from tests.support.made_up_federation import _checkers
 from zerosum.cli import main

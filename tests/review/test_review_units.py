@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.egress import EgressBundle
-from node.receipt import DPReceipt, MaskingFacts, ObserverRelease, SDCEvidence, TensorEntry
+from node.egress.bundle import EgressBundle
+from node.egress.receipt import DPReceipt, MaskingFacts, ObserverRelease, SDCEvidence, TensorEntry
 from node.review.units import real_units
 from tests.support.bundles import make_bundle, review
 from tests.support.made_up_federation import CODEC, SESSION, _config

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from node.release import ReleaseNoise, TensorSensitivity
+from node.egress.release import ReleaseNoise, TensorSensitivity
 from noise.accounting import gaussian_epsilon
 from noise.designs import explicit_design, remaining_variance
 from noise.policy import NoisePlan, worst_remaining_variance
@@ -31,7 +31,7 @@ SMALL = [
 
 
 def _live(plan: NoisePlan, node: str) -> ReleaseNoise:
-    """The node's release at unit scale, as ``node.release.plan_release`` builds it."""
+    """The node's release at unit scale, as ``node.egress.release.plan_release`` builds it."""
     return ReleaseNoise(
         node_id=node,
         unit=plan,

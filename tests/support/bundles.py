@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from node.audit import AuditRecord, write_audit
-from node.egress import EgressBundle
+from node.egress.audit import AuditRecord, write_audit
+from node.egress.bundle import EgressBundle
+from node.egress.receipt import SDCEvidence
+from node.egress.release import TensorSensitivity
 from node.masking import pairwise_masks
-from node.receipt import SDCEvidence
-from node.release import TensorSensitivity
 from noise.layout import Layout
 from proto.federation import (
     FederationConfig,

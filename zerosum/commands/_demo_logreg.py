@@ -33,7 +33,7 @@ def _accuracy(plan: Any, table: Any) -> float:
 
 
 def evaluate(out: Path, node_ids: list[str], seed: int = 2017) -> dict[str, Any]:
-    from node.egress import EgressBundle
+    from node.egress.bundle import EgressBundle
     from node.plans.logreg import LogregPlan, LogregSettings, load_weights, read_labelled
     from node.records.ledger import PrivacyLedger
     from noise.fixed_point import FixedPointCodec, wrapping_sum

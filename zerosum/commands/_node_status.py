@@ -86,7 +86,7 @@ def _eps(value: float | str) -> str:
 
 def render_node_status(status: dict[str, Any]) -> str:
     """The status as lines for a terminal."""
-    from node.budget import describe
+    from node.egress.budget import describe
 
     running = {True: "a node process is running on it now", False: "no node process runs on it"}
     lines = [

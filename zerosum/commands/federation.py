@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from node.pinned_noise import pin_noise
+from node.egress.pinned_noise import pin_noise
 from node.plans.deltab import deltab_plan_spec
 from node.plans.deltab_settings import (
     DEFAULT_MAX_CLIPPED_FRACTION,
@@ -496,7 +496,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         config = init_logreg.fit_budget(
             config, logreg, lambda c: _over_budget(c) is not None, say=print
         )
-    # Every noise scale fixed once, here, for every party (node.pinned_noise).
+    # Every noise scale fixed once, here, for every party (node.egress.pinned_noise).
     config = pin_noise(config)
     _check_budget(config)
     ca = pki.create_ca(config.federation_id)
@@ -540,14 +540,14 @@ def _plan(args: argparse.Namespace) -> _Plan:
 def _over_budget(config: FederationConfig) -> tuple[ObserverTotal, float] | None:
     """The worst checked class one session would take past the budget, and the ε needed.
 
-    The cost is that of ``node.budget.one_session``: every node, every plan
+    The cost is that of ``node.egress.budget.one_session``: every node, every plan
     round released once, the worst node; classes unbounded by design (the
     coordinator without residual noise) are not held to the budget. None when
     the budget admits a session (or the design itself is infeasible, which the
     nodes refuse with its reason).
     """
-    from node.budget import BUDGET_RTOL, checked, one_session
-    from node.pinned_noise import pinned
+    from node.egress.budget import BUDGET_RTOL, checked, one_session
+    from node.egress.pinned_noise import pinned
     from node.plans.registry import installed_plans
     from noise.errors import NoiseError
 
@@ -580,7 +580,7 @@ def _over_budget(config: FederationConfig) -> tuple[ObserverTotal, float] | None
 
 def _check_budget(config: FederationConfig) -> None:
     """Refuse a budget that one session's releases would pass for any class it caps."""
-    from node.budget import describe
+    from node.egress.budget import describe
 
     found = _over_budget(config)
     if found is None:

@@ -8,7 +8,7 @@ release's μ afterwards), every refusal, then per observer class the composed
 the federation's δ (Balle & Wang 2018), beside the caps of the federation
 config: ``privacy.epsilon`` per release and ``privacy.epsilon_budget`` for
 the total, which a node checks before each session against every observer
-class the policy bounds (``node.budget.checked``): for each of them the ε
+class the policy bounds (``node.egress.budget.checked``): for each of them the ε
 used and what is left, and which class binds (the least left; the one a next
 session's refusal would name).
 """
@@ -83,7 +83,7 @@ def budget_left(
     release: every class has the whole budget). Classes the policy does not
     bound (the coordinator without residual noise) have no entry.
     """
-    from node.budget import checked
+    from node.egress.budget import checked
 
     privacy = config.privacy
     left = {
@@ -191,7 +191,7 @@ def _text(ledger: PrivacyLedger, config: FederationConfig) -> str:
             f"    nothing released yet: the whole budget {privacy.epsilon_budget:g} is left"
         )
     elif binding is not None:
-        from node.budget import describe
+        from node.egress.budget import describe
 
         lines += [
             "",

@@ -7,7 +7,7 @@ import json
 import math
 import sys
 
-from node.receipt import GAUSSIAN_MECHANISM, SAMPLER
+from node.egress.receipt import GAUSSIAN_MECHANISM, SAMPLER
 from noise.accounting import ObserverPrivacy, epsilon_for_sigma, privacy_report
 from noise.errors import NoiseError
 from noise.policy import plan_noise, worst_remaining_variance

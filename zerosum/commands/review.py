@@ -2,7 +2,7 @@
 
 A node run with ``--approve manual`` sends nothing until
 ``OUT/egress/round-<r>/approval.json`` holds a signed decision on that exact
-bundle (node/approval.py), signed with one of the output checker keys that
+bundle (node/egress/approval.py), signed with one of the output checker keys that
 the federation config pins for that node. This command is the checker's side
 of the gate. Without a decision it is read-only: it runs every check of
 ``node.review`` (files and checksums, schema against the config, SDC
@@ -167,8 +167,8 @@ def _decide(
 ) -> int:
     """Sign and write the decision; every refusal happens before anything is signed."""
     from bounded.files import KIB, read_secret
-    from node.approval import sign_approval, write_approval
-    from node.egress import EgressBundle
+    from node.egress.approval import sign_approval, write_approval
+    from node.egress.bundle import EgressBundle
     from noise.errors import NoiseError
     from noise.keys import IdentityKey, key_fingerprint
 
@@ -316,7 +316,7 @@ def _export(args: argparse.Namespace, folder: Path, review: Review | SummaryRevi
     import os
     import shutil
 
-    from node.egress import APPROVAL
+    from node.egress.bundle import APPROVAL
 
     target: Path = args.export
     broken = [f for f in review.findings if f.level == "fail" and f.check in _INTEGRITY]
@@ -352,8 +352,8 @@ def _import(
     An approval is taken in only for a bundle that passes this side's review
     too, as ``--approve`` signs none for a failing one.
     """
-    from node.approval import read_approval_file, verify_approval, write_approval
-    from node.egress import EgressBundle
+    from node.egress.approval import read_approval_file, verify_approval, write_approval
+    from node.egress.bundle import EgressBundle
     from node.errors import ApprovalError
 
     source: Path = args.import_decision

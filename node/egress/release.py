@@ -35,7 +35,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from node.receipt import DPReceipt, MaskingFacts, ObserverRelease, TensorEntry
+from node.egress.receipt import DPReceipt, MaskingFacts, ObserverRelease, TensorEntry
 from noise.accounting import (
     Observer,
     ObserverPrivacy,
@@ -463,7 +463,7 @@ class ReleaseNoise:
 
 
 # The unit-scale privacy report covers every node of a design at once; the
-# budget checks plan the same design for each node in turn (node.budget), so
+# budget checks plan the same design for each node in turn (node.egress.budget), so
 # the report is kept for the few designs seen last instead of recomputed K times.
 _REPORTS: dict[tuple[object, ...], list[ObserverPrivacy]] = {}
 _REPORTS_KEPT = 8

@@ -3,7 +3,7 @@
 ``zerosum federation init`` calls :func:`pin_noise` before it writes the
 config: for every plan round it takes the tensors' public sensitivities Δ_t
 (``PlanDefinition.public_sensitivities``, from the declared clipping bounds),
-adds the grid's rounding (√d_t·2^-F, ``node.release``), and sets
+adds the grid's rounding (√d_t·2^-F, ``node.egress.release``), and sets
 
 * calibrated policy: σ_t = Δ_t·√M/μ*(ε, δ) — the release of M tensors is then
   μ*-GDP against an outsider, μ* from the analytic Gaussian mechanism
@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from node.release import _grid_sensitivity
+from node.egress.release import _grid_sensitivity
 from noise.accounting import gaussian_mu
 from proto.federation import ConfigError, FederationConfig
 from proto.federation.schema import MAX_NOISE_STD_UNITS

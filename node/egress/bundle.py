@@ -35,7 +35,7 @@ One folder per node and round, ``OUT/egress/round-<r>/`` (docs/design.md §8):
     tests). Its own SHA-256 is what a reviewer signs to approve the release.
 
 The un-noised counterpart of each bundle lives in ``OUT/audit/round-<r>/``
-(node/audit.py) and never leaves the TRE.
+(node/egress/audit.py) and never leaves the TRE.
 """
 
 from __future__ import annotations
@@ -54,8 +54,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from node.errors import EgressError, EgressIntegrityError
-from node.receipt import (
+from node.egress.receipt import (
     DPReceipt,
     LayoutError,
     MaskingFacts,
@@ -66,6 +65,7 @@ from node.receipt import (
     entries_layout,
     json_number,
 )
+from node.errors import EgressError, EgressIntegrityError
 from node.records.atomic import (
     atomic_write_bytes,
     atomic_write_json,

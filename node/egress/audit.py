@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from node.egress import EgressBundle, EgressError, load_payload
-from node.receipt import TensorEntry, check_layout, entries_layout
+from node.egress.bundle import EgressBundle, EgressError, load_payload
+from node.egress.receipt import TensorEntry, check_layout, entries_layout
 from node.records.atomic import atomic_write_json, atomic_writer
 from noise.fixed_point import FixedPointCodec
 from noise.layout import payload_digest

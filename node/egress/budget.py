@@ -15,7 +15,7 @@ Without residual noise the coordinator adds up the egresses and learns the
 exact sums, by design (docs/design.md §5): μ = ∞ for ``coordinator`` and
 ``coalition:m``. Those classes are not held to the cap; a refusal lists them.
 
-Each release's μ per class comes from ``node.release.ReleaseNoise.mu``;
+Each release's μ per class comes from ``node.egress.release.ReleaseNoise.mu``;
 releases compose as μ = sqrt(Σ μ_r²) and ε is read off the Gaussian tradeoff
 at the ledger's δ (Dong, Roth & Su 2022, Corollary 3.3; Balle & Wang 2018).
 :func:`session_cost` gives the μ of each of a session's plan rounds among its
@@ -36,8 +36,8 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from node.egress.release import TensorSensitivity, plan_release
 from node.records.ledger import ObserverTotal, PrivacyLedger, observer_of
-from node.release import TensorSensitivity, plan_release
 from noise.accounting import Observer, compose_mu, gaussian_epsilon
 from proto.federation import FederationConfig
 
@@ -79,7 +79,7 @@ def session_cost(
 ) -> dict[str, dict[str, float]]:
     """μ per observer class of each plan round (by name) of one session among ``participants``.
 
-    Each round is planned as ``node.release.plan_release`` plans it when it
+    Each round is planned as ``node.egress.release.plan_release`` plans it when it
     opens with these participants; under CAPE that is the model round (its
     secure-sum round releases no data).
     """

@@ -50,7 +50,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from bounded.files import LocalFileError, read_limited_text
 from bounded.nesting import NestingError, parse_json
-from node.egress import APPROVAL, EgressBundle
+from node.egress.bundle import APPROVAL, EgressBundle
 from node.errors import ApprovalError, ApprovalRejected, SetupError
 from node.records.atomic import atomic_write_json
 from noise.keys import IdentityKey, key_fingerprint, length_prefixed

@@ -1,0 +1,1 @@
+"""What leaves a TRE: the bundle, its audit, approval and receipt, the release and its budget."""
