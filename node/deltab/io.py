@@ -42,6 +42,7 @@ from numpy.typing import NDArray
 
 from bounded.files import GIB, LocalFileError, MissingFileError, open_limited
 from node.deltab.cells import spreadsheet_safe
+from node.deltab.exceptions import DeltabError
 
 __all__ = [
     "ID_COLUMN_NAMES",
@@ -73,7 +74,7 @@ AGE_COLUMN_NAME = "age"
 ID_LABEL = "id"  # how an id column is named in messages, whatever its header says
 
 
-class DeltabInputError(ValueError):
+class DeltabInputError(DeltabError):
     """An input file or output path the brain-age tools cannot use; the message says why."""
 
 

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from node.deltab._checks import FloatArray
+from node.deltab.exceptions import DeltabError
 
 __all__ = ["OUT_OF_RANGE_CHOICES", "OutOfRange", "OutOfRangeError", "fit_to_training_bounds"]
 
 OUT_OF_RANGE_CHOICES = ("clip", "refuse")
 
 
-class OutOfRangeError(ValueError):
+class OutOfRangeError(DeltabError):
     """Values lie outside the model's training bounds and the caller asked to refuse them."""
 
 
