@@ -28,7 +28,7 @@ from coordinator.store.rows import layout_from_json
 from node.deltab.io import Table
 from node.deltab.model import BrainAgeModel
 from node.deltab.persist import load_model
-from node.deltab.plan import NodeState, finish, receive, round_tensors
+from node.deltab.plan import NodeMemory, finish, receive, round_tensors
 from node.deltab.stats import combine
 from node.deltab.sums import MEANS, SUMS
 from node.plans.deltab import plan_settings
@@ -326,7 +326,7 @@ def reference_model(
     settings = plan_settings(federation.config)
     first, second = sorted(means_nodes), sorted(sums_nodes)
     cohorts = {n: federation.cohort(n) for n in {*first, *second}}
-    states = {n: NodeState(settings=settings) for n in cohorts}
+    states = {n: NodeMemory(settings=settings) for n in cohorts}
     means = combine(
         [round_tensors(MEANS, cohorts[n].features, cohorts[n].age, states[n]) for n in first]
     )
