@@ -42,9 +42,7 @@ is refused on load, as ``ssh`` refuses such a private key.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -61,6 +59,7 @@ from node.records.atomic import (
     atomic_write_json,
     read_private_bytes,
 )
+from node.records.folder_lock import held_exclusively
 from noise.keys import EphemeralKey, key_fingerprint
 
 # The session record holds ids, hashes and keys: kilobytes.
@@ -165,22 +164,15 @@ class SessionStore:
         a third process lock a new file while the second still holds the old).
         """
         self.out.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-                raise SessionStateError(
-                    f"{self.out} is in use by another process running a node (process "
-                    f"{holder} holds {self.lock_path.name}); one output folder serves one "
-                    "running node: stop that process, or wait for it to end"
-                ) from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        with held_exclusively(
+            self.lock_path,
+            lambda holder: (
+                f"{self.out} is in use by another process running a node (process "
+                f"{holder} holds {self.lock_path.name}); one output folder serves one "
+                "running node: stop that process, or wait for it to end"
+            ),
+        ):
             yield
-        finally:
-            os.close(fd)  # closing the descriptor releases the lock
 
     def read(self) -> SessionRecord | None:
         """``session.json`` parsed and checked, or None when there is none."""

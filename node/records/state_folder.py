@@ -58,9 +58,7 @@ compared whole, so the copy this module keeps in OUT adds nothing.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -72,6 +70,7 @@ from bounded.files import LocalFileError, read_limited_text
 from bounded.nesting import NestingError, parse_json
 from node.errors import SessionFailed, SessionStateError
 from node.records.atomic import atomic_write_json
+from node.records.folder_lock import held_exclusively
 from node.records.ledger import LedgerError, PrivacyLedger
 from noise.keys import key_fingerprint
 
@@ -220,23 +219,16 @@ class NodeState:
         holder ends, however it ends; the file stays.
         """
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
-                raise SessionStateError(
-                    f"the state folder {self.folder} is in use by another process running "
-                    f"node {self.node_id!r} (process {holder} holds {self.lock_path.name}); "
-                    "one state folder serves one running node, as it holds the node's one "
-                    "privacy ledger: stop that process, or wait for it to end"
-                ) from None
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)
+        with held_exclusively(
+            self.lock_path,
+            lambda holder: (
+                f"the state folder {self.folder} is in use by another process running "
+                f"node {self.node_id!r} (process {holder} holds {self.lock_path.name}); "
+                "one state folder serves one running node, as it holds the node's one "
+                "privacy ledger: stop that process, or wait for it to end"
+            ),
+        ):
             yield
-        finally:
-            os.close(fd)  # closing the descriptor releases the lock
 
     # -- the last failure -----------------------------------------------
 
