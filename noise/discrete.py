@@ -72,9 +72,9 @@ for n and n' < BLOCK need not share a prefix). Every floating-point value only c
 "decided" and "decide exactly", never the outcome, so two installations with
 different libm or SIMD code draw the same integers. The keystream words are
 randomgen's ``AESCounter`` words, made here by OpenSSL (:class:`_Keystream`)
-because its one-call-per-batch AES is four times faster; batches are worked
-through in reused buffers of :data:`_CHUNK` proposals, which changes where
-the work is cached, not what is drawn.
+because its one-call-per-batch AES is four times faster; each batch is worked
+through in buffers reused from batch to batch, which changes where the work
+is cached, not what is drawn.
 """
 
 from __future__ import annotations
@@ -135,8 +135,6 @@ _TWO53 = 2.0**53
 #: −ln u_pt ≤ 53 ln 2 < 36.74 for every u_pt ≥ 2^-53 (so V ≤ 36.74·L from float).
 _MOST_NEG_LOG = 36.74
 _BATCH = 1 << 14
-#: Proposals worked through at once (a batch in cache-sized pieces; no effect on the draws).
-_CHUNK = 1 << 14
 _MASK64 = (1 << 64) - 1
 _LE_U64 = np.dtype("<u8")
 _TWO52 = 2.0**52
@@ -354,11 +352,10 @@ class _Keystream:
 
 
 class _Workspace:
-    """Buffers for one chunk of proposals, reused from chunk to chunk."""
+    """Buffers for one batch of proposals, reused from batch to batch."""
 
     def __init__(self, size: int) -> None:
-        self.words = np.empty(2 * size + 4, dtype=_LE_U64)  # a then b, or a alone
-        self.b_words = np.empty(size + 4, dtype=_LE_U64)
+        self.words = np.empty(2 * size + 4, dtype=_LE_U64)  # a batch's a words, then its b
         self.u_pt = np.empty(size, dtype=np.float64)
         self.uf = np.empty(size, dtype=np.float64)
         self.z = np.empty(size, dtype=np.float64)
@@ -372,7 +369,7 @@ class _Workspace:
         self._views: dict[int, tuple[Any, ...]] = {}
 
     def views(self, m: int) -> tuple[Any, ...]:
-        """The buffers cut to m proposals (cut once per size: most chunks have the same)."""
+        """The buffers cut to m proposals (cut once per size: most batches have the same)."""
         cut = self._views.get(m)
         if cut is None:
             cut = (
@@ -506,7 +503,7 @@ def _proposals(  # noqa: PLR0917 - one call site, every argument needed
 
 def _block_stream(key: bytes, block: int) -> _Keystream:
     counter = (int.from_bytes(key[16:32], "little") + block * _BLOCK_COUNTER_STRIDE) % (1 << 128)
-    return _Keystream(key[:16], counter, 2 * _CHUNK + 4)
+    return _Keystream(key[:16], counter, 2 * _BATCH + 4)
 
 
 def _fill_block(
@@ -515,9 +512,8 @@ def _fill_block(
     """Fill ``out`` (at most BLOCK values) with block ``block``'s draws.
 
     A batch of m proposals takes the block's next 2m words, proposal i words
-    i and m + i of them; the batch is worked through in chunks of at most
-    :data:`_CHUNK` proposals, which only changes where the work is cached, not
-    what is drawn.
+    i and m + i of them, drawn in one keystream call and worked through in
+    the reused buffers of ``work``.
     """
     size = out.size
     stream = _block_stream(key, block)
@@ -528,23 +524,14 @@ def _fill_block(
             return
         need = size - filled
         m = min(_BATCH, need + need // 2 + 16)
-        for k in range(0, m, _CHUNK):
-            c = min(_CHUNK, m - k)
-            if c == m:  # the whole batch at once: its a and b words are one stretch
-                words = stream.words_at(2 * index, 2 * m, work.words)
-                a, b = words[:m], words[m:]
-            else:
-                a = stream.words_at(2 * index + k, c, work.words)
-                b = stream.words_at(2 * index + m + k, c, work.b_words)
-            taken, patches = _proposals(law, a, b, key, block, index + k, work)
-            take = min(taken.size, size - filled)
-            out[filled : filled + take] = taken[:take]
-            for position, value in patches:
-                if position < take:
-                    out[filled + position] = value
-            filled += take
-            if filled >= size:
-                break
+        words = stream.words_at(2 * index, 2 * m, work.words)
+        taken, patches = _proposals(law, words[:m], words[m:], key, block, index, work)
+        take = min(taken.size, need)
+        out[filled : filled + take] = taken[:take]
+        for position, value in patches:
+            if position < take:
+                out[filled + position] = value
+        filled += take
         index += m
     raise ArithmeticError("the discrete sampler did not fill its block")  # pragma: no cover
 
@@ -557,7 +544,7 @@ def _draw(law: _Law, key: bytes, n: int) -> NDArray[np.int64]:
     if count < 0:
         raise ValueError(f"n must be >= 0; got {count}")
     out = np.empty(count, dtype=np.int64)
-    work = _Workspace(min(_CHUNK, count + count // 2 + 16))
+    work = _Workspace(min(_BATCH, count + count // 2 + 16))
     for block, start in enumerate(range(0, count, BLOCK)):
         _fill_block(law, raw_key, block, out[start : start + BLOCK], work)
     return out
