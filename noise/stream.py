@@ -39,7 +39,8 @@ they draw the same integers on every correct installation; what can still
 differ is the software itself (a changed sampler, randomgen's AES counter
 layout). TREs install their own software, so :func:`stream_fingerprint`
 digests a reference stream — raw words, discrete Gaussians at several scales
-(the exact path included) and discrete Laplace draws from a published key.
+and discrete Laplace draws from a published key (the samplers' rare exact
+paths are pinned by their known-answer tests, which force them).
 ``zerosum federation init`` pins it in ``federation.toml`` (``stream_check``)
 and a node whose draws differ refuses to start, instead of producing an
 aggregate that is silently wrong. numpy's ziggurat (:func:`standard_normal`)
@@ -73,7 +74,7 @@ STREAM_KEY_BYTES = 32
 # at small scales) is reached in expectation, and the check takes well under a second.
 STREAM_CHECK_DRAWS = 1 << 17
 _STREAM_CHECK_KEY = hashlib.sha256(b"zerosum/v2/stream-check").digest()
-# Small scales (whose proposals go exact most often), the demo's and the 2,641-feature scale.
+# Small scales, the demo's and the 2,641-feature scale.
 _CHECK_SCALES = (0.5, 3.0, 5.4e10, 1.0e14)
 
 
