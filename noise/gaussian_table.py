@@ -278,7 +278,7 @@ def _table(variance: Fraction, reach: int) -> GaussianTable:
     if s_up >= 1:
         sum_up = Fraction(1, 2) + s_up * _ROOT_HALF_PI_UP * (1 + Fraction(1, 10**8))
     else:
-        sum_up = sum(_pi_up(Fraction(v * v) / (2 * variance)) for v in range(bins))
+        sum_up = sum((_pi_up(Fraction(v * v) / (2 * variance)) for v in range(bins)), Fraction(0))
     if j == 0:  # bins of one value: the value 0 is proposed with half its weight (no sign)
         sum_up -= Fraction(1, 2)
     # With the tail's 2·(W/h)·π(B), Σ c ≤ S·(that bound) + bins + 1 ≤ total.

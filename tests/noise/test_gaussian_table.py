@@ -1,4 +1,4 @@
-"""The discrete Gaussian's table (noise.gaussian_table): its envelope, its alias, its exact path, its tail.
+"""noise.gaussian_table: the discrete Gaussian's envelope, alias table, exact path and tail.
 
 The goodness of fit of ``discrete_gaussian`` against the exact pmf is in
 test_discrete.py; here the pieces behind it are checked one by one, and the
@@ -9,6 +9,7 @@ so that a whole sample goes through them.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from decimal import Decimal, localcontext
 from fractions import Fraction
@@ -230,9 +231,7 @@ def test_the_tail_beyond_b_follows_the_law(
     # χ² on bins of width σ/2 (expected ≥ 5 pooled into the ends).
     edges = np.arange(-half, half + 2, max(1, int(scale // 2)))
     observed_bins, _ = np.histogram(draws, bins=edges)
-    expected = np.array(
-        [pmf[(ys >= lo) & (ys < hi)].sum() for lo, hi in zip(edges[:-1], edges[1:], strict=True)]
-    )
+    expected = np.array([pmf[(ys >= lo) & (ys < hi)].sum() for lo, hi in itertools.pairwise(edges)])
     keep = expected * n >= 5
     f_obs = np.append(observed_bins[keep], observed_bins[~keep].sum())
     f_exp = np.append(expected[keep], expected[~keep].sum()) * n
