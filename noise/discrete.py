@@ -2,14 +2,20 @@
 
 Everything a node adds to its egress is an integer on the fixed-point grid,
 drawn here from an AES-128-CTR keystream (``noise.stream``) so that both ends
-of a pair draw the same integers. The construction follows Canonne, Kamath &
-Steinke (2020, "The discrete Gaussian for differential privacy", NeurIPS;
-arXiv 2004.00010): a discrete-Laplace proposal made of uniform integers and
-geometric counts, and Bernoulli acceptance. No step maps a float onto the
-output grid, so the output has no float-lattice structure at any scale.
+of a pair draw the same integers. No step maps a float onto the output grid,
+so the output has no float-lattice structure at any scale.
 
-**Target laws.** N_Z(0, σ²) has P[Y = y] ∝ exp(−y²/(2σ²)) on the integers;
-Lap_Z(b) has P[Y = y] ∝ exp(−|y|/b).
+**Target laws.** N_Z(0, σ²) has P[Y = y] ∝ exp(−y²/(2σ²)) on the integers
+(Canonne, Kamath & Steinke 2020, "The discrete Gaussian for differential
+privacy", NeurIPS; arXiv 2004.00010); Lap_Z(b) has P[Y = y] ∝ exp(−|y|/b).
+
+**The discrete Gaussian** is drawn from the proposal of
+``noise.gaussian_table`` (integer bin weights, an alias draw and one
+acceptance test, about 99 % of proposals accepted); its exactness argument is
+in that module. The rest of this docstring is the discrete Laplace's, which
+follows Canonne et al.'s Algorithm 2 with a wider split of t; both share the
+keystream, the blocks, the batches and the exact comparison on the 2^-32
+grid described below.
 
 **Proposal.** Fix t = L·2^j with L a whole number (32 ≤ L < 64 once the scale
 reaches 64) and t' = t/L = 2^j.
@@ -26,14 +32,10 @@ first acceptance e^(−U/t) ≥ e^(−1/L): about 99 % of proposals pass it
 (the undivided U < t passes 63 %).
 
 **Acceptance.** Both Bernoulli steps are folded into one test with
-probability p = exp(−γ):
-
-* discrete Gaussian: γ = U/t + (X − σ²/t)²/(2σ²), so the accepted Y has
-  P ∝ e^(−|y|/t)·e^(−(|y| − σ²/t)²/(2σ²)) ∝ e^(−y²/(2σ²)) (Canonne et al.,
-  Algorithm 3, for any t > 0; t within a few per cent of σ, where about 76 %
-  of proposals are accepted);
-* discrete Laplace of scale b, with b ≤ t ≤ (1 + 1/32)·b: γ = U/t + X·(1/b − 1/t), so
-  the accepted Y has P ∝ e^(−|y|/b).
+probability p = exp(−γ), γ = U/t + X·(1/b − 1/t) with b ≤ t ≤ (1 + 1/32)·b,
+so the accepted Y has P ∝ e^(−|y|/b). (The same proposal serves the discrete
+Gaussian with γ = U/t + (X − σ²/t)²/(2σ²), Canonne et al.'s Algorithm 3, but
+accepts only about 76 % there; ``noise.gaussian_table`` accepts about 99 %.)
 
 **Exact decisions from floating point.** A test "u < p" takes its uniform u
 from 32 keystream bits, u = (w + r)/2^32 with r ∈ [0, 1) the rest of an
@@ -53,8 +55,7 @@ and the test (ties of V against its thresholds are resolved the same way).
 So the sampler draws *exactly* from N_Z(0, σ²) or Lap_Z(b) given uniform
 keystream bits, provided numpy's float64 exp and arithmetic stay within
 2^-49 of the true p. They do: γ̂ has relative error below 2^-50 (U·2^-k is
-exact; the cancellation in X − σ²/t costs at most 2^-52·max(X, σ²/t), and
-e^(−z²/2)·|z|·(|z| + 2√2) ≤ 2.3 for z = (X − σ²/t)/σ), p·|γ̂ − γ| ≤
+exact; X·(1/b − 1/t) is one rounded product of an exact X), p·|γ̂ − γ| ≤
 p·γ·2^-50 + … < 2^-50, and float64 exp is accurate to a few ulp (2^-51
 absolute on [0, 1]). The value X = U + 2^j·V itself is built in float64
 (2^j·V and U are exact, and so is their sum below 2^53); the rare X of 2^53

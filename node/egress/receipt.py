@@ -38,9 +38,9 @@ GAUSSIAN_MECHANISM = (
     "calibrated as the analytic Gaussian mechanism (Balle & Wang 2018)"
 )
 SAMPLER = (
-    "exact integer sampler on the AES-128-CTR keyed streams (noise.discrete): a "
-    "discrete-Laplace proposal of uniform integers and geometric counts, Bernoulli "
-    "acceptance decided exactly"
+    "exact integer sampler on the AES-128-CTR keyed streams (noise.discrete): bins "
+    "of an integer alias table with a geometric tail (noise.gaussian_table) and one "
+    "acceptance test decided exactly"
 )
 
 
