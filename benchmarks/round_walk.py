@@ -23,12 +23,16 @@ stands). Following that module through the trace:
   as does a second call into a helper module);
 * ``round_walk_transitions``: every change of module, first visits included;
 * ``round_walk_module_pairs``: distinct (from, to) pairs among those changes,
-  which a loop over tensors or chunks does not inflate.
+  which a loop over tensors or chunks does not inflate;
+* ``round_walk_distinct_returns``: distinct (from, to) pairs among the returns,
+  i.e. the returns counted once per edge, so that neither a loop nor the
+  node's polls while it waits inflate them.
 
 The session, keys and cohorts are the same every time, so the modules and
 the module pairs are fixed for a given code base; returns and transitions
 also count the node's polls while it waits for the round's result, whose
-number depends on timing (a few per cent from run to run). One run is
+number depends on timing (a few per cent from run to run); the distinct
+returns do not. One run is
 therefore enough; ``repeats`` is accepted for the benchmark runner and ignored.
 """
 
@@ -140,14 +144,20 @@ class Walk:
     def figures(self) -> dict[str, float]:
         seen: set[str] = set()
         returns = 0
+        return_pairs: set[tuple[str, str]] = set()
+        previous: str | None = None
         for module in self.path:
             if module in seen:
                 returns += 1
+                if previous is not None:
+                    return_pairs.add((previous, module))
             seen.add(module)
+            previous = module
         pairs = set(zip(self.path, self.path[1:], strict=False))
         return {
             "round_walk_modules": float(len(seen)),
             "round_walk_returns": float(returns),
+            "round_walk_distinct_returns": float(len(return_pairs)),
             "round_walk_transitions": float(max(0, len(self.path) - 1)),
             "round_walk_module_pairs": float(len(pairs)),
         }
