@@ -62,11 +62,11 @@ from node.errors import (
 )
 from node.gateway import CoordinatorGateway
 from node.masking import MaskPrefetch
+from node.plans.deltab.summary_release import release_delta_summary
 from node.records.session_state import SessionStore
 from node.records.state_folder import NodeState
 from node.session.cape_round import run_cape_sum_round
 from node.session.context import NodeOptions, SessionContext
-from node.session.delta_summary_step import release_delta_summary
 from node.session.egress_steps import check_session_budget
 from node.session.joining import join
 from node.session.model_round import prefetch_mask, run_model_round

@@ -14,7 +14,7 @@ tables (``[plan.*]``). A plan, as installed in a TRE, is a
   and writes the model and the node's own predictions at the end.
 
 The session code (``node.session``) sees only these two; deltab
-(``node.plans.deltab``) and the federated logistic regression
+(``node.plans.deltab.plan``) and the federated logistic regression
 (``node.plans.logreg``) are two plans among any others a TRE installs.
 """
 

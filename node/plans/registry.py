@@ -32,7 +32,7 @@ class PlanMismatch(ConfigError):
 
 
 def _builtin() -> dict[str, PlanDefinition]:
-    from node.plans.deltab import PLAN as DELTAB
+    from node.plans.deltab.plan import PLAN as DELTAB
     from node.plans.logreg import PLAN as LOGREG
 
     return {DELTAB.name: DELTAB, LOGREG.name: LOGREG}

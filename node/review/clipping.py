@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from node.egress.audit import AuditRecord
 from node.egress.bundle import EgressBundle
-from node.plans.deltab_settings import DeltabSettings
+from node.plans.deltab.settings import DeltabSettings
 from node.review.findings import Finding, fail, note, passed
 from proto.federation import ConfigError, FederationConfig
 

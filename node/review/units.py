@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from node.egress.bundle import EgressBundle
-from node.plans.deltab_settings import DeltabSettings
+from node.plans.deltab.settings import DeltabSettings
 from proto.federation import ConfigError, FederationConfig
 
 __all__ = ["MEANINGS", "TensorView", "ValueRow", "real_units"]

@@ -97,7 +97,7 @@ def test_a_third_party_plan_is_found_through_its_entry_point(
     (tmp_path / "tre_ridge_plan.py").write_text(
         textwrap.dedent(
             """
-            from node.plans.deltab import PLAN as _DELTAB
+            from node.plans.deltab.plan import PLAN as _DELTAB
             from dataclasses import replace
             PLAN = replace(_DELTAB, name="ridge", version="0.1", modules=("tre_ridge_plan",))
             """

@@ -4,7 +4,7 @@ When ``[plan.delta_summary]`` is enabled the node, once its model is written,
 summarises its own subjects' deltas under the model fitted without them (the
 plan's ``summary_deltas``: the others' sums, so the summary is ε-DP in this
 node's cohort whatever else is known; docs/design.md §8) with
-``node.delta_summary`` and writes the bundle of ``node.summary_bundle``. As
+``node.plans.deltab.delta_summary`` and writes the bundle of ``node.plans.deltab.summary_bundle``. As
 for a round's egress the budget is checked first (the summary's ε is seen
 by every observer class), the output checker's decision is awaited (the
 same gate and checker keys), and the ledger records the release before it
@@ -25,19 +25,19 @@ from pathlib import Path
 
 import numpy as np
 
-from node.delta_summary import summarise
 from node.egress.approval import ApprovalGate
 from node.errors import EgressIntegrityError, ModelFitError, NodeRefused, SessionFailed
-from node.session.context import SessionContext
-from node.session.egress_steps import budget_refusal
-from node.session.self_masking import private_seed
-from node.summary_bundle import (
+from node.plans.deltab.delta_summary import summarise
+from node.plans.deltab.summary_bundle import (
     MANIFEST,
     SUMMARY_ROUND,
     SUMMARY_ROUND_NAME,
     SummaryBundle,
     summary_folder,
 )
+from node.session.context import SessionContext
+from node.session.egress_steps import budget_refusal
+from node.session.self_masking import private_seed
 from noise.keys import key_fingerprint
 
 __all__ = ["release_delta_summary"]

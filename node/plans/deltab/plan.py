@@ -29,7 +29,6 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from node.cohort import LocalCohort, load_cohort
 from node.deltab import plan as deltab_plan
 from node.deltab.cells import spreadsheet_safe
 from node.deltab.out_of_range import fit_to_training_bounds
@@ -38,7 +37,8 @@ from node.deltab.plan import PlanSettings
 from node.deltab.sums import DERIVATIONS, MEANS, SUMS, plan_shapes, sensitivity
 from node.egress.release import TensorSensitivity
 from node.errors import LocalDataError, ModelFitError
-from node.plans.deltab_settings import DeltabSettings
+from node.plans.deltab.cohort import LocalCohort, load_cohort
+from node.plans.deltab.settings import DeltabSettings
 from node.plans.interface import PlanDefinition
 from node.preflight import ClipShare, CohortPreflight
 from node.records.atomic import atomic_write_text
@@ -147,7 +147,7 @@ class DeltabPlan:
 
     def __init__(self, config: FederationConfig, cohort: LocalCohort) -> None:
         declared = check_rounds(config)
-        # [plan.delta_summary], when present and enabled (node.delta_summary).
+        # [plan.delta_summary], when present and enabled (node.plans.deltab.delta_summary).
         summary = declared.delta_summary
         self.delta_summary = summary if summary is not None and summary.enabled else None
         self.config = config
@@ -395,10 +395,10 @@ def _modules() -> tuple[str, ...]:
 
     model = tuple(f"node.deltab.{m.name}" for m in pkgutil.iter_modules(node.deltab.__path__))
     return (
-        "node.plans.deltab",
-        "node.plans.deltab_settings",
-        "node.delta_summary",
-        "node.cohort",
+        "node.plans.deltab.plan",
+        "node.plans.deltab.settings",
+        "node.plans.deltab.delta_summary",
+        "node.plans.deltab.cohort",
         "node.deltab",
         *model,
     )

@@ -1,0 +1,1 @@
+"""The brain-age plan (deltab): its rounds, cohort, settings and delta summary."""
