@@ -387,7 +387,7 @@ def _import(
 def _show_summary(
     args: argparse.Namespace, folder: Path, thresholds: object, *, full: bool
 ) -> SummaryReview:
-    """The review of a delta-summary bundle (node.plans.deltab.summary_bundle), shown like a round's."""
+    """The review of a delta-summary bundle (node.plans.deltab), shown like a round's."""
     from node.plans.deltab.summary_review import review_summary, summary_text
     from node.review.sdc import SDCThresholds
 
