@@ -117,13 +117,15 @@ class ClippedColumns:
     """The columns a plan clips to public bounds, as its audit record counts them.
 
     ``names`` as a reviewer sees them, ``keys`` the audit record's counts of
-    the same columns (``ModelPlan.clipped``), and the share of subjects past
-    which a column's bounds do not fit the data (``node.review.clipping``).
+    the same columns (``ModelPlan.clipped``), the share of subjects past
+    which a column's bounds do not fit the data (``node.review.clipping``),
+    and the columns in words, for "0 % for ...".
     """
 
     names: tuple[str, ...]
     keys: tuple[str, ...]
     max_fraction: float
+    in_words: str = "every column"
 
 
 class ModelPlan(Protocol):

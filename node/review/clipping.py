@@ -46,6 +46,8 @@ class ClippingTable:
     subjects: int
     threshold: float
     columns: tuple[ColumnClipping, ...]
+    # The columns in words ("age and every feature"), as the plan names them.
+    in_words: str = "every column"
 
     def over(self) -> tuple[ColumnClipping, ...]:
         return tuple(c for c in self.columns if c.fraction > self.threshold)
@@ -56,7 +58,7 @@ class ClippingTable:
         head += f"; fails above {self.threshold:.1%})"
         clipped = [c for c in self.columns if c.clipped]
         if not clipped:
-            return [f"{head}: 0 % for age and every feature"]
+            return [f"{head}: 0 % for {self.in_words}"]
         lines = [f"{head}:"]
         for column in clipped:
             mark = "  FAIL" if column.fraction > self.threshold else ""
@@ -98,7 +100,7 @@ def clipping_table(
         ColumnClipping(name, int(counts.get(key, 0)), int(counts.get(key, 0)) / max(subjects, 1))
         for name, key in zip(clipping.names, clipping.keys, strict=True)
     )
-    return ClippingTable(subjects, clipping.max_fraction, columns)
+    return ClippingTable(subjects, clipping.max_fraction, columns, clipping.in_words)
 
 
 def _clipped_columns(
@@ -142,7 +144,7 @@ def check_clipping(
     detail = (
         f"at most {worst.fraction:.1%} ({worst.name!r})"
         if worst.clipped
-        else "0 % for age and every feature"
+        else f"0 % for {table.in_words}"
     )
     return [
         passed(

@@ -407,6 +407,7 @@ def clipped_columns(config: FederationConfig) -> ClippedColumns:
         names=("age", *clipping.feature_names),
         keys=("age", *(f"feature:{name}" for name in clipping.feature_names)),
         max_fraction=clipping.max_clipped_fraction,
+        in_words="age and every feature",
     )
 
 
