@@ -66,7 +66,6 @@ from node.records.session_state import SessionStore
 from node.records.state_folder import NodeState
 from node.session.cape_round import run_cape_sum_round
 from node.session.context import NodeOptions, SessionContext
-from node.session.delta_summary_step import release_delta_summary
 from node.session.egress_steps import check_session_budget
 from node.session.joining import join
 from node.session.model_round import prefetch_mask, run_model_round
@@ -251,7 +250,9 @@ class NodeRunner:
                 self.say(f"model written to {model}; predictions to {predictions}")
                 if ctx.plan.prediction_note is not None:
                     self.say(f"note: {ctx.plan.prediction_note}")
-                release_delta_summary(ctx, model)
+                after = ctx.plan.post_model_release()
+                if after is not None:
+                    after.release(ctx, model)
                 return RunOutcome(
                     ctx.session_id,
                     model,

@@ -36,7 +36,8 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from node.egress.release import TensorSensitivity, plan_release
+from node.egress.release import plan_release
+from node.plans.interface import TensorSensitivity
 from node.records.ledger import ObserverTotal, PrivacyLedger, observer_of
 from noise.accounting import Observer, compose_mu, gaussian_epsilon
 from proto.federation import FederationConfig

@@ -36,6 +36,7 @@ from fractions import Fraction
 import numpy as np
 
 from node.egress.receipt import DPReceipt, MaskingFacts, ObserverRelease, TensorEntry
+from node.plans.interface import TensorSensitivity
 from noise.accounting import (
     Observer,
     ObserverPrivacy,
@@ -54,7 +55,6 @@ from proto.federation.schema import RoundSpec
 __all__ = [
     "FLOOR_RTOL",
     "ReleaseNoise",
-    "TensorSensitivity",
     "cape_floor_shortfall",
     "pinned_stds",
     "plan_release",
@@ -65,22 +65,6 @@ __all__ = [
 # Relative slack of the noise-floor check: designs meet their targets with
 # equality up to floating-point rounding.
 FLOOR_RTOL = 1e-9
-
-
-@dataclass(frozen=True)
-class TensorSensitivity:
-    """A tensor's L2 sensitivity (one subject added or removed) and how it was derived."""
-
-    name: str
-    sensitivity: float
-    derivation: str
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.sensitivity) and self.sensitivity > 0):
-            raise ValueError(
-                f"tensor {self.name!r} has sensitivity {self.sensitivity!r}; "
-                "it must be finite and > 0"
-            )
 
 
 def with_cape_participants(noise: ReleaseNoise, participants: Collection[str]) -> ReleaseNoise:

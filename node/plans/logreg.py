@@ -36,9 +36,8 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from node.egress.release import TensorSensitivity
 from node.errors import LocalDataError
-from node.plans.interface import PlanDefinition
+from node.plans.interface import PlanDefinition, TensorSensitivity
 from node.preflight import ClipShare, CohortPreflight
 from node.records.atomic import atomic_write_json, atomic_write_text
 from noise.layout import Layout
@@ -263,7 +262,6 @@ class LogregPlan:
                 f"least {config.min_cohort_size} per node (min_cohort_size)"
             )
         self.round_names: tuple[str, ...] = config.plan.round_names
-        self.delta_summary = None
         self.prediction_note: str | None = None
         self._x = self.settings.prescale(table.features)
         self.theta = np.zeros(self.settings.n_features + 1)
@@ -365,6 +363,10 @@ class LogregPlan:
             f"most {self.settings.clip_norm:g}, with calibrated Gaussian noise; no "
             "subject-level value is released.",
         )
+
+    def post_model_release(self) -> None:
+        """The rounds are all this plan releases."""
+        return None
 
     def probabilities(self, features: FloatArray) -> FloatArray:
         return sigmoid(self.settings.prescale(features) @ self.theta)

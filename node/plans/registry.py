@@ -22,7 +22,13 @@ from importlib.metadata import entry_points
 from node.plans.interface import PlanDefinition
 from proto.federation import ConfigError, FederationConfig
 
-__all__ = ["ENTRY_POINT_GROUP", "PlanMismatch", "installed_plans", "plan_for"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PlanMismatch",
+    "installed_plan",
+    "installed_plans",
+    "plan_for",
+]
 
 ENTRY_POINT_GROUP = "zerosum.plans"
 
@@ -32,7 +38,7 @@ class PlanMismatch(ConfigError):
 
 
 def _builtin() -> dict[str, PlanDefinition]:
-    from node.plans.deltab import PLAN as DELTAB
+    from node.plans.deltab.plan import PLAN as DELTAB
     from node.plans.logreg import PLAN as LOGREG
 
     return {DELTAB.name: DELTAB, LOGREG.name: LOGREG}
@@ -57,6 +63,19 @@ def installed_plans() -> dict[str, PlanDefinition]:
             )
         plans[point.name] = found
     return plans
+
+
+def installed_plan(config: FederationConfig) -> PlanDefinition | None:
+    """The installed plan of the config's name, unchecked; None if there is none to be had.
+
+    For the output checker's read-only views (real units, clipping), which
+    show less rather than fail when the plan is not installed here or the
+    installed plans cannot be listed; a node uses :func:`plan_for`.
+    """
+    try:
+        return installed_plans().get(config.plan.name)
+    except ConfigError:
+        return None
 
 
 def plan_for(

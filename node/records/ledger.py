@@ -19,7 +19,7 @@ state folder across every session it takes part in (``STATE/ledger.json``,
 * ``refusal`` — the node declined an unmask request, with its reason (no
   privacy cost, kept for the record);
 * ``laplace`` — a pure ε-DP release in the clear (a delta summary,
-  ``node.delta_summary``): every observer class sees it, so its ε adds to
+  ``node.plans.deltab.delta_summary``): every observer class sees it, so its ε adds to
   every class's total.
 
 Each event is its own frozen class (``node.records.ledger_entry``: ``Release``,

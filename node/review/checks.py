@@ -163,11 +163,11 @@ def check_config(bundle: EgressBundle, config: FederationConfig | None) -> list[
 
 
 def _sensitivities(bundle: EgressBundle, config: FederationConfig) -> list[Finding]:
-    """Declared Δ against the brain-age plan's derivation from the public bounds.
+    """Declared Δ against the installed plan's derivation from the public bounds.
 
     A Δ below the plan's would make the recomputed ε look smaller than it is,
-    so for the plan this review knows (node.deltab.sums.sensitivity) every
-    declared sensitivity must be at least the derived one.
+    so when the config's plan is installed here (its ``public_sensitivities``)
+    every declared sensitivity must be at least the derived one.
     """
     if bundle.round_name not in config.plan.round_names:
         return []

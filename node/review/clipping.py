@@ -4,22 +4,26 @@ Bounds that do not fit the data are invisible in the release itself: the
 sums are sums of values flattened to the bounds, with exactly the declared
 noise, and every other check passes. What shows it is the count of values the
 node clipped, which stays inside the TRE in the round's audit record
-(``node.egress.audit``: the brain-age plan's counts of ``age`` and each
-``feature:<name>``, and ``subjects``, the number they are out of). With that record
-(``zerosum review --audit``) this check fails any column — age or a feature,
-named as in ``plan.clipping.feature_names`` — clipped for more than
-``plan.clipping.max_clipped_fraction`` of the subjects, the same rule the
-node's pre-flight refuses to start on (``node.preflight``). Without the
-record the check says it was not made.
+(``node.egress.audit``: a count per clipped column, and ``subjects``, the number
+they are out of). The installed plan names its columns and the threshold
+(``PlanDefinition.clipped_columns``; for the brain-age plan age and each
+feature of ``plan.clipping.feature_names``, held to
+``plan.clipping.max_clipped_fraction``). With that record (``zerosum review
+--audit``) this check fails any column clipped for more than the threshold's
+share of the subjects, the same rule the node's pre-flight refuses to start on
+(``node.preflight``). Without the record the check says it was not made; a
+plan that names no columns has no such check.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from node.egress.audit import AuditRecord
 from node.egress.bundle import EgressBundle
-from node.plans.deltab_settings import DeltabSettings
+from node.plans.interface import ClippedColumns
+from node.plans.registry import installed_plan
 from node.review.findings import Finding, fail, note, passed
 from proto.federation import ConfigError, FederationConfig
 
@@ -42,6 +46,8 @@ class ClippingTable:
     subjects: int
     threshold: float
     columns: tuple[ColumnClipping, ...]
+    # The columns in words ("age and every feature"), as the plan names them.
+    in_words: str = "every column"
 
     def over(self) -> tuple[ColumnClipping, ...]:
         return tuple(c for c in self.columns if c.fraction > self.threshold)
@@ -52,7 +58,7 @@ class ClippingTable:
         head += f"; fails above {self.threshold:.1%})"
         clipped = [c for c in self.columns if c.clipped]
         if not clipped:
-            return [f"{head}: 0 % for age and every feature"]
+            return [f"{head}: 0 % for {self.in_words}"]
         lines = [f"{head}:"]
         for column in clipped:
             mark = "  FAIL" if column.fraction > self.threshold else ""
@@ -77,30 +83,39 @@ class ClippingTable:
 def clipping_table(
     bundle: EgressBundle, config: FederationConfig | None, record: AuditRecord | None
 ) -> ClippingTable | None:
-    """The round's clipping by column name; None without a record or a brain-age config."""
-    if record is None or config is None or config.plan.name != "deltab":
+    """The round's clipping by column name; None without a record or a plan naming columns."""
+    if record is None:
+        return None
+    columns_of = _clipped_columns(config)
+    if config is None or columns_of is None:
         return None
     try:
-        clipping = DeltabSettings.from_tables(config.plan.settings).clipping
+        clipping = columns_of(config)
     except ConfigError:
         return None
     counts = record.clipped
     # Records written before they held the count: the N the bundle declares.
     subjects = record.subjects if record.subjects is not None else bundle.sdc.n_subjects
-    names = ("age", *clipping.feature_names)
-    keys = ("age", *(f"feature:{name}" for name in clipping.feature_names))
     columns = tuple(
         ColumnClipping(name, int(counts.get(key, 0)), int(counts.get(key, 0)) / max(subjects, 1))
-        for name, key in zip(names, keys, strict=True)
+        for name, key in zip(clipping.names, clipping.keys, strict=True)
     )
-    return ClippingTable(subjects, clipping.max_clipped_fraction, columns)
+    return ClippingTable(subjects, clipping.max_fraction, columns, clipping.in_words)
+
+
+def _clipped_columns(
+    config: FederationConfig | None,
+) -> Callable[[FederationConfig], ClippedColumns] | None:
+    """The installed plan's clipped columns, when the config names a plan that has them."""
+    definition = installed_plan(config) if config is not None else None
+    return None if definition is None else definition.clipped_columns
 
 
 def check_clipping(
     bundle: EgressBundle, config: FederationConfig | None, record: AuditRecord | None
 ) -> list[Finding]:
     """Fail each column clipped past the threshold; note when the counts are not at hand."""
-    if config is None or config.plan.name != "deltab":
+    if _clipped_columns(config) is None:
         return []
     if record is None:
         return [
@@ -129,7 +144,7 @@ def check_clipping(
     detail = (
         f"at most {worst.fraction:.1%} ({worst.name!r})"
         if worst.clipped
-        else "0 % for age and every feature"
+        else f"0 % for {table.in_words}"
     )
     return [
         passed(

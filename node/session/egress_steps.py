@@ -117,11 +117,11 @@ def check_session_budget(ctx: SessionContext, participants: tuple[str, ...]) -> 
     )
     left = {name: max(0, attempts - released[name]) for name in plan.round_names}
     rounds = {name: plan.sensitivities(name) for name in plan.round_names if left[name]}
-    # The delta summary after the model is part of the session's cost.
-    summary = getattr(plan, "delta_summary", None)
+    # The plan's release after the model (the delta summary) is part of the session's cost.
+    after = plan.post_model_release()
     laplace = (
-        [summary.epsilon]
-        if summary is not None
+        [after.epsilon]
+        if after is not None
         and not any(
             e.kind == "laplace" and e.session_id == ctx.session_id for e in ctx.ledger.entries
         )
@@ -131,7 +131,7 @@ def check_session_budget(ctx: SessionContext, participants: tuple[str, ...]) -> 
         return
     costs = budget.session_cost(ctx.config, participants, ctx.node_id, rounds)
     releases = [mu for name, mu in costs.items() for _ in range(left[name])]
-    names = [*costs, *(["delta summary"] if laplace else [])]
+    names = [*costs, *([after.label] if after is not None and laplace else [])]
     count = len(releases) + len(laplace)
     cap = (
         f", each plan round at most {attempts} times (session.max_reruns = "

@@ -19,7 +19,7 @@ from cryptography import x509
 from cryptography.x509 import DNSName, IPAddress
 from cryptography.x509.verification import PolicyBuilder, Store
 
-from node.plans.deltab_settings import DeltabSettings
+from node.plans.deltab.settings import DeltabSettings
 from noise.keys import IdentityKey
 from noise.layout import Layout
 from noise.stream import stream_fingerprint

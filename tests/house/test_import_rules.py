@@ -15,6 +15,11 @@
   and model files are read with ``bounded``);
 * ``simulations`` never touch the protocol: no ``proto``, ``coordinator``,
   ``zerosum`` or gRPC.
+* the node's generic rooms — ``node.session``, ``node.review``, ``node.egress``,
+  ``node.records`` and the runner ``node.runner`` — import no specific plan
+  (``node.plans.deltab``, ``node.plans.logreg`` or any other): only the plan
+  interface ``node.plans.interface`` and the registry ``node.plans.registry``,
+  through which they reach the plan a federation names.
 
 Only ``zerosum`` (the command) and ``benchmarks`` may import both node and
 coordinator. Only the converter (``proto.convert``, with ``proto.chunks`` for
@@ -90,6 +95,11 @@ RULES: Mapping[str, tuple[str, ...]] = {
 }
 
 
+# The node's generic rooms (packages, or a module) and the only plan modules they may import.
+PLAN_NEUTRAL = ("node.session", "node.review", "node.egress", "node.records", "node.runner")
+PLAN_ENTRANCES = ("node.plans.interface", "node.plans.registry")
+
+
 # The generated stubs (proto/zerosum/v1/*_pb2*) and the modules that may import them.
 STUBS = "proto.zerosum"
 STUB_IMPORTERS = frozenset({"proto.convert", "proto.chunks", "node.client", "coordinator.server"})
@@ -123,10 +133,16 @@ def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
-def imports(root: Path, package: str) -> Iterator[tuple[str, int, str]]:
-    """(module, line, imported module) for every import statement under ``root/package``."""
+def imports(root: Path, package: str, *, names: bool = False) -> Iterator[tuple[str, int, str]]:
+    """(module, line, imported module) for every import statement under ``root/package``.
+
+    ``package`` is a folder or a single module. With ``names``, ``from m import x``
+    also yields ``m.x`` (``x`` may be a submodule: ``from node.plans import deltab``).
+    """
     folder = root.joinpath(*package.split("."))
-    for path in sorted(folder.rglob("*.py")):
+    single = folder.with_suffix(".py")
+    paths = sorted(folder.rglob("*.py")) if folder.is_dir() else [single] * single.is_file()
+    for path in paths:
         if "_pb2" in path.name:
             continue
         module = _module_name(root, path)
@@ -136,7 +152,11 @@ def imports(root: Path, package: str) -> Iterator[tuple[str, int, str]]:
                 for alias in node.names:
                     yield module, node.lineno, alias.name
             elif isinstance(node, ast.ImportFrom):
-                yield module, node.lineno, _resolve(module, node, path.name == "__init__.py")
+                base = _resolve(module, node, path.name == "__init__.py")
+                yield module, node.lineno, base
+                if names:
+                    for alias in node.names:
+                        yield module, node.lineno, f"{base}.{alias.name}"
 
 
 def _forbidden(imported: str, banned: tuple[str, ...]) -> bool:
@@ -152,6 +172,18 @@ def violations(root: Path, rules: Mapping[str, tuple[str, ...]] = RULES) -> list
         for module, line, imported in imports(root, package):
             if _forbidden(imported, banned):
                 found.append(f"{module}:{line} imports {imported} ({package} must not)")
+    return sorted(set(found))
+
+
+def plan_violations(root: Path) -> list[str]:
+    """Every import of a specific plan by a generic room of the node, as ``module:line``."""
+    found = []
+    for room in PLAN_NEUTRAL:
+        for module, line, imported in imports(root, room, names=True):
+            # node.plans itself (the package's docstring) names no plan.
+            specific = imported.startswith("node.plans.")
+            if specific and not _forbidden(imported, PLAN_ENTRANCES):
+                found.append(f"{module}:{line} imports {imported} (only the plan interface)")
     return sorted(set(found))
 
 
@@ -203,6 +235,58 @@ def test_a_planted_stub_import_is_caught(tmp_path: Path, path: str, source: str)
 def test_every_package_of_the_rules_exists() -> None:
     for package in RULES:
         assert REPO.joinpath(*package.split(".")).is_dir(), package
+    for room in PLAN_NEUTRAL:
+        folder = REPO.joinpath(*room.split("."))
+        assert folder.is_dir() or folder.with_suffix(".py").is_file(), room
+
+
+def test_the_generic_rooms_import_no_specific_plan() -> None:
+    assert plan_violations(REPO) == []
+    # The rule is about something: the generic rooms do reach the plans, through the interface.
+    reached = {i for r in PLAN_NEUTRAL for _, _, i in imports(REPO, r) if i in PLAN_ENTRANCES}
+    assert reached == set(PLAN_ENTRANCES)
+
+
+@pytest.mark.parametrize(
+    ("path", "source", "names"),
+    [
+        (
+            "node/session/planted.py",
+            "from node.plans.deltab.plan import PLAN\n",
+            "node.plans.deltab",
+        ),
+        ("node/review/planted.py", "from node.plans import logreg\n", "node.plans.logreg"),
+        ("node/review/planted.py", "from ..plans.deltab import units\n", "node.plans.deltab"),
+        ("node/egress/planted.py", "def f():\n    import node.plans.deltab.units\n", "node.plans"),
+        ("node/records/planted.py", "from node.plans.ridge import PLAN\n", "node.plans.ridge"),
+        ("node/runner.py", "from node.plans.deltab.summary_release import release\n", "node."),
+    ],
+)
+def test_a_planted_plan_import_is_caught(
+    tmp_path: Path, path: str, source: str, names: str
+) -> None:
+    target = tmp_path / path
+    target.parent.mkdir(parents=True)
+    for parent in [target.parent, *target.parent.parents]:
+        if parent == tmp_path:
+            break
+        (parent / "__init__.py").write_text("")
+    target.write_text(source)
+    found = plan_violations(tmp_path)
+    module = _module_name(tmp_path, target)
+    assert any(line.startswith(f"{module}:") and f"imports {names}" in line for line in found)
+
+
+def test_the_plan_interface_and_the_registry_may_be_imported(tmp_path: Path) -> None:
+    target = tmp_path / "node" / "session" / "planted.py"
+    target.parent.mkdir(parents=True)
+    for folder in (tmp_path / "node", target.parent):
+        (folder / "__init__.py").write_text("")
+    target.write_text(
+        "from node.plans.interface import ModelPlan\nfrom node.plans import registry\n"
+        "from ..plans.registry import plan_for\n"
+    )
+    assert plan_violations(tmp_path) == []
 
 
 @pytest.mark.parametrize(

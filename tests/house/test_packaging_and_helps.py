@@ -21,7 +21,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from node.plans.deltab_settings import DeltabSettings
+from node.plans.deltab.settings import DeltabSettings
 from zerosum.commands import deltab, federation
 
 ROOT = Path(__file__).resolve().parents[2]

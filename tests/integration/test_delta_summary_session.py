@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from acro import record as acro_record
 
+from node.plans.deltab.summary_bundle import SummaryBundle
 from node.records.ledger import LaplaceRelease, PrivacyLedger
-from node.summary_bundle import SummaryBundle
 from proto.federation import load_federation
 
 pytestmark = pytest.mark.integration

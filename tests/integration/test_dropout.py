@@ -38,7 +38,7 @@ import numpy as np
 import pytest
 
 from node.deltab.plan import run_in_process
-from node.plans.deltab import plan_settings
+from node.plans.deltab.plan import plan_settings
 from tests.support.processes import (
     Federation,
     Processes,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from node.egress.release import TensorSensitivity
+from node.plans.interface import TensorSensitivity
 from node.records.ledger import PrivacyLedger
 from node.records.state_folder import NodeState
 from node.roster import VerifiedRoster
@@ -88,6 +88,9 @@ class FakePlan:
 
     def receive(self, name: str, tensors: dict[str, np.ndarray]) -> None:
         self.received.append(name)
+
+    def post_model_release(self) -> None:
+        return None
 
 
 @dataclass

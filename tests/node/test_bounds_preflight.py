@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from node.plans.deltab_settings import DeltabSettings
+from node.plans.deltab.settings import DeltabSettings
 from node.session.context import NodeOptions
 from proto.federation import load_federation
 from tests.node.real_cohorts import MEASURES, NAMES, VOLUMES, real_federation

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from node.cohort import LocalDataError, load_cohort
+from node.plans.deltab.cohort import LocalDataError, load_cohort
 from proto.federation import FederationConfig, load_federation
 from zerosum.commands import federation as federation_command
 

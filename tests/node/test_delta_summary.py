@@ -9,8 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.delta_summary import DeltaSummarySettings, quantiles_from_histogram, summarise
 from node.egress.budget import over_budget
+from node.plans.deltab.delta_summary import (
+    DeltaSummarySettings,
+    quantiles_from_histogram,
+    summarise,
+)
 from node.records.ledger import PrivacyLedger
 from proto.federation import ConfigError
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from node.deltab import MODELS
-from node.plans.deltab import deltab_plan_spec, deltab_rounds, plan_settings
-from node.plans.deltab_settings import ClippingBounds, DeltabSettings
+from node.plans.deltab.plan import deltab_plan_spec, deltab_rounds, plan_settings
+from node.plans.deltab.settings import ClippingBounds, DeltabSettings
 from noise.layout import Layout
 from proto.federation import (
     ConfigError,

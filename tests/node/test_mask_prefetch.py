@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from node.egress.release import TensorSensitivity
 from node.masking import MaskPrefetch, mask_key, pairwise_masks
+from node.plans.interface import TensorSensitivity
 from noise.layout import Layout
 from tests.support.made_up_federation import (
     CODEC,

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.cohort import load_cohort
 from node.errors import ModelFitError
-from node.plans.deltab import DeltabPlan
+from node.plans.deltab.cohort import load_cohort
+from node.plans.deltab.plan import DeltabPlan
 from proto.federation import load_federation
 from zerosum.commands import federation as command
 

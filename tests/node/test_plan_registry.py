@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from node.plans import registry
-from node.plans.interface import code_digest
+from node.plans.interface import code_digest, package_modules
 from node.plans.registry import PlanMismatch, installed_plans, plan_for
 from proto.federation import dump_federation, load_federation
 from zerosum.cli import main
@@ -34,6 +34,49 @@ def test_both_plans_are_announced_as_entry_points_and_built_in() -> None:
     plans = installed_plans()
     assert plans["deltab"].version == "3" and plans["logreg"].version == "1"
     assert len(plans["deltab"].digest()) == 64
+
+
+def _modules_of_folder(folder: Path, package: str) -> set[str]:
+    names = set()
+    for path in folder.rglob("*.py"):
+        parts = path.relative_to(folder).with_suffix("").parts
+        names.add(".".join((package, *(parts[:-1] if parts[-1] == "__init__" else parts))))
+    return names
+
+
+def test_the_brain_age_digest_covers_its_folder_and_the_library_computing_its_tensors() -> None:
+    import node.deltab
+    import node.plans.deltab
+
+    plan_folder = Path(node.plans.deltab.__file__).parent
+    library = Path(node.deltab.__file__).parent
+    covered = set(installed_plans()["deltab"].modules)
+    assert covered == _modules_of_folder(plan_folder, "node.plans.deltab") | _modules_of_folder(
+        library, "node.deltab"
+    )
+    # The delta summary and its bundle are released too, so they are covered.
+    assert {"node.plans.deltab.summary_bundle", "node.deltab.sums"} <= covered
+    assert installed_plans()["logreg"].modules == ("node.plans.logreg",)
+
+
+def test_package_modules_walks_a_folder_at_every_depth(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "walked_plan"
+    (root / "inner").mkdir(parents=True)
+    for name in ("__init__.py", "rounds.py", "inner/__init__.py", "inner/model.py"):
+        (root / name).write_text("")
+    (root / "notes.txt").write_text("not code")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert package_modules("walked_plan") == (
+        "walked_plan",
+        "walked_plan.inner",
+        "walked_plan.inner.model",
+        "walked_plan.rounds",
+    )
+    with pytest.raises(ValueError, match=r"'walked_plan\.rounds' is not a package"):
+        package_modules("walked_plan.rounds")
+    sys.modules.pop("walked_plan", None)
 
 
 def test_init_pins_the_installed_digest_and_the_node_checks_it(tmp_path: Path) -> None:
@@ -97,7 +140,7 @@ def test_a_third_party_plan_is_found_through_its_entry_point(
     (tmp_path / "tre_ridge_plan.py").write_text(
         textwrap.dedent(
             """
-            from node.plans.deltab import PLAN as _DELTAB
+            from node.plans.deltab.plan import PLAN as _DELTAB
             from dataclasses import replace
             PLAN = replace(_DELTAB, name="ridge", version="0.1", modules=("tre_ridge_plan",))
             """

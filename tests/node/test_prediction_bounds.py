@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.cohort import load_cohort
 from node.deltab.persist import load_model, training_bounds_of
-from node.plans.deltab import DeltabPlan
-from node.plans.deltab_settings import DeltabSettings
+from node.plans.deltab.cohort import load_cohort
+from node.plans.deltab.plan import DeltabPlan
+from node.plans.deltab.settings import DeltabSettings
 from proto.federation import load_federation
 from tests.node.real_cohorts import NAMES, real_federation
 from zerosum.cli import main

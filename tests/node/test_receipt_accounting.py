@@ -26,7 +26,7 @@ from coordinator.session import Session
 from coordinator.store import Store
 from node.egress.bundle import EgressBundle
 from node.gateway import CoordinatorGateway
-from node.plans.deltab import public_sensitivities
+from node.plans.deltab.plan import public_sensitivities
 from node.runner import NodeOptions, NodeRunner, RunOutcome
 from node.session.setup import LocalSetup
 from noise.accounting import compose_mu, gaussian_epsilon, privacy_report

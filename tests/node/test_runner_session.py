@@ -19,14 +19,14 @@ from coordinator.config import SessionConfig
 from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
-from node.cohort import load_cohort
 from node.deltab import plan as deltab_plan
 from node.deltab.model import BrainAgeModel
 from node.deltab.persist import load_model
 from node.egress.audit import read_audit
 from node.egress.bundle import EgressBundle
 from node.egress.receipt import entries_layout
-from node.plans.deltab import plan_settings
+from node.plans.deltab.cohort import load_cohort
+from node.plans.deltab.plan import plan_settings
 from node.runner import GatewayFactory, NodeOptions, NodeRunner, SessionFailed, grpc_gateway
 from noise.fixed_point import FixedPointCodec
 from proto.federation import config_hash, load_federation

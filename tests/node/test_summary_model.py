@@ -22,13 +22,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from node.cohort import LocalCohort, load_cohort
-from node.delta_summary import summarise
 from node.deltab import BrainAgeModel
-from node.plans.deltab import DeltabPlan, plan_settings
-from node.plans.deltab_settings import DeltabSettings
-from node.review.summary_review import review_summary
-from node.summary_bundle import SummaryBundle, audit_folder, summary_folder
+from node.plans.deltab.cohort import LocalCohort, load_cohort
+from node.plans.deltab.delta_summary import summarise
+from node.plans.deltab.plan import DeltabPlan, plan_settings
+from node.plans.deltab.settings import DeltabSettings
+from node.plans.deltab.summary_bundle import SummaryBundle, audit_folder, summary_folder
+from node.plans.deltab.summary_review import review_summary
 from noise.fixed_point import FixedPointCodec, wrapping_sum
 from proto.federation import FederationConfig, load_federation
 from zerosum.commands import federation as command

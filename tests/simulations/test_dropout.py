@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from node.egress.release import ReleaseNoise, TensorSensitivity
+from node.egress.release import ReleaseNoise
+from node.plans.interface import TensorSensitivity
 from noise.accounting import gaussian_epsilon
 from noise.designs import explicit_design, remaining_variance
 from noise.policy import NoisePlan, worst_remaining_variance

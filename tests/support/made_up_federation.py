@@ -9,9 +9,10 @@ from dataclasses import replace
 import numpy as np
 
 from node.egress.pinned_noise import pin_noise
-from node.egress.release import ReleaseNoise, TensorSensitivity, plan_release
-from node.plans.deltab import deltab_plan_spec
-from node.plans.deltab_settings import DeltabSettings
+from node.egress.release import ReleaseNoise, plan_release
+from node.plans.deltab.plan import deltab_plan_spec
+from node.plans.deltab.settings import DeltabSettings
+from node.plans.interface import TensorSensitivity
 from noise.accounting import gaussian_mu
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey

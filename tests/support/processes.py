@@ -30,8 +30,8 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from node.cohort import LocalCohort, load_cohort
 from node.deltab.io import Table, read_table
+from node.plans.deltab.cohort import LocalCohort, load_cohort
 from noise.keys import IdentityKey
 from proto.federation import FederationConfig, load_federation
 from zerosum.cli import main as zerosum_main

@@ -31,7 +31,7 @@ from node.deltab.persist import load_model
 from node.deltab.plan import NodeMemory, finish, receive, round_tensors
 from node.deltab.stats import combine
 from node.deltab.sums import MEANS, SUMS
-from node.plans.deltab import plan_settings
+from node.plans.deltab.plan import plan_settings
 from noise.fixed_point import wrapping_sum
 from noise.layout import payload_digest
 from noise.self_mask import self_mask

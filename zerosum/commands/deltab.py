@@ -44,7 +44,7 @@ from zerosum.errors import CommandError
 PROG = "zerosum deltab"
 MODEL_KINDS = MODELS  # the five models of Smith et al. 2019, listed once in node.deltab
 DEFAULT_MODEL_KIND = "unbiased_quadratic"  # the public deltab default
-# plan.model.kind when a federation config names none (node.plans.deltab_settings);
+# plan.model.kind when a federation config names none (node.plans.deltab.settings);
 # both helps say the two defaults differ.
 FEDERATION_MODEL_KIND = "unbiased"
 DEFAULT_PREDICT_OUTPUT = "deltab.txt"  # the public deltab default

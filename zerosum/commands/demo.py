@@ -361,7 +361,7 @@ def _evaluate(args: argparse.Namespace, node_ids: list[str]) -> dict[str, Any]:
     # Pooled reference: the ordinary estimator fitted in one place on the
     # concatenated cohorts — what a single TRE holding everyone would get.
     from node.deltab import BrainAgeModel
-    from node.plans.deltab import plan_settings
+    from node.plans.deltab.plan import plan_settings
     from proto.federation import load_federation
 
     settings = plan_settings(load_federation(out / "federation.toml"))

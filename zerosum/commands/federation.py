@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from node.egress.pinned_noise import pin_noise
-from node.plans.deltab import deltab_plan_spec
-from node.plans.deltab_settings import (
+from node.plans.deltab.plan import deltab_plan_spec
+from node.plans.deltab.settings import (
     DEFAULT_MAX_CLIPPED_FRACTION,
     ClippingBounds,
     DeltabSettings,

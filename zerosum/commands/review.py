@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from node.plans.deltab.summary_review import SummaryReview
     from node.review.decision import DecisionState
     from node.review.report import Review
-    from node.review.summary_review import SummaryReview
 
 DESCRIPTION = """\
 Re-check one egress bundle (OUT/egress/round-<r>/ of a node run with
@@ -227,9 +227,9 @@ def _say(args: argparse.Namespace, line: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from node.plans.deltab.summary_bundle import SummaryBundle
     from node.review.report import review_bundle
     from node.review.sdc import ACRO_DEFAULTS, SDCFileError, read_sdc_file
-    from node.summary_bundle import SummaryBundle
 
     folder: Path = args.folder
     deciding = bool(args.approve or args.reject)
@@ -387,9 +387,9 @@ def _import(
 def _show_summary(
     args: argparse.Namespace, folder: Path, thresholds: object, *, full: bool
 ) -> SummaryReview:
-    """The review of a delta-summary bundle (node.summary_bundle), shown like a round's."""
+    """The review of a delta-summary bundle (node.plans.deltab), shown like a round's."""
+    from node.plans.deltab.summary_review import review_summary, summary_text
     from node.review.sdc import SDCThresholds
-    from node.review.summary_review import review_summary, summary_text
 
     assert isinstance(thresholds, SDCThresholds)
     review = review_summary(

@@ -1,4 +1,4 @@
-"""The review of a delta-summary bundle (``node.summary_bundle``): the same verdicts, its checks.
+"""The review of a delta-summary bundle (``summary_bundle``): the same verdicts, its checks.
 
 :func:`review_summary` is read-only, like ``node.review.report.review_bundle``
 for a round's egress, and gives the same exit codes (0 pass, 1 needs a human
@@ -34,9 +34,17 @@ from scipy.stats import gamma
 
 from bounded.files import read_limited_text
 from bounded.nesting import parse_json
-from node.delta_summary import DeltaSummarySettings
 from node.egress.budget import BUDGET_RTOL, checked
 from node.errors import EgressIntegrityError
+from node.plans.deltab.delta_summary import DeltaSummarySettings
+from node.plans.deltab.settings import DeltabSettings
+from node.plans.deltab.summary_bundle import (
+    AUDIT,
+    MANIFEST,
+    RESULTS,
+    VALUES,
+    SummaryBundle,
+)
 from node.review.checks import check_files
 from node.review.decision import (
     DecisionState,
@@ -48,13 +56,6 @@ from node.review.decision import (
 )
 from node.review.findings import Finding, exit_code, fail, look, note, passed
 from node.review.sdc import ACRO_DEFAULTS, SDCThresholds
-from node.summary_bundle import (
-    AUDIT,
-    MANIFEST,
-    RESULTS,
-    VALUES,
-    SummaryBundle,
-)
 from proto.federation import FederationConfig
 
 __all__ = ["FALSE_ALARM_RATE", "SummaryReview", "review_summary", "summary_text"]
@@ -90,8 +91,6 @@ def _close(a: float, b: float) -> bool:
 
 
 def _config(manifest: Mapping[str, Any], config: FederationConfig) -> list[Finding]:
-    from node.plans.deltab_settings import DeltabSettings
-
     declared = DeltabSettings.from_tables(config.plan.settings).delta_summary
     if declared is None or not declared.enabled:
         return [fail("config", "the federation config does not enable [plan.delta_summary]")]

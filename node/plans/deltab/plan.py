@@ -22,24 +22,29 @@ from __future__ import annotations
 
 import csv
 import io
-import pkgutil
 from pathlib import Path
 from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
 
-from node.cohort import LocalCohort, load_cohort
 from node.deltab import plan as deltab_plan
 from node.deltab.cells import spreadsheet_safe
 from node.deltab.out_of_range import fit_to_training_bounds
 from node.deltab.persist import save_model, set_feature_names, set_training_bounds
 from node.deltab.plan import PlanSettings
 from node.deltab.sums import DERIVATIONS, MEANS, SUMS, plan_shapes, sensitivity
-from node.egress.release import TensorSensitivity
 from node.errors import LocalDataError, ModelFitError
-from node.plans.deltab_settings import DeltabSettings
-from node.plans.interface import PlanDefinition
+from node.plans.deltab.cohort import LocalCohort, load_cohort
+from node.plans.deltab.settings import DeltabSettings
+from node.plans.deltab.summary_release import DeltaSummaryRelease
+from node.plans.deltab.units import MEANINGS, unit_decoder
+from node.plans.interface import (
+    ClippedColumns,
+    PlanDefinition,
+    TensorSensitivity,
+    package_modules,
+)
 from node.preflight import ClipShare, CohortPreflight
 from node.records.atomic import atomic_write_text
 from noise.fixed_point import FixedPointCodec
@@ -147,7 +152,7 @@ class DeltabPlan:
 
     def __init__(self, config: FederationConfig, cohort: LocalCohort) -> None:
         declared = check_rounds(config)
-        # [plan.delta_summary], when present and enabled (node.delta_summary).
+        # [plan.delta_summary], when present and enabled (node.plans.deltab.delta_summary).
         summary = declared.delta_summary
         self.delta_summary = summary if summary is not None and summary.enabled else None
         self.config = config
@@ -253,6 +258,12 @@ class DeltabPlan:
             if n:
                 out[f"feature:{name}"] = int(n)
         return out
+
+    def post_model_release(self) -> DeltaSummaryRelease | None:
+        """The delta summary, when ``[plan.delta_summary]`` enables it (``summary_release``)."""
+        if self.delta_summary is None:
+            return None
+        return DeltaSummaryRelease(self.delta_summary, self.summary_deltas)
 
     def n_used(self) -> int:
         """Subjects contributing: those without a missing value under nan_policy "drop"."""
@@ -389,19 +400,31 @@ def _open(config: FederationConfig, data: Path) -> DeltabPlan:
     return DeltabPlan(config, load_cohort(data, config))
 
 
-def _modules() -> tuple[str, ...]:
-    """The code a deltab release depends on: this plan, its settings, the model, the summary."""
-    import node.deltab
-
-    model = tuple(f"node.deltab.{m.name}" for m in pkgutil.iter_modules(node.deltab.__path__))
-    return (
-        "node.plans.deltab",
-        "node.plans.deltab_settings",
-        "node.delta_summary",
-        "node.cohort",
-        "node.deltab",
-        *model,
+def clipped_columns(config: FederationConfig) -> ClippedColumns:
+    """Age and each feature, as :meth:`DeltabPlan.clipped` counts them, and the threshold."""
+    clipping = DeltabSettings.from_tables(config.plan.settings).clipping
+    return ClippedColumns(
+        names=("age", *clipping.feature_names),
+        keys=("age", *(f"feature:{name}" for name in clipping.feature_names)),
+        max_fraction=clipping.max_clipped_fraction,
+        in_words="age and every feature",
     )
+
+
+def _modules() -> tuple[str, ...]:
+    """The code the digest covers: every module of this folder, and the brain-age library.
+
+    The plan's folder (``node.plans.deltab``) holds all the plan's own code:
+    its rounds, cohort reading, settings, the delta summary and its bundle,
+    and the reviewer's reading. The tensors it releases are computed by the
+    library ``node.deltab`` (``sums``, ``plan``, ``scaling``: clipping,
+    pre-scaling, the sums and the model fitted from the aggregates), which
+    stays its own package because ``zerosum deltab`` uses it alone; a change
+    there changes what leaves the TRE as surely as one here, so its modules are
+    in the digest too. Both are walked file by file, so a module added to
+    either is covered without being listed.
+    """
+    return (*package_modules("node.plans.deltab"), *package_modules("node.deltab"))
 
 
 PLAN: Final = PlanDefinition(
@@ -412,4 +435,7 @@ PLAN: Final = PlanDefinition(
     open=_open,
     public_sensitivities=public_sensitivities,
     check_spec=_check_spec,
+    unit_decoder=unit_decoder,
+    clipped_columns=clipped_columns,
+    tensor_meanings=MEANINGS,
 )

@@ -15,7 +15,7 @@ them (proto/federation); the brain-age plan reads its own:
     for all features, or one per feature): the public bounds every value is
     clipped to, which fix every tensor's sensitivity; ``feature_names``, the
     feature each bound belongs to, in the order of the cohorts' columns (a
-    node refuses a cohort whose header differs, ``node.cohort``); and
+    node refuses a cohort whose header differs, ``node.plans.deltab.cohort``); and
     ``max_clipped_fraction`` (default 0.05), the largest share of a node's
     subjects any one feature (or age) may be clipped for before the node
     refuses to take part (``node.preflight``) and the review fails
@@ -25,7 +25,7 @@ them (proto/federation); the brain-age plan reads its own:
     names) is refused with a sentence saying so.
 ``[plan.delta_summary]`` (optional, off unless present with ``enabled = true``)
     each node's Laplace-noised summary of its subjects' delta, released as a
-    reviewed output of its own after the model (``node.delta_summary``).
+    reviewed output of its own after the model (``node.plans.deltab.delta_summary``).
 
 Errors are :class:`~proto.federation.ConfigError` naming the dotted setting,
 like every other setting of the config.
@@ -39,9 +39,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from node.delta_summary import DeltaSummarySettings
 from node.deltab._params import MODELS
 from node.deltab.scaling import Bounds
+from node.plans.deltab.delta_summary import DeltaSummarySettings
 from proto.federation.checks import MISSING, ConfigError, choice, finite, whole
 
 __all__ = ["DEFAULT_MAX_CLIPPED_FRACTION", "NAN_POLICIES", "ClippingBounds", "DeltabSettings"]

@@ -1,10 +1,11 @@
 """The delta summary after the model: budget, noised statistics, bundle, approval, ledger.
 
-When ``[plan.delta_summary]`` is enabled the node, once its model is written,
-summarises its own subjects' deltas under the model fitted without them (the
-plan's ``summary_deltas``: the others' sums, so the summary is ε-DP in this
-node's cohort whatever else is known; docs/design.md §8) with
-``node.delta_summary`` and writes the bundle of ``node.summary_bundle``. As
+When ``[plan.delta_summary]`` is enabled the plan's release after the model
+(:class:`DeltaSummaryRelease`, a ``node.plans.interface.PostModelRelease``)
+summarises the node's own subjects' deltas under the model fitted without
+them (the plan's ``summary_deltas``: the others' sums, so the summary is ε-DP
+in this node's cohort whatever else is known; docs/design.md §8) with
+``delta_summary`` and writes the bundle of ``summary_bundle``. As
 for a round's egress the budget is checked first (the summary's ε is seen
 by every observer class), the output checker's decision is awaited (the
 same gate and checker keys), and the ledger records the release before it
@@ -21,35 +22,58 @@ an undercount).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import NDArray
 
-from node.delta_summary import summarise
 from node.egress.approval import ApprovalGate
 from node.errors import EgressIntegrityError, ModelFitError, NodeRefused, SessionFailed
-from node.session.context import SessionContext
-from node.session.egress_steps import budget_refusal
-from node.session.self_masking import private_seed
-from node.summary_bundle import (
+from node.plans.deltab.delta_summary import DeltaSummarySettings, summarise
+from node.plans.deltab.summary_bundle import (
     MANIFEST,
     SUMMARY_ROUND,
     SUMMARY_ROUND_NAME,
     SummaryBundle,
     summary_folder,
 )
+from node.session.context import SessionContext
+from node.session.egress_steps import budget_refusal
+from node.session.self_masking import private_seed
 from noise.keys import key_fingerprint
 
-__all__ = ["release_delta_summary"]
+__all__ = ["DeltaSummaryRelease", "release_delta_summary"]
 
 
-def release_delta_summary(ctx: SessionContext, model_path: Path) -> Path | None:
-    """Write, get approved and record this node's delta summary; its folder (None if off)."""
-    settings = getattr(ctx.plan, "delta_summary", None)
+@dataclass(frozen=True)
+class DeltaSummaryRelease:
+    """The delta summary as the brain-age plan's release after the model."""
+
+    settings: DeltaSummarySettings
     # The deltas under the model fitted without this node's subjects (docs/design.md §8).
-    summary_deltas = getattr(ctx.plan, "summary_deltas", None)
-    if settings is None or summary_deltas is None:
-        return None
+    summary_deltas: Callable[[], NDArray[np.float64]]
+
+    @property
+    def label(self) -> str:
+        return "delta summary"
+
+    @property
+    def epsilon(self) -> float:
+        return self.settings.epsilon
+
+    def release(self, ctx: SessionContext, model_path: Path) -> Path:
+        return release_delta_summary(ctx, model_path, self.settings, self.summary_deltas)
+
+
+def release_delta_summary(
+    ctx: SessionContext,
+    model_path: Path,
+    settings: DeltaSummarySettings,
+    summary_deltas: Callable[[], NDArray[np.float64]],
+) -> Path:
+    """Write, get approved and record this node's delta summary; its folder."""
     folder = summary_folder(ctx.out)
     if (folder / MANIFEST).exists():
         try:

@@ -37,9 +37,9 @@ from typing import Any, Final
 
 from bounded.files import read_limited
 from bounded.nesting import parse_json
-from node.delta_summary import DeltaSummary, statistic_meaning
 from node.egress.bundle import ACRO_RESULTS_VERSION
 from node.errors import EgressError, EgressIntegrityError
+from node.plans.deltab.delta_summary import DeltaSummary, statistic_meaning
 from node.records.atomic import atomic_write_bytes, atomic_write_json, json_bytes
 from node.records.ledger import ObserverTotal
 

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from node.deltab.io import DeltabInputError, no_age_column, read_table
 from node.errors import LocalDataError
-from node.plans.deltab_settings import DeltabSettings
+from node.plans.deltab.settings import DeltabSettings
 from proto.federation import FederationConfig
 
 __all__ = ["LocalCohort", "LocalDataError", "check_columns", "load_cohort"]
