@@ -2,7 +2,7 @@
 
 Both ends use it: the coordinator's servicer (coordinator/server.py) reads
 requests with the ``*_from_pb`` functions and writes answers with the
-``*_to_pb`` ones; the node's gRPC gateway (node/client.py) reads those
+``*_to_pb`` ones; the node's gRPC gateway (node/protocol/client.py) reads those
 answers back with the matching ``*_from_pb`` (so every answer has both
 directions here, and tests/proto/test_convert.py round-trips them) and
 builds its requests from its call's arguments with the shared helpers

@@ -18,7 +18,7 @@
 
 Only ``zerosum`` (the command) and ``benchmarks`` may import both node and
 coordinator. Only the converter (``proto.convert``, with ``proto.chunks`` for
-the payload streams), the gRPC client (``node.client``), the server
+the payload streams), the gRPC client (``node.protocol.client``), the server
 (``coordinator.server``) and the stubs themselves import
 the generated ``proto.zerosum`` modules: everything else speaks the plain
 messages of ``proto.messages``. The check reads every module's imports (also
@@ -69,7 +69,7 @@ RULES: Mapping[str, tuple[str, ...]] = {
         "node.plans",
         "node.deltab",
         "node.runner",
-        "node.client",
+        "node.protocol.client",
         "node.egress.bundle",
         "node.egress.release",
         "node.egress.budget",
@@ -85,14 +85,16 @@ RULES: Mapping[str, tuple[str, ...]] = {
         "node.review",
         "node.deltab",
         "node.runner",
-        "node.client",
+        "node.protocol.client",
     ),
 }
 
 
 # The generated stubs (proto/zerosum/v1/*_pb2*) and the modules that may import them.
 STUBS = "proto.zerosum"
-STUB_IMPORTERS = frozenset({"proto.convert", "proto.chunks", "node.client", "coordinator.server"})
+STUB_IMPORTERS = frozenset(
+    {"proto.convert", "proto.chunks", "node.protocol.client", "coordinator.server"}
+)
 PRODUCT = (
     "bounded",
     "noise",

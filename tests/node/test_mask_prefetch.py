@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from node.egress.release import TensorSensitivity
-from node.masking import MaskPrefetch, mask_key, pairwise_masks
+from node.protocol.masking import MaskPrefetch, mask_key, pairwise_masks
 from noise.layout import Layout
 from tests.support.made_up_federation import (
     CODEC,

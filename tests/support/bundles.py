@@ -16,7 +16,7 @@ from node.egress.audit import AuditRecord, write_audit
 from node.egress.bundle import EgressBundle
 from node.egress.receipt import SDCEvidence
 from node.egress.release import TensorSensitivity
-from node.masking import pairwise_masks
+from node.protocol.masking import pairwise_masks
 from noise.layout import Layout
 from proto.federation import (
     FederationConfig,

@@ -1,7 +1,7 @@
 """The node's gRPC gateway: mutual TLS, retries with backoff, payloads in chunks.
 
 A TRE node only ever opens outbound connections to the coordinator (the only
-server). :class:`GrpcGateway` implements ``node.gateway.CoordinatorGateway``:
+server). :class:`GrpcGateway` implements ``node.protocol.gateway.CoordinatorGateway``:
 it translates between protobuf and the plain messages of ``proto.messages``
 with ``proto.convert``, so nothing beyond this module sees gRPC.
 
@@ -14,7 +14,7 @@ While it retries it reports progress every few seconds; retries stop after a
 bounded total time with :class:`~node.errors.CoordinatorUnreachable` ("did
 not answer"). A handshake that fails on a certificate also reads UNAVAILABLE;
 so on UNAVAILABLE the gateway makes one TLS handshake of its own
-(``node.tls_probe``, at most every few seconds), and a certificate that does
+(``node.protocol.tls_probe``, at most every few seconds), and a certificate that does
 not match ends the call at once with :class:`~node.errors.TlsMismatch`, one
 sentence naming the certificate, instead of minutes of retries. Every other
 status is a decision of the coordinator and is raised at once as
@@ -42,7 +42,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from bounded.files import KIB, LocalFileError, read_limited, read_secret
-from node.coordinator_certificate import verify_coordinator
 from node.errors import (
     AlreadyJoined,
     CoordinatorRefused,
@@ -50,7 +49,8 @@ from node.errors import (
     SetupError,
     TlsMismatch,
 )
-from node.tls_probe import tls_mismatch
+from node.protocol.coordinator_certificate import verify_coordinator
+from node.protocol.tls_probe import tls_mismatch
 from noise.keys import KeyBundle
 from noise.layout import Layout, as_words
 from proto.chunks import (
@@ -320,7 +320,7 @@ class GrpcGateway:
         """A gateway with the node's TLS files, checked first (SetupError naming the fault).
 
         Before its first call the gateway checks the certificate the
-        coordinator presents against ``revoked`` (``node.coordinator_certificate``).
+        coordinator presents against ``revoked`` (``node.protocol.coordinator_certificate``).
         """
         ca = _read_credential(ca_certificate, "CA certificate")
         certificate = _read_credential(client_certificate, "client certificate")
@@ -439,7 +439,7 @@ class GrpcGateway:
         challenge: Sequence[Sealed],
         payload_sha256: bytes | None = None,
     ) -> UploadReceipt:
-        """Stream a payload with its signed upload statement (see node/statements.py).
+        """Stream a payload with its signed upload statement (see node/protocol/statements.py).
 
         ``payload_sha256``: the payload's digest when the caller already has
         it (for its statement), so the 8 bytes a value are not hashed twice.
