@@ -7,7 +7,7 @@ a secret) and obeys one JSON command per line on stdin, answering each with
 one JSON line on stdout (``{"error": ...}`` when the command failed):
 
 * ``{"cmd": "join", "address": A}``: open a mutual-TLS
-  :class:`~node.client.GrpcGateway` to the coordinator at A, join its
+  :class:`~node.protocol.client.GrpcGateway` to the coordinator at A, join its
   session with a fresh X25519 key signed by the node's Ed25519 identity key,
   poll the roster until it is final, verify every bundle against the pinned
   identities and derive the pairwise seeds (``noise.seeds.pairwise_seed``).
@@ -16,13 +16,13 @@ one JSON line on stdout (``{"error": ...}`` when the command failed):
 * ``{"cmd": "prepare", "round_index": r, "tensor": t}``: draw the node's
   pairwise mask for round r and tensor t over the complete design of the
   roster and keep it, as a node does once it knows a round's layout and
-  participants (``node.masking.MaskPrefetch``); answers when it is drawn.
+  participants (``node.protocol.masking.MaskPrefetch``); answers when it is drawn.
 * ``{"cmd": "round", "transport": "session" | "plain", "round_index": r,
   "round_name": n, "mask": "ahead" | "in_round" | "none"}``: the line is the
   start signal. Encode the values in fixed point and add the node's pairwise
   mask: the one prepared for this round ("ahead"; an error if none was), or
   one drawn now (``noise.masks.pairwise_mask``, "in_round"); then upload it
-  with a signed upload statement (``node.statements``) and obtain the round's
+  with a signed upload statement (``node.protocol.statements``) and obtain the round's
   aggregate — from the coordinator by polling
   ``GetResult`` in a loop, ``--poll-seconds`` apart (default :data:`POLL_SECONDS`;
   the coordinator holds a poll until something changes), or
@@ -54,10 +54,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from numpy.typing import NDArray
 
 from benchmarks._plain_grpc import plain_channel, plain_round
-from node.client import GrpcGateway, RetryPolicy
-from node.roster import derive_seeds, verify_roster
-from node.statements import check_statements, sign_upload_statement
-from node.unmask import attestation_signature
+from node.protocol.client import GrpcGateway, RetryPolicy
+from node.protocol.roster import derive_seeds, verify_roster
+from node.protocol.statements import check_statements, sign_upload_statement
+from node.protocol.unmask import attestation_signature
 from noise.aggregate_check import (
     blinded_tags,
     challenge_contribution,

@@ -4,7 +4,7 @@ The pieces are those of benchmarks/session_bench.py: a federation made by
 ``zerosum federation init`` whose round plan is replaced by ``rounds`` rounds
 of one tensor of d values each, a ``zerosum coordinator`` process with a
 fresh state file, and K node processes (benchmarks/_session_worker.py), each
-a :class:`~node.client.CoordinatorClient` with its own TLS channel, identity
+a :class:`~node.protocol.client.CoordinatorClient` with its own TLS channel, identity
 key and ephemeral key. Every round every node uploads its fixed-point values
 under its uniform self-mask (no pairwise mask: that is CPU in the nodes, not
 load on the coordinator), takes part in the unmask step, downloads the

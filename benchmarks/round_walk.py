@@ -14,7 +14,7 @@ attributed to the innermost frame that belongs to the project's node side
 (modules of ``node``, ``noise`` and ``proto``; frames of numpy, the standard
 library, ``coordinator`` and ``zerosum.inprocess`` are passed through to the
 project frame below them, because over gRPC the coordinator's code runs in
-another process and ``node.client`` stands where the in-process gateway
+another process and ``node.protocol.client`` stands where the in-process gateway
 stands). Following that module through the trace:
 
 * ``round_walk_modules``: how many distinct modules the round visits;
@@ -51,7 +51,7 @@ from typing import Any
 from coordinator.config import SessionConfig
 from coordinator.session import Session
 from coordinator.store import Store
-from node.gateway import CoordinatorGateway
+from node.protocol.gateway import CoordinatorGateway
 from node.runner import NodeOptions, NodeRunner
 from node.session import model_round
 from node.session.setup import LocalSetup

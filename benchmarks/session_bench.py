@@ -5,7 +5,7 @@ Everything runs on 127.0.0.1 as separate processes: a federation made by
 ``python -m zerosum.cli coordinator --federation F --state S --listen
 127.0.0.1:0`` (a fresh state file, hence a fresh session, each time), and K
 node processes (benchmarks/_session_worker.py), each a
-:class:`~node.client.CoordinatorClient` that joins with an ephemeral X25519 key
+:class:`~node.protocol.client.CoordinatorClient` that joins with an ephemeral X25519 key
 signed by its Ed25519 identity key, verifies the roster and derives its
 pairwise seeds before any timing starts.
 
@@ -51,7 +51,7 @@ revealed self-mask.
 A mask depends on the pairwise seeds, the round, the layout and the design,
 never on data, so a node draws it as soon as it knows those — after the
 roster, or after the previous round's result — while it computes its
-statistics or waits for the round to open (``node.masking.MaskPrefetch``, as
+statistics or waits for the round to open (``node.protocol.masking.MaskPrefetch``, as
 ``NodeRunner`` does). The headline round therefore adds a mask drawn ahead:
 just before the start line every node is told to draw it, and the time all
 10 processes take to do so side by side is ``mask_draw_seconds_k10_d1e6``.

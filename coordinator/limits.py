@@ -47,7 +47,7 @@ __all__ = [
     "Watchdog",
 ]
 
-# An honest node makes one call at a time (node/client.py); four leave room for
+# An honest node makes one call at a time (node/protocol/client.py); four leave room for
 # a retry that overlaps a call the node already gave up on.
 DEFAULT_CALLS_PER_NODE = 4
 # A node sends its first message as the call opens (the header is computed before).

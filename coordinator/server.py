@@ -63,16 +63,17 @@ from coordinator.messages import ResultView
 from coordinator.operations import Operations
 from coordinator.session import Session, Ticket
 from noise.layout import Layout
-from proto.chunks import file_chunks, payload_header
+from proto.chunks import file_chunks, payload_spec
 from proto.convert import (
-    ROUND_STATUS,
     attestation_from_pb,
     attestation_receipt_to_pb,
     join_response_to_pb,
     key_bundle_from_pb,
+    result_header_to_pb,
+    result_request_from_pb,
+    roster_request_from_pb,
     roster_to_pb,
-    sealed_tags_to_pb,
-    statements_to_pb,
+    status_request_from_pb,
     status_to_pb,
     unmask_header_from_pb,
     unmask_receipt_to_pb,
@@ -84,7 +85,7 @@ from proto.convert import (
     withdraw_request_from_pb,
 )
 from proto.errors import MalformedMessage
-from proto.messages import RoundState
+from proto.messages import ResultHeader, RoundState
 from proto.tls import (
     CertificateError,
     PeerVerifier,
@@ -119,33 +120,32 @@ def _abort(context: grpc.ServicerContext, error: CoordinatorError) -> NoReturn:
     raise AssertionError("context.abort returned")  # pragma: no cover
 
 
-def _result_header(view: ResultView) -> pb.ResultHeader:
+def _result_header(view: ResultView) -> ResultHeader:
     """The first message of a result stream: the round's status and, when ready, its payload.
 
-    Here rather than in proto/convert.py: a ResultView also names the stored
-    aggregate file, which never leaves the coordinator.
+    A ResultView also names the stored aggregate file, which never leaves the
+    coordinator; the payload's header is made again from its layout and digest.
     """
-    header = pb.ResultHeader(
+    spec = view.payload
+    return ResultHeader(
         session_id=view.session_id,
         round_index=view.round_index,
         round_name=view.round_name,
-        status=ROUND_STATUS[RoundState(view.status)],
+        state=RoundState(view.status),
         reason=view.reason,
-        deadline_unix_ms=view.deadline_ms,
-        survivor_node_ids=list(view.survivors),
-        dropped_node_ids=list(view.dropped),
+        deadline_ms=view.deadline_ms,
+        survivors=view.survivors,
+        dropped=view.dropped,
         survivor_hash=view.survivor_hash,
-        statements=statements_to_pb(view.statements),
-        sealed_tags=sealed_tags_to_pb(view.tags),
+        payload=(
+            None
+            if spec is None
+            else payload_spec(None, Layout(spec.tensors), spec.fixed_point_bits, sha256=spec.sha256)
+        ),
+        unmask_request=view.unmask_request,
+        statements=view.statements,
+        tags=view.tags,
     )
-    if view.payload is not None:
-        spec = view.payload
-        header.payload.CopyFrom(
-            payload_header(None, Layout(spec.tensors), spec.fixed_point_bits, sha256=spec.sha256)
-        )
-    if view.unmask_request is not None:
-        header.unmask_request.CopyFrom(unmask_request_to_pb(view.unmask_request))
-    return header
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -223,8 +223,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def GetRoster(self, request: pb.GetRosterRequest, context: grpc.ServicerContext) -> pb.Roster:
         def roster(caller: str) -> pb.Roster:
-            self.session.check_caller(caller, request.node_id or caller)
-            return roster_to_pb(self.session.roster(request.session_id, caller=caller))
+            asked = roster_request_from_pb(request)
+            self.session.check_caller(caller, asked.node_id or caller)
+            return roster_to_pb(self.session.roster(asked.session_id, caller=caller))
 
         result: pb.Roster = self._call(context, roster, access="joining")
         return result
@@ -318,16 +319,17 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self, request: pb.GetResultRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.ResultChunk]:
         def check(caller: str) -> tuple[str, Any]:
-            self.session.check_caller(caller, request.node_id or caller)
+            asked = result_request_from_pb(request)
+            self.session.check_caller(caller, asked.node_id or caller)
             return caller, self.session.result(
-                request.session_id,
-                request.round_index,
+                asked.session_id,
+                asked.round_index,
                 caller=caller,
                 hold_seconds=self._result_hold,
             )
 
         caller, view = self._call(context, check)
-        yield pb.ResultChunk(header=_result_header(view))
+        yield pb.ResultChunk(header=result_header_to_pb(_result_header(view)))
         if view.path is None:
             return
         for chunk in file_chunks(view.path, RESULT_CHUNK_BYTES):
@@ -363,7 +365,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         self, request: pb.GetStatusRequest, context: grpc.ServicerContext
     ) -> pb.SessionStatus:
         def status(caller: str) -> pb.SessionStatus:
-            return status_to_pb(self.session.status(request.session_id, caller=caller))
+            asked = status_request_from_pb(request)
+            return status_to_pb(self.session.status(asked.session_id, caller=caller))
 
         result: pb.SessionStatus = self._call(context, status, access="joining")
         return result

@@ -48,7 +48,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from node.client import GrpcGateway
 from node.egress.approval import check_checker_keys
 from node.errors import (
     ApprovalError,
@@ -60,8 +59,9 @@ from node.errors import (
     SessionFailed,
     SessionStateError,
 )
-from node.gateway import CoordinatorGateway
-from node.masking import MaskPrefetch
+from node.protocol.client import GrpcGateway
+from node.protocol.gateway import CoordinatorGateway
+from node.protocol.masking import MaskPrefetch
 from node.records.session_state import SessionStore
 from node.records.state_folder import NodeState
 from node.session.cape_round import run_cape_sum_round

@@ -9,7 +9,8 @@ limit whatever the model size. Node and coordinator both use this module, so
 they cannot disagree on the byte layout:
 
 * :func:`tensor_layouts` / :func:`layout_of`: a Layout to and from the wire form;
-* :func:`payload_header`: the header of a payload (its digest computed here, or given);
+* :func:`payload_spec` / :func:`payload_header`: the header of a payload, plain
+  (``proto.messages.PayloadSpec``) or as the message (its digest computed here, or given);
 * :func:`payload_chunks` / :func:`file_chunks`: the chunk messages of a vector or a file;
 * :class:`PayloadAssembler`: rebuilds a payload from chunks and checks offsets,
   size, SHA-256 and (when given) the layout the receiver expects, raising
@@ -19,7 +20,7 @@ they cannot disagree on the byte layout:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,7 @@ from numpy.typing import NDArray
 
 from noise.layout import WORD, WORD_BYTES, Layout, LayoutError, TensorSlot, as_words
 from proto.errors import ProtoError
+from proto.messages import PayloadSpec
 from proto.zerosum.v1 import session_pb2 as pb
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "layout_of",
     "payload_chunks",
     "payload_header",
+    "payload_spec",
     "tensor_layouts",
 ]
 
@@ -49,8 +52,8 @@ class PayloadError(ProtoError, ValueError):
     """A payload, its header or its chunks are inconsistent; the message says how."""
 
 
-def tensor_layouts(layout: Layout) -> list[pb.TensorLayout]:
-    """The wire form of ``layout``."""
+def tensor_layouts(layout: Iterable[TensorSlot]) -> list[pb.TensorLayout]:
+    """The wire form of ``layout`` (or of its slots), in its order."""
     return [
         pb.TensorLayout(name=s.name, shape=list(s.shape), offset=s.offset, size=s.size)
         for s in layout
@@ -68,21 +71,21 @@ def layout_of(tensors: Sequence[pb.TensorLayout]) -> Layout:
         raise PayloadError(f"the payload header's layout is malformed: {error}") from None
 
 
-def payload_header(
+def payload_spec(
     words: U64 | None,
     layout: Layout,
     fixed_point_bits: int,
     *,
     sha256: bytes | None = None,
-) -> pb.PayloadHeader:
-    """The header of a payload of ``layout``: sizes, SHA-256, scale and layout.
+) -> PayloadSpec:
+    """What the header of a payload of ``layout`` says: sizes, SHA-256, scale and layout.
 
     The digest is computed from ``words`` unless ``sha256`` gives it (a
     stored payload whose digest is known); ``words`` must then be None.
     """
     if sha256 is None:
         if words is None:
-            raise ValueError("payload_header needs the payload's words or its sha256")
+            raise ValueError("a payload header needs the payload's words or its sha256")
         data = as_words(words)
         if data.shape != (layout.size,):
             raise PayloadError(
@@ -90,12 +93,30 @@ def payload_header(
             )
         sha256 = hashlib.sha256(data.view(np.uint8).data).digest()
     elif words is not None:
-        raise ValueError("payload_header takes either the words or their sha256, not both")
-    return pb.PayloadHeader(
+        raise ValueError("a payload header takes either the words or their sha256, not both")
+    return PayloadSpec(
         total_bytes=layout.nbytes,
         total_elements=layout.size,
         sha256=sha256,
         fixed_point_bits=fixed_point_bits,
+        tensors=layout.slots,
+    )
+
+
+def payload_header(
+    words: U64 | None,
+    layout: Layout,
+    fixed_point_bits: int,
+    *,
+    sha256: bytes | None = None,
+) -> pb.PayloadHeader:
+    """The header message of a payload of ``layout`` (see :func:`payload_spec`)."""
+    spec = payload_spec(words, layout, fixed_point_bits, sha256=sha256)
+    return pb.PayloadHeader(
+        total_bytes=spec.total_bytes,
+        total_elements=spec.total_elements,
+        sha256=spec.sha256,
+        fixed_point_bits=spec.fixed_point_bits,
         tensors=tensor_layouts(layout),
     )
 

@@ -1,13 +1,14 @@
 """The one translation between the protobuf stubs and the plain types of proto/messages.py.
 
-Both ends use it: the coordinator's servicer (coordinator/server.py) reads
-requests with the ``*_from_pb`` functions and writes answers with the
-``*_to_pb`` ones; the node's gRPC gateway (node/client.py) reads those
-answers back with the matching ``*_from_pb`` (so every answer has both
-directions here, and tests/proto/test_convert.py round-trips them) and
-builds its requests from its call's arguments with the shared helpers
-(key bundles, sealed messages). Field for field, one function per message
-and direction. Only this module, ``proto.chunks`` (the payload streams), the
+Both ends use it: the node's gRPC gateway (node/protocol/client.py) writes
+its requests with the ``*_to_pb`` functions and the coordinator's servicer
+(coordinator/server.py) reads them with the matching ``*_from_pb``; the
+servicer writes its answers with ``*_to_pb`` and the gateway reads them back
+with ``*_from_pb``. So every message has both directions here, and
+tests/proto/test_convert.py round-trips them; neither end sets a field of a
+stub by hand. Field for field, one function per message and direction; the
+streams (an upload, an unmask answer) are framed here too, their payload
+cut by ``proto.chunks``. Only this module, ``proto.chunks`` (the payload streams), the
 gRPC client and the server import the generated stubs
 (tests/house/test_import_rules.py). A message that cannot be
 read (a malformed key bundle) raises :class:`~proto.errors.MalformedMessage`.
@@ -19,12 +20,12 @@ know reads as UNKNOWN.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from noise.errors import KeyFormatError
 from noise.keys import KeyBundle
 from noise.layout import Layout, TensorSlot
-from proto.chunks import tensor_layouts
+from proto.chunks import payload_chunks, tensor_layouts
 from proto.errors import MalformedMessage
 from proto.messages import (
     U64,
@@ -33,6 +34,9 @@ from proto.messages import (
     DroppedNode,
     JoinReceipt,
     PayloadSpec,
+    ResultHeader,
+    ResultRequest,
+    RosterRequest,
     RosterView,
     RoundDeadline,
     RoundResult,
@@ -41,6 +45,7 @@ from proto.messages import (
     Sealed,
     SessionState,
     SessionStatus,
+    StatusRequest,
     UnmaskHeader,
     UnmaskReceipt,
     UnmaskRefusal,
@@ -60,14 +65,23 @@ __all__ = [
     "SESSION_STATE",
     "attestation_from_pb",
     "attestation_receipt_to_pb",
+    "attestation_to_pb",
+    "join_request_to_pb",
     "join_response_from_pb",
     "join_response_to_pb",
     "key_bundle_from_pb",
     "key_bundle_to_pb",
     "payload_spec_from_pb",
+    "payload_spec_to_pb",
     "result_header_from_pb",
+    "result_header_to_pb",
+    "result_request_from_pb",
+    "result_request_to_pb",
     "roster_from_pb",
+    "roster_request_from_pb",
+    "roster_request_to_pb",
     "roster_to_pb",
+    "round_result_from_pb",
     "round_state_from_pb",
     "sealed_contributions_to_pb",
     "sealed_from_pb",
@@ -75,19 +89,28 @@ __all__ = [
     "session_state_from_pb",
     "statements_to_pb",
     "status_from_pb",
+    "status_request_from_pb",
+    "status_request_to_pb",
     "status_to_pb",
     "tensor_slots_from_pb",
+    "unmask_chunks_to_pb",
     "unmask_header_from_pb",
+    "unmask_header_to_pb",
     "unmask_receipt_to_pb",
+    "unmask_refusal_chunks_to_pb",
     "unmask_refusal_from_pb",
+    "unmask_refusal_to_pb",
     "unmask_request_from_pb",
     "unmask_request_to_pb",
+    "upload_chunks_to_pb",
     "upload_header_from_pb",
+    "upload_header_to_pb",
     "upload_receipt_from_pb",
     "upload_receipt_to_pb",
     "withdraw_receipt_from_pb",
     "withdraw_receipt_to_pb",
     "withdraw_request_from_pb",
+    "withdraw_request_to_pb",
 ]
 
 ROUND_STATUS = {
@@ -216,6 +239,23 @@ def attestation_from_pb(request: pb.SurvivorAttestation) -> Attestation:
     )
 
 
+def status_request_from_pb(request: pb.GetStatusRequest) -> StatusRequest:
+    """Where a session is, asked for."""
+    return StatusRequest(session_id=request.session_id)
+
+
+def roster_request_from_pb(request: pb.GetRosterRequest) -> RosterRequest:
+    """The roster, asked for."""
+    return RosterRequest(session_id=request.session_id, node_id=request.node_id)
+
+
+def result_request_from_pb(request: pb.GetResultRequest) -> ResultRequest:
+    """A round's result, asked for."""
+    return ResultRequest(
+        session_id=request.session_id, round_index=request.round_index, node_id=request.node_id
+    )
+
+
 def withdraw_request_from_pb(request: pb.WithdrawRequest) -> WithdrawRequest:
     """A node stopping on purpose."""
     return WithdrawRequest(
@@ -224,6 +264,126 @@ def withdraw_request_from_pb(request: pb.WithdrawRequest) -> WithdrawRequest:
         node_id=request.node_id,
         reason=request.reason,
     )
+
+
+# ---------------------------------------- requests, as a node writes them
+
+
+def payload_spec_to_pb(spec: PayloadSpec) -> pb.PayloadHeader:
+    """A payload header (``proto.chunks.payload_spec`` makes one from the words)."""
+    return pb.PayloadHeader(
+        total_bytes=spec.total_bytes,
+        total_elements=spec.total_elements,
+        sha256=spec.sha256,
+        fixed_point_bits=spec.fixed_point_bits,
+        tensors=tensor_layouts(spec.tensors),
+    )
+
+
+def join_request_to_pb(bundle: KeyBundle) -> pb.JoinRequest:
+    """A join: the node's signed key bundle."""
+    return pb.JoinRequest(bundle=key_bundle_to_pb(bundle))
+
+
+def status_request_to_pb(request: StatusRequest) -> pb.GetStatusRequest:
+    """Where a session is, asked for."""
+    return pb.GetStatusRequest(session_id=request.session_id)
+
+
+def roster_request_to_pb(request: RosterRequest) -> pb.GetRosterRequest:
+    """The roster, asked for."""
+    return pb.GetRosterRequest(session_id=request.session_id, node_id=request.node_id)
+
+
+def result_request_to_pb(request: ResultRequest) -> pb.GetResultRequest:
+    """A round's result, asked for."""
+    return pb.GetResultRequest(
+        session_id=request.session_id, round_index=request.round_index, node_id=request.node_id
+    )
+
+
+def withdraw_request_to_pb(request: WithdrawRequest) -> pb.WithdrawRequest:
+    """A node stopping on purpose."""
+    return pb.WithdrawRequest(
+        session_id=request.session_id,
+        node_id=request.node_id,
+        round_index=request.round_index,
+        reason=request.reason,
+    )
+
+
+def upload_header_to_pb(header: UploadHeader) -> pb.UploadHeader:
+    """The first message of an upload stream."""
+    return pb.UploadHeader(
+        session_id=header.session_id,
+        round_index=header.round_index,
+        round_name=header.round_name,
+        node_id=header.node_id,
+        payload=payload_spec_to_pb(header.payload),
+        roster_hash=header.roster_hash,
+        statement_signature=header.statement_signature,
+        self_mask_commitment=header.self_mask_commitment,
+        challenge=sealed_contributions_to_pb(header.challenge),
+    )
+
+
+def upload_chunks_to_pb(header: UploadHeader, payload: U64) -> Iterator[pb.UploadChunk]:
+    """An upload stream: its header, then the payload in chunks (``proto.chunks``)."""
+    yield pb.UploadChunk(header=upload_header_to_pb(header))
+    for chunk in payload_chunks(payload):
+        yield pb.UploadChunk(data=chunk)
+
+
+def attestation_to_pb(attestation: Attestation) -> pb.SurvivorAttestation:
+    """A survivor's signature over an unmask attempt's survivor hash, with its tags."""
+    return pb.SurvivorAttestation(
+        session_id=attestation.session_id,
+        round_index=attestation.round_index,
+        node_id=attestation.node_id,
+        survivor_hash=attestation.survivor_hash,
+        signature=attestation.signature,
+        sealed_tags=sealed_tags_to_pb(attestation.tags),
+    )
+
+
+def unmask_header_to_pb(header: UnmaskHeader) -> pb.UnmaskHeader:
+    """The first message of an unmask answer (its payload header only with corrections)."""
+    return pb.UnmaskHeader(
+        session_id=header.session_id,
+        round_index=header.round_index,
+        round_name=header.round_name,
+        node_id=header.node_id,
+        dropped_node_ids=list(header.dropped),
+        survivor_hash=header.survivor_hash,
+        self_mask_seed=header.self_mask_seed,
+        payload=None if header.payload is None else payload_spec_to_pb(header.payload),
+    )
+
+
+def unmask_chunks_to_pb(header: UnmaskHeader, payload: U64 | None) -> Iterator[pb.UnmaskChunk]:
+    """An unmask answer: its header, then the corrections (if any) in chunks."""
+    yield pb.UnmaskChunk(header=unmask_header_to_pb(header))
+    if payload is not None:
+        for chunk in payload_chunks(payload):
+            yield pb.UnmaskChunk(data=chunk)
+
+
+def unmask_refusal_to_pb(refusal: UnmaskRefusal) -> pb.UnmaskRefusal:
+    """A survivor's refusal to unmask."""
+    return pb.UnmaskRefusal(
+        accused_node_id=refusal.accused,
+        session_id=refusal.session_id,
+        round_index=refusal.round_index,
+        node_id=refusal.node_id,
+        dropped_node_ids=list(refusal.dropped),
+        survivor_hash=refusal.survivor_hash,
+        reason=refusal.reason,
+    )
+
+
+def unmask_refusal_chunks_to_pb(refusal: UnmaskRefusal) -> Iterator[pb.UnmaskChunk]:
+    """A refusal as the one message of an unmask stream."""
+    yield pb.UnmaskChunk(refusal=unmask_refusal_to_pb(refusal))
 
 
 # ---------------------------------------- answers, as the coordinator writes them
@@ -322,7 +482,28 @@ def unmask_request_to_pb(view: UnmaskRequest) -> pb.UnmaskRequest:
     )
 
 
-def sealed_tags_to_pb(tags: tuple[Sealed, ...]) -> list[pb.SealedTags]:
+def result_header_to_pb(header: ResultHeader) -> pb.ResultHeader:
+    """The first message of a result stream (the aggregate's chunks follow when READY)."""
+    return pb.ResultHeader(
+        session_id=header.session_id,
+        round_index=header.round_index,
+        round_name=header.round_name,
+        status=ROUND_STATUS[header.state],
+        reason=header.reason,
+        deadline_unix_ms=header.deadline_ms,
+        survivor_node_ids=list(header.survivors),
+        dropped_node_ids=list(header.dropped),
+        survivor_hash=header.survivor_hash,
+        statements=statements_to_pb(header.statements),
+        sealed_tags=sealed_tags_to_pb(header.tags),
+        payload=None if header.payload is None else payload_spec_to_pb(header.payload),
+        unmask_request=(
+            None if header.unmask_request is None else unmask_request_to_pb(header.unmask_request)
+        ),
+    )
+
+
+def sealed_tags_to_pb(tags: Sequence[Sealed]) -> list[pb.SealedTags]:
     """Aggregate-check tags as sent with an attestation or handed back with a result."""
     return [
         pb.SealedTags(
@@ -579,21 +760,24 @@ def unmask_request_from_pb(message: pb.UnmaskRequest) -> UnmaskRequest | None:
     )
 
 
-def result_header_from_pb(
-    header: pb.ResultHeader, *, aggregate: U64 | None = None, layout: Layout | None = None
-) -> RoundResult:
-    """A round's state from the first message of a result stream.
-
-    ``aggregate`` and ``layout``: the payload that followed the header, as
-    assembled and checked by the caller (READY only).
-    """
-    return RoundResult(
+def result_header_from_pb(header: pb.ResultHeader) -> ResultHeader:
+    """The first message of a result stream, as received."""
+    return ResultHeader(
+        session_id=header.session_id,
         round_index=header.round_index,
         round_name=header.round_name,
         state=round_state_from_pb(header.status),
         reason=_peer_text(header.reason),
+        deadline_ms=header.deadline_unix_ms,
         survivors=tuple(header.survivor_node_ids),
         dropped=tuple(header.dropped_node_ids),
+        survivor_hash=bytes(header.survivor_hash),
+        payload=payload_spec_from_pb(header.payload) if header.HasField("payload") else None,
+        unmask_request=(
+            unmask_request_from_pb(header.unmask_request)
+            if header.HasField("unmask_request")
+            else None
+        ),
         statements=tuple(
             UploadStatement(
                 node_id=s.node_id,
@@ -604,12 +788,29 @@ def result_header_from_pb(
             )
             for s in header.statements
         ),
+        tags=tuple(sealed_from_pb(t) for t in header.sealed_tags),
+    )
+
+
+def round_result_from_pb(
+    header: pb.ResultHeader, *, aggregate: U64 | None = None, layout: Layout | None = None
+) -> RoundResult:
+    """A round's state from the first message of a result stream.
+
+    ``aggregate`` and ``layout``: the payload that followed the header, as
+    assembled and checked by the caller (READY only).
+    """
+    read = result_header_from_pb(header)
+    return RoundResult(
+        round_index=read.round_index,
+        round_name=read.round_name,
+        state=read.state,
+        reason=read.reason,
+        survivors=read.survivors,
+        dropped=read.dropped,
+        statements=read.statements,
         aggregate=aggregate,
         layout=layout,
-        unmask_request=(
-            unmask_request_from_pb(header.unmask_request)
-            if header.HasField("unmask_request")
-            else None
-        ),
-        tags=tuple(sealed_from_pb(t) for t in header.sealed_tags),
+        unmask_request=read.unmask_request,
+        tags=read.tags,
     )

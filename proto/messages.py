@@ -33,6 +33,9 @@ __all__ = [
     "DroppedNode",
     "JoinReceipt",
     "PayloadSpec",
+    "ResultHeader",
+    "ResultRequest",
+    "RosterRequest",
     "RosterView",
     "RoundDeadline",
     "RoundResult",
@@ -41,6 +44,7 @@ __all__ = [
     "Sealed",
     "SessionState",
     "SessionStatus",
+    "StatusRequest",
     "UnmaskHeader",
     "UnmaskReceipt",
     "UnmaskRefusal",
@@ -122,6 +126,30 @@ class Sealed:
 
 
 # ---------------------------------------------------------------- node -> coordinator
+
+
+@dataclass(frozen=True)
+class StatusRequest:
+    """A node (or an operator) asking where a session is; empty: the current one."""
+
+    session_id: str = ""
+
+
+@dataclass(frozen=True)
+class RosterRequest:
+    """A node asking for the roster; ``node_id`` is the caller (its certificate's)."""
+
+    session_id: str
+    node_id: str
+
+
+@dataclass(frozen=True)
+class ResultRequest:
+    """A node asking for a round's state and, when READY, its aggregate."""
+
+    session_id: str
+    round_index: int
+    node_id: str
 
 
 @dataclass(frozen=True)
@@ -299,6 +327,32 @@ class UnmaskRequest:
     min_survivors: int = 0
     attempt: int = 0
     challenge: tuple[Sealed, ...] = ()
+    tags: tuple[Sealed, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResultHeader:
+    """First message of a result stream: the round's state and, when READY, what follows.
+
+    ``payload``: READY only, the header of the aggregate the stream goes on
+    with. ``unmask_request``: AWAITING_UNMASK only, when the caller is a
+    survivor whose answer is still needed. The other fields as in
+    :class:`RoundResult`, which is what a node makes of this header and the
+    aggregate after it.
+    """
+
+    session_id: str
+    round_index: int
+    round_name: str
+    state: RoundState
+    reason: str = ""
+    deadline_ms: int = 0
+    survivors: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    survivor_hash: bytes = b""
+    payload: PayloadSpec | None = None
+    unmask_request: UnmaskRequest | None = None
+    statements: tuple[UploadStatement, ...] = ()
     tags: tuple[Sealed, ...] = ()
 
 

@@ -1,7 +1,7 @@
 """Dropouts at scale: what survivors keep, what the aggregate carries, how often a round fails.
 
 One round with dropouts, as the live protocol runs it (docs/design.md §4.6,
-``node.unmask``, ``node.egress.release``):
+``node.protocol.unmask``, ``node.egress.release``):
 
 1. The design is planned over all K participants: ``noise.policy.plan_noise``
    at unit sensitivity for the per-egress (ε, δ), collusion threshold T, on the

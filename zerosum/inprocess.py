@@ -1,6 +1,6 @@
 """A node's gateway to a coordinator in the same process: the real session, no network.
 
-:class:`InProcessGateway` implements ``node.gateway.CoordinatorGateway`` by
+:class:`InProcessGateway` implements ``node.protocol.gateway.CoordinatorGateway`` by
 calling a ``coordinator.session.Session`` directly, with the node's id as the
 authenticated caller (what the TLS layer proves over gRPC). Both ends speak
 the plain messages of ``proto.messages``, so requests and answers pass through

@@ -22,7 +22,7 @@ the pinned identity (UNAUTHENTICATED) and a roster hash other than the
 session's final one (FAILED_PRECONDITION: the node was shown another roster,
 so its masks would not cancel), stores the signature with the upload, and
 returns the statements of all summed uploads with the aggregate; each node
-then checks that every contributor saw its roster (node/statements.py).
+then checks that every contributor saw its roster (node/protocol/statements.py).
 
 Uploads are idempotent per (session, round, node) and content hash: the same
 payload again is acknowledged as a duplicate (even after the round is ready,

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from node.egress.bundle import egress_folder
 from node.egress.release import plan_release, with_cape_participants
 from node.errors import NodeRefused, SessionFailed
-from node.masking import cape_draws, cape_sum_payload
+from node.protocol.masking import cape_draws, cape_sum_payload
 from node.records.atomic import atomic_write_json
 from node.records.cape_state import CapeStore
 from node.session.cape_material import CapeState, cape_state, save_cape_state

@@ -18,13 +18,13 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from node.client import RetryPolicy
 from node.errors import SessionFailed
-from node.gateway import CoordinatorGateway
 from node.plans.interface import ModelPlan
+from node.protocol.client import RetryPolicy
+from node.protocol.gateway import CoordinatorGateway
+from node.protocol.roster import VerifiedRoster
 from node.records.ledger import PrivacyLedger
 from node.records.state_folder import NodeState
-from node.roster import VerifiedRoster
 from node.session.setup import LocalSetup
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey
@@ -95,7 +95,7 @@ class SessionContext:
         """The plan's tensors for model round ``name`` and the layout the config fixes for it.
 
         Masks are drawn for the config's layout, before a round's data exist
-        (``node.masking.MaskPrefetch``); a plan whose tensors came out in another
+        (``node.protocol.masking.MaskPrefetch``); a plan whose tensors came out in another
         shape would release a payload its mask does not fit. So the two are
         compared before anything is released: on a difference the round fails
         with a sentence naming it, and nothing leaves.

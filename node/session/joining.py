@@ -14,7 +14,7 @@
    key) and post it. The same key signed again gives the same bundle (X25519
    and Ed25519 are deterministic), so a restarted node is answered "rejoined".
 4. Wait until the roster is final, verify every bundle against the pinned
-   identities (``node.roster.verify_roster``), record it in the session's
+   identities (``node.protocol.roster.verify_roster``), record it in the session's
    entry of ``STATE/sessions.json`` — or, resuming, stop on any difference
    from the one recorded — and derive the pairwise seeds.
 """
@@ -24,11 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from node.errors import AlreadyJoined, RosterError, SessionFailed, SessionStateError
-from node.gateway import CoordinatorGateway
+from node.protocol.gateway import CoordinatorGateway
+from node.protocol.roster import derive_seeds, verify_roster
 from node.records.cape_state import CapeStore
 from node.records.session_state import SessionStore
 from node.records.state_folder import NodeState
-from node.roster import derive_seeds, verify_roster
 from node.session.context import NodeOptions, SessionContext
 from node.session.outputs import archive_previous
 from node.session.setup import LocalSetup

@@ -2,7 +2,7 @@
 
 The plan's tensors for the round (values clipped to the public bounds) are
 encoded in fixed point, q(x_k); the zero-sum mask is added — pairwise
-(``node.masking``, drawn ahead in the background when the round was foreseen)
+(``node.protocol.masking``, drawn ahead in the background when the round was foreseen)
 or CAPE's e_k = q(ê_k) − share_k(S) from the round's completed CAPE sum — and
 residual noise when the policy enables it. The egress is released
 (``node.session.egress_steps``: budget, bundle, audit, approval, ledger),
@@ -25,7 +25,8 @@ from numpy.typing import NDArray
 from node.egress.bundle import MANIFEST, EgressBundle, egress_folder
 from node.egress.release import ReleaseNoise, plan_release
 from node.errors import NodeRefused, SessionFailed
-from node.masking import MaskPrefetch, add_residual_noise, cape_masks
+from node.protocol.masking import MaskPrefetch, add_residual_noise, cape_masks
+from node.protocol.statements import sign_upload_statement
 from node.records.cape_state import CapeStore
 from node.session import egress_steps
 from node.session.aggregate_tags import sealed_challenge
@@ -34,7 +35,6 @@ from node.session.context import SessionContext
 from node.session.progress import RoundProgress
 from node.session.results import Outcome, await_result
 from node.session.self_masking import private_seed, round_self_mask_seed, sent_payload
-from node.statements import sign_upload_statement
 from noise.errors import NoiseError
 from noise.layout import Layout, payload_digest
 from noise.self_mask import self_mask_commitment
@@ -249,7 +249,7 @@ def run_model_round(
 def prefetch_mask(
     ctx: SessionContext, masks: MaskPrefetch, index: int, participants: tuple[str, ...]
 ) -> None:
-    """Start drawing round ``index``'s pairwise mask now (``node.masking.MaskPrefetch``).
+    """Start drawing round ``index``'s pairwise mask now (``node.protocol.masking.MaskPrefetch``).
 
     Under the pairwise construction round ``index`` is the plan's round of
     that position, and its participants are those of the round just

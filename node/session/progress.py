@@ -9,7 +9,7 @@
   (or said it signed before a restart), and those it sent unmask answers for;
 * ``revealed`` — per round index, every node whose pair terms (or pads) this
   node's answers revealed and every survivor it answered for
-  (``node.unmask.RevealedTerms``), restored from the ledger after a restart;
+  (``node.protocol.unmask.RevealedTerms``), restored from the ledger after a restart;
 * ``unsent`` — the round in progress whose upload has not been made (what a
   deliberate stop withdraws from).
 """
@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from node.protocol.unmask import RevealedTerms
 from node.records.ledger import PrivacyLedger
 from node.records.survivor_sets import SurvivorSets
 from node.session.cape_material import CapeState
-from node.unmask import RevealedTerms
 
 __all__ = ["RoundProgress"]
 

@@ -2,7 +2,7 @@
 
 :func:`await_result` returns the round's :class:`Outcome` — the aggregate and
 the survivors it sums — once it is READY and its upload statements check out
-(``node.statements.check_statements``): every contributor signed for the
+(``node.protocol.statements.check_statements``): every contributor signed for the
 roster this node verified, this node's own upload is the one counted, and the
 nodes left out are exactly those whose pair terms it revealed. It returns
 None when the coordinator superseded the round (a CAPE rerun follows), and
@@ -18,11 +18,11 @@ from numpy.typing import NDArray
 
 from node.egress.release import ReleaseNoise
 from node.errors import SessionFailed, StatementError
+from node.protocol.statements import check_statements
 from node.session import unmask_answers
 from node.session.aggregate_tags import check_aggregate
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
-from node.statements import check_statements
 from noise.layout import Layout
 from proto.messages import RoundState
 

@@ -10,7 +10,7 @@ in a CAPE-sum round, its pads with them), or refuse with a sentence. A
 survivor whose signed sealed contribution or tags do not open is named in
 the refusal, and the node waits for the round's rerun without it
 (``node.session.aggregate_tags``). The rules are those of
-``node.unmask`` (consistent request, enough survivors, every attestation
+``node.protocol.unmask`` (consistent request, enough survivors, every attestation
 verified, answers of earlier attempts respected), the noise floor — what is
 left on this node's egress once the terms are revealed must stay at or above
 it — and the budget: pair terms raise the round's release for the coalition
@@ -32,19 +32,19 @@ from numpy.typing import NDArray
 from node.egress import budget
 from node.egress.release import ReleaseNoise, with_cape_participants
 from node.errors import GatewayError, NodeRefused, SessionFailed, SessionStateError
-from node.masking import unmask_corrections
-from node.records.survivor_sets import SignedSet, SurvivorSets
-from node.session.aggregate_tags import Culprit, attest_tags, open_relayed_tags
-from node.session.context import SessionContext
-from node.session.progress import RoundProgress
-from node.session.self_masking import round_self_mask_seed
-from node.unmask import (
+from node.protocol.masking import unmask_corrections
+from node.protocol.unmask import (
     RevealedTerms,
     attestation_signature,
     check_against_revealed,
     check_attestations,
     check_request,
 )
+from node.records.survivor_sets import SignedSet, SurvivorSets
+from node.session.aggregate_tags import Culprit, attest_tags, open_relayed_tags
+from node.session.context import SessionContext
+from node.session.progress import RoundProgress
+from node.session.self_masking import round_self_mask_seed
 from noise.layout import Layout
 from noise.masks import cape_blinding
 from proto.messages import UnmaskRequest

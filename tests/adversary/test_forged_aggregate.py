@@ -3,7 +3,7 @@
 Every upload is y_k = z_k + b_k with b_k a uniform pad whose seed β_k leaves
 the node only in its unmask answer. Until a node sent β_k, no aggregate that
 counts its upload can be a sum of what it released: the coordinator cannot
-take b_k out. The statements a node checks (node/statements.py) bind which
+take b_k out. The statements a node checks (node/protocol/statements.py) bind which
 payloads an aggregate claims to count, not its arithmetic (docs/design.md §5
 lists that as not yet defended), so two forgeries are tried:
 

@@ -11,7 +11,7 @@ would strip it. What b, c and d recorded of the session in their node state
 folders stops them: they refuse the replayed session id at the join
 (node/records/state_folder.py), so a never sees the signatures it waits for. (Were they to
 rejoin, the record of pair terms already revealed would still stop a second,
-smaller dropped set: node/unmask.py, check_against_revealed.)
+smaller dropped set: node/protocol/unmask.py, check_against_revealed.)
 """
 
 from __future__ import annotations

@@ -22,9 +22,9 @@ from coordinator.store import Store
 from node.deltab import plan as deltab_plan
 from node.deltab.persist import load_model
 from node.errors import CoordinatorRefused, SessionFailed
-from node.gateway import CoordinatorGateway
 from node.plans.deltab.cohort import load_cohort
 from node.plans.deltab.plan import plan_settings
+from node.protocol.gateway import CoordinatorGateway
 from node.runner import NodeOptions, NodeRunner
 from node.session.setup import LocalSetup
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle

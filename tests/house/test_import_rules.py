@@ -14,7 +14,14 @@
   ``proto`` or scikit-learn either, so it starts small inside a TRE (its tables
   and model files are read with ``bounded``);
 * ``simulations`` never touch the protocol: no ``proto``, ``coordinator``,
-  ``zerosum`` or gRPC.
+  ``zerosum`` or gRPC;
+* inside ``node``: ``node.records`` sits at the bottom, ``node.egress`` above
+  it, ``node.protocol`` (the node's side of the protocol: the gateway and its
+  gRPC client, roster, statements, masks, unmask) above both, and the session
+  steps, the plans and the output checker's review above all three; so
+  ``node.protocol`` imports none of ``node.session``, ``node.review``,
+  ``node.plans``, ``node.deltab`` or ``node.runner``, and neither
+  ``node.records`` nor ``node.egress`` imports ``node.protocol``;
 * the node's generic rooms — ``node.session``, ``node.review``, ``node.egress``,
   ``node.records`` and the runner ``node.runner`` — import no specific plan
   (``node.plans.deltab``, ``node.plans.logreg`` or any other): only the plan
@@ -23,7 +30,7 @@
 
 Only ``zerosum`` (the command) and ``benchmarks`` may import both node and
 coordinator. Only the converter (``proto.convert``, with ``proto.chunks`` for
-the payload streams), the gRPC client (``node.client``), the server
+the payload streams), the gRPC client (``node.protocol.client``), the server
 (``coordinator.server``) and the stubs themselves import
 the generated ``proto.zerosum`` modules: everything else speaks the plain
 messages of ``proto.messages``. The check reads every module's imports (also
@@ -63,8 +70,8 @@ RULES: Mapping[str, tuple[str, ...]] = {
     "node.deltab": ("coordinator", "simulations", "zerosum", "grpc", "proto", "sklearn"),
     "simulations": ("proto", "coordinator", "zerosum", "grpc"),
     # The node's rooms: records at the bottom (of egress only the receipt's
-    # number format and layouts), egress above it, the session steps and the
-    # output checker's review above both.
+    # number format and layouts), egress above it, the protocol above both,
+    # the session steps and the output checker's review above all three.
     "node.records": (
         "coordinator",
         "simulations",
@@ -74,7 +81,7 @@ RULES: Mapping[str, tuple[str, ...]] = {
         "node.plans",
         "node.deltab",
         "node.runner",
-        "node.client",
+        "node.protocol",
         "node.egress.bundle",
         "node.egress.release",
         "node.egress.budget",
@@ -90,7 +97,17 @@ RULES: Mapping[str, tuple[str, ...]] = {
         "node.review",
         "node.deltab",
         "node.runner",
-        "node.client",
+        "node.protocol",
+    ),
+    "node.protocol": (
+        "coordinator",
+        "simulations",
+        "zerosum",
+        "node.session",
+        "node.review",
+        "node.plans",
+        "node.deltab",
+        "node.runner",
     ),
 }
 
@@ -102,7 +119,9 @@ PLAN_ENTRANCES = ("node.plans.interface", "node.plans.registry")
 
 # The generated stubs (proto/zerosum/v1/*_pb2*) and the modules that may import them.
 STUBS = "proto.zerosum"
-STUB_IMPORTERS = frozenset({"proto.convert", "proto.chunks", "node.client", "coordinator.server"})
+STUB_IMPORTERS = frozenset(
+    {"proto.convert", "proto.chunks", "node.protocol.client", "coordinator.server"}
+)
 PRODUCT = (
     "bounded",
     "noise",
@@ -218,6 +237,7 @@ def test_only_the_converter_the_client_and_the_server_import_the_stubs() -> None
         ("zerosum/inprocess.py", "from proto.zerosum.v1 import session_pb2 as pb\n"),
         ("node/session/planted.py", "def f():\n    import proto.zerosum.v1.session_pb2\n"),
         ("proto/planted.py", "from .zerosum.v1 import session_pb2_grpc\n"),
+        ("node/protocol/planted.py", "from proto.zerosum.v1 import session_pb2 as pb\n"),
     ],
 )
 def test_a_planted_stub_import_is_caught(tmp_path: Path, path: str, source: str) -> None:
@@ -314,6 +334,17 @@ def test_the_plan_interface_and_the_registry_may_be_imported(tmp_path: Path) -> 
         ("node/egress", "from node.review import report\n", "node.review"),
         ("node/egress", "from ..session import results\n", "node.session"),
         ("node/egress", "import node.runner\n", "node.runner"),
+        ("node/egress", "from node.protocol import masking\n", "node.protocol"),
+        ("node/records", "from ..protocol.roster import VerifiedRoster\n", "node.protocol.roster"),
+        (
+            "node/protocol",
+            "from node.session.context import SessionContext\n",
+            "node.session.context",
+        ),
+        ("node/protocol", "from ..review import report\n", "node.review"),
+        ("node/protocol", "from node.plans import registry\n", "node.plans"),
+        ("node/protocol", "def f():\n    import node.runner\n", "node.runner"),
+        ("node/protocol", "from node.deltab import model\n", "node.deltab"),
     ],
 )
 def test_a_planted_violation_is_caught(

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from node.client import GrpcGateway, RetryPolicy
 from node.errors import CoordinatorRefused
+from node.protocol.client import GrpcGateway, RetryPolicy
 from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
 from proto.federation import config_hash
 from tests.support.processes import Federation, Processes, Spawned, init_federation

@@ -2,13 +2,13 @@
 
 gRPC refuses single messages above 4 MiB by default (the coordinator sets
 2 MiB), so a 2.6·10^6-word uint64 payload can only arrive as a stream of
-chunks. Three clients — node/client.py's GrpcGateway, with the
+chunks. Three clients — node/protocol/client.py's GrpcGateway, with the
 federation's TLS certificates and identity keys — join with signed key
 bundles and upload full-range random words laid out as two named tensors;
 the coordinator knows nothing of their meaning and only sums them. Each
 upload carries the node's signed upload statement over the roster it
 verified, and every node checks the statements that come back with the
-aggregate (node/statements.py). The downloaded aggregate must equal the
+aggregate (node/protocol/statements.py). The downloaded aggregate must equal the
 wrapping sum bit for bit, a repeated upload must be acknowledged as a
 duplicate, and the session must complete.
 """
@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from node.client import CHUNK_BYTES, GrpcGateway, RetryPolicy
-from node.roster import VerifiedRoster, verify_roster
-from node.statements import check_statements, sign_upload_statement
-from node.unmask import attestation_signature
+from node.protocol.client import CHUNK_BYTES, GrpcGateway, RetryPolicy
+from node.protocol.roster import VerifiedRoster, verify_roster
+from node.protocol.statements import check_statements, sign_upload_statement
+from node.protocol.unmask import attestation_signature
 from noise.fixed_point import wrapping_sum
 from noise.keys import EphemeralKey, sign_key_bundle
 from noise.layout import Layout, TensorSlot, payload_digest

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from node.client import GrpcGateway
 from node.egress.approval import sign_approval, write_approval
 from node.egress.bundle import EgressBundle
+from node.protocol.client import GrpcGateway
 from tests.support.processes import Processes, init_federation
 from tests.support.sessions import SessionRun, reference_model, relative_difference
 

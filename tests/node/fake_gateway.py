@@ -1,6 +1,6 @@
 """A scripted coordinator for node tests: it answers what a test sets, and keeps what it is sent.
 
-:class:`FakeCoordinator` satisfies ``node.gateway.CoordinatorGateway``. A test
+:class:`FakeCoordinator` satisfies ``node.protocol.gateway.CoordinatorGateway``. A test
 sets the session status the node sees (``status_reply``), the result of each
 round (``results``; asking for another fails the test), the other nodes'
 signed keys for the roster (``peers``) and, where the coordinator is to

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from node.gateway import CoordinatorGateway
+from node.protocol.gateway import CoordinatorGateway
 from node.runner import GatewayFactory, grpc_gateway
 from node.session.context import NodeOptions
 from node.session.setup import LocalSetup

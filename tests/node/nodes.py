@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from node.plans.interface import TensorSensitivity
+from node.protocol.roster import VerifiedRoster
 from node.records.ledger import PrivacyLedger
 from node.records.state_folder import NodeState
-from node.roster import VerifiedRoster
 from node.runner import NodeRunner
 from node.session.context import NodeOptions, SessionContext
 from node.session.progress import RoundProgress

@@ -10,7 +10,7 @@ import pytest
 from numpy.typing import NDArray
 
 from node.egress.release import ReleaseNoise
-from node.masking import pairwise_masks
+from node.protocol.masking import pairwise_masks
 from node.session.context import NodeOptions
 from node.session.egress_steps import (
     release,

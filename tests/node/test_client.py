@@ -9,8 +9,8 @@ import grpc
 import numpy as np
 import pytest
 
-from node.client import CHUNK_BYTES, Retrier, RetryPolicy, assemble_payload
 from node.errors import AlreadyJoined, CoordinatorRefused, CoordinatorUnreachable
+from node.protocol.client import CHUNK_BYTES, Retrier, RetryPolicy, assemble_payload
 from noise.layout import Layout
 from proto.chunks import PayloadError, payload_chunks, payload_header
 

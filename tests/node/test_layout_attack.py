@@ -22,20 +22,20 @@ from coordinator.config import SessionConfig
 from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
-from node.client import GrpcGateway, RetryPolicy
 from node.deltab import plan as deltab_plan
 from node.deltab.persist import load_model
 from node.egress.audit import read_audit
 from node.egress.receipt import entries_layout
 from node.errors import CoordinatorRefused
-from node.gateway import CoordinatorGateway
 from node.plans.deltab.cohort import load_cohort
 from node.plans.deltab.plan import plan_settings
-from node.roster import verify_roster
+from node.protocol.client import GrpcGateway, RetryPolicy
+from node.protocol.gateway import CoordinatorGateway
+from node.protocol.roster import verify_roster
+from node.protocol.statements import sign_upload_statement
 from node.runner import NodeOptions, NodeRunner, grpc_gateway
 from node.session.context import NodeOptions as Options
 from node.session.setup import LocalSetup
-from node.statements import sign_upload_statement
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.layout import Layout, payload_digest

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from node.masking import MaskPrefetch, mask_key, pairwise_masks
 from node.plans.interface import TensorSensitivity
+from node.protocol.masking import MaskPrefetch, mask_key, pairwise_masks
 from noise.layout import Layout
 from tests.support.made_up_federation import (
     CODEC,

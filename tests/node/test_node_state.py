@@ -24,7 +24,7 @@ from coordinator.session import Session
 from coordinator.store import Store
 from node.egress.bundle import EgressBundle
 from node.errors import NodeRefused, SessionFailed
-from node.gateway import CoordinatorGateway
+from node.protocol.gateway import CoordinatorGateway
 from node.records.state_folder import NodeState
 from node.runner import GatewayFactory, NodeOptions, NodeRunner, RunOutcome, grpc_gateway
 from node.session.setup import LocalSetup

@@ -14,8 +14,8 @@ from concurrent import futures
 import grpc
 import pytest
 
-from node.client import GrpcGateway, RetryPolicy
 from node.errors import CoordinatorRefused
+from node.protocol.client import GrpcGateway, RetryPolicy
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from zerosum import pki

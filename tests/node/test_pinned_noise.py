@@ -12,7 +12,7 @@ import pytest
 import node.egress.release as release_module
 from node.egress.pinned_noise import pin_noise, pinned
 from node.egress.release import plan_release
-from node.masking import pairwise_masks
+from node.protocol.masking import pairwise_masks
 from noise import accounting
 from noise.fixed_point import FixedPointCodec
 from proto.federation import ConfigError, config_hash, dump_federation, parse_federation

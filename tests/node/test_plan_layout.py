@@ -15,7 +15,7 @@ import pytest
 
 from node.egress.bundle import egress_folder
 from node.errors import SessionFailed
-from node.masking import MaskPrefetch
+from node.protocol.masking import MaskPrefetch
 from node.session.model_round import run_model_round
 from tests.node.nodes import FakePlan, joined
 from tests.support.made_up_federation import _config, _tensors

@@ -25,8 +25,8 @@ from coordinator.config import SessionConfig
 from coordinator.session import Session
 from coordinator.store import Store
 from node.egress.bundle import EgressBundle
-from node.gateway import CoordinatorGateway
 from node.plans.deltab.plan import public_sensitivities
+from node.protocol.gateway import CoordinatorGateway
 from node.runner import NodeOptions, NodeRunner, RunOutcome
 from node.session.setup import LocalSetup
 from noise.accounting import compose_mu, gaussian_epsilon, privacy_report

@@ -37,13 +37,13 @@ import pytest
 
 from node.egress.release import ReleaseNoise
 from node.errors import CoordinatorUnreachable, NodeRefused, SessionFailed
+from node.protocol.statements import sign_upload_statement
 from node.records.session_state import KEY_FILE, SessionStateError, SessionStore
 from node.records.survivor_sets import SignedSet, SurvivorSets
 from node.runner import NodeRunner
 from node.session.results import Outcome, await_result
 from node.session.resume import catch_up, take_aggregated
 from node.session.self_masking import sent_payload
-from node.statements import sign_upload_statement
 from noise.aggregate_check import TAG_MODULUS, challenge_vectors, tags
 from noise.keys import EphemeralKey
 from noise.layout import Layout, payload_digest

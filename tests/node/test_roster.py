@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from node.roster import RosterError, derive_seeds, verify_roster
+from node.protocol.roster import RosterError, derive_seeds, verify_roster
 from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
 from noise.transcript import roster_hash
 from proto.messages import RosterView

@@ -32,7 +32,7 @@ from coordinator.session import Session
 from coordinator.store import Store
 from node.egress.audit import read_audit
 from node.egress.bundle import EgressBundle
-from node.masking import cape_masks
+from node.protocol.masking import cape_masks
 from node.records.cape_state import CapeMaterial, CapeStore
 from node.records.session_state import SessionStore
 from node.runner import (

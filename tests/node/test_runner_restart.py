@@ -21,7 +21,7 @@ import pytest
 from node.egress.bundle import EgressBundle, egress_folder
 from node.egress.release import ReleaseNoise
 from node.errors import AlreadyJoined, NodeRefused, SessionFailed
-from node.masking import MaskPrefetch, cape_sum_payload
+from node.protocol.masking import MaskPrefetch, cape_sum_payload
 from node.records.atomic import atomic_write_json
 from node.records.cape_state import CapeMaterial, CapeStore
 from node.records.ledger import Release

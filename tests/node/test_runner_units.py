@@ -13,7 +13,7 @@ from node.egress.audit import AuditRecord, noise_evidence, read_audit, write_aud
 from node.egress.bundle import EgressBundle
 from node.egress.receipt import SDCEvidence
 from node.egress.release import ReleaseNoise
-from node.masking import (
+from node.protocol.masking import (
     add_residual_noise,
     cape_draws,
     cape_masks,
@@ -21,7 +21,7 @@ from node.masking import (
     pairwise_masks,
     unmask_corrections,
 )
-from node.unmask import (
+from node.protocol.unmask import (
     Attestation,
     UnmaskRequest,
     attestation_signature,

@@ -22,10 +22,10 @@ from coordinator.config import SessionConfig
 from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
-from node.client import RetryPolicy
 from node.egress.approval import sign_approval, write_approval
 from node.egress.bundle import EgressBundle, egress_folder
 from node.errors import ApprovalError, ApprovalRejected
+from node.protocol.client import RetryPolicy
 from node.records.ledger import PrivacyLedger
 from node.runner import GatewayFactory, NodeOptions, NodeRefused, NodeRunner, grpc_gateway
 from noise.keys import IdentityKey

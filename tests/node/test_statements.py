@@ -8,7 +8,7 @@ import hashlib
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from node.statements import StatementError, check_statements, sign_upload_statement
+from node.protocol.statements import StatementError, check_statements, sign_upload_statement
 from noise.keys import IdentityKey
 from noise.transcript import upload_statement_message
 from proto.messages import RoundResult, RoundState, UploadStatement

@@ -24,7 +24,7 @@ import pytest
 
 from node.egress.release import ReleaseNoise, cape_floor_shortfall, with_cape_participants
 from node.errors import NodeRefused
-from node.masking import MaskPrefetch, cape_draws
+from node.protocol.masking import MaskPrefetch, cape_draws
 from node.records.ledger import Refusal, SecureSumUnmask
 from node.session.cape_material import CapeState
 from node.session.model_round import run_model_round

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 
 from node.egress.release import ReleaseNoise
+from node.protocol.unmask import attestation_signature
 from node.records.ledger import SecureSumUnmask, UnmaskReveal
 from node.session.unmask_answers import answer
-from node.unmask import attestation_signature
 from noise.aggregate_check import CHALLENGE_VECTORS
 from noise.layout import Layout
 from noise.transcript import survivor_set_hash

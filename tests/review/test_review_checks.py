@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -136,7 +137,8 @@ def test_half_the_declared_noise_fails(tmp_path: Path, capsys: pytest.CaptureFix
     out = capsys.readouterr().out
     assert "all tensors: less noise than declared" in out
     assert "sum_xx: less noise than declared" in out
-    assert "ratio 0.5" in out
+    ratios = [float(r) for r in re.findall(r"\(ratio ([0-9.]+)\)", out)]
+    assert ratios and all(0.45 < r < 0.55 for r in ratios)  # half the declared σ
 
 
 def test_the_audit_record_of_another_egress_fails(

@@ -15,8 +15,8 @@ import numpy as np
 from node.egress.audit import AuditRecord, write_audit
 from node.egress.bundle import EgressBundle
 from node.egress.receipt import SDCEvidence
-from node.masking import pairwise_masks
 from node.plans.interface import TensorSensitivity
+from node.protocol.masking import pairwise_masks
 from noise.layout import Layout
 from proto.federation import (
     FederationConfig,

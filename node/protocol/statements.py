@@ -101,7 +101,7 @@ def check_statements(
     sent before a restart): its own statement must then still be present and
     carry its own valid signature, which only this node can make.
     ``revealed`` is every node whose pair terms (or CAPE pads) this node
-    sent in the round's unmask answers (``node.unmask.RevealedTerms``), or
+    sent in the round's unmask answers (``node.protocol.unmask.RevealedTerms``), or
     None when not known (then the left-out participants are not checked).
 
     The aggregate must leave out exactly the nodes in ``revealed``. Counting

@@ -1,9 +1,10 @@
 """The node's gRPC gateway: mutual TLS, retries with backoff, payloads in chunks.
 
 A TRE node only ever opens outbound connections to the coordinator (the only
-server). :class:`GrpcGateway` implements ``node.gateway.CoordinatorGateway``:
-it translates between protobuf and the plain messages of ``proto.messages``
-with ``proto.convert``, so nothing beyond this module sees gRPC.
+server). :class:`GrpcGateway` implements ``node.protocol.gateway.CoordinatorGateway``:
+each call makes its request as a plain message of ``proto.messages`` and
+``proto.convert`` writes it, and reads the answer back, so nothing beyond
+this module sees gRPC and this module sets no field of a stub itself.
 
 Every call is retried on UNAVAILABLE and DEADLINE_EXCEEDED — the coordinator
 may be restarting after a crash and resumes from its SQLite state — with
@@ -14,7 +15,7 @@ While it retries it reports progress every few seconds; retries stop after a
 bounded total time with :class:`~node.errors.CoordinatorUnreachable` ("did
 not answer"). A handshake that fails on a certificate also reads UNAVAILABLE;
 so on UNAVAILABLE the gateway makes one TLS handshake of its own
-(``node.tls_probe``, at most every few seconds), and a certificate that does
+(``node.protocol.tls_probe``, at most every few seconds), and a certificate that does
 not match ends the call at once with :class:`~node.errors.TlsMismatch`, one
 sentence naming the certificate, instead of minutes of retries. Every other
 status is a decision of the coordinator and is raised at once as
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
@@ -42,7 +43,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from bounded.files import KIB, LocalFileError, read_limited, read_secret
-from node.coordinator_certificate import verify_coordinator
 from node.errors import (
     AlreadyJoined,
     CoordinatorRefused,
@@ -50,7 +50,8 @@ from node.errors import (
     SetupError,
     TlsMismatch,
 )
-from node.tls_probe import tls_mismatch
+from node.protocol.coordinator_certificate import verify_coordinator
+from node.protocol.tls_probe import tls_mismatch
 from noise.keys import KeyBundle
 from noise.layout import Layout, as_words
 from proto.chunks import (
@@ -58,29 +59,42 @@ from proto.chunks import (
     PayloadAssembler,
     PayloadError,
     layout_of,
-    payload_chunks,
-    payload_header,
+    payload_spec,
 )
 from proto.convert import (
+    attestation_to_pb,
+    join_request_to_pb,
     join_response_from_pb,
-    key_bundle_to_pb,
-    result_header_from_pb,
+    result_request_to_pb,
     roster_from_pb,
-    sealed_contributions_to_pb,
-    sealed_tags_to_pb,
+    roster_request_to_pb,
+    round_result_from_pb,
     status_from_pb,
+    status_request_to_pb,
+    unmask_chunks_to_pb,
+    unmask_refusal_chunks_to_pb,
+    upload_chunks_to_pb,
     upload_receipt_from_pb,
     withdraw_receipt_from_pb,
+    withdraw_request_to_pb,
 )
 from proto.messages import (
+    Attestation,
     JoinReceipt,
+    ResultRequest,
+    RosterRequest,
     RosterView,
     RoundResult,
     Sealed,
     SessionStatus,
+    StatusRequest,
+    UnmaskHeader,
+    UnmaskRefusal,
     UnmaskRequest,
+    UploadHeader,
     UploadReceipt,
     WithdrawReceipt,
+    WithdrawRequest,
 )
 from proto.text import sanitise_text
 from proto.tls import CertificateError, check_node_credentials
@@ -320,7 +334,7 @@ class GrpcGateway:
         """A gateway with the node's TLS files, checked first (SetupError naming the fault).
 
         Before its first call the gateway checks the certificate the
-        coordinator presents against ``revoked`` (``node.coordinator_certificate``).
+        coordinator presents against ``revoked`` (``node.protocol.coordinator_certificate``).
         """
         ca = _read_credential(ca_certificate, "CA certificate")
         certificate = _read_credential(client_certificate, "client certificate")
@@ -388,14 +402,14 @@ class GrpcGateway:
     # -- calls ----------------------------------------------------------
 
     def join(self, bundle: KeyBundle) -> JoinReceipt:
-        request = pb.JoinRequest(bundle=key_bundle_to_pb(bundle))
+        request = join_request_to_pb(bundle)
         response: pb.JoinResponse = self._call(
             "Join", lambda t: self._stub.Join(request, timeout=t)
         )
         return join_response_from_pb(response)
 
     def status(self, session_id: str = "") -> SessionStatus:
-        request = pb.GetStatusRequest(session_id=session_id)
+        request = status_request_to_pb(StatusRequest(session_id))
         message: pb.SessionStatus = self._call(
             "GetStatus", lambda t: self._stub.GetStatus(request, timeout=t)
         )
@@ -409,8 +423,8 @@ class GrpcGateway:
         ``reason`` is shown to every node, so it must be a sentence without
         data (at most 1000 characters).
         """
-        request = pb.WithdrawRequest(
-            session_id=session_id, node_id=self._node_id, round_index=round_index, reason=reason
+        request = withdraw_request_to_pb(
+            WithdrawRequest(session_id, round_index, self._node_id, reason)
         )
         receipt: pb.WithdrawReceipt = self._call(
             "Withdraw", lambda t: self._stub.Withdraw(request, timeout=t)
@@ -418,7 +432,7 @@ class GrpcGateway:
         return withdraw_receipt_from_pb(receipt)
 
     def roster(self, session_id: str) -> RosterView:
-        request = pb.GetRosterRequest(session_id=session_id, node_id=self._node_id)
+        request = roster_request_to_pb(RosterRequest(session_id, self._node_id))
         message: pb.Roster = self._call(
             "GetRoster", lambda t: self._stub.GetRoster(request, timeout=t)
         )
@@ -439,21 +453,21 @@ class GrpcGateway:
         challenge: Sequence[Sealed],
         payload_sha256: bytes | None = None,
     ) -> UploadReceipt:
-        """Stream a payload with its signed upload statement (see node/statements.py).
+        """Stream a payload with its signed upload statement (see node/protocol/statements.py).
 
         ``payload_sha256``: the payload's digest when the caller already has
         it (for its statement), so the 8 bytes a value are not hashed twice.
         """
         if payload_sha256 is None:
-            described = payload_header(payload, layout, fixed_point_bits)
+            described = payload_spec(payload, layout, fixed_point_bits)
         elif as_words(payload).shape != (layout.size,):
             raise PayloadError(
                 f"a payload of {as_words(payload).size} words does not fit a layout of "
                 f"{layout.size} words"
             )
         else:
-            described = payload_header(None, layout, fixed_point_bits, sha256=payload_sha256)
-        header = pb.UploadHeader(
+            described = payload_spec(None, layout, fixed_point_bits, sha256=payload_sha256)
+        header = UploadHeader(
             session_id=session_id,
             round_index=round_index,
             round_name=round_name,
@@ -462,18 +476,13 @@ class GrpcGateway:
             roster_hash=roster_hash,
             statement_signature=statement_signature,
             self_mask_commitment=self_mask_commitment,
-            challenge=sealed_contributions_to_pb(challenge),
+            challenge=tuple(challenge),
         )
-
-        def messages() -> Iterator[pb.UploadChunk]:
-            yield pb.UploadChunk(header=header)
-            for chunk in payload_chunks(payload):
-                yield pb.UploadChunk(data=chunk)
-
         receipt: pb.UploadReceipt = self._call(
-            "UploadEgress", lambda t: self._stub.UploadEgress(messages(), timeout=t)
+            "UploadEgress",
+            lambda t: self._stub.UploadEgress(upload_chunks_to_pb(header, payload), timeout=t),
         )
-        self._uploaded[(session_id, round_index)] = bytes(header.payload.sha256)
+        self._uploaded[(session_id, round_index)] = described.sha256
         return upload_receipt_from_pb(receipt)
 
     def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
@@ -482,9 +491,7 @@ class GrpcGateway:
 
     def result(self, session_id: str, round_index: int) -> RoundResult:
         """The round's state; when READY also the aggregate (checked against its hash)."""
-        request = pb.GetResultRequest(
-            session_id=session_id, round_index=round_index, node_id=self._node_id
-        )
+        request = result_request_to_pb(ResultRequest(session_id, round_index, self._node_id))
 
         def attempt(timeout: float) -> RoundResult:
             stream = iter(self._stub.GetResult(request, timeout=timeout))
@@ -509,7 +516,7 @@ class GrpcGateway:
             else:
                 for _ in chunks:  # none are sent; drain the stream all the same
                     pass
-            return result_header_from_pb(header, aggregate=aggregate, layout=layout)
+            return round_result_from_pb(header, aggregate=aggregate, layout=layout)
 
         return self._call("GetResult", attempt)
 
@@ -522,13 +529,15 @@ class GrpcGateway:
         signature: bytes,
         tags: Sequence[Sealed],
     ) -> None:
-        request = pb.SurvivorAttestation(
-            session_id=session_id,
-            round_index=round_index,
-            node_id=self._node_id,
-            survivor_hash=survivor_hash,
-            signature=signature,
-            sealed_tags=sealed_tags_to_pb(tuple(tags)),
+        request = attestation_to_pb(
+            Attestation(
+                self._node_id,
+                survivor_hash,
+                signature,
+                session_id=session_id,
+                round_index=round_index,
+                tags=tuple(tags),
+            )
         )
         self._call("AttestSurvivors", lambda t: self._stub.AttestSurvivors(request, timeout=t))
 
@@ -542,37 +551,32 @@ class GrpcGateway:
         fixed_point_bits: int,
     ) -> None:
         """Send this node's unmask answer: its self-mask seed, and its corrections if any."""
-        header = pb.UnmaskHeader(
+        header = UnmaskHeader(
             session_id=request.session_id,
             round_index=request.round_index,
             round_name=request.round_name,
             node_id=self._node_id,
-            dropped_node_ids=list(request.dropped),
+            dropped=request.dropped,
             survivor_hash=request.survivor_hash,
+            payload=None if payload is None else payload_spec(payload, layout, fixed_point_bits),
             self_mask_seed=self_mask_seed,
-        )
-        if payload is not None:
-            header.payload.CopyFrom(payload_header(payload, layout, fixed_point_bits))
-
-        def messages() -> Iterator[pb.UnmaskChunk]:
-            yield pb.UnmaskChunk(header=header)
-            if payload is not None:
-                for chunk in payload_chunks(payload):
-                    yield pb.UnmaskChunk(data=chunk)
-
-        self._call("SubmitUnmask", lambda t: self._stub.SubmitUnmask(messages(), timeout=t))
-
-    def refuse_unmask(self, *, request: UnmaskRequest, reason: str, accused: str = "") -> None:
-        refusal = pb.UnmaskRefusal(
-            accused_node_id=accused,
-            session_id=request.session_id,
-            round_index=request.round_index,
-            node_id=self._node_id,
-            dropped_node_ids=list(request.dropped),
-            survivor_hash=request.survivor_hash,
-            reason=reason,
         )
         self._call(
             "SubmitUnmask",
-            lambda t: self._stub.SubmitUnmask(iter([pb.UnmaskChunk(refusal=refusal)]), timeout=t),
+            lambda t: self._stub.SubmitUnmask(unmask_chunks_to_pb(header, payload), timeout=t),
+        )
+
+    def refuse_unmask(self, *, request: UnmaskRequest, reason: str, accused: str = "") -> None:
+        refusal = UnmaskRefusal(
+            session_id=request.session_id,
+            round_index=request.round_index,
+            node_id=self._node_id,
+            dropped=request.dropped,
+            survivor_hash=request.survivor_hash,
+            reason=reason,
+            accused=accused,
+        )
+        self._call(
+            "SubmitUnmask",
+            lambda t: self._stub.SubmitUnmask(unmask_refusal_chunks_to_pb(refusal), timeout=t),
         )

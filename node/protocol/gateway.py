@@ -4,7 +4,7 @@ The session code never touches protobuf or gRPC status codes. It calls a
 :class:`CoordinatorGateway`, which returns the plain messages of
 ``proto.messages`` (the same types the coordinator returns) and
 raises :class:`~node.errors.GatewayError` subclasses (``CoordinatorRefused``,
-``AlreadyJoined``, ``CoordinatorUnreachable``). ``node.client.GrpcGateway``
+``AlreadyJoined``, ``CoordinatorUnreachable``). ``node.protocol.client.GrpcGateway``
 is the real one, over mutual TLS; an in-process gateway over a coordinator
 object serves tests (``zerosum.inprocess``).
 """

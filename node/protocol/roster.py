@@ -10,7 +10,7 @@ id and the reason. A final roster with fewer members than the federation's
 ``min_nodes`` is refused too: the local config decides, never the
 coordinator's word (docs/design.md §4.2). The roster hash is recomputed and
 compared, and kept: the node binds it into every upload statement it signs
-(node/statements.py), which is how nodes learn that all contributors were
+(node/protocol/statements.py), which is how nodes learn that all contributors were
 shown the same roster. The pairwise seeds s_kj = HKDF(X25519(sk_k, pk_j), ...)
 are derived only from a roster that passed (``noise.seeds.pairwise_seed``,
 docs/design.md §4.3).
