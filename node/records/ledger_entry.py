@@ -26,6 +26,7 @@ refused with :class:`node.errors.LedgerError` naming what is wrong.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -63,6 +64,17 @@ _KINDS: tuple[EntryKind, ...] = ("release", "unmask", "refusal", "laplace")
 
 def observer_of(label: str) -> Observer:
     """The observer class a ledger label names (LedgerError when it names none)."""
+    if not isinstance(label, str):
+        try:
+            return Observer.parse(label)
+        except ObserverError as exc:
+            raise LedgerError(str(exc)) from None
+    return _observer_named(label)
+
+
+@functools.lru_cache(maxsize=256)
+def _observer_named(label: str) -> Observer:
+    # Cached: totals and receipts ask for the same few labels over and over.
     try:
         return Observer.parse(label)
     except ObserverError as exc:
@@ -71,6 +83,11 @@ def observer_of(label: str) -> Observer:
 
 def label_order(label: str) -> tuple[int, int]:
     """Sort key of a label: outsider, colluders by size, coordinator, coalitions by size."""
+    return _order_named(label) if isinstance(label, str) else observer_of(label).order
+
+
+@functools.lru_cache(maxsize=256)
+def _order_named(label: str) -> tuple[int, int]:
     return observer_of(label).order
 
 

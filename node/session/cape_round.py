@@ -29,7 +29,6 @@ from node.session.model_round import upload
 from node.session.outputs import CAPE_SUM_NOTE, json_object
 from node.session.progress import RoundProgress
 from node.session.results import await_result
-from node.session.self_masking import private_seed, sent_payload
 from noise.layout import Layout, payload_digest
 from proto.rounds import RoundRef
 
@@ -141,7 +140,7 @@ def run_cape_sum_round(
         )
         state = CapeState(
             noise=noise,
-            draws=cape_draws(noise, layout, seed=private_seed(ctx), round_index=index),
+            draws=cape_draws(noise, layout, seed=ctx.private_seed(), round_index=index),
             planned=participants,
             drawn_for=index,
         )
@@ -176,7 +175,7 @@ def run_cape_sum_round(
             f"{egress_folder(ctx.out, index) / CAPE_SUM_NOTE} again"
         )
     else:
-        sent = payload_digest(sent_payload(ctx, index, payload, layout)).hex()
+        sent = payload_digest(ctx.sent_payload(index, payload, layout)).hex()
         _note(
             ctx, index=index, name=name, participants=participants, digest=digest, sent_digest=sent
         )

@@ -6,6 +6,16 @@ never changes afterwards: the local setup, the session id, this node's session
 key and verified roster, the pairwise seeds, the gateway to the coordinator,
 the ledger (kept in the node's state folder, ``state``), and whether this run
 resumes a session it joined before a restart.
+
+What the context derives from the saved session key is derived here: the
+seed π_k of this node's residual and CAPE draws, and each round's self-mask,
+the uniform pad on every upload. Every upload is y = z + b (mod 2^64), z the
+released egress (or a CAPE-sum share) and b = ``noise.self_mask.self_mask(β,
+layout)`` with β from the session key and the round index, so a restarted
+node adds the very same b and sends the very same bytes. β leaves only in the
+round's unmask answer, once every survivor has signed the same survivor set
+(``node.session.unmask_answers``); until then the upload is a one-time pad
+(docs/design.md §4.6).
 """
 
 from __future__ import annotations
@@ -29,6 +39,8 @@ from node.session.setup import LocalSetup
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey
 from noise.layout import Layout
+from noise.residual import private_noise_seed
+from noise.self_mask import self_mask, self_mask_seed
 from proto.federation import FederationConfig
 
 __all__ = ["NodeOptions", "SessionContext"]
@@ -63,33 +75,27 @@ class SessionContext:
     say: Callable[[str], None]
     state: NodeState
 
-    @property
-    def node_id(self) -> str:
-        return self.setup.node_id
+    # Read from ``setup`` once: every step reads them, many inside loops.
+    node_id: str = field(init=False)
+    config: FederationConfig = field(init=False)
+    config_hash: bytes = field(init=False)
+    codec: FixedPointCodec = field(init=False)
+    identity: IdentityKey = field(init=False)
+    out: Path = field(init=False)
+    plan: ModelPlan = field(init=False)
 
-    @property
-    def config(self) -> FederationConfig:
-        return self.setup.config
-
-    @property
-    def config_hash(self) -> bytes:
-        return self.setup.config_hash
-
-    @property
-    def codec(self) -> FixedPointCodec:
-        return self.setup.codec
-
-    @property
-    def identity(self) -> IdentityKey:
-        return self.setup.identity
-
-    @property
-    def out(self) -> Path:
-        return self.setup.out
-
-    @property
-    def plan(self) -> ModelPlan:
-        return self.setup.plan
+    def __post_init__(self) -> None:
+        setup = self.setup
+        for name, value in (
+            ("node_id", setup.node_id),
+            ("config", setup.config),
+            ("config_hash", setup.config_hash),
+            ("codec", setup.codec),
+            ("identity", setup.identity),
+            ("out", setup.out),
+            ("plan", setup.plan),
+        ):
+            object.__setattr__(self, name, value)
 
     def round_tensors(self, name: str) -> tuple[dict[str, NDArray[np.float64]], Layout]:
         """The plan's tensors for model round ``name`` and the layout the config fixes for it.
@@ -109,6 +115,37 @@ class SessionContext:
                 f"config fixes ({difference}); nothing was released"
             )
         return tensors, fixed
+
+    def private_seed(self) -> bytes:
+        """π_k, the seed of this node's residual and CAPE draws (``noise.residual``).
+
+        Derived from the saved session key, so a restarted node draws the very
+        same integers again, and nobody else can derive it.
+        """
+        return private_noise_seed(
+            self.ephemeral,
+            config_hash=self.config_hash,
+            session_id=self.session_id,
+            node_id=self.node_id,
+        )
+
+    def self_mask_seed(self, index: int) -> bytes:
+        """β of round ``index``: derived from the saved session key, the same after a restart."""
+        return self_mask_seed(
+            self.ephemeral,
+            config_hash=self.config_hash,
+            session_id=self.session_id,
+            node_id=self.node_id,
+            round_index=index,
+        )
+
+    def sent_payload(
+        self, index: int, payload: NDArray[np.uint64], layout: Layout
+    ) -> NDArray[np.uint64]:
+        """What leaves for ``payload`` in round ``index``: payload + self-mask (mod 2^64)."""
+        pad = self_mask(self.self_mask_seed(index), layout, round_index=index)
+        masked: NDArray[np.uint64] = payload + pad
+        return masked
 
     def sleep(self) -> None:
         import time

@@ -34,7 +34,6 @@ from node.session.cape_material import cape_state, save_cape_state
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
 from node.session.results import Outcome, await_result
-from node.session.self_masking import private_seed, round_self_mask_seed, sent_payload
 from noise.errors import NoiseError
 from noise.layout import Layout, payload_digest
 from noise.self_mask import self_mask_commitment
@@ -61,8 +60,8 @@ def upload(
 
     Returns (submitted, expected, duplicate).
     """
-    seed = round_self_mask_seed(ctx, index)
-    sent = sent_payload(ctx, index, payload, layout)
+    seed = ctx.self_mask_seed(index)
+    sent = ctx.sent_payload(index, payload, layout)
     digest = payload_digest(sent)
     receipt = ctx.gateway.upload(
         session_id=ctx.session_id,
@@ -153,7 +152,7 @@ def _fresh_cape_egress(
     mask = cape_masks(state.draws, state.total, participants, ctx.node_id)
     if state.residual is None:
         state.residual = add_residual_noise(
-            np.zeros_like(clean), noise, layout, seed=private_seed(ctx), round_index=index
+            np.zeros_like(clean), noise, layout, seed=ctx.private_seed(), round_index=index
         )
         # Saved before the bundle is written: a rerun must add this very noise again.
         save_cape_state(ctx, name, state, layout)
@@ -211,7 +210,7 @@ def run_model_round(
             mask = masks.take(noise, layout, round_index=index)
             np.add(mask, clean, out=mask)
             egress = add_residual_noise(
-                mask, noise, layout, seed=private_seed(ctx), round_index=index, in_place=True
+                mask, noise, layout, seed=ctx.private_seed(), round_index=index, in_place=True
             )
             del mask
         folder = egress_steps.release(

@@ -28,7 +28,6 @@ from node.session.context import SessionContext
 from node.session.outputs import CAPE_SUM_NOTE
 from node.session.progress import RoundProgress
 from node.session.results import await_result
-from node.session.self_masking import sent_payload
 from noise.layout import payload_digest
 from proto.messages import RoundState, SessionStatus
 from proto.rounds import RoundRef
@@ -224,7 +223,7 @@ def _take_published(
     # The aggregate must count the very payload this node's bundle holds.
     bundle = egress_steps.bundle_before_restart(ctx, index, name)
     own = (
-        None if bundle is None else payload_digest(sent_payload(ctx, index, bundle.payload, layout))
+        None if bundle is None else payload_digest(ctx.sent_payload(index, bundle.payload, layout))
     )
     outcome = await_result(
         ctx,

@@ -44,7 +44,6 @@ from node.records.survivor_sets import SignedSet, SurvivorSets
 from node.session.aggregate_tags import Culprit, attest_tags, open_relayed_tags
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
-from node.session.self_masking import round_self_mask_seed
 from noise.layout import Layout
 from noise.masks import cape_blinding
 from proto.messages import UnmaskRequest
@@ -271,7 +270,7 @@ def answer(
     try:
         ctx.gateway.submit_unmask(
             request=request,
-            self_mask_seed=round_self_mask_seed(ctx, index),
+            self_mask_seed=ctx.self_mask_seed(index),
             payload=corrections,
             layout=layout,
             fixed_point_bits=ctx.config.fixed_point_bits,

@@ -43,7 +43,6 @@ from node.records.survivor_sets import SignedSet, SurvivorSets
 from node.runner import NodeRunner
 from node.session.results import Outcome, await_result
 from node.session.resume import catch_up, take_aggregated
-from node.session.self_masking import sent_payload
 from noise.aggregate_check import TAG_MODULUS, challenge_vectors, tags
 from noise.keys import EphemeralKey
 from noise.layout import Layout, payload_digest
@@ -257,7 +256,7 @@ def test_a_round_aggregated_while_down_with_my_bundle_is_taken(tmp_path: Path) -
     plan = FakePlan()
     node = _node(tmp_path, plan=plan, status=_aggregated_while_down())
     # What left is the bundle's egress under a's self-mask of round 1.
-    sent = sent_payload(node.ctx, 1, egress, Layout.of_tensors(plan.tensors("scatter")))
+    sent = node.ctx.sent_payload(1, egress, Layout.of_tensors(plan.tensors("scatter")))
     ready = _ready(1, IDS, {"a": payload_digest(sent)})
     # Never answered (no challenge key kept): the round cannot hold a's seed, so refuse.
     _serve(node, ready, None)

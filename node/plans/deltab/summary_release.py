@@ -41,7 +41,6 @@ from node.plans.deltab.summary_bundle import (
 )
 from node.session.context import SessionContext
 from node.session.egress_steps import budget_refusal
-from node.session.self_masking import private_seed
 from noise.keys import key_fingerprint
 
 __all__ = ["DeltaSummaryRelease", "release_delta_summary"]
@@ -98,7 +97,7 @@ def release_delta_summary(
         deltas = deltas[np.isfinite(deltas)]
         try:
             summary = summarise(
-                deltas, settings, n_floor=ctx.config.min_cohort_size, seed=private_seed(ctx)
+                deltas, settings, n_floor=ctx.config.min_cohort_size, seed=ctx.private_seed()
             )
         except ValueError as error:
             raise NodeRefused(f"the delta summary cannot be released: {error}") from None
