@@ -12,8 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from noise.layout import Layout
+from proto.chunks import payload_spec
 from proto.messages import (
     PayloadSpec,
+    ResultHeader,
+    RoundState,
     Sealed,
     UnmaskRequest,
     UploadStatement,
@@ -47,3 +51,32 @@ class ResultView:
     unmask_request: UnmaskRequest | None
     statements: tuple[UploadStatement, ...] = ()
     tags: tuple[Sealed, ...] = ()  # READY: every other survivor's tags sealed for the caller
+
+    def header(self) -> ResultHeader:
+        """The first message of a result stream: the round's status and, when ready, its payload.
+
+        The stored aggregate file never leaves the coordinator; the payload's
+        header is made again from its layout and digest.
+        """
+        spec = self.payload
+        return ResultHeader(
+            session_id=self.session_id,
+            round_index=self.round_index,
+            round_name=self.round_name,
+            state=RoundState(self.status),
+            reason=self.reason,
+            deadline_ms=self.deadline_ms,
+            survivors=self.survivors,
+            dropped=self.dropped,
+            survivor_hash=self.survivor_hash,
+            payload=(
+                None
+                if spec is None
+                else payload_spec(
+                    None, Layout(spec.tensors), spec.fixed_point_bits, sha256=spec.sha256
+                )
+            ),
+            unmask_request=self.unmask_request,
+            statements=self.statements,
+            tags=self.tags,
+        )

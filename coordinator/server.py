@@ -59,11 +59,9 @@ from coordinator.errors import (
 from coordinator.guard import CallGuard
 from coordinator.limits import ServerLimits, Watchdog
 from coordinator.logs import EventLog, as_event_log
-from coordinator.messages import ResultView
 from coordinator.operations import Operations
 from coordinator.session import Session, Ticket
-from noise.layout import Layout
-from proto.chunks import file_chunks, payload_spec
+from proto.chunks import file_chunks
 from proto.convert import (
     attestation_from_pb,
     attestation_receipt_to_pb,
@@ -85,7 +83,6 @@ from proto.convert import (
     withdraw_request_from_pb,
 )
 from proto.errors import MalformedMessage
-from proto.messages import ResultHeader, RoundState
 from proto.tls import (
     CertificateError,
     PeerVerifier,
@@ -118,34 +115,6 @@ RESULT_HOLD_SECONDS = 1.0
 def _abort(context: grpc.ServicerContext, error: CoordinatorError) -> NoReturn:
     context.abort(grpc.StatusCode[error.status], error.sentence)
     raise AssertionError("context.abort returned")  # pragma: no cover
-
-
-def _result_header(view: ResultView) -> ResultHeader:
-    """The first message of a result stream: the round's status and, when ready, its payload.
-
-    A ResultView also names the stored aggregate file, which never leaves the
-    coordinator; the payload's header is made again from its layout and digest.
-    """
-    spec = view.payload
-    return ResultHeader(
-        session_id=view.session_id,
-        round_index=view.round_index,
-        round_name=view.round_name,
-        state=RoundState(view.status),
-        reason=view.reason,
-        deadline_ms=view.deadline_ms,
-        survivors=view.survivors,
-        dropped=view.dropped,
-        survivor_hash=view.survivor_hash,
-        payload=(
-            None
-            if spec is None
-            else payload_spec(None, Layout(spec.tensors), spec.fixed_point_bits, sha256=spec.sha256)
-        ),
-        unmask_request=view.unmask_request,
-        statements=view.statements,
-        tags=view.tags,
-    )
 
 
 class CoordinatorServicer(pb_grpc.CoordinatorServicer):
@@ -329,7 +298,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             )
 
         caller, view = self._call(context, check)
-        yield pb.ResultChunk(header=result_header_to_pb(_result_header(view)))
+        yield pb.ResultChunk(header=result_header_to_pb(view.header()))
         if view.path is None:
             return
         for chunk in file_chunks(view.path, RESULT_CHUNK_BYTES):

@@ -800,17 +800,4 @@ def round_result_from_pb(
     ``aggregate`` and ``layout``: the payload that followed the header, as
     assembled and checked by the caller (READY only).
     """
-    read = result_header_from_pb(header)
-    return RoundResult(
-        round_index=read.round_index,
-        round_name=read.round_name,
-        state=read.state,
-        reason=read.reason,
-        survivors=read.survivors,
-        dropped=read.dropped,
-        statements=read.statements,
-        aggregate=aggregate,
-        layout=layout,
-        unmask_request=read.unmask_request,
-        tags=read.tags,
-    )
+    return RoundResult.of(result_header_from_pb(header), aggregate=aggregate, layout=layout)

@@ -329,6 +329,33 @@ class UnmaskRequest:
     challenge: tuple[Sealed, ...] = ()
     tags: tuple[Sealed, ...] = ()
 
+    def answer(
+        self, node_id: str, self_mask_seed: bytes, payload: PayloadSpec | None
+    ) -> UnmaskHeader:
+        """Survivor ``node_id``'s answer to this request (``payload``: its corrections')."""
+        return UnmaskHeader(
+            session_id=self.session_id,
+            round_index=self.round_index,
+            round_name=self.round_name,
+            node_id=node_id,
+            dropped=self.dropped,
+            survivor_hash=self.survivor_hash,
+            payload=payload,
+            self_mask_seed=self_mask_seed,
+        )
+
+    def refusal(self, node_id: str, reason: str, accused: str = "") -> UnmaskRefusal:
+        """Survivor ``node_id``'s refusal of this request, naming ``accused`` if a peer's fault."""
+        return UnmaskRefusal(
+            session_id=self.session_id,
+            round_index=self.round_index,
+            node_id=node_id,
+            dropped=self.dropped,
+            survivor_hash=self.survivor_hash,
+            reason=reason,
+            accused=accused,
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class ResultHeader:
@@ -377,6 +404,29 @@ class RoundResult:
     layout: Layout | None = None  # the aggregate's layout as announced
     unmask_request: UnmaskRequest | None = None
     tags: tuple[Sealed, ...] = ()
+
+    @classmethod
+    def of(
+        cls, header: ResultHeader, *, aggregate: U64 | None = None, layout: Layout | None = None
+    ) -> RoundResult:
+        """What a node makes of ``header`` and the aggregate that followed it (READY only).
+
+        An unmask request that is not pending is no request.
+        """
+        pending = header.unmask_request
+        return cls(
+            round_index=header.round_index,
+            round_name=header.round_name,
+            state=header.state,
+            reason=header.reason,
+            survivors=header.survivors,
+            dropped=header.dropped,
+            statements=header.statements,
+            aggregate=aggregate,
+            layout=layout,
+            unmask_request=pending if pending is not None and pending.pending else None,
+            tags=header.tags,
+        )
 
 
 @dataclass(frozen=True)

@@ -29,19 +29,15 @@ from coordinator.session import Session, Ticket
 from node.errors import AlreadyJoined, CoordinatorRefused
 from noise.keys import KeyBundle
 from noise.layout import Layout, payload_digest
-from proto.chunks import CHUNK_BYTES, payload_chunks
+from proto.chunks import CHUNK_BYTES, payload_chunks, payload_spec
 from proto.messages import (
     Attestation,
     JoinReceipt,
-    PayloadSpec,
     RosterView,
     RoundResult,
-    RoundState,
     Sealed,
     SessionStatus,
-    UnmaskHeader,
     UnmaskReceipt,
-    UnmaskRefusal,
     UnmaskRequest,
     UploadHeader,
     UploadReceipt,
@@ -147,13 +143,7 @@ class InProcessGateway:
             round_index=round_index,
             round_name=round_name,
             node_id=self._node_id,
-            payload=PayloadSpec(
-                total_bytes=layout.nbytes,
-                total_elements=layout.size,
-                sha256=digest,
-                fixed_point_bits=fixed_point_bits,
-                tensors=layout.slots,
-            ),
+            payload=payload_spec(None, layout, fixed_point_bits, sha256=digest),
             roster_hash=roster_hash,
             statement_signature=statement_signature,
             self_mask_commitment=self_mask_commitment,
@@ -186,20 +176,7 @@ class InProcessGateway:
                     "GetResult", "DATA_LOSS", "the stored aggregate does not match its digest"
                 )
             self._session.record_delivery(round_index, self._node_id)
-        pending = view.unmask_request
-        return RoundResult(
-            round_index=view.round_index,
-            round_name=view.round_name,
-            state=RoundState(view.status),
-            reason=view.reason,
-            survivors=view.survivors,
-            dropped=view.dropped,
-            statements=view.statements,
-            aggregate=aggregate,
-            layout=layout,
-            unmask_request=pending if pending is not None and pending.pending else None,
-            tags=view.tags,
-        )
+        return RoundResult.of(view.header(), aggregate=aggregate, layout=layout)
 
     def attest(
         self,
@@ -231,24 +208,8 @@ class InProcessGateway:
         layout: Layout,
         fixed_point_bits: int,
     ) -> None:
-        header = UnmaskHeader(
-            session_id=request.session_id,
-            round_index=request.round_index,
-            round_name=request.round_name,
-            node_id=self._node_id,
-            dropped=request.dropped,
-            survivor_hash=request.survivor_hash,
-            payload=None
-            if payload is None
-            else PayloadSpec(
-                total_bytes=layout.nbytes,
-                total_elements=layout.size,
-                sha256=payload_digest(payload),
-                fixed_point_bits=fixed_point_bits,
-                tensors=layout.slots,
-            ),
-            self_mask_seed=self_mask_seed,
-        )
+        spec = None if payload is None else payload_spec(payload, layout, fixed_point_bits)
+        header = request.answer(self._node_id, self_mask_seed, spec)
 
         def send() -> UploadReceipt | UnmaskReceipt:
             begun = self._session.begin_unmask(header, caller=self._node_id)
@@ -260,15 +221,7 @@ class InProcessGateway:
         self._call("SubmitUnmask", send)
 
     def refuse_unmask(self, *, request: UnmaskRequest, reason: str, accused: str = "") -> None:
-        refusal = UnmaskRefusal(
-            session_id=request.session_id,
-            round_index=request.round_index,
-            node_id=self._node_id,
-            dropped=request.dropped,
-            survivor_hash=request.survivor_hash,
-            reason=reason,
-            accused=accused,
-        )
+        refusal = request.refusal(self._node_id, reason, accused)
         self._call(
             "SubmitUnmask", lambda: self._session.refuse_unmask(refusal, caller=self._node_id)
         )

@@ -88,8 +88,6 @@ from proto.messages import (
     Sealed,
     SessionStatus,
     StatusRequest,
-    UnmaskHeader,
-    UnmaskRefusal,
     UnmaskRequest,
     UploadHeader,
     UploadReceipt,
@@ -551,31 +549,15 @@ class GrpcGateway:
         fixed_point_bits: int,
     ) -> None:
         """Send this node's unmask answer: its self-mask seed, and its corrections if any."""
-        header = UnmaskHeader(
-            session_id=request.session_id,
-            round_index=request.round_index,
-            round_name=request.round_name,
-            node_id=self._node_id,
-            dropped=request.dropped,
-            survivor_hash=request.survivor_hash,
-            payload=None if payload is None else payload_spec(payload, layout, fixed_point_bits),
-            self_mask_seed=self_mask_seed,
-        )
+        spec = None if payload is None else payload_spec(payload, layout, fixed_point_bits)
+        header = request.answer(self._node_id, self_mask_seed, spec)
         self._call(
             "SubmitUnmask",
             lambda t: self._stub.SubmitUnmask(unmask_chunks_to_pb(header, payload), timeout=t),
         )
 
     def refuse_unmask(self, *, request: UnmaskRequest, reason: str, accused: str = "") -> None:
-        refusal = UnmaskRefusal(
-            session_id=request.session_id,
-            round_index=request.round_index,
-            node_id=self._node_id,
-            dropped=request.dropped,
-            survivor_hash=request.survivor_hash,
-            reason=reason,
-            accused=accused,
-        )
+        refusal = request.refusal(self._node_id, reason, accused)
         self._call(
             "SubmitUnmask",
             lambda t: self._stub.SubmitUnmask(unmask_refusal_chunks_to_pb(refusal), timeout=t),
