@@ -32,8 +32,9 @@ alone.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from cryptography.exceptions import InvalidSignature
@@ -58,6 +59,8 @@ from noise.aggregate_check import (
 from noise.layout import Layout
 from noise.transcript import sealed_check_message
 from proto.messages import RoundResult, Sealed, UnmaskRequest
+
+T = TypeVar("T")
 
 __all__ = [
     "Culprit",
@@ -190,37 +193,35 @@ def attest_tags(
     its signature broken).
     """
     survivors = set(request.survivors)
-    relayed = _relayed(request.challenge, ctx.node_id)
-    contributions = {ctx.node_id: _own(ctx, index)}
-    for peer in sorted(survivors - {ctx.node_id}):
-        item = relayed.get(peer)
-        if item is None:
-            return (
-                f"the request does not relay the challenge contribution of survivor {peer!r}, "
-                "so this node cannot check the round's aggregate"
-            )
-        if not _signed_by_sender(ctx, index, "contribution", _NO_BINDING, item):
-            return (
-                f"the challenge contribution of {peer!r} relayed to this node does not carry "
-                f"{peer!r}'s valid signature: the coordinator, which checks it on receipt, "
-                "relayed something else"
-            )
-        try:
-            contributions[peer] = open_contribution(
-                item.sealed,
-                ctx.seeds[peer],
-                config_hash=ctx.config_hash,
-                session_id=ctx.session_id,
-                round_index=index,
-                sender=peer,
-                recipient=ctx.node_id,
-            )
-        except ValueError as error:
-            return Culprit(
-                peer,
-                f"{error}; {peer!r} signed these bytes (signature "
-                f"{item.signature.hex()[:16]}…), so they are its own",
-            )
+    opened = _open_relayed(
+        ctx,
+        request.challenge,
+        index=index,
+        peers=survivors,
+        kind="contribution",
+        binding=_NO_BINDING,
+        opener=lambda sealed, peer: open_contribution(
+            sealed,
+            ctx.seeds[peer],
+            config_hash=ctx.config_hash,
+            session_id=ctx.session_id,
+            round_index=index,
+            sender=peer,
+            recipient=ctx.node_id,
+        ),
+        missing=lambda peer: (
+            f"the request does not relay the challenge contribution of survivor {peer!r}, "
+            "so this node cannot check the round's aggregate"
+        ),
+        unsigned=lambda peer: (
+            f"the challenge contribution of {peer!r} relayed to this node does not carry "
+            f"{peer!r}'s valid signature: the coordinator, which checks it on receipt, "
+            "relayed something else"
+        ),
+    )
+    if isinstance(opened, Culprit | str):
+        return opened
+    contributions = {ctx.node_id: _own(ctx, index), **opened}
     key = challenge_key(contributions, round_index=index)
     rho = challenge_vectors(key, layout.size, round_index=index)
     own = blinded_tags(
@@ -266,32 +267,63 @@ def open_relayed_tags(
     A :class:`Culprit` when a survivor's signed tags do not open, a reason
     (the relay's fault) when some are missing or carry no valid signature.
     """
+    return _open_relayed(
+        ctx,
+        items,
+        index=index,
+        peers=survivors,
+        kind="tags",
+        binding=survivor_hash,
+        opener=lambda sealed, peer: open_tags(
+            sealed,
+            ctx.seeds[peer],
+            config_hash=ctx.config_hash,
+            session_id=ctx.session_id,
+            round_index=index,
+            survivor_hash=survivor_hash,
+            sender=peer,
+            recipient=ctx.node_id,
+        ),
+        missing=lambda peer: (
+            f"the aggregate-check tags of survivor {peer!r} are not relayed to this node, "
+            "so it cannot check the round's aggregate"
+        ),
+        unsigned=lambda peer: (
+            f"the aggregate-check tags of {peer!r} relayed to this node do not carry "
+            f"{peer!r}'s valid signature over this survivor set: the coordinator, which "
+            "checks it on receipt, relayed something else"
+        ),
+    )
+
+
+def _open_relayed(
+    ctx: SessionContext,
+    items: Sequence[Sealed],
+    *,
+    index: int,
+    peers: Collection[str],
+    kind: str,
+    binding: bytes,
+    opener: Callable[[bytes, str], T],
+    missing: Callable[[str], str],
+    unsigned: Callable[[str], str],
+) -> dict[str, T] | Culprit | str:
+    """What every other peer sealed for this node and signed, opened with ``opener``.
+
+    A reason to refuse (the relay's fault) when an item is missing or its
+    signature does not hold, a :class:`Culprit` when a signed item does not
+    open: its author signed those bytes, so they are its own.
+    """
     relayed = _relayed(items, ctx.node_id)
-    opened = {}
-    for peer in sorted(set(survivors) - {ctx.node_id}):
+    opened: dict[str, T] = {}
+    for peer in sorted(set(peers) - {ctx.node_id}):
         item = relayed.get(peer)
         if item is None:
-            return (
-                f"the aggregate-check tags of survivor {peer!r} are not relayed to this node, "
-                "so it cannot check the round's aggregate"
-            )
-        if not _signed_by_sender(ctx, index, "tags", survivor_hash, item):
-            return (
-                f"the aggregate-check tags of {peer!r} relayed to this node do not carry "
-                f"{peer!r}'s valid signature over this survivor set: the coordinator, which "
-                "checks it on receipt, relayed something else"
-            )
+            return missing(peer)
+        if not _signed_by_sender(ctx, index, kind, binding, item):
+            return unsigned(peer)
         try:
-            opened[peer] = open_tags(
-                item.sealed,
-                ctx.seeds[peer],
-                config_hash=ctx.config_hash,
-                session_id=ctx.session_id,
-                round_index=index,
-                survivor_hash=survivor_hash,
-                sender=peer,
-                recipient=ctx.node_id,
-            )
+            opened[peer] = opener(item.sealed, peer)
         except ValueError as error:
             return Culprit(
                 peer,
