@@ -77,8 +77,9 @@ from noise.layout import Layout, payload_digest
 from noise.masks import pairwise_mask
 from noise.self_mask import self_mask, self_mask_commitment, self_mask_seed
 from noise.transcript import sealed_check_message
+from proto.chunks import payload_spec
 from proto.federation import config_hash, load_federation
-from proto.messages import RoundState, Sealed
+from proto.messages import Attestation, RoundState, Sealed, UploadHeader
 
 __all__ = ["MASK_MODES", "PLAIN_TENSOR", "POLL_SECONDS", "TENSOR", "main", "node_values"]
 
@@ -364,25 +365,26 @@ class _Node:
             masked = time.monotonic()
             digest = payload_digest(payload)
             client.upload(
-                session_id=self.session_id,
-                round_index=round_index,
-                round_name=round_name,
-                payload=payload,
-                layout=self.layout,
-                fixed_point_bits=self.codec.frac_bits,
-                roster_hash=self.roster_hash,
-                statement_signature=sign_upload_statement(
-                    self.identity,
-                    config_hash=self.config_hash,
+                UploadHeader(
                     session_id=self.session_id,
                     round_index=round_index,
                     round_name=round_name,
+                    node_id=self.node_id,
+                    payload=payload_spec(None, self.layout, self.codec.frac_bits, sha256=digest),
                     roster_hash=self.roster_hash,
-                    payload_sha256=digest,
+                    statement_signature=sign_upload_statement(
+                        self.identity,
+                        config_hash=self.config_hash,
+                        session_id=self.session_id,
+                        round_index=round_index,
+                        round_name=round_name,
+                        roster_hash=self.roster_hash,
+                        payload_sha256=digest,
+                    ),
+                    self_mask_commitment=self_mask_commitment(seed),
+                    challenge=tuple(challenge),
                 ),
-                self_mask_commitment=self_mask_commitment(seed),
-                challenge=challenge,
-                payload_sha256=digest,
+                payload,
             )
             uploaded = time.monotonic()
             attested = False
@@ -444,17 +446,20 @@ class _Node:
                         ]
                         stamps["tagged"] = time.monotonic()
                         client.attest(
-                            session_id=self.session_id,
-                            round_index=round_index,
-                            survivor_hash=ask.survivor_hash,
-                            signature=attestation_signature(
-                                self.identity,
-                                config_hash=self.config_hash,
+                            Attestation(
+                                self.node_id,
+                                ask.survivor_hash,
+                                attestation_signature(
+                                    self.identity,
+                                    config_hash=self.config_hash,
+                                    session_id=self.session_id,
+                                    round_index=round_index,
+                                    survivor_hash=ask.survivor_hash,
+                                ),
                                 session_id=self.session_id,
                                 round_index=round_index,
-                                survivor_hash=ask.survivor_hash,
-                            ),
-                            tags=sealed_tags,
+                                tags=tuple(sealed_tags),
+                            )
                         )
                         attested = True
                         stamps["attested"] = time.monotonic()
@@ -462,13 +467,7 @@ class _Node:
                         stamps["signed"] = time.monotonic()
                         # Every survivor's tags open before the seed leaves.
                         self._open_tags(round_index, ask.survivor_hash, ask.tags, ask.survivors)
-                        client.submit_unmask(
-                            request=ask,
-                            self_mask_seed=seed,
-                            payload=None,
-                            layout=self.layout,
-                            fixed_point_bits=self.codec.frac_bits,
-                        )
+                        client.submit_unmask(ask.answer(self.node_id, seed, None), None)
                         stamps["answered"] = time.monotonic()
                     polls += 1
                     time.sleep(self.poll_seconds)

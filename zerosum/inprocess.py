@@ -18,7 +18,7 @@ package may do.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TypeVar
 
 import numpy as np
@@ -29,16 +29,16 @@ from coordinator.session import Session, Ticket
 from node.errors import AlreadyJoined, CoordinatorRefused
 from noise.keys import KeyBundle
 from noise.layout import Layout, payload_digest
-from proto.chunks import CHUNK_BYTES, payload_chunks, payload_spec
+from proto.chunks import CHUNK_BYTES, payload_chunks
 from proto.messages import (
     Attestation,
     JoinReceipt,
     RosterView,
     RoundResult,
-    Sealed,
     SessionStatus,
+    UnmaskHeader,
     UnmaskReceipt,
-    UnmaskRequest,
+    UnmaskRefusal,
     UploadHeader,
     UploadReceipt,
     WithdrawReceipt,
@@ -122,40 +122,13 @@ class InProcessGateway:
         )
         return view
 
-    def upload(
-        self,
-        *,
-        session_id: str,
-        round_index: int,
-        round_name: str,
-        payload: U64,
-        layout: Layout,
-        fixed_point_bits: int,
-        roster_hash: bytes,
-        statement_signature: bytes,
-        self_mask_commitment: bytes,
-        challenge: Sequence[Sealed],
-        payload_sha256: bytes | None = None,
-    ) -> UploadReceipt:
-        digest = payload_digest(payload) if payload_sha256 is None else payload_sha256
-        header = UploadHeader(
-            session_id=session_id,
-            round_index=round_index,
-            round_name=round_name,
-            node_id=self._node_id,
-            payload=payload_spec(None, layout, fixed_point_bits, sha256=digest),
-            roster_hash=roster_hash,
-            statement_signature=statement_signature,
-            self_mask_commitment=self_mask_commitment,
-            challenge=tuple(challenge),
-        )
-
+    def upload(self, header: UploadHeader, payload: U64) -> UploadReceipt:
         def send() -> UploadReceipt | UnmaskReceipt:
             return self._stream(self._session.begin_upload(header, caller=self._node_id), payload)
 
         receipt = self._call("UploadEgress", send)
         assert isinstance(receipt, UploadReceipt)
-        self._uploaded[(session_id, round_index)] = digest
+        self._uploaded[(header.session_id, header.round_index)] = header.payload.sha256
         return receipt
 
     def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
@@ -178,39 +151,12 @@ class InProcessGateway:
             self._session.record_delivery(round_index, self._node_id)
         return RoundResult.of(view.header(), aggregate=aggregate, layout=layout)
 
-    def attest(
-        self,
-        *,
-        session_id: str,
-        round_index: int,
-        survivor_hash: bytes,
-        signature: bytes,
-        tags: Sequence[Sealed],
-    ) -> None:
-        attestation = Attestation(
-            session_id=session_id,
-            round_index=round_index,
-            node_id=self._node_id,
-            survivor_hash=survivor_hash,
-            signature=signature,
-            tags=tuple(tags),
-        )
+    def attest(self, attestation: Attestation) -> None:
         self._call(
             "AttestSurvivors", lambda: self._session.attest(attestation, caller=self._node_id)
         )
 
-    def submit_unmask(
-        self,
-        *,
-        request: UnmaskRequest,
-        self_mask_seed: bytes,
-        payload: U64 | None,
-        layout: Layout,
-        fixed_point_bits: int,
-    ) -> None:
-        spec = None if payload is None else payload_spec(payload, layout, fixed_point_bits)
-        header = request.answer(self._node_id, self_mask_seed, spec)
-
+    def submit_unmask(self, header: UnmaskHeader, payload: U64 | None) -> None:
         def send() -> UploadReceipt | UnmaskReceipt:
             begun = self._session.begin_unmask(header, caller=self._node_id)
             if payload is None:
@@ -220,8 +166,7 @@ class InProcessGateway:
 
         self._call("SubmitUnmask", send)
 
-    def refuse_unmask(self, *, request: UnmaskRequest, reason: str, accused: str = "") -> None:
-        refusal = request.refusal(self._node_id, reason, accused)
+    def refuse_unmask(self, refusal: UnmaskRefusal) -> None:
         self._call(
             "SubmitUnmask", lambda: self._session.refuse_unmask(refusal, caller=self._node_id)
         )

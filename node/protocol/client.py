@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, TypeVar
@@ -53,13 +53,12 @@ from node.errors import (
 from node.protocol.coordinator_certificate import verify_coordinator
 from node.protocol.tls_probe import tls_mismatch
 from noise.keys import KeyBundle
-from noise.layout import Layout, as_words
+from noise.layout import as_words
 from proto.chunks import (
     CHUNK_BYTES,
     PayloadAssembler,
     PayloadError,
     layout_of,
-    payload_spec,
 )
 from proto.convert import (
     attestation_to_pb,
@@ -85,10 +84,10 @@ from proto.messages import (
     RosterRequest,
     RosterView,
     RoundResult,
-    Sealed,
     SessionStatus,
     StatusRequest,
-    UnmaskRequest,
+    UnmaskHeader,
+    UnmaskRefusal,
     UploadHeader,
     UploadReceipt,
     WithdrawReceipt,
@@ -436,51 +435,18 @@ class GrpcGateway:
         )
         return roster_from_pb(message)
 
-    def upload(
-        self,
-        *,
-        session_id: str,
-        round_index: int,
-        round_name: str,
-        payload: NDArray[np.uint64],
-        layout: Layout,
-        fixed_point_bits: int,
-        roster_hash: bytes,
-        statement_signature: bytes,
-        self_mask_commitment: bytes,
-        challenge: Sequence[Sealed],
-        payload_sha256: bytes | None = None,
-    ) -> UploadReceipt:
-        """Stream a payload with its signed upload statement (see node/protocol/statements.py).
-
-        ``payload_sha256``: the payload's digest when the caller already has
-        it (for its statement), so the 8 bytes a value are not hashed twice.
-        """
-        if payload_sha256 is None:
-            described = payload_spec(payload, layout, fixed_point_bits)
-        elif as_words(payload).shape != (layout.size,):
+    def upload(self, header: UploadHeader, payload: NDArray[np.uint64]) -> UploadReceipt:
+        """Stream a payload with its signed upload statement (see node/protocol/statements.py)."""
+        if as_words(payload).shape != (header.payload.total_elements,):
             raise PayloadError(
                 f"a payload of {as_words(payload).size} words does not fit a layout of "
-                f"{layout.size} words"
+                f"{header.payload.total_elements} words"
             )
-        else:
-            described = payload_spec(None, layout, fixed_point_bits, sha256=payload_sha256)
-        header = UploadHeader(
-            session_id=session_id,
-            round_index=round_index,
-            round_name=round_name,
-            node_id=self._node_id,
-            payload=described,
-            roster_hash=roster_hash,
-            statement_signature=statement_signature,
-            self_mask_commitment=self_mask_commitment,
-            challenge=tuple(challenge),
-        )
         receipt: pb.UploadReceipt = self._call(
             "UploadEgress",
             lambda t: self._stub.UploadEgress(upload_chunks_to_pb(header, payload), timeout=t),
         )
-        self._uploaded[(session_id, round_index)] = described.sha256
+        self._uploaded[(header.session_id, header.round_index)] = header.payload.sha256
         return upload_receipt_from_pb(receipt)
 
     def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
@@ -518,46 +484,18 @@ class GrpcGateway:
 
         return self._call("GetResult", attempt)
 
-    def attest(
-        self,
-        *,
-        session_id: str,
-        round_index: int,
-        survivor_hash: bytes,
-        signature: bytes,
-        tags: Sequence[Sealed],
-    ) -> None:
-        request = attestation_to_pb(
-            Attestation(
-                self._node_id,
-                survivor_hash,
-                signature,
-                session_id=session_id,
-                round_index=round_index,
-                tags=tuple(tags),
-            )
-        )
+    def attest(self, attestation: Attestation) -> None:
+        request = attestation_to_pb(attestation)
         self._call("AttestSurvivors", lambda t: self._stub.AttestSurvivors(request, timeout=t))
 
-    def submit_unmask(
-        self,
-        *,
-        request: UnmaskRequest,
-        self_mask_seed: bytes,
-        payload: NDArray[np.uint64] | None,
-        layout: Layout,
-        fixed_point_bits: int,
-    ) -> None:
+    def submit_unmask(self, header: UnmaskHeader, payload: NDArray[np.uint64] | None) -> None:
         """Send this node's unmask answer: its self-mask seed, and its corrections if any."""
-        spec = None if payload is None else payload_spec(payload, layout, fixed_point_bits)
-        header = request.answer(self._node_id, self_mask_seed, spec)
         self._call(
             "SubmitUnmask",
             lambda t: self._stub.SubmitUnmask(unmask_chunks_to_pb(header, payload), timeout=t),
         )
 
-    def refuse_unmask(self, *, request: UnmaskRequest, reason: str, accused: str = "") -> None:
-        refusal = request.refusal(self._node_id, reason, accused)
+    def refuse_unmask(self, refusal: UnmaskRefusal) -> None:
         self._call(
             "SubmitUnmask",
             lambda t: self._stub.SubmitUnmask(unmask_refusal_chunks_to_pb(refusal), timeout=t),

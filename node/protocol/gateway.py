@@ -1,8 +1,8 @@
 """How a node speaks to the coordinator: one small interface, plain values in and out.
 
 The session code never touches protobuf or gRPC status codes. It calls a
-:class:`CoordinatorGateway`, which returns the plain messages of
-``proto.messages`` (the same types the coordinator returns) and
+:class:`CoordinatorGateway` with the plain messages of ``proto.messages`` it
+builds itself, and gets back the plain messages the coordinator returns and
 raises :class:`~node.errors.GatewayError` subclasses (``CoordinatorRefused``,
 ``AlreadyJoined``, ``CoordinatorUnreachable``). ``node.protocol.client.GrpcGateway``
 is the real one, over mutual TLS; an in-process gateway over a coordinator
@@ -11,19 +11,19 @@ object serves tests (``zerosum.inprocess``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol
 
 from noise.keys import KeyBundle
-from noise.layout import Layout
 from proto.messages import (
     U64,
+    Attestation,
     JoinReceipt,
     RosterView,
     RoundResult,
-    Sealed,
     SessionStatus,
-    UnmaskRequest,
+    UnmaskHeader,
+    UnmaskRefusal,
+    UploadHeader,
     UploadReceipt,
     WithdrawReceipt,
 )
@@ -43,21 +43,9 @@ class CoordinatorGateway(Protocol):
 
     def roster(self, session_id: str) -> RosterView: ...
 
-    def upload(
-        self,
-        *,
-        session_id: str,
-        round_index: int,
-        round_name: str,
-        payload: U64,
-        layout: Layout,
-        fixed_point_bits: int,
-        roster_hash: bytes,
-        statement_signature: bytes,
-        self_mask_commitment: bytes,
-        challenge: Sequence[Sealed],
-        payload_sha256: bytes | None = None,
-    ) -> UploadReceipt: ...
+    def upload(self, header: UploadHeader, payload: U64) -> UploadReceipt:
+        """Stream ``payload`` after ``header`` (its payload header names the digest)."""
+        ...
 
     def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
         """The digest of the payload this gateway uploaded for a round, if it did."""
@@ -65,28 +53,15 @@ class CoordinatorGateway(Protocol):
 
     def result(self, session_id: str, round_index: int) -> RoundResult: ...
 
-    def attest(
-        self,
-        *,
-        session_id: str,
-        round_index: int,
-        survivor_hash: bytes,
-        signature: bytes,
-        tags: Sequence[Sealed],
-    ) -> None: ...
+    def attest(self, attestation: Attestation) -> None: ...
 
-    def submit_unmask(
-        self,
-        *,
-        request: UnmaskRequest,
-        self_mask_seed: bytes,
-        payload: U64 | None,
-        layout: Layout,
-        fixed_point_bits: int,
-    ) -> None: ...
+    def submit_unmask(self, header: UnmaskHeader, payload: U64 | None) -> None:
+        """Send an unmask answer; ``payload``: its corrections, when its header has a payload."""
+        ...
 
-    def refuse_unmask(self, *, request: UnmaskRequest, reason: str, accused: str = "") -> None:
-        """Refuse ``request``; ``accused``: the survivor whose signed sealed message is why."""
+    def refuse_unmask(self, refusal: UnmaskRefusal) -> None:
+        """Refuse an unmask request; ``refusal.accused``: the survivor whose signed sealed
+        message is why, if one is."""
         ...
 
     def withdraw(self, session_id: str, round_index: int, reason: str) -> WithdrawReceipt: ...

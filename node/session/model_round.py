@@ -37,6 +37,8 @@ from node.session.results import Outcome, await_result
 from noise.errors import NoiseError
 from noise.layout import Layout, payload_digest
 from noise.self_mask import self_mask_commitment
+from proto.chunks import payload_spec
+from proto.messages import UploadHeader
 
 __all__ = ["prefetch_mask", "run_model_round", "upload"]
 
@@ -63,13 +65,12 @@ def upload(
     seed = ctx.self_mask_seed(index)
     sent = ctx.sent_payload(index, payload, layout)
     digest = payload_digest(sent)
-    receipt = ctx.gateway.upload(
+    header = UploadHeader(
         session_id=ctx.session_id,
         round_index=index,
         round_name=name,
-        payload=sent,
-        layout=layout,
-        fixed_point_bits=ctx.config.fixed_point_bits,
+        node_id=ctx.node_id,
+        payload=payload_spec(None, layout, ctx.config.fixed_point_bits, sha256=digest),
         roster_hash=ctx.roster.roster_hash,
         statement_signature=sign_upload_statement(
             ctx.identity,
@@ -81,9 +82,9 @@ def upload(
             payload_sha256=digest,
         ),
         self_mask_commitment=self_mask_commitment(seed),
-        challenge=sealed_challenge(ctx, index, participants),
-        payload_sha256=digest,
+        challenge=tuple(sealed_challenge(ctx, index, participants)),
     )
+    receipt = ctx.gateway.upload(header, sent)
     return receipt.submitted_count, receipt.expected_count, receipt.duplicate
 
 

@@ -46,7 +46,8 @@ from node.session.context import SessionContext
 from node.session.progress import RoundProgress
 from noise.layout import Layout
 from noise.masks import cape_blinding
-from proto.messages import UnmaskRequest
+from proto.chunks import payload_spec
+from proto.messages import Attestation, UnmaskRequest
 from proto.rounds import RoundRef
 
 __all__ = ["answer"]
@@ -68,7 +69,7 @@ def _refuse(ctx: SessionContext, request: UnmaskRequest, reason: str) -> NoRetur
         reason=reason,
     )
     try:
-        ctx.gateway.refuse_unmask(request=request, reason=reason)
+        ctx.gateway.refuse_unmask(request.refusal(ctx.node_id, reason))
     except GatewayError as error:
         ctx.say(f"the coordinator did not take the refusal ({error.details})")
     raise NodeRefused(
@@ -95,7 +96,7 @@ def _accuse(
     )
     progress.answered.add(request.survivor_hash)
     try:
-        ctx.gateway.refuse_unmask(request=request, reason=reason, accused=culprit.node_id)
+        ctx.gateway.refuse_unmask(request.refusal(ctx.node_id, reason, culprit.node_id))
     except GatewayError as error:
         ctx.say(f"the coordinator did not take the accusation ({error.details})")
     ctx.say(
@@ -223,11 +224,14 @@ def answer(
             survivor_hash=request.survivor_hash,
         )
         ctx.gateway.attest(
-            session_id=ctx.session_id,
-            round_index=index,
-            survivor_hash=request.survivor_hash,
-            signature=signature,
-            tags=tagged.sealed,
+            Attestation(
+                ctx.node_id,
+                request.survivor_hash,
+                signature,
+                session_id=ctx.session_id,
+                round_index=index,
+                tags=tuple(tagged.sealed),
+            )
         )
         dropped = f" (dropped {_names(request.dropped)})" if request.dropped else ""
         ctx.say(
@@ -268,12 +272,13 @@ def answer(
         ctx, progress, request, index=index, name=name, layout=layout, noise=noise
     )
     try:
+        spec = (
+            None
+            if corrections is None
+            else payload_spec(corrections, layout, ctx.config.fixed_point_bits)
+        )
         ctx.gateway.submit_unmask(
-            request=request,
-            self_mask_seed=ctx.self_mask_seed(index),
-            payload=corrections,
-            layout=layout,
-            fixed_point_bits=ctx.config.fixed_point_bits,
+            request.answer(ctx.node_id, ctx.self_mask_seed(index), spec), corrections
         )
     except GatewayError as error:
         # The round moved on (it was superseded); the next poll shows it.

@@ -34,8 +34,9 @@ from noise.fixed_point import wrapping_sum
 from noise.keys import EphemeralKey, sign_key_bundle
 from noise.layout import Layout, TensorSlot, payload_digest
 from noise.self_mask import self_mask, self_mask_commitment
+from proto.chunks import payload_spec
 from proto.federation import RoundSpec, config_hash, dump_federation, load_federation
-from proto.messages import RoundState, Sealed, UploadReceipt
+from proto.messages import Attestation, RoundState, Sealed, UploadHeader, UploadReceipt
 from tests.node.peer_checks import signed_sealed
 from tests.support.processes import Federation, Processes, init_federation
 from tests.support.sessions import SessionRun
@@ -171,30 +172,33 @@ def test_twenty_megabyte_payloads_sum_exactly(
         # As a node does: the payload leaves under its self-mask.
         seed = _seed(node, round_index)
         sent = payload + self_mask(seed, layout, round_index=round_index)
+        digest = payload_digest(sent)
         return clients[node].upload(
-            session_id=session_id,
-            round_index=round_index,
-            round_name=round_name,
-            payload=sent,
-            layout=layout,
-            fixed_point_bits=bits,
-            roster_hash=roster,
-            statement_signature=sign_upload_statement(
-                federation.identity(node),
-                config_hash=fed_hash,
+            UploadHeader(
                 session_id=session_id,
                 round_index=round_index,
                 round_name=round_name,
+                node_id=node,
+                payload=payload_spec(None, layout, bits, sha256=digest),
                 roster_hash=roster,
-                payload_sha256=payload_digest(sent),
+                statement_signature=sign_upload_statement(
+                    federation.identity(node),
+                    config_hash=fed_hash,
+                    session_id=session_id,
+                    round_index=round_index,
+                    round_name=round_name,
+                    roster_hash=roster,
+                    payload_sha256=digest,
+                ),
+                self_mask_commitment=self_mask_commitment(seed),
+                # The coordinator relays these unread; this test checks no aggregate tags.
+                challenge=tuple(
+                    _signed(node, round_index, "contribution", bytes(32), peer, sealed=bytes(48))
+                    for peer in NODES
+                    if peer != node
+                ),
             ),
-            self_mask_commitment=self_mask_commitment(seed),
-            # The coordinator relays these unread; this test checks no aggregate tags.
-            challenge=[
-                _signed(node, round_index, "contribution", bytes(32), peer, sealed=bytes(48))
-                for peer in NODES
-                if peer != node
-            ],
+            sent,
         )
 
     def unmask(round_index: int, layout: Layout) -> None:
@@ -203,32 +207,31 @@ def test_twenty_megabyte_payloads_sum_exactly(
             ask = clients[node].result(session_id, round_index).unmask_request
             assert ask is not None and ask.dropped == ()
             clients[node].attest(
-                session_id=session_id,
-                round_index=round_index,
-                survivor_hash=ask.survivor_hash,
-                signature=attestation_signature(
-                    federation.identity(node),
-                    config_hash=fed_hash,
+                Attestation(
+                    node,
+                    ask.survivor_hash,
+                    attestation_signature(
+                        federation.identity(node),
+                        config_hash=fed_hash,
+                        session_id=session_id,
+                        round_index=round_index,
+                        survivor_hash=ask.survivor_hash,
+                    ),
                     session_id=session_id,
                     round_index=round_index,
-                    survivor_hash=ask.survivor_hash,
-                ),
-                tags=[
-                    _signed(node, round_index, "tags", ask.survivor_hash, peer, sealed=bytes(80))
-                    for peer in NODES
-                    if peer != node
-                ],
+                    tags=tuple(
+                        _signed(
+                            node, round_index, "tags", ask.survivor_hash, peer, sealed=bytes(80)
+                        )
+                        for peer in NODES
+                        if peer != node
+                    ),
+                )
             )
         for node in NODES:
             ask = clients[node].result(session_id, round_index).unmask_request
             assert ask is not None and len(ask.attestations) == len(NODES)
-            clients[node].submit_unmask(
-                request=ask,
-                self_mask_seed=_seed(node, round_index),
-                payload=None,
-                layout=layout,
-                fixed_point_bits=bits,
-            )
+            clients[node].submit_unmask(ask.answer(node, _seed(node, round_index), None), None)
 
     def upload(node: str) -> UploadReceipt:
         return send(node, 0, "means", payloads[node], LAYOUT)

@@ -39,7 +39,9 @@ from proto.messages import (
     Sealed,
     SessionState,
     SessionStatus,
-    UnmaskRequest,
+    UnmaskHeader,
+    UnmaskRefusal,
+    UploadHeader,
     UploadReceipt,
     WithdrawReceipt,
 )
@@ -65,13 +67,14 @@ class Upload:
 
 @dataclass(frozen=True)
 class UnmaskAnswer:
-    """One unmask answer: the request it answers and the corrections sent."""
+    """One unmask answer: its header and the corrections sent."""
 
-    request: UnmaskRequest
+    header: UnmaskHeader
     payload: bytes  # the corrections, as uint64 bytes (empty when nobody dropped)
-    layout: Layout
-    fixed_point_bits: int
-    self_mask_seed: bytes = b""
+
+    @property
+    def self_mask_seed(self) -> bytes:
+        return self.header.self_mask_seed
 
 
 @dataclass
@@ -94,7 +97,7 @@ class FakeCoordinator:
     # The sealed aggregate-check tags sent with each attestation.
     sealed_tags: list[tuple[int, tuple[Sealed, ...]]] = field(default_factory=list)
     answers: list[UnmaskAnswer] = field(default_factory=list)
-    refusals: list[tuple[UnmaskRequest, str]] = field(default_factory=list)
+    refusals: list[tuple[UnmaskRefusal, str]] = field(default_factory=list)
     accused: list[str] = field(default_factory=list)  # per refusal: the survivor it names
     uploads: list[Upload] = field(default_factory=list)
     withdrawals: list[tuple[int, str]] = field(default_factory=list)
@@ -171,39 +174,27 @@ class FakeCoordinator:
             federation_size=1 + len(self.peers),
         )
 
-    def upload(
-        self,
-        *,
-        session_id: str,
-        round_index: int,
-        round_name: str,
-        payload: U64,
-        layout: Layout,
-        fixed_point_bits: int,
-        roster_hash: bytes,
-        statement_signature: bytes,
-        self_mask_commitment: bytes,
-        challenge: Sequence[Sealed],
-        payload_sha256: bytes | None = None,
-    ) -> UploadReceipt:
+    def upload(self, header: UploadHeader, payload: U64) -> UploadReceipt:
         self.calls.append("upload")
         digest = payload_digest(payload)
-        assert payload_sha256 in (None, digest), "the digest given is not the payload's"
-        duplicate = self.uploaded.get(round_index) == digest
-        self.sent.append(("upload", round_index))
+        assert header.payload.sha256 == digest, "the digest given is not the payload's"
+        assert header.node_id == self.node, "an upload header for another node"
+        index = header.round_index
+        duplicate = self.uploaded.get(index) == digest
+        self.sent.append(("upload", index))
         self.uploads.append(
             Upload(
-                session_id,
-                round_index,
-                round_name,
+                header.session_id,
+                index,
+                header.round_name,
                 np.array(payload, dtype=np.uint64),
-                layout,
-                fixed_point_bits,
-                roster_hash,
-                statement_signature,
+                Layout(header.payload.tensors),
+                header.payload.fixed_point_bits,
+                header.roster_hash,
+                header.statement_signature,
             )
         )
-        self.uploaded[round_index] = digest
+        self.uploaded[index] = digest
         return UploadReceipt(
             duplicate=duplicate,
             submitted_count=1,
@@ -212,48 +203,34 @@ class FakeCoordinator:
             received_bytes=int(np.asarray(payload).nbytes),
         )
 
-    def attest(
-        self,
-        *,
-        session_id: str,
-        round_index: int,
-        survivor_hash: bytes,
-        signature: bytes,
-        tags: Sequence[Sealed],
-    ) -> None:
+    def attest(self, attestation: Attestation) -> None:
         self.calls.append("attest")
-        self.sent.append(("attest", round_index))
-        self.attestations.append((round_index, Attestation(self.node, survivor_hash, signature)))
-        self.sealed_tags.append((round_index, tuple(tags)))
+        self.sent.append(("attest", attestation.round_index))
+        self.attestations.append(
+            (
+                attestation.round_index,
+                Attestation(self.node, attestation.survivor_hash, attestation.signature),
+            )
+        )
+        self.sealed_tags.append((attestation.round_index, attestation.tags))
 
-    def submit_unmask(
-        self,
-        *,
-        request: UnmaskRequest,
-        self_mask_seed: bytes,
-        payload: U64 | None,
-        layout: Layout,
-        fixed_point_bits: int,
-    ) -> None:
+    def submit_unmask(self, header: UnmaskHeader, payload: U64 | None) -> None:
         self.calls.append("submit_unmask")
-        self.sent.append(("answer", request.round_index, tuple(request.dropped)))
+        self.sent.append(("answer", header.round_index, tuple(header.dropped)))
         self.answers.append(
             UnmaskAnswer(
-                request,
+                header,
                 b"" if payload is None else np.asarray(payload, dtype=np.uint64).tobytes(),
-                layout,
-                fixed_point_bits,
-                self_mask_seed,
             )
         )
 
-    def refuse_unmask(self, *, request: UnmaskRequest, reason: str, accused: str = "") -> None:
+    def refuse_unmask(self, refusal: UnmaskRefusal) -> None:
         self.calls.append("refuse_unmask")
         if self.refuse_error is not None:
             raise self.refuse_error
-        self.sent.append(("refuse", request.round_index, reason))
-        self.refusals.append((request, reason))
-        self.accused.append(accused)
+        self.sent.append(("refuse", refusal.round_index, refusal.reason))
+        self.refusals.append((refusal, refusal.reason))
+        self.accused.append(refusal.accused)
 
     def withdraw(self, session_id: str, round_index: int, reason: str) -> WithdrawReceipt:
         self.calls.append("withdraw")

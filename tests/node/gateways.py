@@ -14,7 +14,7 @@ from node.protocol.gateway import CoordinatorGateway
 from node.runner import GatewayFactory, grpc_gateway
 from node.session.context import NodeOptions
 from node.session.setup import LocalSetup
-from proto.messages import UploadReceipt
+from proto.messages import U64, UploadHeader, UploadReceipt
 
 
 class FaultyGateway:
@@ -27,9 +27,9 @@ class FaultyGateway:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-    def upload(self, **kwargs: Any) -> UploadReceipt:
-        self._before_upload(str(kwargs["round_name"]))
-        return self._inner.upload(**kwargs)
+    def upload(self, header: UploadHeader, payload: U64) -> UploadReceipt:
+        self._before_upload(header.round_name)
+        return self._inner.upload(header, payload)
 
 
 def failing_before_upload(fault: Callable[[str], None]) -> GatewayFactory:

@@ -39,7 +39,9 @@ from node.session.setup import LocalSetup
 from noise.fixed_point import FixedPointCodec
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.layout import Layout, payload_digest
+from proto.chunks import payload_spec
 from proto.federation import FederationConfig, config_hash, load_federation
+from proto.messages import UploadHeader
 from tests.node.gateways import FaultyGateway
 from tests.node.peer_checks import signed_sealed
 from tests.support.synthetic_init import init_synthetic
@@ -182,38 +184,40 @@ def _attack(
     payload = np.zeros(bogus.size, dtype=np.uint64)
     try:
         gateway.upload(
-            session_id=session_id,
-            round_index=0,
-            round_name=name,
-            payload=payload,
-            layout=bogus,
-            fixed_point_bits=config.fixed_point_bits,
-            roster_hash=verified.roster_hash,
-            statement_signature=sign_upload_statement(
-                identity,
-                config_hash=fed_hash,
+            UploadHeader(
                 session_id=session_id,
                 round_index=0,
                 round_name=name,
+                node_id="d",
+                payload=payload_spec(payload, bogus, config.fixed_point_bits),
                 roster_hash=verified.roster_hash,
-                payload_sha256=payload_digest(payload),
-            ),
-            self_mask_commitment=bytes(32),
-            challenge=[
-                signed_sealed(
+                statement_signature=sign_upload_statement(
                     identity,
                     config_hash=fed_hash,
                     session_id=session_id,
                     round_index=0,
-                    kind="contribution",
-                    binding=bytes(32),
-                    sender="d",
-                    recipient=peer,
-                    sealed=bytes(48),
-                )
-                for peer in verified.node_ids
-                if peer != "d"
-            ],
+                    round_name=name,
+                    roster_hash=verified.roster_hash,
+                    payload_sha256=payload_digest(payload),
+                ),
+                self_mask_commitment=bytes(32),
+                challenge=tuple(
+                    signed_sealed(
+                        identity,
+                        config_hash=fed_hash,
+                        session_id=session_id,
+                        round_index=0,
+                        kind="contribution",
+                        binding=bytes(32),
+                        sender="d",
+                        recipient=peer,
+                        sealed=bytes(48),
+                    )
+                    for peer in verified.node_ids
+                    if peer != "d"
+                ),
+            ),
+            payload,
         )
     except CoordinatorRefused as error:
         return error

@@ -16,7 +16,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
+from numpy.typing import NDArray
 
 from coordinator.config import SessionConfig
 from coordinator.server import RunningServer, ServerTLS, start_server
@@ -31,7 +33,7 @@ from node.session.setup import LocalSetup
 from noise.accounting import gaussian_epsilon, gaussian_mu
 from noise.keys import KeyBundle
 from proto.federation import config_hash, load_federation
-from proto.messages import JoinReceipt, UploadReceipt
+from proto.messages import JoinReceipt, UploadHeader, UploadReceipt
 from tests.node.gateways import failing_before_upload
 from tests.support.runner_threads import run_side_by_side
 from tests.support.synthetic_init import init_synthetic
@@ -317,17 +319,17 @@ class _Witness:
         self.seen.append("session recorded before its key was sent")
         return self._inner.join(bundle)
 
-    def upload(self, **kwargs: object) -> UploadReceipt:
+    def upload(self, header: UploadHeader, payload: NDArray[np.uint64]) -> UploadReceipt:
         # The ledger keys the release on its egress (the bundle's payload); what
         # leaves is that egress under the round's self-mask.
-        bundle = EgressBundle.read(self._out / "egress" / f"round-{kwargs['round_index']}")
+        bundle = EgressBundle.read(self._out / "egress" / f"round-{header.round_index}")
         digest = bundle.payload_sha256
         ledger = json.loads(self._state.ledger_path.read_text())
         assert digest in [e["details"].get("payload_sha256") for e in ledger["entries"]]
-        entry = self._state.entry(str(kwargs["session_id"]))
-        assert entry is not None and kwargs["round_index"] in entry.released
+        entry = self._state.entry(header.session_id)
+        assert entry is not None and header.round_index in entry.released
         self.seen.append("release recorded before its bytes left")
-        return self._inner.upload(**kwargs)  # type: ignore[arg-type]
+        return self._inner.upload(header, payload)
 
 
 def test_the_records_are_on_disk_before_the_key_and_the_bytes_leave(tmp_path: Path) -> None:

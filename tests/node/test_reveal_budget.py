@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,7 +98,7 @@ def test_within_the_budget_the_answer_is_recorded_at_its_raised_cost_before_it_i
     entries_when_sent: list[int] = []
     real_submit = node.coordinator.submit_unmask
 
-    def submit(**kwargs: object) -> object:
+    def submit(*args: Any) -> object:
         # What the ledger file holds at the moment the bytes would leave.
         entries_when_sent.append(
             sum(
@@ -106,7 +107,7 @@ def test_within_the_budget_the_answer_is_recorded_at_its_raised_cost_before_it_i
                 if e.kind == "unmask"
             )
         )
-        return real_submit(**kwargs)
+        return real_submit(*args)
 
     node.coordinator.submit_unmask = submit  # type: ignore[method-assign]
     _answer(node, _request(ids, 0, ["a", "b", "c"], ["d"]), ids, noise, awaiting=0)
