@@ -242,6 +242,17 @@ class Processes:
                 spawned.popen.wait(timeout=30)
 
 
+P = TypeVar("P", bound=Processes)
+
+
+def closed_at_end(spawned: P) -> Iterator[P]:
+    """Yield ``spawned``, closing it however the block ends (the body of a processes fixture)."""
+    try:
+        yield spawned
+    finally:
+        spawned.close()
+
+
 def wait_until(
     condition: Callable[[], T | None],
     *,
