@@ -74,6 +74,14 @@ class EarlierRoster(Script):
         return rehashed(server, roster, [earlier[n] for n in sorted(earlier)])
 
 
+def _last_run(attack: Attack) -> dict[str, int]:
+    """Start the nodes, take their exit codes, then stop the lying coordinator."""
+    attack.start()
+    codes = attack.exits()
+    attack.serving.stop()
+    return codes
+
+
 def _assert_refused(attack: Attack, codes: dict[str, int], *needles: str) -> None:
     """Every node exited 1 before uploading, its last line naming the fault."""
     assert codes == dict.fromkeys(NODES, 1), attack.describe()
@@ -98,9 +106,7 @@ def test_a_substituted_key_is_refused_by_every_node(
 ) -> None:
     federation = make_federation(tmp_path / "fed", NODES)
     attack = Attack(federation, tmp_path / "run", processes, SubstituteKey(how))
-    attack.start()
-    codes = attack.exits()
-    attack.serving.stop()
+    codes = _last_run(attack)
     _assert_refused(
         attack,
         codes,
@@ -124,9 +130,7 @@ def test_an_altered_roster_hash_or_an_earlier_roster_is_refused(
     earlier = attack.coordinator.session_id
     attack.coordinator.new_session()
     attack.coordinator.script = EarlierRoster()
-    attack.start()
-    codes = attack.exits()
-    attack.serving.stop()
+    codes = _last_run(attack)
     _assert_refused(
         attack,
         codes,
