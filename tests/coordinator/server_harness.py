@@ -24,6 +24,7 @@ from coordinator.store import Store
 from noise.layout import Layout
 from noise.self_mask import self_mask_commitment
 from noise.transcript import roster_hash, upload_statement_message
+from proto.convert import key_bundle_to_pb
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from tests.coordinator.support import (
@@ -96,13 +97,7 @@ class Harness:
 
     def join(self, node: str) -> pb.JoinResponse:
         bundle = self.fed.bundle(node, self.session_id)
-        message = pb.KeyBundle(
-            config_hash=bundle.config_hash,
-            session_id=bundle.session_id,
-            node_id=bundle.node_id,
-            public_key=bundle.public_key,
-            signature=bundle.signature,
-        )
+        message = key_bundle_to_pb(bundle)
         response: pb.JoinResponse = self.stub(node).Join(pb.JoinRequest(bundle=message), timeout=10)
         return response
 
