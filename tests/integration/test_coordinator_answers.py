@@ -59,6 +59,13 @@ def _failed_session(processes: Processes, federation: Federation, tmp_path: Path
     return state
 
 
+def _edit(state: Path, *statements: str) -> None:
+    """Run ``statements`` on the state file, in one transaction."""
+    with sqlite3.connect(state) as db:
+        for statement in statements:
+            db.execute(statement)
+
+
 def test_an_ended_session_is_not_started_again_without_new_session(
     federation: Federation, processes: Processes, tmp_path: Path
 ) -> None:
@@ -93,8 +100,7 @@ def test_new_session_is_refused_while_the_session_has_not_ended(
 ) -> None:
     state = _failed_session(processes, federation, tmp_path)
     # As if the session were still running (a coordinator stopped by a signal).
-    with sqlite3.connect(state) as db:
-        db.execute("UPDATE session SET state = 'running'")
+    _edit(state, "UPDATE session SET state = 'running'")
     before = state.read_bytes()
     out = _coordinator(processes, federation, state, "--new-session")
     assert out.startswith("2\n") and "has not ended; run without --new-session" in out
@@ -107,12 +113,12 @@ def test_a_completed_session_whose_result_a_node_lacks_is_resumed_to_hand_it_out
 ) -> None:
     state = _failed_session(processes, federation, tmp_path)
     # As if it completed and was killed while lingering, before node a fetched the result.
-    with sqlite3.connect(state) as db:
-        db.execute(
-            "INSERT INTO roster (node_id, public_key, signature, joined_ms, status) "
-            "VALUES ('a', x'00', x'00', 0, 'live')"
-        )
-        db.execute("UPDATE session SET state = 'completed', current_round = 0")
+    _edit(
+        state,
+        "INSERT INTO roster (node_id, public_key, signature, joined_ms, status) "
+        "VALUES ('a', x'00', x'00', 0, 'live')",
+        "UPDATE session SET state = 'completed', current_round = 0",
+    )
     out = _coordinator(processes, federation, state)
     assert "resumed session" in out and "an ended session is not started again" not in out
 
