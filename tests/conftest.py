@@ -14,24 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import Processes
+from tests.support.processes import Processes, closed_at_end
 
 
 @pytest.fixture
 def processes(tmp_path: Path) -> Iterator[Processes]:
     """Processes of one test, killed at its teardown whatever happened."""
-    spawned = Processes(tmp_path / "logs")
-    try:
-        yield spawned
-    finally:
-        spawned.close()
+    yield from closed_at_end(Processes(tmp_path / "logs"))
 
 
 @pytest.fixture(scope="module")
 def module_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Processes]:
     """Processes shared by a module's scenarios, killed when the module is done."""
-    spawned = Processes(tmp_path_factory.mktemp("logs"))
-    try:
-        yield spawned
-    finally:
-        spawned.close()
+    yield from closed_at_end(Processes(tmp_path_factory.mktemp("logs")))

@@ -8,13 +8,10 @@ from pathlib import Path
 import pytest
 
 from tests.adversary.scenario import Processes
+from tests.support.processes import closed_at_end
 
 
 @pytest.fixture
 def processes(tmp_path: Path) -> Iterator[Processes]:
     """Processes and servers of one test, ended at its teardown whatever happened."""
-    spawned = Processes(tmp_path / "logs")
-    try:
-        yield spawned
-    finally:
-        spawned.close()
+    yield from closed_at_end(Processes(tmp_path / "logs"))

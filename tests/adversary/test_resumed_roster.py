@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from noise.keys import EphemeralKey, IdentityKey, key_fingerprint, sign_key_bundle
-from noise.transcript import roster_hash
+from noise.keys import EphemeralKey, IdentityKey, key_fingerprint
 from proto.zerosum.v1 import session_pb2 as pb
+from tests.adversary.forged_rosters import rehashed, signed_by
 from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
 from tests.adversary.scenario import Attack, Processes, make_federation
 
@@ -41,31 +41,11 @@ class SwapOnResume(Script):
     def roster(self, server: LyingCoordinator, caller: str, roster: pb.Roster) -> pb.Roster:
         if not self.swap or caller != RESUMED:
             return roster
-        signed = sign_key_bundle(
-            self.identity,
-            config_hash=server.config_hash,
-            session_id=server.session_id,
-            node_id=SWAPPED,
-            public_key=self.key.public_bytes(),
-        )
         bundles = [
-            pb.KeyBundle(
-                config_hash=signed.config_hash,
-                session_id=signed.session_id,
-                node_id=SWAPPED,
-                public_key=signed.public_key,
-                signature=signed.signature,
-            )
-            if b.node_id == SWAPPED
-            else b
+            signed_by(self.identity, self.key, server, SWAPPED) if b.node_id == SWAPPED else b
             for b in roster.bundles
         ]
-        altered = pb.Roster()
-        altered.CopyFrom(roster)
-        del altered.bundles[:]
-        altered.bundles.extend(bundles)
-        altered.roster_hash = roster_hash(server.config_hash, roster.session_id, bundles)
-        return altered
+        return rehashed(server, roster, bundles)
 
     def publish(
         self, server: LyingCoordinator, record: RoundRecord, view: Shown, *, unanimous: bool

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
-from noise.transcript import roster_hash
+from noise.keys import EphemeralKey, IdentityKey
 from proto.zerosum.v1 import session_pb2 as pb
+from tests.adversary.forged_rosters import rehashed, relabelled, signed_by
 from tests.adversary.lying_server import LyingCoordinator, Script
 from tests.adversary.scenario import Attack, Processes, ledger_gaps, make_federation
 
@@ -28,18 +28,6 @@ pytestmark = pytest.mark.integration
 
 NODES = ("a", "b", "c")
 TARGET = "b"
-
-
-def _rehashed(
-    server: LyingCoordinator, roster: pb.Roster, bundles: list[pb.KeyBundle]
-) -> pb.Roster:
-    """``roster`` with ``bundles``, and a roster hash that matches them."""
-    altered = pb.Roster()
-    altered.CopyFrom(roster)
-    del altered.bundles[:]
-    altered.bundles.extend(bundles)
-    altered.roster_hash = roster_hash(server.config_hash, roster.session_id, bundles)
-    return altered
 
 
 class SubstituteKey(Script):
@@ -59,32 +47,13 @@ class SubstituteKey(Script):
         bundles = [
             self._substitute(server, roster) if b.node_id == TARGET else b for b in roster.bundles
         ]
-        return _rehashed(server, roster, bundles)
+        return rehashed(server, roster, bundles)
 
     def _substitute(self, server: LyingCoordinator, roster: pb.Roster) -> pb.KeyBundle:
         if self.how == "forged":
-            forged = sign_key_bundle(
-                self.identity,
-                config_hash=server.config_hash,
-                session_id=server.session_id,
-                node_id=TARGET,
-                public_key=self.key.public_bytes(),
-            )
-            return pb.KeyBundle(
-                config_hash=forged.config_hash,
-                session_id=forged.session_id,
-                node_id=TARGET,
-                public_key=forged.public_key,
-                signature=forged.signature,
-            )
+            return signed_by(self.identity, self.key, server, TARGET)
         other = next(b for b in roster.bundles if b.node_id == "c")
-        return pb.KeyBundle(
-            config_hash=other.config_hash,
-            session_id=other.session_id,
-            node_id=TARGET,
-            public_key=other.public_key,
-            signature=other.signature,
-        )
+        return relabelled(other, TARGET)
 
 
 class AlteredHash(Script):
@@ -102,7 +71,15 @@ class EarlierRoster(Script):
 
     def roster(self, server: LyingCoordinator, caller: str, roster: pb.Roster) -> pb.Roster:
         _, earlier = server.earlier[-1]
-        return _rehashed(server, roster, [earlier[n] for n in sorted(earlier)])
+        return rehashed(server, roster, [earlier[n] for n in sorted(earlier)])
+
+
+def _last_run(attack: Attack) -> dict[str, int]:
+    """Start the nodes, take their exit codes, then stop the lying coordinator."""
+    attack.start()
+    codes = attack.exits()
+    attack.serving.stop()
+    return codes
 
 
 def _assert_refused(attack: Attack, codes: dict[str, int], *needles: str) -> None:
@@ -129,9 +106,7 @@ def test_a_substituted_key_is_refused_by_every_node(
 ) -> None:
     federation = make_federation(tmp_path / "fed", NODES)
     attack = Attack(federation, tmp_path / "run", processes, SubstituteKey(how))
-    attack.start()
-    codes = attack.exits()
-    attack.serving.stop()
+    codes = _last_run(attack)
     _assert_refused(
         attack,
         codes,
@@ -155,9 +130,7 @@ def test_an_altered_roster_hash_or_an_earlier_roster_is_refused(
     earlier = attack.coordinator.session_id
     attack.coordinator.new_session()
     attack.coordinator.script = EarlierRoster()
-    attack.start()
-    codes = attack.exits()
-    attack.serving.stop()
+    codes = _last_run(attack)
     _assert_refused(
         attack,
         codes,

@@ -31,6 +31,7 @@ from coordinator.store import Store
 from noise.keys import IdentityKey
 from noise.self_mask import self_mask_commitment
 from noise.transcript import roster_hash, upload_statement_message
+from proto.convert import sealed_contributions_to_pb, sealed_tags_to_pb
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.coordinator.support import (
     CONFIG_HASH,
@@ -221,15 +222,7 @@ class Coordinator:
             roster_hash=roster,
             statement_signature=self.fed.identities[node].sign(statement),
             self_mask_commitment=self_mask_commitment(node_seed(node, round_index)),
-            challenge=[
-                pb.SealedContribution(
-                    sender_node_id=c.sender,
-                    recipient_node_id=c.recipient,
-                    sealed=c.sealed,
-                    signature=c.signature,
-                )
-                for c in sealed_challenge(self.session, node, round_index)
-            ],
+            challenge=sealed_contributions_to_pb(sealed_challenge(self.session, node, round_index)),
         )
         return [
             pb.UploadChunk(header=header),
@@ -266,15 +259,7 @@ class Coordinator:
             node_id=node,
             survivor_hash=signed.survivor_hash,
             signature=signed.signature,
-            sealed_tags=[
-                pb.SealedTags(
-                    sender_node_id=t.sender,
-                    recipient_node_id=t.recipient,
-                    sealed=t.sealed,
-                    signature=t.signature,
-                )
-                for t in signed.tags
-            ],
+            sealed_tags=sealed_tags_to_pb(signed.tags),
         )
 
     def answer_messages(self, node: str, round_index: int = 0) -> list[pb.UnmaskChunk]:

@@ -33,11 +33,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.federations import CAPE_EXTRA, three_cohort_federation
 from tests.support.processes import (
     Federation,
     Processes,
     Turns,
-    init_federation,
     outcome,
     run_concurrently,
     wait_until,
@@ -61,13 +61,7 @@ class Finished:
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
-    return init_federation(
-        tmp_path_factory.mktemp("stages") / "federation",
-        NODES,
-        cohort_sizes=(150, 120, 130),
-        join_deadline=90,
-        round_deadline=90,
-    )
+    return three_cohort_federation(tmp_path_factory.mktemp("stages") / "federation", NODES, 90)
 
 
 def _rows(run: SessionRun, table: str, round_index: int) -> set[str]:
@@ -236,23 +230,7 @@ def test_coordinator_killed_in_cape_rounds_resumes_the_session(
     again with the same arguments. Every node must end with the same model
     bytes, and the coordinator must hold exactly a's share and bundles.
     """
-    federation = init_federation(
-        tmp_path / "fed",
-        NODES,
-        cohort_sizes=(150, 120, 130),
-        join_deadline=90,
-        round_deadline=90,
-        extra=[
-            "--construction",
-            "cape",
-            "--residual-dp",
-            # Weak privacy keeps the noisy fit well posed on these small cohorts.
-            "--epsilon",
-            "300",
-            "--epsilon-budget",
-            "3000",
-        ],
-    )
+    federation = three_cohort_federation(tmp_path / "fed", NODES, 90, extra=CAPE_EXTRA)
     run = SessionRun(federation, tmp_path / "run", processes)
     run.start_coordinator()
     run.start_node("a", approve="manual")

@@ -26,15 +26,8 @@ import numpy as np
 import pytest
 
 from tests.campaign.proxy import FaultSchedule, FaultyProxy
-from tests.support.processes import (
-    Federation,
-    Processes,
-    Spawned,
-    Turns,
-    init_federation,
-    outcome,
-    run_concurrently,
-)
+from tests.support.federations import three_cohort_federation
+from tests.support.processes import Federation, Processes, Spawned, Turns, outcome, run_concurrently
 from tests.support.sessions import SessionRun, reference_model, relative_difference
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -75,12 +68,8 @@ class Weathered:
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
-    return init_federation(
-        tmp_path_factory.mktemp("weather") / "federation",
-        NODES,
-        cohort_sizes=(150, 120, 130),
-        join_deadline=DEADLINE,
-        round_deadline=DEADLINE,
+    return three_cohort_federation(
+        tmp_path_factory.mktemp("weather") / "federation", NODES, DEADLINE
     )
 
 

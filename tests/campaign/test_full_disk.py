@@ -41,7 +41,8 @@ import pytest
 
 from coordinator.store import payload_dir_for
 from tests.campaign.digest import integrity_ok
-from tests.support.processes import Federation, Processes, Spawned, init_federation, wait_until
+from tests.support.federations import three_cohort_federation
+from tests.support.processes import Federation, Processes, Spawned, wait_until
 from tests.support.sessions import SessionRun, reference_model, relative_difference
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -144,13 +145,7 @@ def _no_traceback(spawned: Spawned) -> None:
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
-    return init_federation(
-        tmp_path_factory.mktemp("disk") / "federation",
-        NODES,
-        cohort_sizes=(150, 120, 130),
-        join_deadline=DEADLINE,
-        round_deadline=DEADLINE,
-    )
+    return three_cohort_federation(tmp_path_factory.mktemp("disk") / "federation", NODES, DEADLINE)
 
 
 # A storage failure inside a call (EFBIG here, ENOSPC on a real disk, SQLite's

@@ -271,15 +271,19 @@ def test_server_accepts_a_node_certificate(
     assert list(status.joined_node_ids) == ["east"]
 
 
+def _assert_unavailable(channel: grpc.Channel) -> None:
+    """The server refuses the channel's TLS handshake: a status call is UNAVAILABLE."""
+    with pytest.raises(grpc.RpcError) as caught:
+        pb_grpc.CoordinatorStub(channel).GetStatus(pb.GetStatusRequest(session_id="s1"), timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+
+
 @pytest.mark.integration
 def test_server_rejects_a_client_without_certificate(
     federation_dir: Path, mtls_server: int
 ) -> None:
     with _channel(federation_dir, f"localhost:{mtls_server}", None) as channel:
-        stub = pb_grpc.CoordinatorStub(channel)
-        with pytest.raises(grpc.RpcError) as caught:
-            stub.GetStatus(pb.GetStatusRequest(session_id="s1"), timeout=10)
-    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        _assert_unavailable(channel)
 
 
 @pytest.mark.integration
@@ -289,10 +293,7 @@ def test_server_rejects_a_certificate_from_another_ca(
     stranger = tmp_path / "other"
     assert init("--nodes", "east,west", "--out", str(stranger)) == 0
     with _channel(federation_dir, f"localhost:{mtls_server}", "east", ca_dir=stranger) as channel:
-        stub = pb_grpc.CoordinatorStub(channel)
-        with pytest.raises(grpc.RpcError) as caught:
-            stub.GetStatus(pb.GetStatusRequest(session_id="s1"), timeout=10)
-    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+        _assert_unavailable(channel)
 
 
 @pytest.mark.integration

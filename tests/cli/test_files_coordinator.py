@@ -9,7 +9,6 @@ with one line on stderr and opens no port.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -20,31 +19,13 @@ from cryptography import x509
 
 import zerosum.cli
 from proto.tls import certificate_fingerprint
-from tests.support.synthetic_init import init_synthetic
+from tests.support import spoilt_files as spoilt
 from zerosum import pki
 
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return init_synthetic(
-        tmp_path_factory.mktemp("fed"),
-        ("a", "b"),
-        seed=1,
-        n_features=5,
-        n_components=2,
-        cohort_sizes="120,130",
-        options=["--force", "--coordinator", "127.0.0.1:9"],
-    )
-
-
-def _fifo(path: Path) -> None:
-    path.unlink()
-    os.mkfifo(path, 0o600)
-
-
-def _dev_zero(path: Path) -> None:
-    path.unlink()
-    path.symlink_to("/dev/zero")
+    return spoilt.two_node_federation(tmp_path_factory.mktemp("fed"))
 
 
 def _client_as_server(folder: Path) -> None:
@@ -60,11 +41,7 @@ def _foreign_ca(folder: Path) -> None:
 
 
 def _revoke_server(folder: Path) -> None:
-    pem = (folder / "coordinator/server.pem").read_bytes()
-    fingerprint = certificate_fingerprint(x509.load_pem_x509_certificate(pem))
-    config = folder / "federation.toml"
-    text = config.read_text()
-    config.write_text(text.replace("\n[privacy]", f'revoked = ["{fingerprint}"]\n\n[privacy]', 1))
+    spoilt.revoke(folder, folder / "coordinator/server.pem")
 
 
 CASES: dict[str, tuple[Callable[[Path], None], str]] = {
@@ -73,12 +50,12 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
         "server.key is a secret key but has mode 0644, so other users may read it; make it "
         "private with `chmod 600",
     ),
-    "key-fifo": (lambda f: _fifo(f / "coordinator/server.key"), "server.key is a FIFO"),
+    "key-fifo": (lambda f: spoilt.to_fifo(f / "coordinator/server.key"), "server.key is a FIFO"),
     "certificate-dev-zero": (
-        lambda f: _dev_zero(f / "coordinator/server.pem"),
+        lambda f: spoilt.to_dev_zero(f / "coordinator/server.pem"),
         "server.pem is a character device",
     ),
-    "ca-fifo": (lambda f: _fifo(f / "ca/ca.pem"), "ca.pem is a FIFO"),
+    "ca-fifo": (lambda f: spoilt.to_fifo(f / "ca/ca.pem"), "ca.pem is a FIFO"),
     "garbage-certificate": (
         lambda f: (f / "coordinator/server.pem").write_bytes(b"garbage"),
         "the server certificate is not a PEM certificate.",
@@ -107,14 +84,7 @@ def _run(folder: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> tuple
 def test_spoilt_tls_files_stop_the_coordinator(
     fed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
 ) -> None:
-    folder = tmp_path / "fed"
-    shutil.copytree(fed, folder, symlinks=True)
-    spoil, message = CASES[case]
-    spoil(folder)
-    code, err = _run(folder, capsys)
-    assert code == 2, err
-    assert message in err
-    assert err.count("\n") == 0 and "Traceback" not in err
+    folder = spoilt.refused_in_one_sentence(fed, tmp_path, CASES[case], lambda f: _run(f, capsys))
     assert not (folder / "coordinator" / "state.sqlite").exists()
 
 

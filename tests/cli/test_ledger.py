@@ -11,10 +11,14 @@ import pytest
 from node.records.ledger import PrivacyLedger
 from noise.accounting import compose_mu, gaussian_epsilon
 from proto.federation import dump_federation
+from tests.support.ledger_entries import refusal, release, unmask
 from tests.support.made_up_federation import _config
 from zerosum.cli import main
 
 IDS = ["a", "b", "c"]
+
+# Costs under which the outsider with one colluding node binds.
+COLLUDER_BINDS = {"outsider": 0.1, "colluders:1": 0.4, "coordinator": math.inf}
 
 
 @pytest.fixture
@@ -27,30 +31,15 @@ def federation(tmp_path: Path) -> Path:
 def _ledger(path: Path) -> PrivacyLedger:
     ledger = PrivacyLedger.open(path, "a", 1e-6)
     for round_index, mu in ((0, 0.2), (1, 0.3)):
-        ledger.record_release(
-            session_id="s1",
-            round_index=round_index,
-            round_name="sums",
-            mu={"outsider": mu, "coordinator": math.inf},
-            manifest_sha256="0" * 64,
-            payload_sha256=f"{round_index + 1:064x}",
+        release(
+            ledger,
+            ("s1", round_index, "sums"),
+            {"outsider": mu, "coordinator": math.inf},
+            "0" * 64,
+            f"{round_index + 1:064x}",
         )
-    ledger.record_unmask(
-        session_id="s1",
-        round_index=1,
-        round_name="sums",
-        dropped=["c"],
-        survivors=["a", "b"],
-        mu={"outsider": 0.4, "coordinator": math.inf},
-    )
-    ledger.record_refusal(
-        session_id="s1",
-        round_index=1,
-        round_name="sums",
-        dropped=["b", "c"],
-        survivors=["a"],
-        reason="the noise floor would not hold",
-    )
+    unmask(ledger, ("s1", 1, "sums"), ["c"], ["a", "b"], {"outsider": 0.4, "coordinator": math.inf})
+    refusal(ledger, ("s1", 1, "sums"), ["b", "c"], ["a"], "the noise floor would not hold")
     return ledger
 
 
@@ -90,13 +79,8 @@ def test_used_and_left_are_shown_for_every_class_and_the_binding_one_is_named(
     path = tmp_path / "ledger.json"
     ledger = PrivacyLedger.open(path, "a", 1e-6)
     for round_index in (0, 1):
-        ledger.record_release(
-            session_id="s1",
-            round_index=round_index,
-            round_name="sums",
-            mu={"outsider": 0.1, "colluders:1": 0.4, "coordinator": math.inf},
-            manifest_sha256="0" * 64,
-            payload_sha256=f"{round_index + 1:064x}",
+        release(
+            ledger, ("s1", round_index, "sums"), COLLUDER_BINDS, "0" * 64, f"{round_index + 1:064x}"
         )
     argv = ["ledger", "--federation", str(federation), "--node-id", "a", "--ledger", str(path)]
     assert main(argv) == 0

@@ -13,8 +13,12 @@ from node.records.ledger import PrivacyLedger
 from node.records.state_folder import NodeState
 from noise.accounting import compose_mu, gaussian_epsilon
 from proto.federation import dump_federation
+from tests.support.ledger_entries import release
 from tests.support.made_up_federation import _config
 from zerosum.cli import main
+
+# Costs under which the outsider with one colluding node binds.
+COLLUDER_BINDS = {"outsider": 0.1, "colluders:1": 0.4, "coordinator": math.inf}
 
 
 @pytest.fixture
@@ -31,13 +35,8 @@ def _state(folder: Path) -> None:
     state.record_join(session_id="s1", config_hash=b"\1" * 32, public_key=b"\2" * 32, out=folder)
     for round_index in (0, 1):
         state.record_release("s1", round_index)
-        ledger.record_release(
-            session_id="s1",
-            round_index=round_index,
-            round_name="sums",
-            mu={"outsider": 0.1, "colluders:1": 0.4, "coordinator": math.inf},
-            manifest_sha256="0" * 64,
-            payload_sha256=f"{round_index + 1:064x}",
+        release(
+            ledger, ("s1", round_index, "sums"), COLLUDER_BINDS, "0" * 64, f"{round_index + 1:064x}"
         )
     state.record_end("s1", "completed")
     state.record_join(session_id="s2", config_hash=b"\1" * 32, public_key=b"\3" * 32, out=folder)

@@ -24,6 +24,7 @@ from coordinator.store import Store
 from noise.layout import Layout
 from noise.self_mask import self_mask_commitment
 from noise.transcript import roster_hash, upload_statement_message
+from proto.convert import key_bundle_to_pb, sealed_contributions_to_pb, sealed_tags_to_pb
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 from tests.coordinator.support import (
@@ -96,13 +97,7 @@ class Harness:
 
     def join(self, node: str) -> pb.JoinResponse:
         bundle = self.fed.bundle(node, self.session_id)
-        message = pb.KeyBundle(
-            config_hash=bundle.config_hash,
-            session_id=bundle.session_id,
-            node_id=bundle.node_id,
-            public_key=bundle.public_key,
-            signature=bundle.signature,
-        )
+        message = key_bundle_to_pb(bundle)
         response: pb.JoinResponse = self.stub(node).Join(pb.JoinRequest(bundle=message), timeout=10)
         return response
 
@@ -167,15 +162,7 @@ def upload_messages(
         "payload": payload,
         "roster_hash": roster_hash(CONFIG_HASH, h.session_id, h.session.store.members()),
         "self_mask_commitment": self_mask_commitment(node_seed(node, round_index)),
-        "challenge": [
-            pb.SealedContribution(
-                sender_node_id=c.sender,
-                recipient_node_id=c.recipient,
-                sealed=c.sealed,
-                signature=c.signature,
-            )
-            for c in sealed_challenge(h.session, node, round_index)
-        ],
+        "challenge": sealed_contributions_to_pb(sealed_challenge(h.session, node, round_index)),
     }
     fields.update(header_changes)
     if "statement_signature" not in fields:
@@ -232,15 +219,7 @@ def attest(h: Harness, node: str, request: pb.UnmaskRequest) -> pb.AttestationRe
             node_id=node,
             survivor_hash=signed.survivor_hash,
             signature=signed.signature,
-            sealed_tags=[
-                pb.SealedTags(
-                    sender_node_id=t.sender,
-                    recipient_node_id=t.recipient,
-                    sealed=t.sealed,
-                    signature=t.signature,
-                )
-                for t in signed.tags
-            ],
+            sealed_tags=sealed_tags_to_pb(signed.tags),
         ),
         timeout=10,
     )

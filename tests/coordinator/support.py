@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
+import pytest
 from numpy.typing import NDArray
 
 from coordinator.config import SessionConfig
+from coordinator.errors import CoordinatorError
 from coordinator.layout import PayloadSpec, TensorSlot
 from coordinator.session import Session, Ticket
 from noise.aggregate_check import SEALED_TAGS_BYTES
@@ -386,6 +389,54 @@ def submit_correction(
     return session.finish(ticket)
 
 
+def refused(session: Session, error: type[CoordinatorError], action: Callable[[], object]) -> str:
+    """Run ``action``, expect ``error``, and check the state file did not change."""
+    before = session.store.dump()
+    with pytest.raises(error) as caught:
+        action()
+    assert session.store.dump() == before
+    return str(caught.value)
+
+
+class SurvivorSet(Protocol):
+    """What a node signs of an unmask request (a request as shown, or as stored)."""
+
+    @property
+    def survivor_hash(self) -> bytes: ...
+
+    @property
+    def survivors(self) -> tuple[str, ...]: ...
+
+
+def attest_as(
+    fed: Federation, session: Session, round_index: int, node: str, request: SurvivorSet
+) -> None:
+    """``node`` signs the survivor set of ``request``, an unmask request of the round."""
+    session.attest(
+        fed.attestation(
+            node,
+            session.session_id,
+            round_index,
+            request.survivor_hash,
+            survivors=request.survivors,
+        ),
+        caller=node,
+    )
+
+
+def unmask_round(
+    fed: Federation, session: Session, round_index: int, survivors: list[str]
+) -> tuple[str, ...]:
+    """Every survivor attests the request it was shown; returns the dropped set."""
+    dropped: tuple[str, ...] = ()
+    for node in survivors:
+        request = session.unmask_request(session.session_id, round_index, caller=node)
+        assert request.pending
+        dropped = request.dropped
+        attest_as(fed, session, round_index, node, request)
+    return dropped
+
+
 def attest_all(fed: Federation, session: Session, round_index: int) -> None:
     """Every survivor of the round's unmask request signs it."""
     opened = session.store.round(round_index)
@@ -393,16 +444,7 @@ def attest_all(fed: Federation, session: Session, round_index: int) -> None:
     request = session.store.unmask_request(round_index, opened.unmask_attempt)
     assert request is not None
     for node in request.survivors:
-        session.attest(
-            fed.attestation(
-                node,
-                session.session_id,
-                round_index,
-                request.survivor_hash,
-                survivors=request.survivors,
-            ),
-            caller=node,
-        )
+        attest_as(fed, session, round_index, node, request)
 
 
 def reveal_all(

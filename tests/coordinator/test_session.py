@@ -18,7 +18,6 @@ import pytest
 
 from coordinator.errors import (
     AlreadyExists,
-    CoordinatorError,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -56,6 +55,7 @@ from tests.coordinator.support import (
     masked,
     node_seed,
     read_result,
+    refused,
     reveal_all,
     run_round,
     sealed_challenge,
@@ -64,20 +64,11 @@ from tests.coordinator.support import (
     spec_for,
     stream,
     submit_correction,
+    unmask_round,
     upload,
     wrapping_total,
     zero_sum,
 )
-
-
-def refused(session: Session, error: type[CoordinatorError], action: Callable[[], object]) -> str:
-    """Run ``action``, expect ``error``, and check the state file did not change."""
-    before = session.store.dump()
-    with pytest.raises(error) as caught:
-        action()
-    assert session.store.dump() == before
-    return str(caught.value)
-
 
 # ---------------------------------------------------------------- joins and roster
 
@@ -537,28 +528,6 @@ def test_result_of_a_round_not_yet_open_is_not_found(fed: Federation, session: S
 
 
 # ---------------------------------------------------------------- dropouts and unmasking
-
-
-def unmask_round(
-    fed: Federation, session: Session, round_index: int, survivors: list[str]
-) -> tuple[str, ...]:
-    """Every survivor attests the request it was shown; returns the dropped set."""
-    dropped: tuple[str, ...] = ()
-    for node in survivors:
-        request = session.unmask_request(session.session_id, round_index, caller=node)
-        assert request.pending
-        dropped = request.dropped
-        session.attest(
-            fed.attestation(
-                node,
-                session.session_id,
-                round_index,
-                request.survivor_hash,
-                survivors=request.survivors,
-            ),
-            caller=node,
-        )
-    return dropped
 
 
 def test_dropout_after_the_roster_is_unmasked_to_the_exact_survivor_sum(

@@ -135,12 +135,17 @@ def test_files_that_are_not_state_files_are_refused(tmp_path: Path) -> None:
         Store(garbage)
 
 
-def test_a_state_file_of_another_schema_version_is_refused(store: Store) -> None:
+def _closed_at_schema_version(store: Store, version: int) -> None:
+    """Close ``store`` and mark its file as written at schema ``version``."""
     store.close()
     db = sqlite3.connect(store.path)
-    db.execute("UPDATE schema_version SET version = 99")
+    db.execute(f"UPDATE schema_version SET version = {version}")
     db.commit()
     db.close()
+
+
+def test_a_state_file_of_another_schema_version_is_refused(store: Store) -> None:
+    _closed_at_schema_version(store, 99)
     with pytest.raises(StateFileError, match="schema version 99"):
         Store(store.path)
 
@@ -148,11 +153,7 @@ def test_a_state_file_of_another_schema_version_is_refused(store: Store) -> None
 def test_a_state_file_of_an_earlier_schema_is_refused_saying_what_changed(store: Store) -> None:
     # Version 1 stored uploads without their signed statements; nodes would refuse
     # every aggregate of such a session, so it is not resumed.
-    store.close()
-    db = sqlite3.connect(store.path)
-    db.execute("UPDATE schema_version SET version = 1")
-    db.commit()
-    db.close()
+    _closed_at_schema_version(store, 1)
     with pytest.raises(StateFileError) as caught:
         Store(store.path)
     message = str(caught.value)

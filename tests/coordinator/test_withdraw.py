@@ -41,11 +41,13 @@ from tests.coordinator.support import (
     join_all,
     make_federation,
     read_result,
+    refused,
     reveal_all,
     run_round,
     signed_header,
     spec_for,
     submit_correction,
+    unmask_round,
     upload,
     withdraw,
     withdrawal,
@@ -53,34 +55,11 @@ from tests.coordinator.support import (
 )
 
 
-def refused(session: Session, error: type[CoordinatorError], action: Callable[[], object]) -> str:
-    """Run ``action``, expect ``error``, and check the state file did not change."""
-    before = session.store.dump()
-    with pytest.raises(error) as caught:
-        action()
-    assert session.store.dump() == before
-    return str(caught.value)
-
-
 def answer_unmask(
     fed: Federation, session: Session, round_index: int, survivors: list[str], data: object
 ) -> tuple[str, ...]:
     """Every survivor attests, then sends its pair terms with the dropped nodes."""
-    dropped: tuple[str, ...] = ()
-    for node in survivors:
-        request = session.unmask_request(session.session_id, round_index, caller=node)
-        assert request.pending
-        dropped = request.dropped
-        session.attest(
-            fed.attestation(
-                node,
-                session.session_id,
-                round_index,
-                request.survivor_hash,
-                survivors=request.survivors,
-            ),
-            caller=node,
-        )
+    dropped = unmask_round(fed, session, round_index, survivors)
     for node in survivors:
         submit_correction(session, node, round_index, data.correction(node, dropped))  # type: ignore[attr-defined]
     return dropped

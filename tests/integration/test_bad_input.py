@@ -27,7 +27,8 @@ from node.errors import CoordinatorRefused
 from node.protocol.client import GrpcGateway, RetryPolicy
 from noise.keys import EphemeralKey, IdentityKey, KeyBundle, sign_key_bundle
 from proto.federation import config_hash
-from tests.support.processes import Federation, Processes, Spawned, init_federation
+from tests.support.federations import three_cohort_federation
+from tests.support.processes import Federation, Processes, Spawned
 from tests.support.sessions import SessionRun
 
 pytestmark = pytest.mark.integration
@@ -65,13 +66,7 @@ CASES: dict[str, tuple[Callable[[Rows], None], str]] = {
 
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
-    return init_federation(
-        tmp_path_factory.mktemp("bad-input") / "federation",
-        NODES,
-        cohort_sizes=(150, 120, 130),
-        join_deadline=90,
-        round_deadline=90,
-    )
+    return three_cohort_federation(tmp_path_factory.mktemp("bad-input") / "federation", NODES, 90)
 
 
 @dataclass

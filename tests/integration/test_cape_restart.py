@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 
 from node.egress.bundle import EgressBundle
-from tests.support.processes import Processes, init_federation, wait_until
+from tests.support.federations import CAPE_EXTRA, three_cohort_federation
+from tests.support.processes import Processes, wait_until
 from tests.support.sessions import SessionRun
 
 pytestmark = pytest.mark.integration
@@ -63,23 +64,7 @@ def _modes(folder: Path) -> dict[str, int]:
 
 
 def test_a_killed_cape_node_resumes_its_session(tmp_path: Path, processes: Processes) -> None:
-    federation = init_federation(
-        tmp_path / "fed",
-        NODES,
-        cohort_sizes=(150, 120, 130),
-        join_deadline=DEADLINE,
-        round_deadline=DEADLINE,
-        extra=[
-            "--construction",
-            "cape",
-            "--residual-dp",
-            # Weak privacy keeps the noisy fit well posed on these small cohorts.
-            "--epsilon",
-            "300",
-            "--epsilon-budget",
-            "3000",
-        ],
-    )
+    federation = three_cohort_federation(tmp_path / "fed", NODES, DEADLINE, extra=CAPE_EXTRA)
     run = SessionRun(federation, tmp_path / "run", processes)
     run.start_coordinator()
     run.start_node(VICTIM, approve="manual")

@@ -8,11 +8,12 @@ before any state file exists.
 from __future__ import annotations
 
 import socket
+import sqlite3
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import Federation, Processes, init_federation
+from tests.support.processes import Federation, Processes, Spawned, init_federation
 
 pytestmark = pytest.mark.integration
 
@@ -29,8 +30,10 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
     )
 
 
-def _coordinator(processes: Processes, federation: Federation, state: Path, *extra: str) -> str:
-    spawned = processes.zerosum(
+def _spawn(
+    processes: Processes, federation: Federation, state: Path, listen: str, *extra: str
+) -> Spawned:
+    return processes.zerosum(
         "coordinator",
         "coordinator",
         "--federation",
@@ -38,13 +41,29 @@ def _coordinator(processes: Processes, federation: Federation, state: Path, *ext
         "--state",
         str(state),
         "--listen",
-        "127.0.0.1:0",
-        "--linger",
-        "0",
+        listen,
         *extra,
     )
+
+
+def _coordinator(processes: Processes, federation: Federation, state: Path, *extra: str) -> str:
+    spawned = _spawn(processes, federation, state, "127.0.0.1:0", "--linger", "0", *extra)
     code = spawned.wait(60)
     return f"{code}\n{spawned.stderr()}"
+
+
+def _failed_session(processes: Processes, federation: Federation, tmp_path: Path) -> Path:
+    """The state file of a session that failed for want of nodes (the coordinator exited 1)."""
+    state = tmp_path / "state.sqlite"
+    assert _coordinator(processes, federation, state).startswith("1\n")
+    return state
+
+
+def _edit(state: Path, *statements: str) -> None:
+    """Run ``statements`` on the state file, in one transaction."""
+    with sqlite3.connect(state) as db:
+        for statement in statements:
+            db.execute(statement)
 
 
 def test_an_ended_session_is_not_started_again_without_new_session(
@@ -79,13 +98,9 @@ def test_an_ended_session_is_not_started_again_without_new_session(
 def test_new_session_is_refused_while_the_session_has_not_ended(
     federation: Federation, processes: Processes, tmp_path: Path
 ) -> None:
-    import sqlite3
-
-    state = tmp_path / "state.sqlite"
-    assert _coordinator(processes, federation, state).startswith("1\n")
+    state = _failed_session(processes, federation, tmp_path)
     # As if the session were still running (a coordinator stopped by a signal).
-    with sqlite3.connect(state) as db:
-        db.execute("UPDATE session SET state = 'running'")
+    _edit(state, "UPDATE session SET state = 'running'")
     before = state.read_bytes()
     out = _coordinator(processes, federation, state, "--new-session")
     assert out.startswith("2\n") and "has not ended; run without --new-session" in out
@@ -96,17 +111,14 @@ def test_new_session_is_refused_while_the_session_has_not_ended(
 def test_a_completed_session_whose_result_a_node_lacks_is_resumed_to_hand_it_out(
     federation: Federation, processes: Processes, tmp_path: Path
 ) -> None:
-    import sqlite3
-
-    state = tmp_path / "state.sqlite"
-    assert _coordinator(processes, federation, state).startswith("1\n")
+    state = _failed_session(processes, federation, tmp_path)
     # As if it completed and was killed while lingering, before node a fetched the result.
-    with sqlite3.connect(state) as db:
-        db.execute(
-            "INSERT INTO roster (node_id, public_key, signature, joined_ms, status) "
-            "VALUES ('a', x'00', x'00', 0, 'live')"
-        )
-        db.execute("UPDATE session SET state = 'completed', current_round = 0")
+    _edit(
+        state,
+        "INSERT INTO roster (node_id, public_key, signature, joined_ms, status) "
+        "VALUES ('a', x'00', x'00', 0, 'live')",
+        "UPDATE session SET state = 'completed', current_round = 0",
+    )
     out = _coordinator(processes, federation, state)
     assert "resumed session" in out and "an ended session is not started again" not in out
 
@@ -119,16 +131,7 @@ def test_a_port_in_use_fails_before_any_state_is_written(
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        spawned = processes.zerosum(
-            "coordinator",
-            "coordinator",
-            "--federation",
-            str(federation.toml),
-            "--state",
-            str(state),
-            "--listen",
-            f"127.0.0.1:{port}",
-        )
+        spawned = _spawn(processes, federation, state, f"127.0.0.1:{port}")
         assert spawned.wait(60) == 2
     err = spawned.stderr()
     assert f"cannot listen on 127.0.0.1:{port}: port {port} is in use" in err

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support.federations import three_cohort_federation
 from tests.support.processes import (
     Federation,
     Processes,
     Turns,
-    init_federation,
     outcome,
     run_concurrently,
     wait_until,
@@ -51,13 +51,7 @@ class Finished:
 @pytest.fixture(scope="module")
 def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
     # Deadlines far longer than any restart: nothing may be dropped here.
-    return init_federation(
-        tmp_path_factory.mktemp("crash") / "federation",
-        NODES,
-        cohort_sizes=(150, 120, 130),
-        join_deadline=60,
-        round_deadline=60,
-    )
+    return three_cohort_federation(tmp_path_factory.mktemp("crash") / "federation", NODES, 60)
 
 
 def _start(run: SessionRun, turns: Turns, approve: str) -> None:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,19 +16,30 @@ from noise.fixed_point import wrapping_sum
 pytestmark = pytest.mark.integration
 
 
-def test_demo_session_is_exact_and_fast(tmp_path: Path) -> None:
-    out = tmp_path / "demo"
+def _demo(*flags: str) -> subprocess.CompletedProcess[str]:
+    """``zerosum demo`` with ``flags`` as a separate process, which must succeed."""
     finished = subprocess.run(
-        [sys.executable, "-m", "zerosum.cli", "demo", "--json", "--out", str(out)],
+        [sys.executable, "-m", "zerosum.cli", "demo", *flags],
         capture_output=True,
         text=True,
         timeout=240,
         check=False,
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
-    summary = json.loads(finished.stdout)
+    return finished
+
+
+def _exact_summary(*flags: str) -> dict[str, Any]:
+    """The ``--json`` summary of a demo run, whose sums must be exact."""
+    summary: dict[str, Any] = json.loads(_demo("--json", *flags).stdout)
     assert summary["max_relative_difference_vs_pooled"] <= 1e-9
     assert summary["payload_sums_equal_audit_sums"] is True
+    return summary
+
+
+def test_demo_session_is_exact_and_fast(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    summary = _exact_summary("--out", str(out))
     # Complete data: the whole brain-age fit is one release per node.
     assert summary["rounds_checked"] == 1
     assert summary["session_seconds"] < 60
@@ -63,14 +75,7 @@ def test_demo_residual_dp_headline_sets_the_noised_model_beside_the_exact_fit(
     # With residual noise the model can lose the delta and predict chronological
     # age, which scores *well* against chronological age; the headline is the
     # error against the true brain age, printed beside the exact pooled fit.
-    finished = subprocess.run(
-        [sys.executable, "-m", "zerosum.cli", "demo", "--residual-dp", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert finished.returncode == 0, finished.stderr[-3000:]
+    finished = _demo("--residual-dp", "--out", str(tmp_path))
     lines = finished.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if "against the synthetic truth" in line)
     assert lines[header + 1].split() == ["federated", "pooled", "exact", "age", "itself"]
@@ -86,27 +91,7 @@ def test_demo_with_cape_reports_only_the_egress_rounds(tmp_path: Path) -> None:
     # Under CAPE every model round follows a secure-sum round whose folder
     # holds a note on a blinded share, not an egress bundle.
     out = tmp_path / "demo-cape"
-    finished = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "zerosum.cli",
-            "demo",
-            "--json",
-            "--construction",
-            "cape",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    assert finished.returncode == 0, finished.stderr[-3000:]
-    summary = json.loads(finished.stdout)
-    assert summary["max_relative_difference_vs_pooled"] <= 1e-9
-    assert summary["payload_sums_equal_audit_sums"] is True
+    summary = _exact_summary("--construction", "cape", "--out", str(out))
     # One secure sum of the CAPE draws, then the one release of the model round.
     assert summary["rounds_checked"] == 1
     for entry in summary["nodes"]:

@@ -38,7 +38,8 @@ from proto.chunks import payload_spec
 from proto.federation import RoundSpec, config_hash, dump_federation, load_federation
 from proto.messages import Attestation, RoundState, Sealed, UploadHeader, UploadReceipt
 from tests.node.peer_checks import signed_sealed
-from tests.support.processes import Federation, Processes, init_federation
+from tests.support.federations import three_cohort_federation
+from tests.support.processes import Federation, Processes
 from tests.support.sessions import SessionRun
 
 pytestmark = pytest.mark.integration
@@ -58,13 +59,7 @@ SMALL = Layout.of({"v": (8,)})
 
 @pytest.fixture
 def session(tmp_path: Path, processes: Processes) -> SessionRun:
-    made = init_federation(
-        tmp_path / "federation",
-        NODES,
-        cohort_sizes=(150, 120, 130),
-        join_deadline=120,
-        round_deadline=120,
-    )
+    made = three_cohort_federation(tmp_path / "federation", NODES, 120)
     # The coordinator takes every round's layout from the config: a plan of a
     # 20 MB round and a small last one.
     plan = dataclasses.replace(

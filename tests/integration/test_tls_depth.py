@@ -27,6 +27,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from coordinator.server import RunningServer, ServerTLS, start_server
 from coordinator.session import Session
 from coordinator.store import Store
+from proto.convert import key_bundle_to_pb
 from proto.federation import ConfigError, config_hash, normalise_fingerprint
 from proto.tls import (
     NODE_URI_PREFIX,
@@ -233,13 +234,7 @@ class Served:
         channel = grpc.secure_channel(f"127.0.0.1:{self.server.port}", credentials)
         self.channels.append(channel)
         bundle = self.fed.bundle(node, self.session.session_id)
-        message = pb.KeyBundle(
-            config_hash=bundle.config_hash,
-            session_id=bundle.session_id,
-            node_id=bundle.node_id,
-            public_key=bundle.public_key,
-            signature=bundle.signature,
-        )
+        message = key_bundle_to_pb(bundle)
         pb_grpc.CoordinatorStub(channel).Join(pb.JoinRequest(bundle=message), timeout=20)
 
     ca_pem: bytes = b""

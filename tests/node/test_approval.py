@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,28 +79,29 @@ CHECKER = {OTHER_KEY.public_bytes(): "output checker"}
 def _gate(time: FakeClock, **options: Any) -> ApprovalGate:
     """A manual gate accepting OTHER_KEY (this node's checker) on fake time."""
     options.setdefault("checker_keys", CHECKER)
-    return ApprovalGate("manual", identity=NODE_KEY, sleep=time.sleep, clock=time.clock, **options)
+    options.setdefault("sleep", time.sleep)
+    return ApprovalGate("manual", identity=NODE_KEY, clock=time.clock, **options)
+
+
+def _approving_after(
+    time: FakeClock, folder: Path, digest: str, sleeps: int, reviewer: str
+) -> Callable[[float], None]:
+    """A fake sleep after whose ``sleeps``-th call the checker's approval is in ``folder``."""
+
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds)
+        if len(time.sleeps) == sleeps:
+            write_approval(folder, sign_approval(OTHER_KEY, digest, "approve", reviewer=reviewer))
+
+    return sleep
 
 
 def test_manual_mode_waits_for_the_file(folder: Path) -> None:
     time = FakeClock()
     lines: list[str] = []
     digest = EgressBundle.manifest_sha256(folder)
-
-    def sleep(seconds: float) -> None:
-        time.sleep(seconds)
-        if len(time.sleeps) == 3:
-            write_approval(folder, sign_approval(OTHER_KEY, digest, "approve", reviewer="checker"))
-
-    gate = ApprovalGate(
-        "manual",
-        identity=NODE_KEY,
-        checker_keys=CHECKER,
-        poll_seconds=2.0,
-        progress=lines.append,
-        sleep=sleep,
-        clock=time.clock,
-    )
+    sleep = _approving_after(time, folder, digest, 3, "checker")
+    gate = _gate(time, poll_seconds=2.0, progress=lines.append, sleep=sleep)
     approval = gate.wait(folder)
     assert approval.reviewer == "checker"
     assert time.sleeps == [2.0, 2.0, 2.0]
@@ -162,20 +164,8 @@ def test_a_refused_approval_replaced_by_a_valid_one_goes_through(folder: Path) -
     digest = EgressBundle.manifest_sha256(folder)
     write_approval(folder, sign_approval(NODE_KEY, digest, "approve", reviewer="wrong key"))
     time = FakeClock()
-
-    def sleep(seconds: float) -> None:
-        time.sleep(seconds)
-        if len(time.sleeps) == 4:
-            write_approval(folder, sign_approval(OTHER_KEY, digest, "approve", reviewer="right"))
-
-    gate = ApprovalGate(
-        "manual",
-        identity=NODE_KEY,
-        checker_keys=CHECKER,
-        replace_seconds=60.0,
-        sleep=sleep,
-        clock=time.clock,
-    )
+    sleep = _approving_after(time, folder, digest, 4, "right")
+    gate = _gate(time, replace_seconds=60.0, sleep=sleep)
     assert gate.wait(folder).reviewer == "right"
     assert len(time.sleeps) == 4
 

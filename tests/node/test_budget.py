@@ -10,6 +10,7 @@ import pytest
 from node.egress.budget import checked, describe, excess_sentence, over_budget, unbounded_note
 from node.records.ledger import PrivacyLedger
 from noise.accounting import compose_mu, gaussian_epsilon
+from tests.support.ledger_entries import release
 
 DELTA = 1e-6
 
@@ -17,14 +18,7 @@ DELTA = 1e-6
 def _ledger(tmp_path: Path, *releases: dict[str, float]) -> PrivacyLedger:
     ledger = PrivacyLedger.open(tmp_path / "ledger.json", "a", DELTA)
     for index, mu in enumerate(releases):
-        ledger.record_release(
-            session_id="earlier",
-            round_index=index,
-            round_name="sums",
-            mu=mu,
-            manifest_sha256="00" * 32,
-            payload_sha256=f"{index:02x}" * 32,
-        )
+        release(ledger, ("earlier", index, "sums"), mu, "00" * 32, f"{index:02x}" * 32)
     return ledger
 
 

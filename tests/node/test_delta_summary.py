@@ -141,6 +141,18 @@ def test_settings_round_trip_and_default_on_when_the_table_is_given() -> None:
     assert DeltaSummarySettings.from_table(settings.to_table()) == settings
 
 
+def _summary_release(ledger: PrivacyLedger, epsilon: float, payload: str) -> None:
+    """The Laplace release of a delta summary of session s1 (round -1, no manifest)."""
+    ledger.record_laplace(
+        session_id="s1",
+        round_index=-1,
+        round_name="delta-summary",
+        epsilon=epsilon,
+        manifest_sha256="",
+        payload_sha256=payload,
+    )
+
+
 def test_the_ledger_adds_a_laplace_release_to_every_observer_class_once(tmp_path: Path) -> None:
     ledger = PrivacyLedger(tmp_path / "ledger.json", "a", 1e-6)
     mu = {"outsider": 0.3, "colluders:1": 0.5, "coordinator": math.inf}
@@ -154,14 +166,7 @@ def test_the_ledger_adds_a_laplace_release_to_every_observer_class_once(tmp_path
     )
     before = {t.label: t.epsilon for t in ledger.totals()}
     for _ in range(2):  # the same values recorded twice are one release
-        ledger.record_laplace(
-            session_id="s1",
-            round_index=-1,
-            round_name="delta-summary",
-            epsilon=0.75,
-            manifest_sha256="",
-            payload_sha256="2" * 64,
-        )
+        _summary_release(ledger, 0.75, "2" * 64)
     after = {t.label: t for t in PrivacyLedger.open(ledger.path, "a", 1e-6).totals()}
     for label, epsilon in before.items():
         assert after[label].epsilon == pytest.approx(epsilon + 0.75)
@@ -176,13 +181,6 @@ def test_the_ledger_adds_a_laplace_release_to_every_observer_class_once(tmp_path
 
 def test_a_ledger_with_only_a_laplace_release_has_an_outsider_total(tmp_path: Path) -> None:
     ledger = PrivacyLedger(tmp_path / "ledger.json", "a", 1e-6)
-    ledger.record_laplace(
-        session_id="s1",
-        round_index=-1,
-        round_name="delta-summary",
-        epsilon=0.5,
-        manifest_sha256="",
-        payload_sha256="3" * 64,
-    )
+    _summary_release(ledger, 0.5, "3" * 64)
     (total,) = ledger.totals()
     assert (total.label, total.epsilon, total.releases) == ("outsider", 0.5, 1)

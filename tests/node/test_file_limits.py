@@ -30,23 +30,14 @@ import zerosum.cli
 from node.deltab.exceptions import ModelFileError
 from node.deltab.persist import load_model
 from node.deltab.synthetic import make_cohort, write_cohort_csv
-from proto.tls import certificate_fingerprint
-from tests.support.synthetic_init import init_synthetic
+from tests.support import spoilt_files as spoilt
 from zerosum import pki
 from zerosum.commands import node as node_command
 
 
 @pytest.fixture(scope="module")
 def fed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return init_synthetic(
-        tmp_path_factory.mktemp("fed"),
-        ("a", "b"),
-        seed=1,
-        n_features=5,
-        n_components=2,
-        cohort_sizes="120,130",
-        options=["--force", "--coordinator", "127.0.0.1:9"],
-    )
+    return spoilt.two_node_federation(tmp_path_factory.mktemp("fed"))
 
 
 def _run(folder: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -57,16 +48,6 @@ def _run(folder: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
     code = node_command.run(args)
     assert time.monotonic() - started < 10.0
     return code, capsys.readouterr().err.strip()
-
-
-def _to_dev_zero(path: Path) -> None:
-    path.unlink()
-    path.symlink_to("/dev/zero")
-
-
-def _to_fifo(path: Path) -> None:
-    path.unlink()
-    os.mkfifo(path, 0o600)
 
 
 def _under_intermediate(folder: Path) -> None:
@@ -97,11 +78,7 @@ def _under_intermediate(folder: Path) -> None:
 
 
 def _revoke_a(folder: Path) -> None:
-    pem = (folder / "nodes" / "a" / "client.pem").read_bytes()
-    fingerprint = certificate_fingerprint(x509.load_pem_x509_certificate(pem))
-    config = folder / "federation.toml"
-    text = config.read_text()
-    config.write_text(text.replace("\n[privacy]", f'revoked = ["{fingerprint}"]\n\n[privacy]', 1))
+    spoilt.revoke(folder, folder / "nodes" / "a" / "client.pem")
 
 
 def _swap_certificate(folder: Path) -> None:
@@ -111,22 +88,25 @@ def _swap_certificate(folder: Path) -> None:
 
 CASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "cohort-dev-zero": (
-        lambda f: _to_dev_zero(f / "nodes/a/data.csv"),
+        lambda f: spoilt.to_dev_zero(f / "nodes/a/data.csv"),
         "data.csv is a character device; only a regular file is read",
     ),
     "cohort-fifo": (
-        lambda f: _to_fifo(f / "nodes/a/data.csv"),
+        lambda f: spoilt.to_fifo(f / "nodes/a/data.csv"),
         "data.csv is a FIFO (named pipe); only a regular file is read",
     ),
     "config-dev-zero": (
-        lambda f: _to_dev_zero(f / "federation.toml"),
+        lambda f: spoilt.to_dev_zero(f / "federation.toml"),
         "federation.toml is a character device",
     ),
     "identity-dev-zero": (
-        lambda f: _to_dev_zero(f / "nodes/a/identity.pem"),
+        lambda f: spoilt.to_dev_zero(f / "nodes/a/identity.pem"),
         "identity.pem is a character device",
     ),
-    "identity-fifo": (lambda f: _to_fifo(f / "nodes/a/identity.pem"), "identity.pem is a FIFO"),
+    "identity-fifo": (
+        lambda f: spoilt.to_fifo(f / "nodes/a/identity.pem"),
+        "identity.pem is a FIFO",
+    ),
     "identity-0644": (
         lambda f: (f / "nodes/a/identity.pem").chmod(0o644),
         "identity.pem is a secret key but has mode 0644, so other users may read it; make it "
@@ -150,14 +130,7 @@ CASES: dict[str, tuple[Callable[[Path], None], str]] = {
 def test_a_spoilt_file_stops_the_node_in_one_sentence(
     fed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
 ) -> None:
-    folder = tmp_path / "fed"
-    shutil.copytree(fed, folder, symlinks=True)
-    spoil, message = CASES[case]
-    spoil(folder)
-    code, err = _run(folder, capsys)
-    assert code == 2, err
-    assert message in err
-    assert err.count("\n") == 0 and "Traceback" not in err
+    spoilt.refused_in_one_sentence(fed, tmp_path, CASES[case], lambda f: _run(f, capsys))
 
 
 def test_the_untouched_federation_gets_as_far_as_the_coordinator(fed: Path) -> None:
@@ -184,8 +157,8 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     ("spoil", "message"),
     [
-        (_to_dev_zero, "is a character device; only a regular file is read"),
-        (_to_fifo, "is a FIFO (named pipe)"),
+        (spoilt.to_dev_zero, "is a character device; only a regular file is read"),
+        (spoilt.to_fifo, "is a FIFO (named pipe)"),
         (
             lambda p: p.write_text('{"format": ' + "[" * 100_000 + "]" * 100_000 + "}"),
             "the model file nests arrays or tables more than 64 levels deep",

@@ -10,18 +10,18 @@ import pytest
 
 from node.records.ledger import LedgerError, PrivacyLedger, UnmaskReveal, observer_of
 from noise.accounting import Observer, gaussian_epsilon
+from tests.support.ledger_entries import refusal, release, unmask
 
 DELTA = 1e-6
 
 
 def _release(ledger: PrivacyLedger, round_index: int, mu: dict[str, float]) -> None:
-    ledger.record_release(
-        session_id="s1",
-        round_index=round_index,
-        round_name=f"r{round_index}",
-        mu=mu,
-        manifest_sha256="00" * 32,
-        payload_sha256=f"{round_index:02d}" * 32,
+    release(
+        ledger,
+        ("s1", round_index, f"r{round_index}"),
+        mu,
+        "00" * 32,
+        f"{round_index:02d}" * 32,
         tensors=["n"],
     )
 
@@ -48,14 +48,7 @@ def test_unmask_raises_the_release_cost_to_its_new_mu(tmp_path: Path) -> None:
     ledger = PrivacyLedger.open(tmp_path / "ledger.json", "a", DELTA)
     _release(ledger, 0, {"outsider": 0.3, "coordinator": 0.1})
     _release(ledger, 1, {"outsider": 0.4, "coordinator": 0.2})
-    ledger.record_unmask(
-        session_id="s1",
-        round_index=1,
-        round_name="r1",
-        dropped=["c"],
-        survivors=["b", "a"],
-        mu={"outsider": 0.4, "coordinator": 0.6},
-    )
+    unmask(ledger, ("s1", 1, "r1"), ["c"], ["b", "a"], {"outsider": 0.4, "coordinator": 0.6})
     # round 1 now costs 0.6 against the coordinator (not 0.2 + 0.6)
     assert ledger.total("coordinator").mu == pytest.approx(math.hypot(0.1, 0.6))
     assert ledger.total("coordinator").releases == 2
@@ -79,13 +72,12 @@ def test_reload_reproduces_entries_and_totals(tmp_path: Path) -> None:
     path = tmp_path / "ledger.json"
     ledger = PrivacyLedger.open(path, "a", DELTA)
     _release(ledger, 0, {"outsider": 0.3, "coalition:1": 0.5, "coordinator": math.inf})
-    ledger.record_refusal(
-        session_id="s1",
-        round_index=0,
-        round_name="r0",
-        dropped=["c"],
-        survivors=["a"],
-        reason="survivor set of 1 is below the federation minimum of 2",
+    refusal(
+        ledger,
+        ("s1", 0, "r0"),
+        ["c"],
+        ["a"],
+        "survivor set of 1 is below the federation minimum of 2",
     )
     again = PrivacyLedger.open(path, "a", DELTA)
     assert again.entries == ledger.entries
@@ -113,23 +105,9 @@ def test_rejected_entries_leave_ledger_unchanged(tmp_path: Path) -> None:
     # The same payload of the same round again is the same release: nothing is added.
     _release(ledger, 0, {"outsider": 0.3})
     with pytest.raises(LedgerError, match="payload_sha256 must be 64 lowercase hex digits"):
-        ledger.record_release(
-            session_id="s1",
-            round_index=1,
-            round_name="r1",
-            mu={"outsider": 0.3},
-            manifest_sha256="00" * 32,
-            payload_sha256="not-a-digest",
-        )
+        release(ledger, ("s1", 1, "r1"), {"outsider": 0.3}, "00" * 32, "not-a-digest")
     with pytest.raises(LedgerError, match="no release for it"):
-        ledger.record_unmask(
-            session_id="s1",
-            round_index=5,
-            round_name="r5",
-            dropped=["c"],
-            survivors=["a"],
-            mu={"outsider": 1.0},
-        )
+        unmask(ledger, ("s1", 5, "r5"), ["c"], ["a"], {"outsider": 1.0})
     with pytest.raises(LedgerError, match="must be >= 0"):
         _release(ledger, 1, {"outsider": -1.0})
     with pytest.raises(LedgerError, match="observer class 'insider'"):
@@ -156,14 +134,7 @@ def test_observer_labels() -> None:
 
 
 def _payload_release(ledger: PrivacyLedger, payload: str, mu: float = 0.3) -> None:
-    ledger.record_release(
-        session_id="s1",
-        round_index=0,
-        round_name="sums",
-        mu={"outsider": mu},
-        manifest_sha256="00" * 32,
-        payload_sha256=payload,
-    )
+    release(ledger, ("s1", 0, "sums"), {"outsider": mu}, "00" * 32, payload)
 
 
 def test_a_different_payload_for_the_same_round_is_a_second_release(tmp_path: Path) -> None:
@@ -184,14 +155,7 @@ def test_an_unmask_raises_only_the_release_it_names(tmp_path: Path) -> None:
     ledger = PrivacyLedger.open(tmp_path / "ledger.json", "a", DELTA)
     _payload_release(ledger, "aa" * 32)
     _payload_release(ledger, "bb" * 32)
-    ledger.record_unmask(
-        session_id="s1",
-        round_index=0,
-        round_name="sums",
-        dropped=["c"],
-        survivors=["a", "b"],
-        mu={"outsider": 0.3, "coordinator": 0.9},
-    )
+    unmask(ledger, ("s1", 0, "sums"), ["c"], ["a", "b"], {"outsider": 0.3, "coordinator": 0.9})
     assert ledger.entries[-1].payload_sha256 == "bb" * 32  # the round's latest release
     costs = ledger.release_mu()
     assert costs[("s1", 0, "aa" * 32)] == {"outsider": 0.3}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from node.records.ledger import PrivacyLedger
+from tests.support.ledger_entries import refusal, release, unmask
 
 DELTA = 1e-6
 
@@ -12,26 +13,18 @@ DELTA = 1e-6
 def _ledger(tmp_path: Path) -> PrivacyLedger:
     ledger = PrivacyLedger.open(tmp_path / "ledger.json", "a", DELTA)
     for session, index in (("s1", 0), ("s1", 1), ("s2", 0)):
-        ledger.record_release(
-            session_id=session,
-            round_index=index,
-            round_name=f"r{index}",
-            mu={"outsider": 0.3},
-            manifest_sha256=f"{session}-{index}",
-            payload_sha256=f"{index:02d}" * 32,
+        release(
+            ledger,
+            (session, index, f"r{index}"),
+            {"outsider": 0.3},
+            f"{session}-{index}",
+            f"{index:02d}" * 32,
         )
     return ledger
 
 
 def _unmask(ledger: PrivacyLedger, session: str, dropped: list[str], survivors: list[str]) -> None:
-    ledger.record_unmask(
-        session_id=session,
-        round_index=0,
-        round_name="r0",
-        dropped=dropped,
-        survivors=survivors,
-        mu={"outsider": 0.3, "coordinator": 0.5},
-    )
+    unmask(ledger, (session, 0, "r0"), dropped, survivors, {"outsider": 0.3, "coordinator": 0.5})
 
 
 def test_the_release_entry_of_a_round_is_found_by_session_and_round(tmp_path: Path) -> None:
@@ -47,14 +40,7 @@ def test_revealed_is_the_union_over_the_answers_of_each_round(tmp_path: Path) ->
     _unmask(ledger, "s1", ["d"], ["a", "b", "c", "e"])
     _unmask(ledger, "s1", ["d", "e"], ["a", "b", "c"])
     _unmask(ledger, "s2", ["b"], ["a", "c"])
-    ledger.record_refusal(
-        session_id="s1",
-        round_index=1,
-        round_name="r1",
-        dropped=["c"],
-        survivors=["a", "b"],
-        reason="below the floor",
-    )
+    refusal(ledger, ("s1", 1, "r1"), ["c"], ["a", "b"], "below the floor")
     ledger.record_secure_sum_unmask(
         session_id="s1", round_index=2, round_name="cape-sum/r1", dropped=["b"], survivors=["a"]
     )

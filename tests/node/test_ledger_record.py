@@ -23,6 +23,7 @@ from node.records.ledger import (
 )
 from node.records.ledger_entry import entry_from_json
 from noise.accounting import Observer
+from tests.support.ledger_entries import release
 
 # Written by the ledger code of format version 2 before the typed record
 # existed (LedgerEntry(kind, details)); its "totals" block is what that code
@@ -190,33 +191,18 @@ def test_a_release_with_an_unknown_class_is_refused_and_the_ledger_is_unchanged(
 ) -> None:
     path = tmp_path / "ledger.json"
     ledger = PrivacyLedger.open(path, NODE, DELTA)
-    ledger.record_release(
-        session_id="s",
-        round_index=0,
-        round_name="r",
-        mu={"outsider": 0.2},
-        manifest_sha256="1" * 64,
-        payload_sha256="a" * 64,
-    )
+    release(ledger, ("s", 0, "r"), {"outsider": 0.2}, "1" * 64, "a" * 64)
     before = path.read_bytes()
     for mu in ({"bystander": 0.1}, {"colluders:01": 0.1}, {"outsider": math.nan}):
         with pytest.raises(LedgerError, match=r"observer class|must be >= 0"):
-            ledger.record_release(
-                session_id="s",
-                round_index=1,
-                round_name="r",
-                mu=mu,
-                manifest_sha256="2" * 64,
-                payload_sha256="b" * 64,
-            )
+            release(ledger, ("s", 1, "r"), mu, "2" * 64, "b" * 64)
     with pytest.raises(LedgerError, match="noise must be NoiseFacts"):
-        ledger.record_release(
-            session_id="s",
-            round_index=1,
-            round_name="r",
-            mu={"outsider": 0.1},
-            manifest_sha256="2" * 64,
-            payload_sha256="b" * 64,
-            noise={"mechanism": "gaussian"},  # type: ignore[arg-type]
+        release(
+            ledger,
+            ("s", 1, "r"),
+            {"outsider": 0.1},
+            "2" * 64,
+            "b" * 64,
+            noise={"mechanism": "gaussian"},
         )
     assert path.read_bytes() == before and len(ledger.entries) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 
@@ -41,14 +42,16 @@ def _roster(bundles: list[KeyBundle], **changes: object) -> RosterView:
     return dataclasses.replace(roster, **changes)  # type: ignore[arg-type]
 
 
-def _verify(roster: RosterView, me: str = "a") -> object:
+def _verify(roster: RosterView, me: str = "a", *, key_of: str | None = None, **limits: int) -> Any:
+    """``me`` verifies ``roster``, having sent the key of ``key_of`` (by default its own)."""
     return verify_roster(
         roster,
         node_id=me,
-        own_public_key=EPHEMERAL[me].public_bytes(),
+        own_public_key=EPHEMERAL[key_of or me].public_bytes(),
         session_id=SESSION,
         config_hash=CONFIG_HASH,
         identity_keys=PINNED,
+        **limits,
     )
 
 
@@ -56,14 +59,7 @@ def test_honest_roster_passes_and_seeds_agree_pairwise() -> None:
     roster = _roster([_bundle(n) for n in IDS])
     seeds = {}
     for me in IDS:
-        verified = verify_roster(
-            roster,
-            node_id=me,
-            own_public_key=EPHEMERAL[me].public_bytes(),
-            session_id=SESSION,
-            config_hash=CONFIG_HASH,
-            identity_keys=PINNED,
-        )
+        verified = _verify(roster, me)
         assert verified.node_ids == tuple(IDS)
         seeds[me] = derive_seeds(verified, EPHEMERAL[me], node_id=me, config_hash=CONFIG_HASH)
     assert seeds["a"]["b"] == seeds["b"]["a"]
@@ -87,14 +83,7 @@ def test_replayed_bundle_from_another_session_is_caught() -> None:
 def test_own_key_must_be_the_one_sent() -> None:
     roster = _roster([_bundle(n) for n in IDS])
     with pytest.raises(RosterError, match="different ephemeral key for this node"):
-        verify_roster(
-            roster,
-            node_id="a",
-            own_public_key=EPHEMERAL["b"].public_bytes(),
-            session_id=SESSION,
-            config_hash=CONFIG_HASH,
-            identity_keys=PINNED,
-        )
+        _verify(roster, "a", key_of="b")
 
 
 def test_unknown_node_and_bad_roster_hash_are_caught() -> None:
@@ -110,34 +99,15 @@ def test_the_verified_roster_keeps_the_hash_it_recomputed() -> None:
     bundles = [_bundle(n) for n in IDS]
     # A coordinator that sends none: the node computes it anyway.
     roster = _roster(bundles, roster_hash=b"")
-    verified = verify_roster(
-        roster,
-        node_id="a",
-        own_public_key=EPHEMERAL["a"].public_bytes(),
-        session_id=SESSION,
-        config_hash=CONFIG_HASH,
-        identity_keys=PINNED,
-    )
+    verified = _verify(roster, "a")
     assert verified.roster_hash == roster_hash(CONFIG_HASH, SESSION, bundles)
-
-
-def _verify_with_minimum(roster: RosterView, min_nodes: int) -> object:
-    return verify_roster(
-        roster,
-        node_id="a",
-        own_public_key=EPHEMERAL["a"].public_bytes(),
-        session_id=SESSION,
-        config_hash=CONFIG_HASH,
-        identity_keys=PINNED,
-        min_nodes=min_nodes,
-    )
 
 
 def test_a_final_roster_below_the_federation_minimum_is_refused() -> None:
     two = _roster([_bundle("a"), _bundle("c")])
-    _verify_with_minimum(two, 2)
+    _verify(two, min_nodes=2)
     with pytest.raises(RosterError) as caught:
-        _verify_with_minimum(two, 3)
+        _verify(two, min_nodes=3)
     absent = ", ".join(sorted(n for n in PINNED if n not in ("a", "c")))
     assert str(caught.value) == (
         f"roster entry of node 'a' rejected: {absent} did not join before the join deadline, "
@@ -150,4 +120,4 @@ def test_a_final_roster_below_the_federation_minimum_is_refused() -> None:
         _verify(_roster([_bundle("a")]))
     # A roster still filling up is not judged by its size.
     filling = _roster([_bundle("a")], final=False)
-    _verify_with_minimum(filling, 3)
+    _verify(filling, min_nodes=3)

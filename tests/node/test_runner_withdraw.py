@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -112,6 +112,17 @@ def _runner(
     )
 
 
+def _runners_with_c(
+    fed: Path, port: int, tmp: Path, **for_c: Any
+) -> tuple[dict[str, list[str]], list[NodeRunner]]:
+    """Every node's runner (``for_c``: node c's own gateway or approval) and its printed lines."""
+    lines: dict[str, list[str]] = {n: [] for n in NODES}
+    runners = [
+        _runner(fed, n, port, tmp, lines=lines[n], **(for_c if n == "c" else {})) for n in NODES
+    ]
+    return lines, runners
+
+
 def _start(runners: list[NodeRunner]) -> tuple[dict[str, object], dict[str, threading.Thread]]:
     outcomes: dict[str, object] = {}
 
@@ -182,18 +193,9 @@ def test_an_interrupted_node_does_not_withdraw_and_is_dropped_at_the_deadline(
 ) -> None:
     fed = _federation(tmp_path / "fed", round_deadline=6.0)
     server = _serve(fed, tmp_path / "state", servers)
-    lines: dict[str, list[str]] = {n: [] for n in NODES}
-    runners = [
-        _runner(
-            fed,
-            n,
-            server.port,
-            tmp_path,
-            lines=lines[n],
-            gateway=failing_before_upload(_ctrl_c) if n == "c" else grpc_gateway,
-        )
-        for n in NODES
-    ]
+    lines, runners = _runners_with_c(
+        fed, server.port, tmp_path, gateway=failing_before_upload(_ctrl_c)
+    )
     outcomes, threads = _start(runners)
     threads["c"].join(timeout=60)
     assert isinstance(outcomes["c"], KeyboardInterrupt), outcomes["c"]
@@ -260,18 +262,7 @@ def test_a_node_without_a_valid_approval_withdraws_promptly(
     monkeypatch.setattr("node.egress.approval.REPLACE_SECONDS", 1.0)
     fed = _federation(tmp_path / "fed", round_deadline=120.0)
     server = _serve(fed, tmp_path / "state", servers)
-    lines: dict[str, list[str]] = {n: [] for n in NODES}
-    runners = [
-        _runner(
-            fed,
-            n,
-            server.port,
-            tmp_path,
-            lines=lines[n],
-            approve="manual" if n == "c" else "auto",
-        )
-        for n in NODES
-    ]
+    _, runners = _runners_with_c(fed, server.port, tmp_path, approve="manual")
     checker = _decide_when_written(tmp_path / "out-c", fed / signer, decision)
     started = time.monotonic()
     outcomes, threads = _start(runners)

@@ -200,15 +200,27 @@ def _opened(state: NodeState, out: Path, lines: list[str] | None = None) -> Priv
     return state.open_ledger(DELTA, out, (lines if lines is not None else []).append)
 
 
-def test_a_ledger_older_than_the_session_list_is_refused(tmp_path: Path) -> None:
+def _released(
+    state: NodeState, ledger: PrivacyLedger, session: str, round_index: int, digest: str
+) -> None:
+    """A release as a node makes it: in the ledger, then in the session list."""
+    _release(ledger, session, round_index, digest)
+    state.record_release(session, round_index)
+
+
+def _round_0_released(tmp_path: Path) -> tuple[NodeState, PrivacyLedger]:
+    """Node a's state folder, joined to SESSION with its round 0 released."""
     state = NodeState(tmp_path / "state", "a")
     _joined(state, tmp_path / "out")
     ledger = _opened(state, tmp_path / "out")
-    _release(ledger, SESSION, 0, "22" * 32)
-    state.record_release(SESSION, 0)
+    _released(state, ledger, SESSION, 0, "22" * 32)
+    return state, ledger
+
+
+def test_a_ledger_older_than_the_session_list_is_refused(tmp_path: Path) -> None:
+    state, ledger = _round_0_released(tmp_path)
     older = state.ledger_path.read_bytes()
-    _release(ledger, SESSION, 1, "33" * 32)
-    state.record_release(SESSION, 1)
+    _released(state, ledger, SESSION, 1, "33" * 32)
     state.ledger_path.write_bytes(older)  # restored from a backup
     with pytest.raises(SessionStateError) as refused:
         _opened(state, tmp_path / "fresh-out")
@@ -219,17 +231,11 @@ def test_a_ledger_older_than_the_session_list_is_refused(tmp_path: Path) -> None
 
 
 def test_a_session_list_older_than_the_ledger_is_refused(tmp_path: Path) -> None:
-    state = NodeState(tmp_path / "state", "a")
-    _joined(state, tmp_path / "out")
-    ledger = _opened(state, tmp_path / "out")
-    _release(ledger, SESSION, 0, "22" * 32)
-    state.record_release(SESSION, 0)
+    state, ledger = _round_0_released(tmp_path)
     older = state.sessions_path.read_bytes()
-    _release(ledger, SESSION, 1, "33" * 32)
-    state.record_release(SESSION, 1)
+    _released(state, ledger, SESSION, 1, "33" * 32)
     _joined(state, tmp_path / "out", session="1e" * 16)
-    _release(ledger, "1e" * 16, 0, "44" * 32)
-    state.record_release("1e" * 16, 0)
+    _released(state, ledger, "1e" * 16, 0, "44" * 32)
     state.sessions_path.write_bytes(older)  # restored from a backup
     with pytest.raises(SessionStateError, match=f"holds entries of session {'1e' * 16}, but"):
         _opened(state, tmp_path / "fresh-out")

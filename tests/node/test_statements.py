@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -63,18 +64,31 @@ def header(statements: list[UploadStatement], survivors: tuple[str, ...] = IDS) 
     )
 
 
-def check(result: RoundResult, *, me: str = "a", own: bytes | None = None) -> None:
+def checked(
+    result: RoundResult,
+    *,
+    me: str = "a",
+    own_sha256: bytes | None,
+    identity_keys: dict[str, bytes] = PINNED,
+    **more: Any,
+) -> None:
+    """``check_statements`` as node ``me`` of this round; ``more``: its further options."""
     check_statements(
         result,
         config_hash=CONFIG_HASH,
         session_id=SESSION,
         round_index=ROUND,
         roster_hash=ROSTER,
-        identity_keys=PINNED,
+        identity_keys=identity_keys,
         own_node_id=me,
-        own_sha256=SHA[me] if own is None else own,
+        own_sha256=own_sha256,
         participants=IDS,
+        **more,
     )
+
+
+def check(result: RoundResult, *, me: str = "a", own: bytes | None = None) -> None:
+    checked(result, me=me, own_sha256=SHA[me] if own is None else own)
 
 
 def honest() -> list[UploadStatement]:
@@ -105,41 +119,36 @@ def test_a_survivor_subset_with_its_statements_passes() -> None:
 
 
 def test_own_digest_unknown_still_needs_my_own_valid_statement() -> None:
-    check_statements(
-        header(honest()),
-        config_hash=CONFIG_HASH,
-        session_id=SESSION,
-        round_index=ROUND,
-        roster_hash=ROSTER,
-        identity_keys=PINNED,
-        own_node_id="a",
-        own_sha256=None,
-        participants=IDS,
-        round_name=NAME,
-    )
+    checked(header(honest()), own_sha256=None, round_name=NAME)
     forged = [statement("a", signer="b"), statement("b"), statement("c")]
     with pytest.raises(StatementError, match=r"node 'a' .* does not verify"):
-        check_statements(
-            header(forged),
-            config_hash=CONFIG_HASH,
-            session_id=SESSION,
-            round_index=ROUND,
-            roster_hash=ROSTER,
-            identity_keys=PINNED,
-            own_node_id="a",
-            own_sha256=None,
-            participants=IDS,
-        )
+        checked(header(forged), own_sha256=None)
 
 
-def test_a_statement_signed_by_another_key_is_refused() -> None:
+@pytest.mark.parametrize(
+    ("index", "replaced", "expected"),
+    [
+        (
+            1,
+            {"node": "b", "signer": "c"},
+            "the upload statement of node 'b' in the aggregate of round 2 ('scatter') does not "
+            "verify against its pinned identity key",
+        ),
+        (
+            2,
+            {"node": "c", "name": "moments"},
+            "node 'c' signed its upload for round 'moments', but the aggregate is that of "
+            "round 2 ('scatter')",
+        ),
+    ],
+    ids=["signed by another key", "for another round name"],
+)
+def test_a_statement_replaced_by_a_wrong_one_is_refused(
+    index: int, replaced: dict[str, str], expected: str
+) -> None:
     statements = honest()
-    statements[1] = statement("b", signer="c")
-    message = refused(header(statements))
-    assert message == (
-        "the upload statement of node 'b' in the aggregate of round 2 ('scatter') does not "
-        "verify against its pinned identity key"
-    )
+    statements[index] = statement(**replaced)
+    assert refused(header(statements)) == expected
 
 
 def test_a_statement_altered_after_signing_is_refused() -> None:
@@ -198,27 +207,11 @@ def test_a_signer_outside_the_round_is_refused() -> None:
         ),
     )
     with pytest.raises(StatementError, match=r"node 'z' signed a statement .* not one of its"):
-        check_statements(
+        checked(
             header([*honest(), extra], survivors=(*IDS, "z")),
-            config_hash=CONFIG_HASH,
-            session_id=SESSION,
-            round_index=ROUND,
-            roster_hash=ROSTER,
-            identity_keys=pinned,
-            own_node_id="a",
             own_sha256=SHA["a"],
-            participants=IDS,
+            identity_keys=pinned,
         )
-
-
-def test_a_statement_for_another_round_name_is_refused() -> None:
-    statements = honest()
-    statements[2] = statement("c", name="moments")
-    message = refused(header(statements))
-    assert message == (
-        "node 'c' signed its upload for round 'moments', but the aggregate is that of "
-        "round 2 ('scatter')"
-    )
 
 
 def test_a_node_with_two_statements_is_refused() -> None:

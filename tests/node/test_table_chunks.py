@@ -33,6 +33,20 @@ def _write(path: Path, n: int = 600, p: int = 9, seed: int = 11) -> np.ndarray:
     return values
 
 
+def _written_lines(tmp_path: Path) -> tuple[Path, list[str]]:
+    """The test table written to tmp_path/cohort.csv, and its lines."""
+    path = tmp_path / "cohort.csv"
+    _write(path)
+    return path, path.read_text().split("\n")
+
+
+def _set_cell(text: list[str], index: int, column: int, value: str) -> None:
+    """Put ``value`` in field ``column`` of ``text[index]`` (a line without quoted commas)."""
+    cells = text[index].split(",")
+    cells[column] = value
+    text[index] = ",".join(cells)
+
+
 @pytest.mark.parametrize("chunk", CHUNKS)
 def test_any_chunk_size_reads_the_same_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
@@ -56,13 +70,9 @@ def test_any_chunk_size_reads_the_same_table(
 def test_missing_tokens_in_one_chunk_are_read_as_missing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
-    path = tmp_path / "cohort.csv"
-    _write(path)
-    text = path.read_text().split("\n")
+    path, text = _written_lines(tmp_path)
     assert '"' not in text[400]
-    row = text[400].split(",")
-    row[1] = "NA"  # feature f0 of the subject on line 401, far into the file
-    text[400] = ",".join(row)
+    _set_cell(text, 400, 1, "NA")  # feature f0 of the subject on line 401, far into the file
     path.write_text("\n".join(text))
     monkeypatch.setattr(io, "_CHUNK_ROWS", chunk)
     table = read_table(path)
@@ -77,16 +87,10 @@ def test_missing_tokens_in_one_chunk_are_read_as_missing(
 def test_a_bad_cell_is_named_by_line_and_column_before_an_earlier_infinity(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
 ) -> None:
-    path = tmp_path / "cohort.csv"
-    _write(path)
-    text = path.read_text().split("\n")
+    path, text = _written_lines(tmp_path)
     assert '"' not in text[10] + text[500]
-    early = text[10].split(",")
-    early[3] = "inf"  # the age on line 11
-    text[10] = ",".join(early)
-    late = text[500].split(",")
-    late[4] = "12x"  # feature f2 on line 501
-    text[500] = ",".join(late)
+    _set_cell(text, 10, 3, "inf")  # the age on line 11
+    _set_cell(text, 500, 4, "12x")  # feature f2 on line 501
     path.write_text("\n".join(text))
     monkeypatch.setattr(io, "_CHUNK_ROWS", chunk)
     with pytest.raises(DeltabInputError, match=r"line 501, column 'f2': '12x' is not a number"):

@@ -29,8 +29,8 @@ from node.records.ledger import Refusal, SecureSumUnmask
 from node.session.cape_material import CapeState
 from node.session.model_round import run_model_round
 from noise.transcript import sealed_check_message
-from proto.messages import Sealed
-from tests.node.nodes import CONFIG_HASH, LAYOUT, joined, restarted
+from proto.messages import Sealed, UnmaskRequest
+from tests.node.nodes import CONFIG_HASH, LAYOUT, Node, joined, restarted
 from tests.node.unmask_requests import (
     LAYOUT_ZEROS,
     _answer,
@@ -243,10 +243,30 @@ def test_a_cape_sum_unmask_is_floor_checked_and_recorded(tmp_path: Path) -> None
 FOUR = ["a", "b", "c", "d"]
 
 
-def test_an_answer_needs_every_other_survivors_sealed_contribution(tmp_path: Path) -> None:
+def _d_dropped(tmp_path: Path) -> tuple[Node, ReleaseNoise, UnmaskRequest]:
+    """Node a of four, round 1 released, asked to unmask it for survivors a, b, c (d dropped)."""
     node = _node(tmp_path, _config(FOUR))
     noise = _released(node, FOUR, [1])
-    request = _request(FOUR, 1, ["a", "b", "c"], ["d"])
+    return node, noise, _request(FOUR, 1, ["a", "b", "c"], ["d"])
+
+
+def _signed_garbage(sender: str, kind: str, binding: bytes, size: int) -> Sealed:
+    """``size`` zero bytes from ``sender`` to a, sealed for nothing but validly signed."""
+    message = sealed_check_message(
+        CONFIG_HASH,
+        SESSION,
+        1,
+        kind=kind,
+        binding=binding,
+        sender=sender,
+        recipient="a",
+        sealed=bytes(size),
+    )
+    return Sealed(sender, "a", bytes(size), _identities(FOUR)[sender].sign(message))
+
+
+def test_an_answer_needs_every_other_survivors_sealed_contribution(tmp_path: Path) -> None:
+    node, noise, request = _d_dropped(tmp_path)
     withheld = dataclasses.replace(request, challenge=request.challenge[:-1])
     with pytest.raises(
         NodeRefused, match="does not relay the challenge contribution of survivor 'c'"
@@ -256,9 +276,7 @@ def test_an_answer_needs_every_other_survivors_sealed_contribution(tmp_path: Pat
 
 
 def test_a_sealed_contribution_altered_in_relay_is_refused(tmp_path: Path) -> None:
-    node = _node(tmp_path, _config(FOUR))
-    noise = _released(node, FOUR, [1])
-    request = _request(FOUR, 1, ["a", "b", "c"], ["d"])
+    node, noise, request = _d_dropped(tmp_path)
     first, *rest = request.challenge
     altered = dataclasses.replace(
         request,
@@ -277,21 +295,8 @@ def test_a_signed_garbage_contribution_names_its_sender_and_reveals_nothing(
     tmp_path: Path,
 ) -> None:
     """b signed bytes that do not open for a: a names b, attests nothing, sends no seed."""
-    node = _node(tmp_path, _config(FOUR))
-    noise = _released(node, FOUR, [1])
-    request = _request(FOUR, 1, ["a", "b", "c"], ["d"])
-    keys = _identities(FOUR)
-    garbage = sealed_check_message(
-        CONFIG_HASH,
-        SESSION,
-        1,
-        kind="contribution",
-        binding=bytes(32),
-        sender="b",
-        recipient="a",
-        sealed=bytes(48),
-    )
-    forged = Sealed("b", "a", bytes(48), keys["b"].sign(garbage))
+    node, noise, request = _d_dropped(tmp_path)
+    forged = _signed_garbage("b", "contribution", bytes(32), 48)
     bad = dataclasses.replace(request, challenge=(forged, *request.challenge[1:]))
     _answer(node, bad, FOUR, noise, awaiting=1)
     assert node.coordinator.accused == ["b"]
@@ -302,21 +307,8 @@ def test_a_signed_garbage_contribution_names_its_sender_and_reveals_nothing(
 
 
 def test_signed_garbage_tags_name_their_sender_before_any_seed_leaves(tmp_path: Path) -> None:
-    node = _node(tmp_path, _config(FOUR))
-    noise = _released(node, FOUR, [1])
-    request = _request(FOUR, 1, ["a", "b", "c"], ["d"])
-    keys = _identities(FOUR)
-    message = sealed_check_message(
-        CONFIG_HASH,
-        SESSION,
-        1,
-        kind="tags",
-        binding=request.survivor_hash,
-        sender="c",
-        recipient="a",
-        sealed=bytes(80),
-    )
-    garbage = Sealed("c", "a", bytes(80), keys["c"].sign(message))
+    node, noise, request = _d_dropped(tmp_path)
+    garbage = _signed_garbage("c", "tags", request.survivor_hash, 80)
     bad = dataclasses.replace(request, tags=(request.tags[0], garbage))
     _answer(node, bad, FOUR, noise, awaiting=1)
     assert len(node.coordinator.attestations) == 1

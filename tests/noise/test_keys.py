@@ -258,38 +258,46 @@ def test_bundles_verify_for_any_ids(session: str, node: str, raw: bytes) -> None
     )
 
 
+def _rejected(
+    bundle: KeyBundle,
+    identity: IdentityKey,
+    match: str,
+    *,
+    config_hash: bytes = CONFIG,
+    session_id: str = "session-1",
+    node_id: str | None = None,
+) -> SignatureError:
+    """What ``verify_key_bundle`` raises for ``bundle`` in that context (matching ``match``)."""
+    with pytest.raises(SignatureError, match=match) as info:
+        verify_key_bundle(
+            bundle,
+            identity.public_bytes(),
+            config_hash=config_hash,
+            session_id=session_id,
+            node_id=node_id,
+        )
+    return info.value
+
+
 def test_bundle_from_another_federation_is_rejected(
     bundle: KeyBundle, identity: IdentityKey
 ) -> None:
-    with pytest.raises(SignatureError, match="signed for another federation") as info:
-        verify_key_bundle(
-            bundle, identity.public_bytes(), config_hash=OTHER_CONFIG, session_id="session-1"
-        )
-    assert info.value.node_id == "b"
-    assert str(info.value).startswith("key bundle of node 'b' rejected: ")
+    error = _rejected(bundle, identity, "signed for another federation", config_hash=OTHER_CONFIG)
+    assert error.node_id == "b"
+    assert str(error).startswith("key bundle of node 'b' rejected: ")
 
 
 def test_bundle_replayed_from_another_session_is_rejected(
     bundle: KeyBundle, identity: IdentityKey
 ) -> None:
-    with pytest.raises(SignatureError, match="replayed from another session") as info:
-        verify_key_bundle(
-            bundle, identity.public_bytes(), config_hash=CONFIG, session_id="session-2"
-        )
-    assert "'session-1'" in info.value.reason
-    assert "'session-2'" in info.value.reason
+    error = _rejected(bundle, identity, "replayed from another session", session_id="session-2")
+    assert "'session-1'" in error.reason
+    assert "'session-2'" in error.reason
 
 
 def test_bundle_claiming_another_node_is_rejected(bundle: KeyBundle, identity: IdentityKey) -> None:
-    with pytest.raises(SignatureError, match="claims a different node id, 'b'") as info:
-        verify_key_bundle(
-            bundle,
-            identity.public_bytes(),
-            config_hash=CONFIG,
-            session_id="session-1",
-            node_id="c",
-        )
-    assert info.value.node_id == "c"
+    error = _rejected(bundle, identity, "claims a different node id, 'b'", node_id="c")
+    assert error.node_id == "c"
 
 
 def test_bundle_under_another_identity_is_rejected(bundle: KeyBundle) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from node.egress.approval import read_approval, sign_approval
 from node.egress.bundle import EgressBundle
+from noise.keys import IdentityKey
 from tests.support.bundles import make_bundle
 from tests.support.made_up_federation import _checkers
 from zerosum.cli import main
@@ -21,12 +22,18 @@ def _decide(folder: Path, key: Path, *extra: str) -> list[str]:
     return ["review", str(folder), "--approve", "--key", str(key), "--reviewer", "J. Smith", *extra]
 
 
+def _bundle_and_key(tmp_path: Path, name: str, checker: IdentityKey) -> tuple[Path, Path]:
+    """A bundle to review, and ``checker``'s key written to ``name`` beside it."""
+    folder = make_bundle(tmp_path)
+    key = tmp_path / name
+    checker.write_pem(key)
+    return folder, key
+
+
 def test_an_approval_prints_the_decision_it_wrote_not_the_report_again(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    folder = make_bundle(tmp_path)
-    key = tmp_path / "checker.pem"
-    CHECKER.write_pem(key)
+    folder, key = _bundle_and_key(tmp_path, "checker.pem", CHECKER)
     assert main(_decide(folder, key)) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
@@ -40,9 +47,7 @@ def test_an_approval_prints_the_decision_it_wrote_not_the_report_again(
 def test_a_wrong_key_ends_with_the_exit_status_it_returns(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    folder = make_bundle(tmp_path)
-    key = tmp_path / "other.pem"
-    OTHER_CHECKER.write_pem(key)
+    folder, key = _bundle_and_key(tmp_path, "other.pem", OTHER_CHECKER)
     assert main(_decide(folder, key)) == 2
     captured = capsys.readouterr()
     assert captured.out.splitlines()[-1] == "decision: none written (exit 2)"

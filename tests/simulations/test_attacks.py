@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from simulations.attacks import likelihood_ratio_scores, membership_attack, observer_view
+from simulations.attacks import View, likelihood_ratio_scores, membership_attack, observer_view
 from simulations.config import AttackParams, ReconstructionParams
 from simulations.reconstruction import reconstruction_attack
 from simulations.roc import dp_tpr_bound, gdp_tpr_bound, roc_summary
@@ -54,29 +54,24 @@ def test_exact_aggregates_are_found_out_and_noised_egresses_are_not(
 def test_likelihood_ratio_test_reaches_the_gaussian_tradeoff() -> None:
     """With known noise the empirical ROC of T matches Φ(Φ⁻¹(α) + μ_v)."""
     rng = np.random.default_rng(9)
-    view = observer_view(
-        Variant("independent"),
-        "outsider",
-        0,
-        n_nodes=3,
-        collusion_threshold=0,
-        trials=20_000,
-        size=4,
-        rng=rng,
-    )
+
+    def outsider_view() -> View:
+        return observer_view(
+            Variant("independent"),
+            "outsider",
+            0,
+            n_nodes=3,
+            collusion_threshold=0,
+            trials=20_000,
+            size=4,
+            rng=rng,
+        )
+
+    view = outsider_view()
     signal = np.array([0.5, -0.5, 0.5, 0.5])
     scales = np.ones(4)
     null = likelihood_ratio_scores(view, signal, scales, member=False)
-    view2 = observer_view(
-        Variant("independent"),
-        "outsider",
-        0,
-        n_nodes=3,
-        collusion_threshold=0,
-        trials=20_000,
-        size=4,
-        rng=rng,
-    )
+    view2 = outsider_view()
     member = likelihood_ratio_scores(view2, signal, scales, member=True)
     summary = roc_summary(null, member)
     mu = 1.0  # ‖v‖ with unit noise

@@ -34,6 +34,7 @@ from node.deltab.io import Table, read_table
 from node.plans.deltab.cohort import LocalCohort, load_cohort
 from noise.keys import IdentityKey
 from proto.federation import FederationConfig, load_federation
+from tests.support.synthetic_init import synthetic_flags
 from zerosum.cli import main as zerosum_main
 
 T = TypeVar("T")
@@ -107,19 +108,15 @@ def init_federation(
     argv = [
         "federation",
         "init",
-        "--nodes",
-        ",".join(nodes),
         "--out",
         str(out),
-        "--synthetic",
-        "--seed",
-        str(seed),
-        "--cohort-sizes",
-        ",".join(str(n) for n in cohort_sizes),
-        "--n-features",
-        "12",
-        "--n-components",
-        "4",
+        *synthetic_flags(
+            nodes,
+            seed=seed,
+            n_features=12,
+            n_components=4,
+            cohort_sizes=",".join(str(n) for n in cohort_sizes),
+        ),
         "--holdout-size",
         "100",
         # Every run overrides the port (--listen, --coordinator); the host
@@ -240,6 +237,17 @@ class Processes:
         for spawned in self.spawned:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 spawned.popen.wait(timeout=30)
+
+
+P = TypeVar("P", bound=Processes)
+
+
+def closed_at_end(spawned: P) -> Iterator[P]:
+    """Yield ``spawned``, closing it however the block ends (the body of a processes fixture)."""
+    try:
+        yield spawned
+    finally:
+        spawned.close()
 
 
 def wait_until(
