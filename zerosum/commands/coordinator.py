@@ -197,7 +197,7 @@ def _server_tls(tls_dir: Path, ca_path: Path, revoked: tuple[str, ...]) -> Serve
     """
     from bounded.files import KIB, read_limited, read_secret
     from coordinator.server import ServerTLS
-    from proto.tls import check_server_credentials
+    from proto.tls import CertificateError, check_server_credentials
 
     limit = 64 * KIB  # certificates and keys are a few kilobytes
     certificate_path = tls_dir / "server.pem"
@@ -206,7 +206,7 @@ def _server_tls(tls_dir: Path, ca_path: Path, revoked: tuple[str, ...]) -> Serve
     ca = read_limited(ca_path, limit, what="CA certificate")
     try:
         check_server_credentials(ca, certificate, key, revoked=revoked)
-    except ValueError as error:
+    except CertificateError as error:
         raise type(error)(f"{certificate_path}: {error}") from None
     return ServerTLS(certificate=certificate, private_key=key, ca_certificate=ca, revoked=revoked)
 
@@ -344,6 +344,7 @@ def run(args: argparse.Namespace) -> int:
     from coordinator.store import Store
     from proto.federation import ConfigError, config_hash, load_federation
     from proto.federation.schema import MAX_DEADLINE_SECONDS
+    from proto.tls import CertificateError
 
     try:
         federation = load_federation(args.federation)
@@ -378,7 +379,7 @@ def run(args: argparse.Namespace) -> int:
     tls_dir: Path = args.tls_dir or base / "coordinator"
     try:
         tls = _server_tls(tls_dir, federation.ca_certificate_path, federation.revoked)
-    except (OSError, ValueError) as error:
+    except (OSError, CertificateError) as error:
         print(f"{_PREFIX}: cannot use the TLS files: {error}", file=sys.stderr)
         return 2
 

@@ -39,7 +39,7 @@ from zerosum.commands._deltab_report import (
     write_model_text,
 )
 from zerosum.commands._model_io import features_for_model, load_model_file
-from zerosum.errors import CommandError
+from zerosum.errors import UsageError
 
 PROG = "zerosum deltab"
 MODEL_KINDS = MODELS  # the five models of Smith et al. 2019, listed once in node.deltab
@@ -113,10 +113,6 @@ outputs:
 
 exit status: 0 on success, 2 on bad input (with one sentence saying why).
 """
-
-
-class _UsageError(CommandError, ValueError):
-    """Flags that make sense one by one but not together."""
 
 
 def _positive_int(text: str) -> int:
@@ -284,24 +280,24 @@ def warnings_on_stderr(prog: str) -> Iterator[None]:
 
 def _check_flags(args: argparse.Namespace) -> None:
     if args.load and (args.train_features or args.train_ages):
-        raise _UsageError("give either --load or --train-features, not both.")
+        raise UsageError("give either --load or --train-features, not both.")
     if args.load and (
         args.feature_proportion or args.feature_num or args.feature_var or args.kaiser_guttmann
     ):
-        raise _UsageError(
+        raise UsageError(
             "the PCA reduction flags apply to training; a loaded model keeps its own reduction."
         )
     if not args.load and not args.train_features:
         if args.train_ages:
-            raise _UsageError("--train-ages needs --train-features.")
-        raise _UsageError(
+            raise UsageError("--train-ages needs --train-features.")
+        raise UsageError(
             "nothing to do: give --train-features (and --train-ages) to train a model, "
             "or --load a saved one."
         )
     if args.predict_ages and not args.predict_features:
-        raise _UsageError("--predict-ages needs --predict-features.")
+        raise UsageError("--predict-ages needs --predict-features.")
     if args.load and not args.predict_features and _wants_prediction(args):
-        raise _UsageError(
+        raise UsageError(
             "a loaded model needs --predict-features (and --predict-ages, unless that file has "
             "an 'age' column) to predict."
         )
@@ -374,7 +370,7 @@ def run(args: argparse.Namespace) -> int:
         with warnings_on_stderr(PROG):
             return _run(args)
     except ValueError as exc:
-        # Input errors (DeltabInputError, _UsageError) and the estimator's and the
+        # Input errors (DeltabInputError, UsageError) and the estimator's and the
         # model file's own checks are all ValueErrors carrying a full sentence.
         if args.debug:
             traceback.print_exc()
@@ -498,7 +494,7 @@ def _run(args: argparse.Namespace) -> int:
         subjects = training
         features = training.features
     else:  # pragma: no cover - ruled out by _check_flags
-        raise _UsageError("a loaded model needs --predict-features to predict.")
+        raise UsageError("a loaded model needs --predict-features to predict.")
 
     what = args.predict or "delta"
     if what == "age":

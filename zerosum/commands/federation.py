@@ -36,14 +36,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from node.egress.pinned_noise import pin_noise
+from node.errors import NodeError
 from node.plans.deltab import deltab_plan_spec
 from node.plans.deltab_settings import (
     DEFAULT_MAX_CLIPPED_FRACTION,
     ClippingBounds,
     DeltabSettings,
 )
+from noise.errors import NoiseError
 from noise.keys import IdentityKey
 from noise.stream import stream_fingerprint
+from proto.errors import ProtoError
 from proto.federation import (
     FederationConfig,
     NodeEntry,
@@ -59,6 +62,7 @@ from zerosum.commands import init_inputs as inputs
 from zerosum.commands import init_kits, init_logreg
 from zerosum.commands import revoke as revoke_command
 from zerosum.commands.init_inputs import InitError
+from zerosum.errors import CommandError
 
 if TYPE_CHECKING:
     from node.deltab.synthetic import Cohort
@@ -314,9 +318,12 @@ def _synthetic(
             f"node {node_id!r} would get {size} subjects, below --min-cohort-size "
             f"{args.min_cohort_size}."
         )
-    federation = make_federation_cohorts(
-        sizes, args.n_features, seed, holdout_size=args.holdout_size
-    )
+    try:
+        federation = make_federation_cohorts(
+            sizes, args.n_features, seed, holdout_size=args.holdout_size
+        )
+    except ValueError as error:  # the generator's own argument checks (node.deltab.synthetic)
+        raise InitError(str(error)) from None
     population = federation.population
     lows: list[float] = []
     highs: list[float] = []
@@ -670,7 +677,7 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     try:
         plan = _plan(args)
-    except (InitError, ValueError) as error:
+    except (CommandError, ProtoError, NoiseError, NodeError) as error:
         print(f"zerosum federation init: {error}", file=sys.stderr)
         return 2
     if not args.force:

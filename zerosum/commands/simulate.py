@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     # threads per process on small matrices only contend. Set before numpy loads.
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, "1")
-    from simulations.cluster import ClusterError, DaskTarget
+    from simulations.cluster import ClusterError, ClusterTargetError, DaskTarget
     from simulations.config import SimulationConfigError, load_config
     from simulations.sweep import Progress, run_sweep
 
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if args.scheduler is not None:
         try:
             target = DaskTarget(scheduler=args.scheduler)
-        except ValueError as exc:
+        except ClusterTargetError as exc:
             return _error(f"--scheduler: {exc}")
     elif args.dask_local is not None:
         target = DaskTarget(local_workers=args.dask_local)
