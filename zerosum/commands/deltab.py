@@ -370,8 +370,9 @@ def run(args: argparse.Namespace) -> int:
         with warnings_on_stderr(PROG):
             return _run(args)
     except ValueError as exc:
-        # Input errors (DeltabInputError, UsageError) and the estimator's and the
-        # model file's own checks are all ValueErrors carrying a full sentence.
+        # DeltabError (the library's refusals: input tables, model files, ranges) and
+        # UsageError are ValueErrors, and so are the estimator's own argument checks
+        # (node.deltab's contract); each carries a full sentence.
         if args.debug:
             traceback.print_exc()
         return fail(PROG, in_flag_terms(str(exc)))
