@@ -44,6 +44,7 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,14 @@ from noise.self_mask import self_mask, self_mask_commitment, self_mask_seed
 from noise.transcript import sealed_check_message
 from proto.chunks import payload_spec
 from proto.federation import config_hash, load_federation
-from proto.messages import Attestation, RoundState, Sealed, UploadHeader
+from proto.messages import (
+    Attestation,
+    RoundResult,
+    RoundState,
+    Sealed,
+    UnmaskRequest,
+    UploadHeader,
+)
 
 __all__ = ["MASK_MODES", "PLAIN_TENSOR", "POLL_SECONDS", "TENSOR", "main", "node_values"]
 
@@ -315,211 +323,255 @@ class _Node:
         self, *, transport: str, round_index: int, round_name: str, mask: str
     ) -> dict[str, Any]:
         started = time.monotonic()
-        polls = 0
-        # When this node first saw the unmask request, had attested, saw every
-        # signature, had its blinded tags, had answered and held the aggregate
-        # (session rounds only; benchmarks.session_bench.PHASES).
-        stamps: dict[str, float] = {}
         if transport == "session":
-            client = self.client
-            if client is None:
-                raise RuntimeError("join a session before a session round")
-            if self.ephemeral is None:
-                raise RuntimeError("join a session before a session round")
-            seed = self_mask_seed(
-                self.ephemeral,
-                config_hash=self.config_hash,
-                session_id=self.session_id,
-                node_id=self.node_id,
-                round_index=round_index,
-            )
-            # The self-mask and the aggregate check are part of the round's cost, as in a node.
-            contribution = self._payload(round_index, TENSOR, mask)
-            payload = contribution + self_mask(seed, self.layout, round_index=round_index)
-            mine = challenge_contribution(
-                self.ephemeral,
-                config_hash=self.config_hash,
-                session_id=self.session_id,
-                node_id=self.node_id,
-                round_index=round_index,
-            )
-            challenge = [
-                self._signed(
-                    round_index,
-                    "contribution",
-                    bytes(32),
-                    peer,
-                    seal_contribution(
-                        mine,
-                        self.seeds[peer],
-                        config_hash=self.config_hash,
-                        session_id=self.session_id,
-                        round_index=round_index,
-                        sender=self.node_id,
-                        recipient=peer,
-                    ),
-                )
-                for peer in self.participants
-                if peer != self.node_id
-            ]
-            masked = time.monotonic()
-            digest = payload_digest(payload)
-            client.upload(
-                UploadHeader(
-                    session_id=self.session_id,
-                    round_index=round_index,
-                    round_name=round_name,
-                    node_id=self.node_id,
-                    payload=payload_spec(None, self.layout, self.codec.frac_bits, sha256=digest),
-                    roster_hash=self.roster_hash,
-                    statement_signature=sign_upload_statement(
-                        self.identity,
-                        config_hash=self.config_hash,
-                        session_id=self.session_id,
-                        round_index=round_index,
-                        round_name=round_name,
-                        roster_hash=self.roster_hash,
-                        payload_sha256=digest,
-                    ),
-                    self_mask_commitment=self_mask_commitment(seed),
-                    challenge=tuple(challenge),
-                ),
-                payload,
-            )
-            uploaded = time.monotonic()
-            attested = False
-            rho = None
-            own: tuple[int, ...] | None = None
-            survivor_hash: bytes | None = None
-            while True:
-                header = client.result(self.session_id, round_index)
-                ask = header.unmask_request
-                if header.state == RoundState.AWAITING_UNMASK and ask is not None:
-                    # The unmask step every round has: sign the survivor set once, and
-                    # reveal the self-mask seed once every survivor has signed it.
-                    stamps.setdefault("asked", time.monotonic())
-                    survivor_hash = ask.survivor_hash
-                    if not attested:
-                        # As a node does: open the others' contributions, form ρ, seal
-                        # and sign the blinded tags for every other survivor, attest.
-                        opened = {
-                            c.sender: open_contribution(
-                                c.sealed,
-                                self.seeds[c.sender],
-                                config_hash=self.config_hash,
-                                session_id=self.session_id,
-                                round_index=round_index,
-                                sender=c.sender,
-                                recipient=self.node_id,
-                            )
-                            for c in ask.challenge
-                            if self._verified(round_index, "contribution", bytes(32), c)
-                        }
-                        key = challenge_key({**opened, self.node_id: mine}, round_index=round_index)
-                        rho = challenge_vectors(key, self.layout.size, round_index=round_index)
-                        own = blinded_tags(
-                            tags(contribution, rho),
-                            self.node_id,
-                            ask.survivors,
-                            self.seeds,
-                            round_index=round_index,
-                        )
-                        sealed_tags = [
-                            self._signed(
-                                round_index,
-                                "tags",
-                                ask.survivor_hash,
-                                peer,
-                                seal_tags(
-                                    own,
-                                    self.seeds[peer],
-                                    config_hash=self.config_hash,
-                                    session_id=self.session_id,
-                                    round_index=round_index,
-                                    survivor_hash=ask.survivor_hash,
-                                    sender=self.node_id,
-                                    recipient=peer,
-                                ),
-                            )
-                            for peer in ask.survivors
-                            if peer != self.node_id
-                        ]
-                        stamps["tagged"] = time.monotonic()
-                        client.attest(
-                            Attestation(
-                                self.node_id,
-                                ask.survivor_hash,
-                                attestation_signature(
-                                    self.identity,
-                                    config_hash=self.config_hash,
-                                    session_id=self.session_id,
-                                    round_index=round_index,
-                                    survivor_hash=ask.survivor_hash,
-                                ),
-                                session_id=self.session_id,
-                                round_index=round_index,
-                                tags=tuple(sealed_tags),
-                            )
-                        )
-                        attested = True
-                        stamps["attested"] = time.monotonic()
-                    elif len(ask.attestations) == len(ask.survivors):
-                        stamps["signed"] = time.monotonic()
-                        # Every survivor's tags open before the seed leaves.
-                        self._open_tags(round_index, ask.survivor_hash, ask.tags, ask.survivors)
-                        client.submit_unmask(ask.answer(self.node_id, seed, None), None)
-                        stamps["answered"] = time.monotonic()
-                    polls += 1
-                    time.sleep(self.poll_seconds)
-                    continue
-                aggregate = header.aggregate
-                if aggregate is not None:
-                    stamps["result"] = time.monotonic()
-                    # As a node does: every counted upload was signed for this roster.
-                    check_statements(
-                        header,
-                        config_hash=self.config_hash,
-                        session_id=self.session_id,
-                        round_index=round_index,
-                        roster_hash=self.roster_hash,
-                        identity_keys=self.config.identity_keys,
-                        own_node_id=self.node_id,
-                        own_sha256=digest,
-                        participants=self.participants,
-                        round_name=round_name,
-                    )
-                    assert own is not None and survivor_hash is not None
-                    given = self._open_tags(
-                        round_index, survivor_hash, header.tags, header.survivors
-                    )
-                    given[self.node_id] = own
-                    if rho is None or check_tags(given, aggregate, rho):
-                        raise RuntimeError(f"round {round_index}: the aggregate check failed")
-                    break
-                if header.state == RoundState.FAILED:
-                    raise RuntimeError(f"round {round_index} failed: {header.reason}")
-                if time.monotonic() - uploaded > _CALL_SECONDS:
-                    raise TimeoutError(f"round {round_index} was not aggregated in time")
-                polls += 1
-                time.sleep(self.poll_seconds)
+            timed = self._session_round(round_index, round_name, mask)
         elif transport == "plain":
-            if self.plain is None:
-                raise RuntimeError("connect to the plain server before a plain round")
-            payload = self._payload(round_index, PLAIN_TENSOR, mask)
-            masked = time.monotonic()
-            uploaded, aggregate = plain_round(self.plain, payload, timeout=_CALL_SECONDS)
+            timed = self._plain_round(round_index, mask)
         else:
             raise ValueError(f"unknown transport {transport!r}")
         done = time.monotonic()
+        assert timed.aggregate is not None
         return {
-            **stamps,
+            **timed.stamps,
             "started": started,
-            "masked": masked,
-            "uploaded": uploaded,
+            "masked": timed.masked,
+            "uploaded": timed.uploaded,
             "done": done,
-            "polls": polls,
-            "sha256": hashlib.sha256(aggregate.tobytes()).hexdigest(),
+            "polls": timed.polls,
+            "sha256": hashlib.sha256(timed.aggregate.tobytes()).hexdigest(),
         }
+
+    def _plain_round(self, round_index: int, mask: str) -> _Timed:
+        if self.plain is None:
+            raise RuntimeError("connect to the plain server before a plain round")
+        payload = self._payload(round_index, PLAIN_TENSOR, mask)
+        masked = time.monotonic()
+        uploaded, aggregate = plain_round(self.plain, payload, timeout=_CALL_SECONDS)
+        return _Timed(masked=masked, uploaded=uploaded, aggregate=aggregate)
+
+    def _session_round(self, round_index: int, round_name: str, mask: str) -> _Timed:
+        """Upload, take part in the unmask step, and check the aggregate, as a node does."""
+        client = self.client
+        if client is None or self.ephemeral is None:
+            raise RuntimeError("join a session before a session round")
+        sent = self._upload(client, self.ephemeral, round_index, round_name, mask)
+        timed = _Timed(masked=sent.masked, uploaded=time.monotonic())
+        while True:
+            header = client.result(self.session_id, round_index)
+            ask = header.unmask_request
+            if header.state == RoundState.AWAITING_UNMASK and ask is not None:
+                # The unmask step every round has: sign the survivor set once, and
+                # reveal the self-mask seed once every survivor has signed it.
+                timed.stamps.setdefault("asked", time.monotonic())
+                sent.survivor_hash = ask.survivor_hash
+                if not sent.attested:
+                    self._attest(client, sent, ask, timed.stamps)
+                elif len(ask.attestations) == len(ask.survivors):
+                    timed.stamps["signed"] = time.monotonic()
+                    # Every survivor's tags open before the seed leaves.
+                    self._open_tags(round_index, ask.survivor_hash, ask.tags, ask.survivors)
+                    client.submit_unmask(ask.answer(self.node_id, sent.seed, None), None)
+                    timed.stamps["answered"] = time.monotonic()
+            elif header.aggregate is not None:
+                timed.stamps["result"] = time.monotonic()
+                self._check_aggregate(header, sent, round_name)
+                timed.aggregate = header.aggregate
+                return timed
+            elif header.state == RoundState.FAILED:
+                raise RuntimeError(f"round {round_index} failed: {header.reason}")
+            elif time.monotonic() - timed.uploaded > _CALL_SECONDS:
+                raise TimeoutError(f"round {round_index} was not aggregated in time")
+            timed.polls += 1
+            time.sleep(self.poll_seconds)
+
+    def _upload(
+        self,
+        client: GrpcGateway,
+        ephemeral: EphemeralKey,
+        round_index: int,
+        round_name: str,
+        mask: str,
+    ) -> _Sent:
+        """Mask, self-mask, seal the contribution to the check and upload, signed."""
+        seed = self_mask_seed(
+            ephemeral,
+            config_hash=self.config_hash,
+            session_id=self.session_id,
+            node_id=self.node_id,
+            round_index=round_index,
+        )
+        # The self-mask and the aggregate check are part of the round's cost, as in a node.
+        contribution = self._payload(round_index, TENSOR, mask)
+        payload = contribution + self_mask(seed, self.layout, round_index=round_index)
+        mine = challenge_contribution(
+            ephemeral,
+            config_hash=self.config_hash,
+            session_id=self.session_id,
+            node_id=self.node_id,
+            round_index=round_index,
+        )
+        challenge = [
+            self._signed(
+                round_index,
+                "contribution",
+                bytes(32),
+                peer,
+                seal_contribution(
+                    mine,
+                    self.seeds[peer],
+                    config_hash=self.config_hash,
+                    session_id=self.session_id,
+                    round_index=round_index,
+                    sender=self.node_id,
+                    recipient=peer,
+                ),
+            )
+            for peer in self.participants
+            if peer != self.node_id
+        ]
+        masked = time.monotonic()
+        digest = payload_digest(payload)
+        client.upload(
+            UploadHeader(
+                session_id=self.session_id,
+                round_index=round_index,
+                round_name=round_name,
+                node_id=self.node_id,
+                payload=payload_spec(None, self.layout, self.codec.frac_bits, sha256=digest),
+                roster_hash=self.roster_hash,
+                statement_signature=sign_upload_statement(
+                    self.identity,
+                    config_hash=self.config_hash,
+                    session_id=self.session_id,
+                    round_index=round_index,
+                    round_name=round_name,
+                    roster_hash=self.roster_hash,
+                    payload_sha256=digest,
+                ),
+                self_mask_commitment=self_mask_commitment(seed),
+                challenge=tuple(challenge),
+            ),
+            payload,
+        )
+        return _Sent(round_index, seed, contribution, mine, digest, masked)
+
+    def _attest(
+        self, client: GrpcGateway, sent: _Sent, ask: UnmaskRequest, stamps: dict[str, float]
+    ) -> None:
+        """As a node does: open the others' contributions, form ρ, seal and sign the
+        blinded tags for every other survivor, attest."""
+        round_index = sent.round_index
+        opened = {
+            c.sender: open_contribution(
+                c.sealed,
+                self.seeds[c.sender],
+                config_hash=self.config_hash,
+                session_id=self.session_id,
+                round_index=round_index,
+                sender=c.sender,
+                recipient=self.node_id,
+            )
+            for c in ask.challenge
+            if self._verified(round_index, "contribution", bytes(32), c)
+        }
+        key = challenge_key({**opened, self.node_id: sent.mine}, round_index=round_index)
+        sent.rho = challenge_vectors(key, self.layout.size, round_index=round_index)
+        own = blinded_tags(
+            tags(sent.contribution, sent.rho),
+            self.node_id,
+            ask.survivors,
+            self.seeds,
+            round_index=round_index,
+        )
+        sent.own = own
+        sealed_tags = [
+            self._signed(
+                round_index,
+                "tags",
+                ask.survivor_hash,
+                peer,
+                seal_tags(
+                    own,
+                    self.seeds[peer],
+                    config_hash=self.config_hash,
+                    session_id=self.session_id,
+                    round_index=round_index,
+                    survivor_hash=ask.survivor_hash,
+                    sender=self.node_id,
+                    recipient=peer,
+                ),
+            )
+            for peer in ask.survivors
+            if peer != self.node_id
+        ]
+        stamps["tagged"] = time.monotonic()
+        client.attest(
+            Attestation(
+                self.node_id,
+                ask.survivor_hash,
+                attestation_signature(
+                    self.identity,
+                    config_hash=self.config_hash,
+                    session_id=self.session_id,
+                    round_index=round_index,
+                    survivor_hash=ask.survivor_hash,
+                ),
+                session_id=self.session_id,
+                round_index=round_index,
+                tags=tuple(sealed_tags),
+            )
+        )
+        sent.attested = True
+        stamps["attested"] = time.monotonic()
+
+    def _check_aggregate(self, header: RoundResult, sent: _Sent, round_name: str) -> None:
+        """As a node does: every counted upload was signed for this roster, and the sum checks."""
+        round_index = sent.round_index
+        check_statements(
+            header,
+            config_hash=self.config_hash,
+            session_id=self.session_id,
+            round_index=round_index,
+            roster_hash=self.roster_hash,
+            identity_keys=self.config.identity_keys,
+            own_node_id=self.node_id,
+            own_sha256=sent.digest,
+            participants=self.participants,
+            round_name=round_name,
+        )
+        assert sent.own is not None and sent.survivor_hash is not None
+        assert header.aggregate is not None
+        given = self._open_tags(round_index, sent.survivor_hash, header.tags, header.survivors)
+        given[self.node_id] = sent.own
+        if sent.rho is None or check_tags(given, header.aggregate, sent.rho):
+            raise RuntimeError(f"round {round_index}: the aggregate check failed")
+
+
+@dataclass
+class _Sent:
+    """What this node sent in a session round, and what it formed for the aggregate check."""
+
+    round_index: int
+    seed: bytes
+    contribution: NDArray[np.uint64]
+    mine: bytes
+    digest: bytes
+    masked: float
+    attested: bool = False
+    rho: NDArray[np.uint64] | None = None
+    own: tuple[int, ...] | None = None
+    survivor_hash: bytes | None = None
+
+
+@dataclass
+class _Timed:
+    """A round's times (monotonic seconds), its polls, and the aggregate it ended with."""
+
+    masked: float
+    uploaded: float
+    aggregate: NDArray[np.uint64] | None = None
+    polls: int = 0
+    stamps: dict[str, float] = field(default_factory=dict)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

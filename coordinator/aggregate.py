@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from coordinator.errors import CoordinatorFailure
+
 __all__ = [
     "WORD",
     "WORD_BYTES",
@@ -49,7 +51,7 @@ WORD_BYTES = 8
 _BLOCK_WORDS = 1 << 19
 
 
-class ContributionWithdrawn(Exception):
+class ContributionWithdrawn(CoordinatorFailure):
     """A chunk arrived for a contribution that has already been withdrawn from the sum."""
 
 

@@ -1,4 +1,11 @@
-"""Exceptions the coordinator raises when it refuses a message, each with a status category.
+"""The coordinator's errors: one root, and the refusals of a message, each with a status category.
+
+Everything the coordinator raises on purpose is a :class:`CoordinatorFailure`.
+Below it, :class:`CoordinatorError` is a refused message (mapped to a gRPC
+status by the server); :class:`StateFileError` a state file that cannot be
+used (mapped to an exit status by ``zerosum coordinator``); the limits'
+:class:`coordinator.limits.LimitsError` and the running sum's
+:class:`coordinator.aggregate.ContributionWithdrawn` sit under the root too.
 
 The session state machine (coordinator/session.py) knows nothing of gRPC; it
 raises one of these classes, whose ``status`` names the gRPC status code the
@@ -34,6 +41,7 @@ from typing import ClassVar
 __all__ = [
     "AlreadyExists",
     "CoordinatorError",
+    "CoordinatorFailure",
     "EmptyStateFile",
     "FailedPrecondition",
     "InvalidArgument",
@@ -46,7 +54,11 @@ __all__ = [
 ]
 
 
-class CoordinatorError(Exception):
+class CoordinatorFailure(Exception):
+    """The root of every error the coordinator raises on purpose; the message is one sentence."""
+
+
+class CoordinatorError(CoordinatorFailure):
     """A refused message: ``status`` is the gRPC status code name, ``str(self)`` the sentence."""
 
     status: ClassVar[str] = "UNKNOWN"
@@ -106,7 +118,7 @@ class RetryLater(CoordinatorError):
     status = "UNAVAILABLE"
 
 
-class StateFileError(Exception):
+class StateFileError(CoordinatorFailure):
     """The state file cannot be used with this federation (raised at startup, not per message)."""
 
 

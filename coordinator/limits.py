@@ -36,6 +36,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from coordinator.errors import CoordinatorFailure
+
 __all__ = [
     "DEFAULT_CALLS_PER_NODE",
     "DEFAULT_FIRST_MESSAGE_SECONDS",
@@ -63,7 +65,7 @@ _MAX_TOTAL = 65_536
 _MAX_SECONDS = 86_400.0
 
 
-class LimitsError(ValueError):
+class LimitsError(CoordinatorFailure, ValueError):
     """A server limit outside its range (the sentence names the setting and the value)."""
 
 

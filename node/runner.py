@@ -75,7 +75,7 @@ from node.session.reruns import attempts_note, check_rerun_cap
 from node.session.resume import catch_up, take_aggregated
 from node.session.setup import LocalSetup, prepare
 from noise.errors import InfeasibleDesignError
-from proto.messages import SessionState
+from proto.messages import SessionState, SessionStatus
 from proto.rounds import RoundRef
 
 __all__ = [
@@ -351,26 +351,37 @@ class NodeRunner:
             except NodeRefused:
                 progress.unsent = index
                 raise
-            if RoundRef.parse(name).is_cape_sum:
-                with _who_is_missing(ctx, index, name, participants):
-                    run_cape_sum_round(
-                        ctx, progress, index=index, name=name, participants=participants
-                    )
-            elif name in plan.round_names:
-                with _who_is_missing(ctx, index, name, participants):
-                    outcome = run_model_round(
-                        ctx, progress, masks, index=index, name=name, participants=participants
-                    )
-                if outcome is not None:
-                    prefetch_mask(ctx, masks, index + 1, outcome.survivors)
-                    if note := attempts_note(ctx, status, index, name):
-                        self.say(f"round {index} ({name!r}): {note}")
-            else:
-                raise SessionFailed(
-                    f"the coordinator opened round {index} named {name!r}, which is not part of "
-                    f"this node's plan {list(plan.round_names)}"
-                )
+            self._round(ctx, progress, masks, status, participants)
             progress.done.add(index)
+
+    def _round(
+        self,
+        ctx: SessionContext,
+        progress: RoundProgress,
+        masks: MaskPrefetch,
+        status: SessionStatus,
+        participants: tuple[str, ...],
+    ) -> None:
+        """Run the current round by its kind: a CAPE sum, or one of the plan's model rounds."""
+        assert status.current is not None
+        index, name = status.current.index, status.current.name
+        if RoundRef.parse(name).is_cape_sum:
+            with _who_is_missing(ctx, index, name, participants):
+                run_cape_sum_round(ctx, progress, index=index, name=name, participants=participants)
+        elif name in ctx.plan.round_names:
+            with _who_is_missing(ctx, index, name, participants):
+                outcome = run_model_round(
+                    ctx, progress, masks, index=index, name=name, participants=participants
+                )
+            if outcome is not None:
+                prefetch_mask(ctx, masks, index + 1, outcome.survivors)
+                if note := attempts_note(ctx, status, index, name):
+                    self.say(f"round {index} ({name!r}): {note}")
+        else:
+            raise SessionFailed(
+                f"the coordinator opened round {index} named {name!r}, which is not part of "
+                f"this node's plan {list(ctx.plan.round_names)}"
+            )
 
     def _withdraw(self, ctx: SessionContext, progress: RoundProgress, error: Exception) -> None:
         """Best effort: tell the coordinator this node stops before uploading its round."""

@@ -79,7 +79,7 @@ class Design:
     cape_variance: float = 0.0
     collusion_threshold: int = 0
 
-    def __post_init__(self) -> None:
+    def __post_init__(self) -> None:  # noqa: C901 - one check per field, in field order
         ids = self.node_ids
         if not isinstance(ids, tuple) or not all(isinstance(n, str) for n in ids):
             raise TypeError(f"node_ids must be a tuple of strings; got {ids!r}")

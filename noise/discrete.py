@@ -374,7 +374,7 @@ class _Workspace:
         return cut
 
 
-def _proposals(  # noqa: PLR0917 - one call site, every argument needed
+def _proposals(  # noqa: PLR0915, PLR0917 - one vectorised pass over a batch (design §6.2)
     law: _Law,
     a: NDArray[np.uint64],
     b: NDArray[np.uint64],

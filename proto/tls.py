@@ -260,12 +260,18 @@ def check_server_credentials(
     """Refuse, with one sentence, coordinator credentials the nodes would not accept.
 
     The same checks as :func:`check_node_credentials`, for a certificate
-    meant for server authentication and naming no node.
+    meant for server authentication and naming no node. A certificate whose
+    extensions cannot be parsed is a :class:`CertificateError` too.
     """
-    ca = _load_ca(ca_pem)
-    certificate = _check_pair(certificate_pem, private_key_pem, "server")
-    _check_leaf(ca, certificate, "server certificate")
-    _check_usage(certificate, ExtendedKeyUsageOID.SERVER_AUTH, "server")
+    try:
+        ca = _load_ca(ca_pem)
+        certificate = _check_pair(certificate_pem, private_key_pem, "server")
+        _check_leaf(ca, certificate, "server certificate")
+        _check_usage(certificate, ExtendedKeyUsageOID.SERVER_AUTH, "server")
+    except CertificateError:
+        raise
+    except ValueError as error:  # a malformed extension, found when it is first read
+        raise CertificateError(f"a certificate cannot be read: {error}.") from None
     _check_validity(certificate, "server")
     _check_revoked(certificate, revoked, "the coordinator")
 

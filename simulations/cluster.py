@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from simulations.errors import SimulationError
 
-__all__ = ["ClusterError", "DaskTarget", "map_on_dask"]
+__all__ = ["ClusterError", "ClusterTargetError", "DaskTarget", "map_on_dask"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -41,6 +41,10 @@ INSTALL_HINT = "install the cluster extra: pip install 'zerosum[cluster]'"
 
 class ClusterError(SimulationError, RuntimeError):
     """The Dask cluster cannot be used: not installed, unreachable, or too slow."""
+
+
+class ClusterTargetError(SimulationError, ValueError):
+    """A :class:`DaskTarget` setting is out of range; names the setting and the value."""
 
 
 @dataclass(frozen=True)
@@ -59,23 +63,23 @@ class DaskTarget:
 
     def __post_init__(self) -> None:
         if (self.scheduler is None) == (self.local_workers == 0):
-            raise ValueError(
+            raise ClusterTargetError(
                 "give either a scheduler address or a number of local workers, not both or "
                 f"neither; got scheduler={self.scheduler!r}, local_workers={self.local_workers!r}"
             )
         if self.scheduler is not None and (
             not isinstance(self.scheduler, str) or "://" not in self.scheduler
         ):
-            raise ValueError(
+            raise ClusterTargetError(
                 f"scheduler must be an address such as tcp://127.0.0.1:8786; got {self.scheduler!r}"
             )
         workers = self.local_workers
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-            raise ValueError(f"local_workers must be a whole number >= 1; got {workers!r}")
+            raise ClusterTargetError(f"local_workers must be a whole number >= 1; got {workers!r}")
         for name in ("connect_timeout", "timeout"):
             value = getattr(self, name)
             if value is not None and not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be > 0 seconds; got {value!r}")
+                raise ClusterTargetError(f"{name} must be > 0 seconds; got {value!r}")
 
     @property
     def description(self) -> str:

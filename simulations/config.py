@@ -41,7 +41,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -309,43 +309,57 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+_POSITIVE_INTS = frozenset(
+    {"n_per_node", "n_features", "holdout_size", "trials", "targets", "reps"}
+    | {"n_users", "dim", "samples_per_user", "iterations"}
+)
+_NOT_NEGATIVE = ("site_offset_sd", "ridge", "channel_noise_std", "perturbation_std")
+# Number-valued settings: the test a finite value must pass, and the reason when it does not.
+_NUMBER_RULES: dict[str, tuple[Callable[[float], bool], str]] = {
+    "epsilon": (lambda x: x > 0.0, "must be > 0"),
+    "delta": (lambda x: 0.0 < x < 1.0, "must lie strictly between 0 and 1"),
+    **{name: ((lambda x: x >= 0.0), "must be >= 0") for name in _NOT_NEGATIVE},
+    "feature_proportion": (
+        lambda x: 0.0 <= x <= 1.0,
+        "must lie in [0, 1] (0 keeps every component)",
+    ),
+    "power_scaling": (lambda x: x > 0.0, "must be > 0"),
+}
+
+
 def _check_value(where: str, name: str, value: object) -> None:
     """Range checks shared by every parameter of that name."""
     label = f"{where}.{name}" if where else name
-    positive_ints = {"n_per_node", "n_features", "holdout_size", "trials", "targets", "reps"}
-    positive_ints |= {"n_users", "dim", "samples_per_user", "iterations"}
     if name in _INT_FIELDS:
-        if not _is_int(value):
-            raise SimulationConfigError(label, value, "must be a whole number")
-        assert isinstance(value, int)
-        if name == "n_nodes" and not 2 <= value <= 100_000:
-            raise SimulationConfigError(label, value, "must be between 2 and 100000 nodes")
-        if name in positive_ints and value < 1:
-            raise SimulationConfigError(label, value, "must be at least 1")
-        if name in ("collusion_threshold", "coalition_size") and value < 0:
-            raise SimulationConfigError(label, value, "must be 0 or more")
-        return
-    if name == "model":
+        _check_int(label, name, value)
+    elif name == "model":
         if value not in MODELS:
             raise SimulationConfigError(label, value, f"must be one of {list(MODELS)}")
-        return
-    if name == "coalition_sizes":
+    elif name == "coalition_sizes":
         if not isinstance(value, tuple) or not all(_is_int(v) and v >= 1 for v in value):
             raise SimulationConfigError(label, value, "must be a list of whole numbers >= 1")
-        return
+    else:
+        _check_number(label, name, value)
+
+
+def _check_int(label: str, name: str, value: object) -> None:
+    if not _is_int(value):
+        raise SimulationConfigError(label, value, "must be a whole number")
+    assert isinstance(value, int)
+    if name == "n_nodes" and not 2 <= value <= 100_000:
+        raise SimulationConfigError(label, value, "must be between 2 and 100000 nodes")
+    if name in _POSITIVE_INTS and value < 1:
+        raise SimulationConfigError(label, value, "must be at least 1")
+    if name in ("collusion_threshold", "coalition_size") and value < 0:
+        raise SimulationConfigError(label, value, "must be 0 or more")
+
+
+def _check_number(label: str, name: str, value: object) -> None:
     if not _is_number(value) or not math.isfinite(float(value)):  # type: ignore[arg-type]
         raise SimulationConfigError(label, value, "must be a finite number")
-    x = float(value)  # type: ignore[arg-type]
-    if name == "epsilon" and not x > 0.0:
-        raise SimulationConfigError(label, value, "must be > 0")
-    if name == "delta" and not 0.0 < x < 1.0:
-        raise SimulationConfigError(label, value, "must lie strictly between 0 and 1")
-    if name in ("site_offset_sd", "ridge", "channel_noise_std", "perturbation_std") and x < 0.0:
-        raise SimulationConfigError(label, value, "must be >= 0")
-    if name == "feature_proportion" and not 0.0 <= x <= 1.0:
-        raise SimulationConfigError(label, value, "must lie in [0, 1] (0 keeps every component)")
-    if name == "power_scaling" and not x > 0.0:
-        raise SimulationConfigError(label, value, "must be > 0")
+    rule = _NUMBER_RULES.get(name)
+    if rule is not None and not rule[0](float(value)):  # type: ignore[arg-type]
+        raise SimulationConfigError(label, value, rule[1])
 
 
 def _override(section: str, current: Any, table: object) -> Any:
@@ -408,6 +422,33 @@ def _int_list(label: str, value: object, low: int, high: int, *, empty: bool) ->
     return tuple(value)
 
 
+def _rates(label: str, value: object) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value:
+        raise SimulationConfigError(label, value, "must be a non-empty list of rates")
+    for v in value:
+        if not _is_number(v) or not 0.0 <= float(v) < 1.0:
+            raise SimulationConfigError(label, v, "must be a dropout rate in [0, 1)")
+    return tuple(float(v) for v in value)
+
+
+def _whole_number(label: str, value: object, low: int, reason: str) -> int:
+    if not _is_int(value) or value < low:  # type: ignore[operator]
+        raise SimulationConfigError(label, value, reason)
+    assert isinstance(value, int)
+    return value
+
+
+# [dropout] settings read by a function of their own (label, value); the others are numbers.
+_DROPOUT_READERS: dict[str, Callable[[str, object], object]] = {
+    "graphs": lambda label, value: _names(label, value, GRAPHS),
+    "harary_degrees": lambda label, value: _int_list(label, value, 2, 100_000, empty=False),
+    "n_nodes": lambda label, value: _int_list(label, value, 2, 100_000, empty=True),
+    "collusion_thresholds": lambda label, value: _int_list(label, value, 0, 100_000, empty=False),
+    "rates": _rates,
+    "reps": lambda label, value: _whole_number(label, value, 1, "must be a whole number >= 1"),
+}
+
+
 def _override_dropout(current: DropoutSweep, table: object) -> DropoutSweep:
     if not isinstance(table, Mapping):
         raise SimulationConfigError("dropout", table, "must be a table of settings")
@@ -419,25 +460,9 @@ def _override_dropout(current: DropoutSweep, table: object) -> DropoutSweep:
             raise SimulationConfigError(
                 label, value, f"is not a known setting; known: {sorted(known)}"
             )
-        if name == "graphs":
-            changes[name] = _names(label, value, GRAPHS)
-        elif name == "harary_degrees":
-            changes[name] = _int_list(label, value, 2, 100_000, empty=False)
-        elif name == "n_nodes":
-            changes[name] = _int_list(label, value, 2, 100_000, empty=True)
-        elif name == "collusion_thresholds":
-            changes[name] = _int_list(label, value, 0, 100_000, empty=False)
-        elif name == "rates":
-            if not isinstance(value, list) or not value:
-                raise SimulationConfigError(label, value, "must be a non-empty list of rates")
-            for v in value:
-                if not _is_number(v) or not 0.0 <= float(v) < 1.0:
-                    raise SimulationConfigError(label, v, "must be a dropout rate in [0, 1)")
-            changes[name] = tuple(float(v) for v in value)
-        elif name == "reps":
-            if not _is_int(value) or value < 1:
-                raise SimulationConfigError(label, value, "must be a whole number >= 1")
-            changes[name] = value
+        reader = _DROPOUT_READERS.get(name)
+        if reader is not None:
+            changes[name] = reader(label, value)
         else:  # epsilon, delta
             number = float(value) if _is_int(value) else value
             _check_value("dropout", name, number)
@@ -445,48 +470,52 @@ def _override_dropout(current: DropoutSweep, table: object) -> DropoutSweep:
     return replace(current, **changes)
 
 
+def _attack(config: SimConfig, value: object) -> dict[str, Any]:
+    """[attack], whose ``epsilons`` list is a setting of the config rather than of the attack."""
+    changes: dict[str, Any] = {}
+    table = dict(value) if isinstance(value, Mapping) else value
+    if isinstance(table, dict) and "epsilons" in table:
+        eps = table.pop("epsilons")
+        if not isinstance(eps, list) or not eps:
+            raise SimulationConfigError("attack.epsilons", eps, "must be a non-empty list")
+        for e in eps:
+            _check_value("attack", "epsilon", e)
+        changes["attack_epsilons"] = tuple(float(e) for e in eps)
+    changes["attack"] = _override("attack", config.attack, table)
+    return changes
+
+
+# Each top-level key of a simulation config: its reader, from the config and the value to
+# the changes it makes.
+_TOP_READERS: dict[str, Callable[[SimConfig, object], dict[str, Any]]] = {
+    "seed": lambda c, v: {
+        "seed": _whole_number("seed", v, 0, "must be a non-negative whole number")
+    },
+    "reps": lambda c, v: {"reps": _whole_number("reps", v, 1, "must be a whole number >= 1")},
+    "schemes": lambda c, v: {"schemes": _names("schemes", v, SCHEMES)},
+    "constructions": lambda c, v: {"constructions": _names("constructions", v, CONSTRUCTIONS)},
+    "base": lambda c, v: {"base": _override("base", c.base, v)},
+    "axes": lambda c, v: {"axes": _override_axes(c.axes, v)},
+    "attack": _attack,
+    "reconstruction": lambda c, v: {
+        "reconstruction": _override("reconstruction", c.reconstruction, v)
+    },
+    "overtheair": lambda c, v: {"overtheair": _override("overtheair", c.overtheair, v)},
+    "dropout": lambda c, v: {"dropout": _override_dropout(c.dropout, v)},
+    "scenarios": lambda c, v: {"scenarios": _names("scenarios", v, SCENARIOS)},
+}
+
+
 def apply_overrides(config: SimConfig, data: Mapping[str, object]) -> SimConfig:
     """``config`` with the settings of a parsed TOML document applied."""
     top = {f.name for f in fields(SimConfig)} - {"preset", "axes", "attack_epsilons"}
     changes: dict[str, Any] = {}
     for key, value in data.items():
-        if key == "seed":
-            if not _is_int(value) or value < 0:  # type: ignore[operator]
-                raise SimulationConfigError("seed", value, "must be a non-negative whole number")
-            changes["seed"] = value
-        elif key == "reps":
-            if not _is_int(value) or value < 1:  # type: ignore[operator]
-                raise SimulationConfigError("reps", value, "must be a whole number >= 1")
-            changes["reps"] = value
-        elif key == "schemes":
-            changes["schemes"] = _names("schemes", value, SCHEMES)
-        elif key == "constructions":
-            changes["constructions"] = _names("constructions", value, CONSTRUCTIONS)
-        elif key == "base":
-            changes["base"] = _override("base", config.base, value)
-        elif key == "axes":
-            changes["axes"] = _override_axes(config.axes, value)
-        elif key == "attack":
-            table = dict(value) if isinstance(value, Mapping) else value
-            if isinstance(table, dict) and "epsilons" in table:
-                eps = table.pop("epsilons")
-                if not isinstance(eps, list) or not eps:
-                    raise SimulationConfigError("attack.epsilons", eps, "must be a non-empty list")
-                for e in eps:
-                    _check_value("attack", "epsilon", e)
-                changes["attack_epsilons"] = tuple(float(e) for e in eps)
-            changes["attack"] = _override("attack", config.attack, table)
-        elif key == "reconstruction":
-            changes["reconstruction"] = _override("reconstruction", config.reconstruction, value)
-        elif key == "overtheair":
-            changes["overtheair"] = _override("overtheair", config.overtheair, value)
-        elif key == "dropout":
-            changes["dropout"] = _override_dropout(config.dropout, value)
-        elif key == "scenarios":
-            changes["scenarios"] = _names("scenarios", value, SCENARIOS)
-        else:
+        reader = _TOP_READERS.get(key)
+        if reader is None:
             known = sorted(top | {"axes", "attack"})
             raise SimulationConfigError(key, value, f"is not a known setting; known: {known}")
+        changes.update(reader(config, value))
     return dataclasses.replace(config, **changes)
 
 

@@ -188,10 +188,17 @@ def _cell_params(rows: Sequence[Row]) -> dict[str, Row]:
 
 def must_show(tables: Tables, config: SimConfig | None = None) -> list[Check]:
     """The issue's acceptance claims, evaluated on this run (the K-axis claim needs ``config``)."""
-    rows = tables.utility
-    checks: list[Check] = []
+    found = [
+        _zerosum_matches_none(tables.utility),
+        _independent_clearly_worse(tables.utility),
+        None if config is None else _residual_is_one_over_k(tables.utility, config),
+        _attacks_within_bound(tables.attack) if tables.attack else None,
+    ]
+    return [check for check in found if check is not None]
+
+
+def _zerosum_matches_none(rows: Sequence[Row]) -> Check:
     mae = _cell_means(rows, "mae_years")
-    params = _cell_params(rows)
     none = Variant("none")
     worst = 0.0
     compared = 0
@@ -201,13 +208,15 @@ def must_show(tables: Tables, config: SimConfig | None = None) -> list[Check]:
         reference = mae[(cell, none)].mean
         worst = max(worst, abs(est.mean - reference) / reference)
         compared += 1
-    checks.append(
-        Check(
-            "zerosum MAE within 2% of none",
-            compared > 0 and worst <= 0.02,
-            f"largest relative difference over {compared} cell×construction means: {worst:.2e}",
-        )
+    return Check(
+        "zerosum MAE within 2% of none",
+        compared > 0 and worst <= 0.02,
+        f"largest relative difference over {compared} cell×construction means: {worst:.2e}",
     )
+
+
+def _independent_clearly_worse(rows: Sequence[Row]) -> Check | None:
+    params = _cell_params(rows)
     # Within a repetition every scheme sees the same federation, so compare paired.
     paired: dict[str, dict[str, dict[int, float]]] = {}
     for r in rows:
@@ -234,54 +243,53 @@ def must_show(tables: Tables, config: SimConfig | None = None) -> list[Check]:
                 f"P={whole(p, 'n_features')} (ratio {ratio:.2f}, lower bound "
                 f"{difference.lo:.2f})"
             )
-    if ratios:
-        significant = len(ratios) - len(exceptions)
-        detail = (
-            f"MAE independent/none: median ratio {float(np.median(ratios)):.2f} (lowest "
-            f"{min(ratios):.2f}); the paired difference's lower 95% bound is above 0 in "
-            f"{significant} of {len(ratios)} cells"
-        )
-        if exceptions:
-            detail += "; not in " + ", ".join(exceptions)
-        checks.append(
-            Check(
-                "independent MAE clearly worse at ε ≤ 1 with ≥ 5 nodes",
-                not exceptions and float(np.median(ratios)) > 1.1,
-                detail,
-            )
-        )
-    if config is not None:
-        series = axis_series(rows, config, "n_nodes", "aggregate_noise_var")
-        independent = dict(series.get(Variant("independent"), []))
-        shown: dict[int, list[str]] = {}
-        good = True
-        for variant, points in series.items():
-            if variant.scheme != "zerosum+residual":
+    if not ratios:
+        return None
+    significant = len(ratios) - len(exceptions)
+    detail = (
+        f"MAE independent/none: median ratio {float(np.median(ratios)):.2f} (lowest "
+        f"{min(ratios):.2f}); the paired difference's lower 95% bound is above 0 in "
+        f"{significant} of {len(ratios)} cells"
+    )
+    if exceptions:
+        detail += "; not in " + ", ".join(exceptions)
+    return Check(
+        "independent MAE clearly worse at ε ≤ 1 with ≥ 5 nodes",
+        not exceptions and float(np.median(ratios)) > 1.1,
+        detail,
+    )
+
+
+def _residual_is_one_over_k(rows: Sequence[Row], config: SimConfig) -> Check | None:
+    series = axis_series(rows, config, "n_nodes", "aggregate_noise_var")
+    independent = dict(series.get(Variant("independent"), []))
+    shown: dict[int, list[str]] = {}
+    good = True
+    for variant, points in series.items():
+        if variant.scheme != "zerosum+residual":
+            continue
+        for k, est in points:
+            if k not in independent:
                 continue
-            for k, est in points:
-                if k not in independent:
-                    continue
-                scaled = est.mean / independent[k].mean * k
-                good = good and abs(scaled - 1.0) < 0.25
-                shown.setdefault(int(k), []).append(f"{variant.construction} {scaled:.2f}")
-        if shown:
-            detail = "; ".join(f"K={k}: {', '.join(v)}" for k, v in sorted(shown.items()))
-            checks.append(
-                Check(
-                    "zerosum+residual aggregate noise variance ≈ 1/K of independent",
-                    good,
-                    f"K × (variance ratio) along the K axis, 1 is exact: {detail}",
-                )
-            )
-    if tables.attack:
-        violations = [r for r in tables.attack if whole(r, "within_bound") == 0]
-        checks.append(
-            Check(
-                "empirical attack success never above the DP bound (beyond sampling error)",
-                not violations,
-                f"{len(tables.attack) - len(violations)} of {len(tables.attack)} "
-                "(scheme, observer, ε) attacks within the μ-GDP and (ε, δ) bounds at 99.9 % "
-                "confidence",
-            )
-        )
-    return checks
+            scaled = est.mean / independent[k].mean * k
+            good = good and abs(scaled - 1.0) < 0.25
+            shown.setdefault(int(k), []).append(f"{variant.construction} {scaled:.2f}")
+    if not shown:
+        return None
+    detail = "; ".join(f"K={k}: {', '.join(v)}" for k, v in sorted(shown.items()))
+    return Check(
+        "zerosum+residual aggregate noise variance ≈ 1/K of independent",
+        good,
+        f"K × (variance ratio) along the K axis, 1 is exact: {detail}",
+    )
+
+
+def _attacks_within_bound(attack: Sequence[Row]) -> Check:
+    violations = [r for r in attack if whole(r, "within_bound") == 0]
+    return Check(
+        "empirical attack success never above the DP bound (beyond sampling error)",
+        not violations,
+        f"{len(attack) - len(violations)} of {len(attack)} "
+        "(scheme, observer, ε) attacks within the μ-GDP and (ε, δ) bounds at 99.9 % "
+        "confidence",
+    )

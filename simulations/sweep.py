@@ -47,6 +47,8 @@ from simulations.dropout import DROPOUT_SCHEMES
 from simulations.seeding import cell_digest, cell_seed, child
 
 if TYPE_CHECKING:
+    from numpy.random import SeedSequence
+
     from simulations.cluster import DaskTarget
 
 __all__ = [
@@ -190,55 +192,98 @@ def _param_columns(params: Params) -> dict[str, object]:
     return values
 
 
-def run_cell(cell: Cell) -> list[dict[str, object]]:
-    """Run one cell in this process and return its rows (parameters, seeds, results)."""
-    from simulations.schemes import variants
+Rows = list[dict[str, object]]
 
+
+def run_cell(cell: Cell) -> Rows:
+    """Run one cell in this process and return its rows (parameters, seeds, results)."""
+    runner = _CELL_RUNNERS.get(cell.kind)
+    if runner is None:
+        raise ValueError(f"unknown cell kind {cell.kind!r}; kinds are {list(KINDS)}")
     root = cell_seed(cell.sweep_seed, cell.digest)
     stamp = {"seed": cell.sweep_seed, "cell": cell.digest}
-    params = _param_columns(cell.params)
-    rows: list[dict[str, object]] = []
-    if cell.kind == "utility":
-        from simulations.utility import DATA_FIELDS, utility_rep
+    return runner(cell, root, _param_columns(cell.params), stamp)
 
-        assert isinstance(cell.params, UtilityParams)
-        chosen = variants(cell.schemes, cell.constructions)
-        data_digest = cell_digest(_data_description(cell, DATA_FIELDS))
-        data_root = cell_seed(cell.sweep_seed, data_digest)
-        for rep in range(cell.reps):
-            results = utility_rep(cell.params, chosen, child(data_root, rep), child(root, rep))
-            for result in results:
-                row = {**params, **result, "rep": rep, **stamp, "data_cell": data_digest}
-                lead = {k: row[k] for k in _UTILITY_LEAD}
-                rows.append({**lead, **{k: v for k, v in row.items() if k not in lead}})
-    elif cell.kind == "attack":
-        from simulations.attacks import membership_attack
 
-        assert isinstance(cell.params, AttackParams)
-        for result in membership_attack(cell.params, child(root, 0)):
-            rows.append({**_lead_scheme(result), **params, **result, **stamp})
-    elif cell.kind == "reconstruction":
-        from simulations.reconstruction import reconstruction_attack
+def _utility_rows(
+    cell: Cell, root: SeedSequence, params: dict[str, object], stamp: dict[str, object]
+) -> Rows:
+    from simulations.schemes import variants
+    from simulations.utility import DATA_FIELDS, utility_rep
 
-        assert isinstance(cell.params, ReconstructionParams)
-        for result in reconstruction_attack(cell.params, child(root, 0)):
-            rows.append({**_lead_scheme(result), **params, **result, **stamp})
-    elif cell.kind == "overtheair":
-        from simulations.overtheair import optimality_gaps
-
-        assert isinstance(cell.params, OverTheAirParams)
-        for rep in range(cell.reps):
-            for result in optimality_gaps(cell.params, child(root, rep)):
-                rows.append({**params, "rep": rep, **result, **stamp})
-    elif cell.kind == "dropout":
-        from simulations.dropout import dropout_rows
-
-        assert isinstance(cell.params, DropoutParams)
-        for result in dropout_rows(cell.params, cell.reps, root):
-            rows.append({**_lead_scheme_only(result), **params, **result, **stamp})
-    else:
-        raise ValueError(f"unknown cell kind {cell.kind!r}; kinds are {list(KINDS)}")
+    assert isinstance(cell.params, UtilityParams)
+    chosen = variants(cell.schemes, cell.constructions)
+    data_digest = cell_digest(_data_description(cell, DATA_FIELDS))
+    data_root = cell_seed(cell.sweep_seed, data_digest)
+    rows: Rows = []
+    for rep in range(cell.reps):
+        results = utility_rep(cell.params, chosen, child(data_root, rep), child(root, rep))
+        for result in results:
+            row = {**params, **result, "rep": rep, **stamp, "data_cell": data_digest}
+            lead = {k: row[k] for k in _UTILITY_LEAD}
+            rows.append({**lead, **{k: v for k, v in row.items() if k not in lead}})
     return rows
+
+
+def _attack_rows(
+    cell: Cell, root: SeedSequence, params: dict[str, object], stamp: dict[str, object]
+) -> Rows:
+    from simulations.attacks import membership_attack
+
+    assert isinstance(cell.params, AttackParams)
+    return [
+        {**_lead_scheme(result), **params, **result, **stamp}
+        for result in membership_attack(cell.params, child(root, 0))
+    ]
+
+
+def _reconstruction_rows(
+    cell: Cell, root: SeedSequence, params: dict[str, object], stamp: dict[str, object]
+) -> Rows:
+    from simulations.reconstruction import reconstruction_attack
+
+    assert isinstance(cell.params, ReconstructionParams)
+    return [
+        {**_lead_scheme(result), **params, **result, **stamp}
+        for result in reconstruction_attack(cell.params, child(root, 0))
+    ]
+
+
+def _overtheair_rows(
+    cell: Cell, root: SeedSequence, params: dict[str, object], stamp: dict[str, object]
+) -> Rows:
+    from simulations.overtheair import optimality_gaps
+
+    assert isinstance(cell.params, OverTheAirParams)
+    return [
+        {**params, "rep": rep, **result, **stamp}
+        for rep in range(cell.reps)
+        for result in optimality_gaps(cell.params, child(root, rep))
+    ]
+
+
+def _dropout_rows(
+    cell: Cell, root: SeedSequence, params: dict[str, object], stamp: dict[str, object]
+) -> Rows:
+    from simulations.dropout import dropout_rows
+
+    assert isinstance(cell.params, DropoutParams)
+    return [
+        {**_lead_scheme_only(result), **params, **result, **stamp}
+        for result in dropout_rows(cell.params, cell.reps, root)
+    ]
+
+
+# Each cell kind's runner: (cell, its seed, its parameter columns, its stamp) -> its rows.
+_CELL_RUNNERS: dict[
+    str, Callable[[Cell, SeedSequence, dict[str, object], dict[str, object]], Rows]
+] = {
+    "utility": _utility_rows,
+    "attack": _attack_rows,
+    "reconstruction": _reconstruction_rows,
+    "overtheair": _overtheair_rows,
+    "dropout": _dropout_rows,
+}
 
 
 def _data_description(cell: Cell, data_fields: Sequence[str]) -> dict[str, Any]:
@@ -413,6 +458,42 @@ def _merge(cells: Iterable[Cell], cells_dir: Path, out_dir: Path) -> dict[str, P
     return tables
 
 
+def _run_pending(
+    pending: Sequence[Cell],
+    cells_dir: Path,
+    *,
+    jobs: int,
+    cluster: DaskTarget | None,
+    progress: Progress | None,
+) -> list[str]:
+    """Run and write ``pending`` on Dask, in this process or in ``jobs`` processes."""
+    ran: list[str] = []
+    if cluster is not None:
+        from simulations.cluster import map_on_dask
+
+        keys = [f"zerosum-simulate-{c.file_name}" for c in pending]
+        for index, text in map_on_dask(cluster, cell_text, pending, keys):
+            cell = pending[index]
+            write_atomic(cells_dir / cell.file_name, text)
+            ran.append(cell.file_name)
+            if progress is not None:
+                progress.update(cell.label)
+    elif jobs == 1 or len(pending) <= 1:
+        for cell in pending:
+            ran.append(_run_and_write(cell, str(cells_dir)))
+            if progress is not None:
+                progress.update(cell.label)
+    else:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+            with single_threaded_blas():
+                futures = {pool.submit(_run_and_write, c, str(cells_dir)): c for c in pending}
+            for future in as_completed(futures):
+                ran.append(future.result())
+                if progress is not None:
+                    progress.update(futures[future].label)
+    return ran
+
+
 def run_sweep(
     config: SimConfig,
     out_dir: str | Path,
@@ -441,30 +522,7 @@ def run_sweep(
     pending = sorted((c for c in cells if c.file_name not in done), key=lambda c: -c.cost)
     if on_start is not None:
         progress = on_start(len(cells), len(done))
-    ran: list[str] = []
-    if cluster is not None:
-        from simulations.cluster import map_on_dask
-
-        keys = [f"zerosum-simulate-{c.file_name}" for c in pending]
-        for index, text in map_on_dask(cluster, cell_text, pending, keys):
-            cell = pending[index]
-            write_atomic(cells_dir / cell.file_name, text)
-            ran.append(cell.file_name)
-            if progress is not None:
-                progress.update(cell.label)
-    elif jobs == 1 or len(pending) <= 1:
-        for cell in pending:
-            ran.append(_run_and_write(cell, str(cells_dir)))
-            if progress is not None:
-                progress.update(cell.label)
-    else:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-            with single_threaded_blas():
-                futures = {pool.submit(_run_and_write, c, str(cells_dir)): c for c in pending}
-            for future in as_completed(futures):
-                ran.append(future.result())
-                if progress is not None:
-                    progress.update(futures[future].label)
+    ran = _run_pending(pending, cells_dir, jobs=jobs, cluster=cluster, progress=progress)
     if progress is not None:
         progress.close()
     tables = _merge(cells, cells_dir, out)

@@ -44,6 +44,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from bounded.files import KIB, read_limited
 from proto.federation.checks import validate_identifier
 from proto.tls import NODE_URI_PREFIX, CertificateError
+from zerosum.errors import KeyFileError
 
 __all__ = [
     "CA_VALID_DAYS",
@@ -227,9 +228,18 @@ def issue_client_certificate(
 
 
 def load_issued(certificate_pem: bytes, private_key_pem: bytes) -> IssuedCertificate:
-    """Read back a certificate and its P-256 key (e.g. the CA, to issue more nodes)."""
-    certificate = x509.load_pem_x509_certificate(certificate_pem)
-    key = serialization.load_pem_private_key(private_key_pem, password=None)
+    """Read back a certificate and its P-256 key (e.g. the CA, to issue more nodes).
+
+    Raises CertificateError when either cannot be read or they do not belong together.
+    """
+    try:
+        certificate = x509.load_pem_x509_certificate(certificate_pem)
+    except ValueError:
+        raise CertificateError("the certificate is not a PEM certificate.") from None
+    try:
+        key = serialization.load_pem_private_key(private_key_pem, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm):
+        raise CertificateError("the key is not an unencrypted PEM private key.") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise CertificateError(f"expected an ECDSA private key; got a {type(key).__name__}.")
     public = certificate.public_key()
@@ -280,7 +290,7 @@ def read_ed25519_public_key(path: str | Path) -> bytes:
 
     The file holds either a SubjectPublicKeyInfo PEM (RFC 8410, as
     :func:`ed25519_public_pem` and ``openssl pkey -pubout`` write it) or the
-    key as 64 hex digits. ValueError names the file when it is neither.
+    key as 64 hex digits. KeyFileError (a ValueError) names the file when it is neither.
     """
     target = Path(path)
     # A public key in PEM is about 110 bytes; read_limited refuses FIFOs and devices.
@@ -293,7 +303,7 @@ def read_ed25519_public_key(path: str | Path) -> bytes:
     except (ValueError, TypeError, UnsupportedAlgorithm):
         key = None
     if not isinstance(key, Ed25519PublicKey):
-        raise ValueError(
+        raise KeyFileError(
             f"{target} holds no Ed25519 public key (expected a PEM public key or 64 hex digits)"
         )
     return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)

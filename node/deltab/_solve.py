@@ -182,6 +182,64 @@ def _feature_support(sums: CentredSums, location: FloatArray) -> tuple[BoolArray
     return support, std
 
 
+def _age_terms(r_aa: FloatArray, sum_y2: float) -> tuple[float, float, float, bool]:
+    """From the residualised 2 × 2 Gram of (age, age²): age's sum of squares, the share of
+    age in age², the sum of squares of age² orthogonal to age, whether that is degenerate."""
+    yy = float(r_aa[0, 0])
+    if not yy > 1e-12 * max(sum_y2, 1e-300):
+        raise ValueError(
+            "age does not vary across the training subjects (after removing the confounds); "
+            "a brain-age model needs a range of ages."
+        )
+    orth = float(r_aa[0, 1]) / yy
+    qq = float(r_aa[1, 1]) - orth * float(r_aa[0, 1])
+    return yy, orth, qq, not qq > QUADRATIC_RTOL * max(float(r_aa[1, 1]), 1e-300)
+
+
+def _scatter_eigh(
+    sums: CentredSums,
+    support: BoolArray,
+    std: FloatArray,
+    coef_c: FloatArray,
+    gc0: FloatArray,
+) -> tuple[FloatArray, FloatArray, float]:
+    """Eigenvalues (descending), eigenvectors and trace of the residualised, scaled scatter."""
+    if sums.sum_xx is None:
+        raise ValueError("the scatter sum_xx is required when the data are not given.")
+    # The scatter is worked out inside sums.sum_xx (scratch space of the caller,
+    # like ExplicitData.features), a block of rows at a time: the P × P scatter
+    # is the only matrix of that size besides what eigh needs.
+    scatter = sums.sum_xx if support.all() else sums.sum_xx[np.ix_(support, support)]
+    adjust = coef_c[:, support]
+    for i in range(0, int(support.sum()), _BLOCK):
+        rows = slice(i, i + _BLOCK)
+        scatter[rows] -= gc0[rows] @ adjust
+    scatter /= std[:, np.newaxis]
+    scatter /= std[np.newaxis, :]
+    symmetrise(scatter)  # exact symmetry: (s_ij + s_ji) / 2 on both sides
+    total = float(np.trace(scatter))
+    eigenvalues, eigenvectors = eigh_descending(scatter)
+    return eigenvalues, eigenvectors, total
+
+
+def _gram_eigh(
+    explicit: ExplicitData, support: BoolArray, std: FloatArray, coef_c: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray, float]:
+    """The residualised, scaled features (in place), and the eigenvalues (descending),
+    eigenvectors and trace of their N × N Gram matrix."""
+    # The features are scratch space owned by the caller: work in place.
+    z = explicit.features if support.all() else explicit.features[:, support]
+    if coef_c.shape[0] == 1:
+        z -= coef_c[0, support]
+    else:
+        z -= explicit.nuisance @ coef_c[:, support]
+    z /= std
+    gram = z @ z.T
+    total = float(np.trace(gram))
+    eigenvalues, eigenvectors = eigh_descending(gram)
+    return z, eigenvalues, eigenvectors, total
+
+
 def solve(
     sums: CentredSums,
     location: FloatArray,
@@ -214,50 +272,16 @@ def solve(
     cross = (gca - gc0 @ coef_a) / std[:, np.newaxis]
 
     gaa = np.array([[sums.sum_y2, sums.sum_y3], [sums.sum_y3, sums.sum_y4]])
-    r_aa = gaa - g0a.T @ coef_a
-    yy = float(r_aa[0, 0])
-    if not yy > 1e-12 * max(sums.sum_y2, 1e-300):
-        raise ValueError(
-            "age does not vary across the training subjects (after removing the confounds); "
-            "a brain-age model needs a range of ages."
-        )
-    orth = float(r_aa[0, 1]) / yy
-    qq = float(r_aa[1, 1]) - orth * float(r_aa[0, 1])
-    quadratic_degenerate = not qq > QUADRATIC_RTOL * max(float(r_aa[1, 1]), 1e-300)
+    yy, orth, qq, quadratic_degenerate = _age_terms(gaa - g0a.T @ coef_a, sums.sum_y2)
     cross_y = cross[:, 0]
     cross_q = cross[:, 1] - orth * cross[:, 0]
 
     p_kept = int(support.sum())
     if explicit is None:
-        if sums.sum_xx is None:
-            raise ValueError("the scatter sum_xx is required when the data are not given.")
-        # The scatter is worked out inside sums.sum_xx (scratch space of the caller,
-        # like ExplicitData.features), a block of rows at a time: the P × P scatter
-        # is the only matrix of that size besides what eigh needs.
-        scatter = sums.sum_xx if support.all() else sums.sum_xx[np.ix_(support, support)]
-        adjust = coef_c[:, support]
-        for i in range(0, p_kept, _BLOCK):
-            rows = slice(i, i + _BLOCK)
-            scatter[rows] -= gc0[rows] @ adjust
-        scatter /= std[:, np.newaxis]
-        scatter /= std[np.newaxis, :]
-        symmetrise(scatter)  # exact symmetry: (s_ij + s_ji) / 2 on both sides
-        total = float(np.trace(scatter))
-        eigenvalues, eigenvectors = eigh_descending(scatter)
-        del scatter
+        eigenvalues, eigenvectors, total = _scatter_eigh(sums, support, std, coef_c, gc0)
         z = None
     else:
-        # The features are scratch space owned by the caller: work in place.
-        z = explicit.features if support.all() else explicit.features[:, support]
-        if m0 == 1:
-            z -= coef_c[0, support]
-        else:
-            z -= explicit.nuisance @ coef_c[:, support]
-        z /= std
-        gram = z @ z.T
-        total = float(np.trace(gram))
-        eigenvalues, eigenvectors = eigh_descending(gram)
-        del gram
+        z, eigenvalues, eigenvectors, total = _gram_eigh(explicit, support, std, coef_c)
 
     rank = numerical_rank(eigenvalues)
     k = reduction.choose(

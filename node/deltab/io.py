@@ -224,6 +224,48 @@ def _column_label(layout: _Layout, index: int) -> str:
     return f"column {index + 1}"
 
 
+def _has_header(first_cells: list[str], second_cells: list[str] | None) -> bool:
+    """A header: a first line with text, or text above a number in the second line."""
+    non_numeric = [not _is_numeric(c) for c in first_cells]
+    if second_cells is None:
+        return any(non_numeric)
+    return any(
+        bad and _is_numeric(below) for bad, below in zip(non_numeric, second_cells, strict=False)
+    )
+
+
+def _columns(
+    path: Path, first_no: int, first_cells: list[str], *, has_header: bool
+) -> tuple[tuple[str, ...], int | None]:
+    """The column names (from the header, else "column j") and the id column, if any."""
+    if not has_header:
+        names = tuple(f"column {j + 1}" for j in range(len(first_cells)))
+        # Without a header, identifiers can only be recognised by not being numbers.
+        if first_cells and not _is_numeric(first_cells[0]):
+            return names, 0
+        return names, None
+    id_index: int | None = None
+    seen: dict[str, int] = {}
+    for j, name in enumerate(first_cells):
+        key = name.lower()
+        if key in seen:
+            raise DeltabInputError(
+                f"{path}: line {first_no}: the column name {name!r} appears twice "
+                f"(columns {seen[key] + 1} and {j + 1})."
+            )
+        seen[key] = j
+        if id_index is None and key in ID_COLUMN_NAMES:
+            id_index = j
+    return tuple(first_cells), id_index
+
+
+def _subject_id(line: str, delimiter: str | None, id_index: int) -> str:
+    """The id cell of a data line (the first field is cut out without a full split)."""
+    if id_index == 0 and delimiter is not None and '"' not in line:
+        return line[: line.index(delimiter)].strip()
+    return _split(line, delimiter)[id_index].strip()
+
+
 def _scan(path: Path) -> _Layout:
     """First pass: delimiter, header, id column, and a field count for every row."""
     rows = _open(path)
@@ -237,34 +279,9 @@ def _scan(path: Path) -> _Layout:
     second = next(rows, None)
     second_cells = [c.strip() for c in _split(second[1], delimiter)] if second else None
 
-    non_numeric = [not _is_numeric(c) for c in first_cells]
-    if second_cells is None:
-        has_header = any(non_numeric)
-    else:
-        has_header = any(
-            bad and _is_numeric(below)
-            for bad, below in zip(non_numeric, second_cells, strict=False)
-        )
+    has_header = _has_header(first_cells, second_cells)
     width = len(first_cells)
-    id_index: int | None = None
-    if has_header:
-        names = tuple(first_cells)
-        seen: dict[str, int] = {}
-        for j, name in enumerate(names):
-            key = name.lower()
-            if key in seen:
-                raise DeltabInputError(
-                    f"{path}: line {first_no}: the column name {name!r} appears twice "
-                    f"(columns {seen[key] + 1} and {j + 1})."
-                )
-            seen[key] = j
-            if id_index is None and key in ID_COLUMN_NAMES:
-                id_index = j
-    else:
-        names = tuple(f"column {j + 1}" for j in range(width))
-        # Without a header, identifiers can only be recognised by not being numbers.
-        if first_cells and not _is_numeric(first_cells[0]):
-            id_index = 0
+    names, id_index = _columns(path, first_no, first_cells, has_header=has_header)
 
     what = "the header has" if has_header else f"line {first_no} has"
     lines: list[int] = []
@@ -285,10 +302,8 @@ def _scan(path: Path) -> _Layout:
             raise DeltabInputError(f"{path}: line {number} has {count} {fields}; {what} {width}.")
         lines.append(number)
         if ids is not None:
-            if id_index == 0 and delimiter is not None and '"' not in line:
-                subject = line[: line.index(delimiter)].strip()
-            else:
-                subject = _split(line, delimiter)[id_index].strip()  # type: ignore[index]
+            assert id_index is not None
+            subject = _subject_id(line, delimiter, id_index)
             earlier = id_lines.setdefault(subject, number)
             if earlier != number:
                 # Two rows of one id would count one person twice and make the

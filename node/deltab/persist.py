@@ -344,6 +344,47 @@ def _support(arrays: dict[str, Any], n_features: int) -> np.ndarray:
 
 def model_from_dict(document: object) -> BrainAgeModel:
     """A fitted model from the parsed JSON document, after checking all of it."""
+    top = _checked_top(document)
+    params = _checked_params(top)
+    p = _count(top, "n_features_in", 1)
+    c = _count(top, "n_confounds", 0)
+    k = _count(top, "n_components", 1)
+    scalars = {name: _scalar(top, name) for name in _SCALARS}
+    if not scalars["age_scale"] > 0 or not scalars["total_variance"] > 0:
+        raise ModelFileError("'age_scale' and 'total_variance' must be positive.")
+    arrays = top.get("arrays")
+    if not isinstance(arrays, dict):
+        raise ModelFileError("'arrays' must be a JSON object of named arrays.")
+    unknown = sorted(set(arrays) - {*_ARRAYS, "support"})
+    if unknown:
+        raise ModelFileError(f"the model file has unexpected array(s) {unknown}.")
+    support = _support(arrays, p)
+    kept = int(support.sum())
+    if k > kept:
+        raise ModelFileError(f"'n_components' is {k} but only {kept} features are in the model.")
+    values = {name: _array(arrays, name, shape) for name, shape in _shapes(p, c, k, kept).items()}
+    for name in ("feature_scale", "confound_scale", "singular_values"):
+        if not (values[name] > 0).all():
+            raise ModelFileError(f"array {name!r} must be strictly positive.")
+
+    model = BrainAgeModel().set_params(**params)
+    model.n_features_in_ = p
+    model.n_confounds_ = c
+    model.n_components_ = k
+    model.n_subjects_ = scalars["n_subjects"]
+    model.age_mean_ = scalars["age_mean"]
+    model.age_scale_ = scalars["age_scale"]
+    model.agesq_orth_ = scalars["agesq_orth"]
+    model.total_variance_ = scalars["total_variance"]
+    model.support_ = support
+    for name, value in values.items():
+        setattr(model, name + "_", value)
+    _set_column_facts(model, top, p)
+    return model
+
+
+def _checked_top(document: object) -> dict[str, Any]:
+    """The document, once its format, version and top-level fields are this version's."""
     if not isinstance(document, dict):
         raise ModelFileError("a model file must hold a JSON object at the top level.")
     if document.get("format") != FORMAT:
@@ -359,6 +400,11 @@ def model_from_dict(document: object) -> BrainAgeModel:
     unknown = sorted(set(document) - _TOP_KEYS)
     if unknown:
         raise ModelFileError(f"the model file has unexpected field(s) {unknown}.")
+    return document
+
+
+def _checked_params(document: dict[str, Any]) -> dict[str, Any]:
+    """``params``: exactly the estimator's parameters, each valid."""
     params = document.get("params")
     if not isinstance(params, dict) or set(params) != set(BrainAgeModel().get_params()):
         raise ModelFileError(f"'params' must hold exactly {sorted(BrainAgeModel().get_params())}.")
@@ -373,24 +419,12 @@ def model_from_dict(document: object) -> BrainAgeModel:
         )
     except ValueError as exc:
         raise ModelFileError(f"invalid parameter in the model file: {exc}") from None
+    return params
 
-    p = _count(document, "n_features_in", 1)
-    c = _count(document, "n_confounds", 0)
-    k = _count(document, "n_components", 1)
-    scalars = {name: _scalar(document, name) for name in _SCALARS}
-    if not scalars["age_scale"] > 0 or not scalars["total_variance"] > 0:
-        raise ModelFileError("'age_scale' and 'total_variance' must be positive.")
-    arrays = document.get("arrays")
-    if not isinstance(arrays, dict):
-        raise ModelFileError("'arrays' must be a JSON object of named arrays.")
-    unknown = sorted(set(arrays) - {*_ARRAYS, "support"})
-    if unknown:
-        raise ModelFileError(f"the model file has unexpected array(s) {unknown}.")
-    support = _support(arrays, p)
-    kept = int(support.sum())
-    if k > kept:
-        raise ModelFileError(f"'n_components' is {k} but only {kept} features are in the model.")
-    shapes = {
+
+def _shapes(p: int, c: int, k: int, kept: int) -> dict[str, tuple[int, ...]]:
+    """The shape of every fitted array, for P features, C confounds, K components."""
+    return {
         "feature_fill": (p,),
         "feature_mean": (p,),
         "feature_scale": (p,),
@@ -408,23 +442,10 @@ def model_from_dict(document: object) -> BrainAgeModel:
         "gamma": (1, k),
         "gammasq": (2, k),
     }
-    values = {name: _array(arrays, name, shape) for name, shape in shapes.items()}
-    for name in ("feature_scale", "confound_scale", "singular_values"):
-        if not (values[name] > 0).all():
-            raise ModelFileError(f"array {name!r} must be strictly positive.")
 
-    model = BrainAgeModel().set_params(**params)
-    model.n_features_in_ = p
-    model.n_confounds_ = c
-    model.n_components_ = k
-    model.n_subjects_ = scalars["n_subjects"]
-    model.age_mean_ = scalars["age_mean"]
-    model.age_scale_ = scalars["age_scale"]
-    model.agesq_orth_ = scalars["agesq_orth"]
-    model.total_variance_ = scalars["total_variance"]
-    model.support_ = support
-    for name, value in values.items():
-        setattr(model, name + "_", value)
+
+def _set_column_facts(model: BrainAgeModel, document: dict[str, Any], p: int) -> None:
+    """The optional feature names and training bounds, checked, onto ``model``."""
     if "feature_names" in document:
         try:
             names = _check_names(document["feature_names"], p)
@@ -442,4 +463,3 @@ def model_from_dict(document: object) -> BrainAgeModel:
         except ValueError as exc:
             raise ModelFileError(str(exc)) from None
         setattr(model, _BOUNDS_ATTRIBUTE, checked)
-    return model

@@ -318,15 +318,7 @@ class ApprovalGate:
         folder = Path(folder)
         digest = EgressBundle.manifest_sha256(folder)
         if self.mode == "auto":
-            signed = sign_approval(
-                self.identity,
-                digest,
-                "approve",
-                reviewer="automatic (--approve auto)",
-                comment="approved automatically by the node; no human review",
-            )
-            write_approval(folder, signed)
-            return signed
+            return self._approve_automatically(folder, digest)
         if not self.accepted_keys:
             raise ApprovalError(
                 "the federation config lists no output checker key for this node "
@@ -368,18 +360,36 @@ class ApprovalGate:
                     f"(manifest sha256 {digest}); write {APPROVAL} there to continue"
                 )
                 announced = True
-            now = self._clock()
-            if refused_at is not None and now - refused_at >= self.replace_seconds:
-                raise ApprovalError(
-                    f"{folder / APPROVAL} was refused ({refused_reason}) and no valid decision "
-                    f"replaced it within {self.replace_seconds:g} s"
-                )
-            if self.timeout_seconds is not None and now - started >= self.timeout_seconds:
-                raise ApprovalError(
-                    f"no approval appeared in {folder} within {self.timeout_seconds:g} s"
-                )
+            self._check_waited(folder, started, refused_at, refused_reason)
             self._interrupt()
             self._sleep(self.poll_seconds)
+
+    def _approve_automatically(self, folder: Path, digest: str) -> Approval:
+        """``--approve auto``: the node signs the approval itself, with no human review."""
+        signed = sign_approval(
+            self.identity,
+            digest,
+            "approve",
+            reviewer="automatic (--approve auto)",
+            comment="approved automatically by the node; no human review",
+        )
+        write_approval(folder, signed)
+        return signed
+
+    def _check_waited(
+        self, folder: Path, started: float, refused_at: float | None, refused_reason: str
+    ) -> None:
+        """Raise once a refused file went unreplaced, or no decision came, for too long."""
+        now = self._clock()
+        if refused_at is not None and now - refused_at >= self.replace_seconds:
+            raise ApprovalError(
+                f"{folder / APPROVAL} was refused ({refused_reason}) and no valid decision "
+                f"replaced it within {self.replace_seconds:g} s"
+            )
+        if self.timeout_seconds is not None and now - started >= self.timeout_seconds:
+            raise ApprovalError(
+                f"no approval appeared in {folder} within {self.timeout_seconds:g} s"
+            )
 
     def _refuse(
         self, folder: Path, reason: str, since: float | None, previous: str

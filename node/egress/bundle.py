@@ -491,33 +491,8 @@ class EgressBundle:
         except EgressError as exc:
             raise EgressIntegrityError(folder, [str(exc)]) from exc
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        declared = manifest.get("checksums", {})
-        for name in (PAYLOAD, VALUES, RESULTS):
-            path = folder / name
-            if not path.exists():
-                problems.append(f"{name} is missing")
-                continue
-            actual = _sha256_file(path)
-            if declared.get(name) != actual:
-                problems.append(
-                    f"{name} has SHA-256 {actual} but the manifest declares {declared.get(name)}"
-                )
-        checksum_dir = folder / CHECKSUMS
-        if checksum_dir.is_dir():
-            for record in sorted(checksum_dir.glob("*.txt")):
-                target = folder / record.name.removesuffix(".txt")
-                if not target.exists():
-                    problems.append(f"{CHECKSUMS}/{record.name} names a missing file")
-                elif record.read_text(encoding="ascii").strip() != _sha256_file(target):
-                    problems.append(f"{target.name} does not match {CHECKSUMS}/{record.name}")
-        declared_payload = manifest.get("payload", {})
-        if declared_payload.get("sha256") != bundle.payload_sha256:
-            problems.append("the payload words do not match the manifest's payload sha256")
-        if declared_payload.get("elements") != int(bundle.payload.size):
-            problems.append(
-                f"the payload holds {bundle.payload.size} words but the manifest declares "
-                f"{declared_payload.get('elements')}"
-            )
+        problems.extend(_check_file_digests(folder, manifest.get("checksums", {})))
+        problems.extend(_check_payload_claims(manifest.get("payload", {}), bundle))
         if (folder / VALUES).exists():
             problems.extend(_check_values_csv(folder / VALUES, bundle))
         if (folder / RESULTS).exists():
@@ -525,6 +500,43 @@ class EgressBundle:
         if problems:
             raise EgressIntegrityError(folder, problems)
         return bundle
+
+
+def _check_file_digests(folder: Path, declared: dict[str, str]) -> list[str]:
+    """Each file's SHA-256 against the manifest's, and against ACRO's ``checksums/``."""
+    problems: list[str] = []
+    for name in (PAYLOAD, VALUES, RESULTS):
+        path = folder / name
+        if not path.exists():
+            problems.append(f"{name} is missing")
+            continue
+        actual = _sha256_file(path)
+        if declared.get(name) != actual:
+            problems.append(
+                f"{name} has SHA-256 {actual} but the manifest declares {declared.get(name)}"
+            )
+    checksum_dir = folder / CHECKSUMS
+    if checksum_dir.is_dir():
+        for record in sorted(checksum_dir.glob("*.txt")):
+            target = folder / record.name.removesuffix(".txt")
+            if not target.exists():
+                problems.append(f"{CHECKSUMS}/{record.name} names a missing file")
+            elif record.read_text(encoding="ascii").strip() != _sha256_file(target):
+                problems.append(f"{target.name} does not match {CHECKSUMS}/{record.name}")
+    return problems
+
+
+def _check_payload_claims(declared: dict[str, object], bundle: EgressBundle) -> list[str]:
+    """The payload's word digest and length against the manifest's."""
+    problems: list[str] = []
+    if declared.get("sha256") != bundle.payload_sha256:
+        problems.append("the payload words do not match the manifest's payload sha256")
+    if declared.get("elements") != int(bundle.payload.size):
+        problems.append(
+            f"the payload holds {bundle.payload.size} words but the manifest declares "
+            f"{declared.get('elements')}"
+        )
+    return problems
 
 
 def _fmt(value: float) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from importlib.metadata import entry_points
 
+from node.errors import NodeError
 from node.plans.interface import PlanDefinition
 from proto.federation import ConfigError, FederationConfig
 
@@ -33,7 +34,7 @@ __all__ = [
 ENTRY_POINT_GROUP = "zerosum.plans"
 
 
-class PlanMismatch(ConfigError):
+class PlanMismatch(NodeError, ConfigError):
     """The plan the federation names is not the one installed here; says how they differ."""
 
 

@@ -78,7 +78,7 @@ def _verifies(public_key: bytes, signature: bytes, message: bytes) -> bool:
     return True
 
 
-def check_statements(
+def check_statements(  # noqa: C901, PLR0912 - the docstring's checks, one after the other, in its order
     header: RoundResult,
     *,
     config_hash: bytes,

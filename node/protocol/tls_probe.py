@@ -108,20 +108,10 @@ def tls_mismatch(
     sentence can name what was presented); the coordinator judges the node's
     client certificate as it always does, and logs a refusal.
     """
-    try:
-        host, port = _split(address)
-        ca_pem = ca_certificate.read_bytes()
-        ca = x509.load_pem_x509_certificate(ca_pem)
-    except (OSError, ValueError):
+    prepared = _prepared(address, ca_certificate, client_certificate, client_key)
+    if prepared is None:
         return None  # the node's own files were checked at setup; nothing to say here
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    try:
-        context.load_cert_chain(str(client_certificate), str(client_key))
-    except (OSError, ssl.SSLError):
-        return None
-    context.set_alpn_protocols(["h2"])
+    host, port, ca, context = prepared
     try:
         raw = socket.create_connection((host, port), timeout=timeout)
     except OSError:
@@ -140,18 +130,44 @@ def tls_mismatch(
                 tls.recv(9)
                 return None
         except ssl.SSLError as error:
-            reason = str(error.reason or "")
-            if any(alert in reason for alert in _CLIENT_REFUSED):
-                _, issuer = _names(client_certificate.read_bytes())
-                return (
-                    f"the coordinator at {address} refused this node's client certificate "
-                    f"{client_certificate} (issued by {issuer}) in the TLS handshake "
-                    f"({reason}): it trusts another CA, so this node holds another "
-                    "federation's certificates or the coordinator another federation's CA"
-                )
-            return None
+            return _client_refused(error, address, client_certificate)
         except OSError:
             return None
+
+
+def _prepared(
+    address: str, ca_certificate: Path, client_certificate: Path, client_key: Path
+) -> tuple[str, int, x509.Certificate, ssl.SSLContext] | None:
+    """Host, port, the node's CA and a client context that judges nothing; None if unreadable."""
+    try:
+        host, port = _split(address)
+        ca_pem = ca_certificate.read_bytes()
+        ca = x509.load_pem_x509_certificate(ca_pem)
+    except (OSError, ValueError):
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        context.load_cert_chain(str(client_certificate), str(client_key))
+    except (OSError, ssl.SSLError):
+        return None
+    context.set_alpn_protocols(["h2"])
+    return host, port, ca, context
+
+
+def _client_refused(error: ssl.SSLError, address: str, client_certificate: Path) -> str | None:
+    """The sentence for a handshake the coordinator ended over this node's certificate."""
+    reason = str(error.reason or "")
+    if not any(alert in reason for alert in _CLIENT_REFUSED):
+        return None
+    _, issuer = _names(client_certificate.read_bytes())
+    return (
+        f"the coordinator at {address} refused this node's client certificate "
+        f"{client_certificate} (issued by {issuer}) in the TLS handshake "
+        f"({reason}): it trusts another CA, so this node holds another "
+        "federation's certificates or the coordinator another federation's CA"
+    )
 
 
 def _check_presented(

@@ -55,7 +55,7 @@ def _names(nodes: Collection[str]) -> str:
     return "{" + ", ".join(sorted(nodes)) + "}"
 
 
-def check_request(
+def check_request(  # noqa: PLR0911 - checks 1 and 2 of the module docstring, one return per refusal
     ask: UnmaskRequest,
     *,
     node_id: str,

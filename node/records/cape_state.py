@@ -305,24 +305,7 @@ class CapeStore:
         residual = None
         if data.get("residual") is not None:
             residual = _read_vector(folder, data.get("residual"), size, path, "residual")
-        cape_sum = None
-        entry = data.get("sum")
-        if entry is not None:
-            if not isinstance(entry, dict):
-                raise CapeStateError(f"{path}: field 'sum' must be an object or null")
-            index = entry.get("round_index")
-            if not isinstance(index, int) or isinstance(index, bool):
-                raise CapeStateError(f"{path}: field 'sum.round_index' must be an integer")
-            file = entry.get("file")
-            if file != f"sum-round-{index}.npy":
-                raise CapeStateError(
-                    f"{path}: field 'sum.file' must be 'sum-round-{index}.npy'; got {file!r}"
-                )
-            cape_sum = CapeSum(
-                round_index=index,
-                participants=_names(entry.get("participants"), path, "sum.participants"),
-                total=_read_vector(folder, entry, size, path, "sum"),
-            )
+        cape_sum = _read_sum(folder, data.get("sum"), size, path)
         material = CapeMaterial(
             session_id=session_id,
             node_id=node_id,
@@ -340,6 +323,27 @@ class CapeStore:
         except CapeStateError as error:
             raise CapeStateError(f"{path}: {error}") from None
         return material
+
+
+def _read_sum(folder: Path, entry: object, size: int, path: Path) -> CapeSum | None:
+    """The record's ``sum`` entry (round, participants, the summed vector), or None."""
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise CapeStateError(f"{path}: field 'sum' must be an object or null")
+    index = entry.get("round_index")
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise CapeStateError(f"{path}: field 'sum.round_index' must be an integer")
+    file = entry.get("file")
+    if file != f"sum-round-{index}.npy":
+        raise CapeStateError(
+            f"{path}: field 'sum.file' must be 'sum-round-{index}.npy'; got {file!r}"
+        )
+    return CapeSum(
+        round_index=index,
+        participants=_names(entry.get("participants"), path, "sum.participants"),
+        total=_read_vector(folder, entry, size, path, "sum"),
+    )
 
 
 def _open_private(path: Path) -> bytes | None:

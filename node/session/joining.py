@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from node.errors import AlreadyJoined, RosterError, SessionFailed, SessionStateError
 from node.protocol.gateway import CoordinatorGateway
@@ -34,6 +35,11 @@ from node.session.outputs import archive_previous
 from node.session.setup import LocalSetup
 from noise.keys import EphemeralKey, key_fingerprint, sign_key_bundle
 from proto.messages import SessionState
+
+if TYPE_CHECKING:
+    from node.records.ledger import PrivacyLedger
+    from node.records.session_state import SessionRecord
+    from node.roster import VerifiedRoster
 
 __all__ = ["join"]
 
@@ -103,26 +109,7 @@ def join(
     session_id = status.session_id
     sessions = SessionStore(setup.out)
     state = NodeState(setup.state, setup.node_id)
-    try:
-        saved = sessions.resume(
-            session_id=session_id, node_id=setup.node_id, config_hash=config_hash
-        )
-        ledger = state.open_ledger(setup.config.privacy.delta, setup.out, say)
-        # Before the saved key or CAPE material is touched: a replayed session
-        # must not cost this node the key of a session it may still resume.
-        state.check_not_replayed(
-            session_id,
-            saved_public_key=saved[0].public_key if saved is not None else None,
-            ledger=ledger,
-            out=setup.out,
-        )
-    except SessionStateError as error:
-        raise SessionFailed(str(error)) from None
-    if saved is None:
-        # A key of an earlier session (or one orphaned by a crash before
-        # its record was written) is of no use any more, nor is its CAPE material.
-        sessions.discard_key()
-        CapeStore(setup.out).discard()
+    saved, ledger = _saved_session(setup, sessions, state, session_id, say)
     # With its key saved, a node that crashed in the last round may still
     # collect the final result while the coordinator lingers after the end.
     ended = status.state == SessionState.ABORTED or (
@@ -135,29 +122,7 @@ def join(
         raise SessionFailed(f"session {status.session_id} has already ended ({why})")
     resuming = saved is not None
     archive_previous(setup.out, session_id, say)
-    if saved is None:
-        ephemeral = EphemeralKey.generate()
-        # Saved before the key is sent: once the coordinator holds it, it
-        # accepts no other key from this node for this session.
-        sessions.start(
-            session_id=session_id,
-            node_id=setup.node_id,
-            config_hash=config_hash,
-            key=ephemeral,
-        )
-    else:
-        ephemeral = saved[1]
-    # Recorded before the key is sent (a resume keeps its record; one saved
-    # in OUT before this node had a state folder is recorded now).
-    try:
-        state.record_join(
-            session_id=session_id,
-            config_hash=config_hash,
-            public_key=ephemeral.public_bytes(),
-            out=setup.out,
-        )
-    except SessionStateError as error:
-        raise SessionFailed(str(error)) from None
+    ephemeral = _session_key(setup, sessions, state, session_id, saved)
     bundle = sign_key_bundle(
         setup.identity,
         config_hash=config_hash,
@@ -183,27 +148,9 @@ def join(
         say(f"joined session {session_id} with the key saved before the restart ({count} so far)")
     else:
         say(f"joined session {session_id} ({count} so far)")
-    while True:
-        roster = gateway.roster(session_id)
-        if roster.final:
-            break
-        sleep()
-    try:
-        verified = verify_roster(
-            roster,
-            node_id=setup.node_id,
-            own_public_key=ephemeral.public_bytes(),
-            session_id=session_id,
-            config_hash=config_hash,
-            identity_keys=setup.config.identity_keys,
-            min_nodes=setup.config.min_nodes,
-        )
-    except RosterError as error:
-        raise SessionFailed(str(error)) from None
-    try:
-        _same_roster(state, session_id, verified.public_keys, resuming=resuming)
-    except SessionStateError as error:
-        raise SessionFailed(str(error)) from None
+    verified = _final_roster(
+        setup, gateway, state, session_id, ephemeral, sleep=sleep, resuming=resuming
+    )
     seeds = derive_seeds(verified, ephemeral, node_id=setup.node_id, config_hash=config_hash)
     excluded = f"; excluded: {_names(verified.excluded)}" if verified.excluded else ""
     say(f"roster verified: {_names(verified.node_ids)}{excluded}")
@@ -220,3 +167,104 @@ def join(
         say=say,
         state=state,
     )
+
+
+def _saved_session(
+    setup: LocalSetup,
+    sessions: SessionStore,
+    state: NodeState,
+    session_id: str,
+    say: Callable[[str], None],
+) -> tuple[tuple[SessionRecord, EphemeralKey] | None, PrivacyLedger]:
+    """The record and key saved for ``session_id`` (None: a new session, older keys and CAPE
+    material discarded) and the node's ledger, once the session is known not to be replayed."""
+    try:
+        saved = sessions.resume(
+            session_id=session_id, node_id=setup.node_id, config_hash=setup.config_hash
+        )
+        ledger = state.open_ledger(setup.config.privacy.delta, setup.out, say)
+        # Before the saved key or CAPE material is touched: a replayed session
+        # must not cost this node the key of a session it may still resume.
+        state.check_not_replayed(
+            session_id,
+            saved_public_key=saved[0].public_key if saved is not None else None,
+            ledger=ledger,
+            out=setup.out,
+        )
+    except SessionStateError as error:
+        raise SessionFailed(str(error)) from None
+    if saved is None:
+        # A key of an earlier session (or one orphaned by a crash before
+        # its record was written) is of no use any more, nor is its CAPE material.
+        sessions.discard_key()
+        CapeStore(setup.out).discard()
+    return saved, ledger
+
+
+def _session_key(
+    setup: LocalSetup,
+    sessions: SessionStore,
+    state: NodeState,
+    session_id: str,
+    saved: tuple[SessionRecord, EphemeralKey] | None,
+) -> EphemeralKey:
+    """The saved session key, or a new one saved; either recorded in the state folder."""
+    if saved is None:
+        ephemeral = EphemeralKey.generate()
+        # Saved before the key is sent: once the coordinator holds it, it
+        # accepts no other key from this node for this session.
+        sessions.start(
+            session_id=session_id,
+            node_id=setup.node_id,
+            config_hash=setup.config_hash,
+            key=ephemeral,
+        )
+    else:
+        ephemeral = saved[1]
+    # Recorded before the key is sent (a resume keeps its record; one saved
+    # in OUT before this node had a state folder is recorded now).
+    try:
+        state.record_join(
+            session_id=session_id,
+            config_hash=setup.config_hash,
+            public_key=ephemeral.public_bytes(),
+            out=setup.out,
+        )
+    except SessionStateError as error:
+        raise SessionFailed(str(error)) from None
+    return ephemeral
+
+
+def _final_roster(
+    setup: LocalSetup,
+    gateway: CoordinatorGateway,
+    state: NodeState,
+    session_id: str,
+    ephemeral: EphemeralKey,
+    *,
+    sleep: Callable[[], None],
+    resuming: bool,
+) -> VerifiedRoster:
+    """Wait for the final roster and verify it, and that it is the one verified before."""
+    while True:
+        roster = gateway.roster(session_id)
+        if roster.final:
+            break
+        sleep()
+    try:
+        verified = verify_roster(
+            roster,
+            node_id=setup.node_id,
+            own_public_key=ephemeral.public_bytes(),
+            session_id=session_id,
+            config_hash=setup.config_hash,
+            identity_keys=setup.config.identity_keys,
+            min_nodes=setup.config.min_nodes,
+        )
+    except RosterError as error:
+        raise SessionFailed(str(error)) from None
+    try:
+        _same_roster(state, session_id, verified.public_keys, resuming=resuming)
+    except SessionStateError as error:
+        raise SessionFailed(str(error)) from None
+    return verified

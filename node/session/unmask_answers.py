@@ -187,57 +187,16 @@ def answer(
     if reason is not None:
         _refuse(ctx, request, reason)
     if not signed_before or not any(a.node_id == ctx.node_id for a in request.attestations):
-        if contribution is None:
-            _refuse(
-                ctx,
-                request,
-                "this node no longer holds what it contributed to the round, so it cannot give "
-                "the tags that let every node check the aggregate",
-            )
-        tagged = attest_tags(
+        _attest(
             ctx,
+            progress,
             request,
-            index,
-            _summed(
-                ctx,
-                request,
-                index=index,
-                name=name,
-                layout=layout,
-                noise=noise,
-                contribution=contribution,
-            ),
-            layout,
+            index=index,
+            name=name,
+            layout=layout,
+            noise=noise,
+            contribution=contribution,
         )
-        if isinstance(tagged, Culprit):
-            _accuse(ctx, progress, request, tagged)
-            return
-        if isinstance(tagged, str):
-            _refuse(ctx, request, tagged)
-        _survivor_sets(ctx, progress).note_challenge(index, tagged.key, tagged.own)
-        progress.challenge = (index, tagged.rho)
-        signature = attestation_signature(
-            ctx.identity,
-            config_hash=ctx.config_hash,
-            session_id=ctx.session_id,
-            round_index=index,
-            survivor_hash=request.survivor_hash,
-        )
-        ctx.gateway.attest(
-            Attestation(
-                ctx.node_id,
-                request.survivor_hash,
-                signature,
-                session_id=ctx.session_id,
-                round_index=index,
-                tags=tuple(tagged.sealed),
-            )
-        )
-        dropped = f" (dropped {_names(request.dropped)})" if request.dropped else ""
-        ctx.say(
-            f"round {index} ({name!r}): attested survivors {_names(request.survivors)}{dropped}"
-        )
-        progress.attested.add(request.survivor_hash)
         return
     complete, reason = check_attestations(
         request, config_hash=ctx.config_hash, identity_keys=ctx.config.identity_keys
@@ -287,6 +246,70 @@ def answer(
     progress.answered.add(request.survivor_hash)
     what = f"self-mask seed and pair terms with {_names(request.dropped)}"
     ctx.say(f"round {index} ({name!r}): sent {what if request.dropped else 'self-mask seed'}")
+
+
+def _attest(
+    ctx: SessionContext,
+    progress: RoundProgress,
+    request: UnmaskRequest,
+    *,
+    index: int,
+    name: str,
+    layout: Layout,
+    noise: ReleaseNoise,
+    contribution: U64 | None,
+) -> None:
+    """Sign ``request``'s survivor set and send this node's sealed tags with the signature;
+    a survivor whose contribution does not open is accused instead."""
+    if contribution is None:
+        _refuse(
+            ctx,
+            request,
+            "this node no longer holds what it contributed to the round, so it cannot give "
+            "the tags that let every node check the aggregate",
+        )
+    tagged = attest_tags(
+        ctx,
+        request,
+        index,
+        _summed(
+            ctx,
+            request,
+            index=index,
+            name=name,
+            layout=layout,
+            noise=noise,
+            contribution=contribution,
+        ),
+        layout,
+    )
+    if isinstance(tagged, Culprit):
+        _accuse(ctx, progress, request, tagged)
+        return
+    if isinstance(tagged, str):
+        _refuse(ctx, request, tagged)
+    _survivor_sets(ctx, progress).note_challenge(index, tagged.key, tagged.own)
+    progress.challenge = (index, tagged.rho)
+    signature = attestation_signature(
+        ctx.identity,
+        config_hash=ctx.config_hash,
+        session_id=ctx.session_id,
+        round_index=index,
+        survivor_hash=request.survivor_hash,
+    )
+    ctx.gateway.attest(
+        Attestation(
+            ctx.node_id,
+            request.survivor_hash,
+            signature,
+            session_id=ctx.session_id,
+            round_index=index,
+            tags=tuple(tagged.sealed),
+        )
+    )
+    dropped = f" (dropped {_names(request.dropped)})" if request.dropped else ""
+    ctx.say(f"round {index} ({name!r}): attested survivors {_names(request.survivors)}{dropped}")
+    progress.attested.add(request.survivor_hash)
 
 
 def _summed(

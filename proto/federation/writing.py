@@ -50,18 +50,22 @@ def toml_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, list | tuple):
-        items = [toml_value(v) for v in value]
-        if len(items) <= _PER_LINE:
-            return "[" + ", ".join(items) + "]"
-        rows = [
-            "    " + ", ".join(items[start : start + _PER_LINE]) + ","
-            for start in range(0, len(items), _PER_LINE)
-        ]
-        return "[\n" + "\n".join(rows) + "\n]"
+        return _toml_array([toml_value(v) for v in value])
     if isinstance(value, Mapping):
         inner = ", ".join(f"{_key(k)} = {toml_value(v)}" for k, v in value.items())
         return "{ " + inner + " }" if inner else "{}"
     raise TypeError(f"cannot write {type(value).__name__} {value!r} as TOML")
+
+
+def _toml_array(items: list[str]) -> str:
+    """The array of TOML literals ``items``: on one line, or eight items a line."""
+    if len(items) <= _PER_LINE:
+        return "[" + ", ".join(items) + "]"
+    rows = [
+        "    " + ", ".join(items[start : start + _PER_LINE]) + ","
+        for start in range(0, len(items), _PER_LINE)
+    ]
+    return "[\n" + "\n".join(rows) + "\n]"
 
 
 def _key(key: str) -> str:

@@ -8,6 +8,7 @@ failing case can be read and replayed (tests/campaign/fuzz.py).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -76,21 +77,21 @@ def _flip_bits(data: bytes, rng: np.random.Generator, flips: int) -> bytes:
     return bytes(out)
 
 
+# The ways a bytes field is replaced, drawn uniformly; each draws what else it needs.
+_BYTES_MUTATIONS: tuple[tuple[str, Callable[[bytes, np.random.Generator], bytes]], ...] = (
+    ("bit flips", lambda old, rng: _flip_bits(old, rng, int(rng.integers(1, 4)))),
+    ("truncated", lambda old, rng: old[: int(rng.integers(len(old) + 1))]),
+    ("extended", lambda old, rng: old + rand_bytes(rng, int(rng.integers(1, 40)))),
+    ("emptied", lambda old, rng: b""),
+    ("random, same length", lambda old, rng: rand_bytes(rng, len(old))),
+    ("random length", lambda old, rng: rand_bytes(rng, int(rng.integers(0, 100)))),
+    ("zeroed", lambda old, rng: bytes(len(old))),
+)
+
+
 def _new_bytes(old: bytes, rng: np.random.Generator) -> tuple[bytes, str]:
-    choice = int(rng.integers(7))
-    if choice == 0:
-        return _flip_bits(old, rng, int(rng.integers(1, 4))), "bit flips"
-    if choice == 1:
-        return old[: int(rng.integers(len(old) + 1))], "truncated"
-    if choice == 2:
-        return old + rand_bytes(rng, int(rng.integers(1, 40))), "extended"
-    if choice == 3:
-        return b"", "emptied"
-    if choice == 4:
-        return rand_bytes(rng, len(old)), "random, same length"
-    if choice == 5:
-        return rand_bytes(rng, int(rng.integers(0, 100))), "random length"
-    return bytes(len(old)), "zeroed"
+    label, mutate = _BYTES_MUTATIONS[int(rng.integers(len(_BYTES_MUTATIONS)))]
+    return mutate(old, rng), label
 
 
 def _new_string(old: str, rng: np.random.Generator) -> tuple[str, str]:
@@ -316,7 +317,7 @@ def _encode(fields: list[tuple[int, int, bytes]]) -> bytes:
     return bytes(out)
 
 
-def mutate_wire(data: bytes, rng: np.random.Generator) -> tuple[bytes, str]:
+def mutate_wire(data: bytes, rng: np.random.Generator) -> tuple[bytes, str]:  # noqa: PLR0911 - one return per kind of wire damage, drawn here so that a seed replays it
     choice = int(rng.integers(6))
     if choice == 0:
         flips = int(rng.integers(1, 9))

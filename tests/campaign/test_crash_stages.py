@@ -100,6 +100,44 @@ def _snapshot(run: SessionRun) -> dict[str, Any]:
     }
 
 
+def _freeze_at(run: SessionRun, moment: str) -> str:
+    """Bring round 0 to ``moment`` and stop the node that is to be frozen there; its id."""
+    frozen: str
+    wait_until(run.state.roster_final, what="every node to join", alive=run.everyone())
+    run.approve("c", 0)
+    wait_until(lambda: run.state.uploads(0), what="c's upload", alive=run.everyone())
+    if moment == "attesting":
+        frozen = "c"
+        _stop(run, frozen)
+    run.approve("a", 0)
+    run.approve("b", 0)
+    if moment == "attesting":
+        wait_until(
+            lambda: _rows(run, "unmask_acks", 0) == {"a", "b"},
+            what="a and b to attest",
+            alive=[run.coordinator],
+        )
+    elif moment == "answering":
+        frozen = _first(run, "unmask_acks", 0)
+        _stop(run, frozen)
+        others = set(NODES) - {frozen}
+        wait_until(
+            lambda: _rows(run, "unmask_corrections", 0) == others,
+            what="the other two unmask answers",
+            alive=[run.coordinator],
+        )
+    else:
+        frozen = _first(run, "unmask_corrections", 0)
+        _stop(run, frozen)
+        others = set(NODES) - {frozen}
+        wait_until(
+            lambda: _rows(run, "deliveries", 0) >= others,
+            what="the other two downloads",
+            alive=[run.coordinator],
+        )
+    return frozen
+
+
 def _session(
     federation: Federation, folder: Path, processes: Processes, turns: Turns, moment: str | None
 ) -> Finished:
@@ -115,42 +153,7 @@ def _session(
             if moment == "join-partial" and node == "a":
                 wait_until(run.state.members, what="a to join", alive=run.everyone())
                 break
-    frozen: str | None = None
-    if moment == "join-partial":
-        pass
-    else:
-        wait_until(run.state.roster_final, what="every node to join", alive=run.everyone())
-        run.approve("c", 0)
-        wait_until(lambda: run.state.uploads(0), what="c's upload", alive=run.everyone())
-        if moment == "attesting":
-            frozen = "c"
-            _stop(run, frozen)
-        run.approve("a", 0)
-        run.approve("b", 0)
-        if moment == "attesting":
-            wait_until(
-                lambda: _rows(run, "unmask_acks", 0) == {"a", "b"},
-                what="a and b to attest",
-                alive=[run.coordinator],
-            )
-        elif moment == "answering":
-            frozen = _first(run, "unmask_acks", 0)
-            _stop(run, frozen)
-            others = set(NODES) - {frozen}
-            wait_until(
-                lambda: _rows(run, "unmask_corrections", 0) == others,
-                what="the other two unmask answers",
-                alive=[run.coordinator],
-            )
-        else:
-            frozen = _first(run, "unmask_corrections", 0)
-            _stop(run, frozen)
-            others = set(NODES) - {frozen}
-            wait_until(
-                lambda: _rows(run, "deliveries", 0) >= others,
-                what="the other two downloads",
-                alive=[run.coordinator],
-            )
+    frozen = None if moment == "join-partial" else _freeze_at(run, moment)
     assert run.coordinator.kill() == -9
     at_kill = {**_snapshot(run), "frozen": frozen}
     run.start_coordinator()

@@ -153,18 +153,8 @@ def federation(tmp_path_factory: pytest.TempPathFactory) -> Federation:
 # retries UNAVAILABLE, so the session resumes once the disk has room again.
 
 
-@pytest.mark.parametrize(
-    "moment",
-    [
-        "at-start",
-        "joined",
-        "round-1",
-    ],
-)
-def test_a_full_disk_leaves_nothing_half_written_and_a_restart_is_clean(
-    moment: str, federation: Federation, tmp_path: Path, processes: Processes
-) -> None:
-    run = SessionRun(federation, tmp_path / moment, processes)
+def _run_into_a_full_disk(run: SessionRun, moment: str) -> None:
+    """Start the session and let the coordinator's disk fill at ``moment``; it is stopped."""
     if moment == "at-start":
         first = _coordinator(run, limit=1)
         code = first.wait(60)
@@ -200,6 +190,40 @@ def test_a_full_disk_leaves_nothing_half_written_and_a_restart_is_clean(
         print(f"{moment}: coordinator {'running' if first.running() else 'exited'}; log tail:")
         print("\n".join(first.stderr().strip().splitlines()[-4:]))
         first.kill()
+
+
+def _check_the_end(
+    run: SessionRun, second: Spawned, codes: dict[str, int], federation: Federation
+) -> None:
+    """After the restart: the pooled model if every process succeeded, else one clear line."""
+    if all(code == 0 for code in codes.values()):
+        pooled = reference_model(federation, NODES, NODES)
+        for node in NODES:
+            assert relative_difference(run.model(node), pooled, federation.holdout()) <= 1e-9
+            assert json.loads((run.out(node) / "model.json").read_text())
+        return
+    for spawned in [second, *run.nodes.values()]:
+        if not spawned.running() and spawned.popen.returncode != 0:
+            _no_traceback(spawned)
+            lines = spawned.stderr().strip().splitlines()
+            assert lines, f"{spawned.name} failed without a word"
+            print(f"  {spawned.name} exited {spawned.popen.returncode}: {lines[-1]}")
+            assert "UNKNOWN" not in lines[-1], lines[-1]
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "at-start",
+        "joined",
+        "round-1",
+    ],
+)
+def test_a_full_disk_leaves_nothing_half_written_and_a_restart_is_clean(
+    moment: str, federation: Federation, tmp_path: Path, processes: Processes
+) -> None:
+    run = SessionRun(federation, tmp_path / moment, processes)
+    _run_into_a_full_disk(run, moment)
     if run.state.path.exists():
         assert integrity_ok(run.state.path) == "ok"
         assert _payloads_complete(run) == []
@@ -223,19 +247,7 @@ def test_a_full_disk_leaves_nothing_half_written_and_a_restart_is_clean(
         if published is not None:
             survivors, aggregate = published
             assert np.array_equal(aggregate, run.audit_sum(survivors, round_index))
-    if all(code == 0 for code in codes.values()):
-        pooled = reference_model(federation, NODES, NODES)
-        for node in NODES:
-            assert relative_difference(run.model(node), pooled, federation.holdout()) <= 1e-9
-            assert json.loads((run.out(node) / "model.json").read_text())
-        return
-    for spawned in [second, *run.nodes.values()]:
-        if not spawned.running() and spawned.popen.returncode != 0:
-            _no_traceback(spawned)
-            lines = spawned.stderr().strip().splitlines()
-            assert lines, f"{spawned.name} failed without a word"
-            print(f"  {spawned.name} exited {spawned.popen.returncode}: {lines[-1]}")
-            assert "UNKNOWN" not in lines[-1], lines[-1]
+    _check_the_end(run, second, codes, federation)
 
 
 def test_a_full_disk_while_a_node_fetches_the_aggregate_does_not_stop_that_node(

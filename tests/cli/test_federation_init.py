@@ -186,6 +186,7 @@ def test_force_replaces_everything(tmp_path: Path) -> None:
         ("a,b", ["--synthetic", "--cohort-sizes", "200"], "lists 1 sizes for 2 nodes"),
         ("a,b", ["--synthetic", "--cohort-sizes", "x,y"], "must be whole numbers"),
         ("a,b", ["--model-kind", "linear"], "model.kind = 'linear'"),
+        ("a,b", ["--synthetic", "--holdout-size", "-1"], "holdout_size must be non-negative"),
     ],
 )
 def test_bad_input_writes_nothing(

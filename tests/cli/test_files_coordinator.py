@@ -151,16 +151,31 @@ def test_revoke_and_reissue_a_node_certificate(
             "--fingerprint = 'abc': must be a certificate's SHA-256 fingerprint",
         ),
         (["--fingerprint", "ab" * 32, "--reissue"], "--reissue goes with --node-id"),
+        (["--certificate", "{fed}/federation.toml"], "federation.toml is not a PEM certificate"),
     ],
 )
 def test_revoke_refuses_in_one_sentence(
     fed: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
     text = (fed / "federation.toml").read_text()
+    extra = [part.format(fed=fed) for part in extra]
     assert zerosum.cli.main(["federation", "revoke", "--federation", str(fed), *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and err.count("\n") == 0
     assert (fed / "federation.toml").read_text() == text
+
+
+def test_reissue_with_an_unreadable_ca_key_refuses_in_one_sentence(
+    fed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "fed"
+    shutil.copytree(fed, folder, symlinks=True)
+    (folder / "ca" / "ca.key").write_bytes(b"garbage")
+    (folder / "ca" / "ca.key").chmod(0o600)
+    argv = ["federation", "revoke", "--federation", str(folder), "--node-id", "a", "--reissue"]
+    assert zerosum.cli.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "the key is not an unencrypted PEM private key." in err and err.count("\n") == 0
 
 
 def test_an_empty_state_file_left_by_a_failed_start_is_not_an_ended_session(

@@ -127,7 +127,7 @@ def _uploads(
         reveal_all(reveal, session, round_index, data)
 
 
-def _in_state(scope: str, state: str, tmp_path: Path) -> tuple[Session, int]:
+def _in_state(scope: str, state: str, tmp_path: Path) -> tuple[Session, int]:  # noqa: PLR0911 - one return per state: how real messages reach it
     """A session brought by real messages into ``state``, and the round that is in it."""
     clock = FakeClock()
     cape = scope == "round" and state == RoundState.SUPERSEDED

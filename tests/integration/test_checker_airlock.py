@@ -146,10 +146,8 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_the_checker_signs_on_their_own_account_and_the_node_imports_the_decision(
-    users: tuple[User, User, str],
-) -> None:
-    node, checker, python = users
+def _airlock(node: User, checker: User) -> tuple[Path, Path, Path, Path]:
+    """The node's private bundle, the checker's kit, the exchange folder and the inbox."""
     # The node's side: its federation folder and bundle, private to its account.
     (node.home / "fed").mkdir()
     bundle = make_bundle(node.home / "fed")
@@ -166,6 +164,14 @@ def test_the_checker_signs_on_their_own_account_and_the_node_imports_the_decisio
     inbox.mkdir(mode=0o755)
     _own(checker_kit, checker)
     _own(inbox, checker)
+    return bundle, checker_kit, exchange, inbox
+
+
+def test_the_checker_signs_on_their_own_account_and_the_node_imports_the_decision(
+    users: tuple[User, User, str],
+) -> None:
+    node, checker, python = users
+    bundle, checker_kit, exchange, inbox = _airlock(node, checker)
 
     # The checker cannot read the node's folder at all.
     peek = _run_as(checker, python, "review", bundle)

@@ -123,7 +123,7 @@ def _seed(node: str, round_index: int) -> bytes:
     return hashlib.sha256(f"self-mask of {node} in round {round_index}".encode()).digest()
 
 
-def test_twenty_megabyte_payloads_sum_exactly(
+def test_twenty_megabyte_payloads_sum_exactly(  # noqa: PLR0915 - one session end to end; its steps are closures over its clients
     session: SessionRun, clients: dict[str, GrpcGateway]
 ) -> None:
     federation = session.federation

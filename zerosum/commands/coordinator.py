@@ -19,12 +19,21 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from zerosum.errors import CommandError
+
 if TYPE_CHECKING:
+    from coordinator.config import SessionConfig
+    from coordinator.limits import ServerLimits
+    from coordinator.logs import CoordinatorLog
     from coordinator.server import ServerTLS
+    from coordinator.session import Session
+    from coordinator.store import Store
+    from proto.federation import FederationConfig
 
 DESCRIPTION = """\
 Run the coordinator of a federation for one session: accept the nodes' signed
@@ -197,7 +206,7 @@ def _server_tls(tls_dir: Path, ca_path: Path, revoked: tuple[str, ...]) -> Serve
     """
     from bounded.files import KIB, read_limited, read_secret
     from coordinator.server import ServerTLS
-    from proto.tls import check_server_credentials
+    from proto.tls import CertificateError, check_server_credentials
 
     limit = 64 * KIB  # certificates and keys are a few kilobytes
     certificate_path = tls_dir / "server.pem"
@@ -206,7 +215,7 @@ def _server_tls(tls_dir: Path, ca_path: Path, revoked: tuple[str, ...]) -> Serve
     ca = read_limited(ca_path, limit, what="CA certificate")
     try:
         check_server_credentials(ca, certificate, key, revoked=revoked)
-    except ValueError as error:
+    except CertificateError as error:
         raise type(error)(f"{certificate_path}: {error}") from None
     return ServerTLS(certificate=certificate, private_key=key, ca_certificate=ca, revoked=revoked)
 
@@ -334,78 +343,129 @@ def _remove_state(state_path: Path) -> None:
     shutil.rmtree(payload_dir_for(state_path), ignore_errors=True)
 
 
+class _StartRefused(CommandError):
+    """The coordinator cannot start; the sentence says why (exit status 2)."""
+
+
 def run(args: argparse.Namespace) -> int:
     from coordinator.config import SessionConfig
-    from coordinator.errors import StateFileError
-    from coordinator.limits import LimitsError, ServerLimits
-    from coordinator.logs import CoordinatorLog, CoreLogRelay
-    from coordinator.server import start_server
-    from coordinator.session import Session
-    from coordinator.store import Store
-    from proto.federation import ConfigError, config_hash, load_federation
-    from proto.federation.schema import MAX_DEADLINE_SECONDS
+    from coordinator.logs import CoordinatorLog
+    from proto.federation import config_hash
 
     try:
-        federation = load_federation(args.federation)
-    except (ConfigError, OSError) as error:
-        print(f"{_PREFIX}: cannot read {args.federation}: {error}", file=sys.stderr)
+        federation = _federation(args.federation)
+        base = federation.base_dir or args.federation.resolve().parent
+        state_path: Path = args.state or base / "coordinator" / "state.sqlite"
+        if args.status:
+            return _print_status(state_path, federation.node_ids, as_json=args.json)
+        if args.json:
+            raise _StartRefused("--json goes with --status")
+        limits = _limits(args)
+        log = CoordinatorLog(args.log_format, prefix=_PREFIX)
+        _check_linger(args.linger)
+        tls = _tls(args.tls_dir or base / "coordinator", federation)
+        listen = args.listen or federation.coordinator_address
+        _check_listen_or_refuse(listen)
+        opened = _open_session(
+            state_path,
+            SessionConfig.from_federation(federation, config_hash(federation)),
+            log,
+            new_session=args.new_session,
+        )
+    except _StartRefused as refusal:
+        print(f"{_PREFIX}: {refusal}", file=sys.stderr)
         return 2
-    base = federation.base_dir or args.federation.resolve().parent
-    state_path: Path = args.state or base / "coordinator" / "state.sqlite"
-    if args.status:
-        return _print_status(state_path, federation.node_ids, as_json=args.json)
-    if args.json:
-        print(f"{_PREFIX}: --json goes with --status", file=sys.stderr)
-        return 2
+    log.session = opened.session.session_id
+    verb = "resumed" if opened.session.resumed else "started"
+    config = opened.session.config
+    log.event(
+        f"session-{verb}",
+        f"{verb} session {opened.session.session_id} of federation "
+        f"{federation.federation_id!r} ({len(config.node_ids)} nodes, at least "
+        f"{config.min_nodes}; state {state_path})",
+    )
+    return _serve(opened, tls, listen, limits, log, linger=args.linger)
+
+
+def _federation(path: Path) -> FederationConfig:
+    from proto.federation import ConfigError, load_federation
+
     try:
-        limits = ServerLimits(
+        return load_federation(path)
+    except (ConfigError, OSError) as error:
+        raise _StartRefused(f"cannot read {path}: {error}") from None
+
+
+def _limits(args: argparse.Namespace) -> ServerLimits:
+    from coordinator.limits import LimitsError, ServerLimits
+
+    try:
+        return ServerLimits(
             calls_per_node=args.calls_per_node,
             max_concurrent_rpcs=args.max_concurrent_rpcs,
             first_message_seconds=args.first_message_seconds,
             message_gap_seconds=args.message_gap_seconds,
         )
     except LimitsError as error:
-        print(f"{_PREFIX}: {error}", file=sys.stderr)
-        return 2
-    log = CoordinatorLog(args.log_format, prefix=_PREFIX)
-    if args.linger is not None and not 0.0 <= args.linger <= MAX_DEADLINE_SECONDS:
-        print(
-            f"{_PREFIX}: --linger = {args.linger!r}: must be between 0 and "
-            f"{MAX_DEADLINE_SECONDS:g} seconds (30 days)",
-            file=sys.stderr,
-        )
-        return 2
-    tls_dir: Path = args.tls_dir or base / "coordinator"
-    try:
-        tls = _server_tls(tls_dir, federation.ca_certificate_path, federation.revoked)
-    except (OSError, ValueError) as error:
-        print(f"{_PREFIX}: cannot use the TLS files: {error}", file=sys.stderr)
-        return 2
+        raise _StartRefused(str(error)) from None
 
-    listen = args.listen or federation.coordinator_address
+
+def _check_linger(linger: float | None) -> None:
+    from proto.federation.schema import MAX_DEADLINE_SECONDS
+
+    if linger is not None and not 0.0 <= linger <= MAX_DEADLINE_SECONDS:
+        raise _StartRefused(
+            f"--linger = {linger!r}: must be between 0 and "
+            f"{MAX_DEADLINE_SECONDS:g} seconds (30 days)"
+        )
+
+
+def _tls(tls_dir: Path, federation: FederationConfig) -> ServerTLS:
+    from proto.tls import CertificateError
+
+    try:
+        return _server_tls(tls_dir, federation.ca_certificate_path, federation.revoked)
+    except (OSError, CertificateError) as error:
+        raise _StartRefused(f"cannot use the TLS files: {error}") from None
+
+
+def _check_listen_or_refuse(listen: str) -> None:
     try:
         _check_listen(listen)
     except OSError as error:
-        print(
-            f"{_PREFIX}: cannot listen on {listen}: {error}; nothing was written",
-            file=sys.stderr,
-        )
-        return 2
-    config = SessionConfig.from_federation(federation, config_hash(federation))
+        raise _StartRefused(f"cannot listen on {listen}: {error}; nothing was written") from None
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """The session a start resumed or began, its store, and whether this run made the file."""
+
+    session: Session
+    store: Store
+    state_path: Path
+    fresh: bool
+
+
+def _open_session(
+    state_path: Path, config: SessionConfig, log: CoordinatorLog, *, new_session: bool
+) -> _Opened:
+    """Resume the state file's session, or begin one; an ended session is set aside or refused."""
+    from coordinator.errors import StateFileError
+    from coordinator.session import Session
+    from coordinator.store import Store
+
     fresh = not state_path.exists()
     try:
         ended = _ended_session(state_path)
-        if ended is not None and not args.new_session:
+        if ended is not None and not new_session:
             ended_id, ended_state, ended_reason = ended
             why = f" ({ended_reason})" if ended_state == "failed" and ended_reason else ""
-            print(
-                f"{_PREFIX}: the state file {state_path} holds session {ended_id}, which "
+            raise _StartRefused(
+                f"the state file {state_path} holds session {ended_id}, which "
                 f"{ended_state}{why}; an ended session is not started again. For the next "
                 "session pass --new-session (the ended session's files are kept beside it) "
-                "or a new --state",
-                file=sys.stderr,
+                "or a new --state"
             )
-            return 2
         if ended is not None:
             archive = _set_aside(state_path, ended[0])
             fresh = True
@@ -413,26 +473,32 @@ def run(args: argparse.Namespace) -> int:
                 "state-set-aside",
                 f"session {ended[0]} had {ended[1]}; its state file is kept as {archive}",
             )
-        elif args.new_session and not fresh:
-            print(
-                f"{_PREFIX}: --new-session: the session in {state_path} has not ended; run "
-                "without --new-session to resume it, or pass a new --state",
-                file=sys.stderr,
+        elif new_session and not fresh:
+            raise _StartRefused(
+                f"--new-session: the session in {state_path} has not ended; run "
+                "without --new-session to resume it, or pass a new --state"
             )
-            return 2
         store = Store(state_path)
         session = Session(store, config, log=log)
     except (StateFileError, OSError) as error:
-        print(f"{_PREFIX}: {error}", file=sys.stderr)
-        return 2
-    log.session = session.session_id
-    verb = "resumed" if session.resumed else "started"
-    log.event(
-        f"session-{verb}",
-        f"{verb} session {session.session_id} of federation {federation.federation_id!r} "
-        f"({len(config.node_ids)} nodes, at least {config.min_nodes}; state {state_path})",
-    )
+        raise _StartRefused(str(error)) from None
+    return _Opened(session, store, state_path, fresh)
 
+
+def _serve(
+    opened: _Opened,
+    tls: ServerTLS,
+    listen: str,
+    limits: ServerLimits,
+    log: CoordinatorLog,
+    *,
+    linger: float | None,
+) -> int:
+    """Serve the session until it has ended and been handed out, or a signal stops it."""
+    from coordinator.logs import CoreLogRelay
+    from coordinator.server import start_server
+
+    session, store, config = opened.session, opened.store, opened.session.config
     stop = threading.Event()
     received: list[int] = []
 
@@ -449,8 +515,8 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, RuntimeError) as error:
             # Taken in the moment since the check: a state file made by this run goes.
             store.close()
-            if fresh:
-                _remove_state(state_path)
+            if opened.fresh:
+                _remove_state(opened.state_path)
             print(f"{_PREFIX}: cannot listen on {listen}: {error}", file=sys.stderr)
             return 2
         host = listen.rpartition(":")[0] or "0.0.0.0"
@@ -460,16 +526,9 @@ def run(args: argparse.Namespace) -> int:
             f"per node, {limits.total_calls(len(config.node_ids))} in total; first message "
             f"within {limits.first_message_seconds:g} s; health and reflection served)",
         )
-        linger_s = args.linger if args.linger is not None else config.round_timeout_ms / 1000
-        ended_at: float | None = None
+        linger_s = linger if linger is not None else config.round_timeout_ms / 1000
         try:
-            while not stop.wait(0.1):
-                if not session.ended():
-                    continue
-                if ended_at is None:
-                    ended_at = time.monotonic()
-                if session.everyone_informed() or time.monotonic() - ended_at >= linger_s:
-                    break
+            _wait_until_handed_out(session, stop, linger_s)
         finally:
             server.stop(grace=2.0)
         state, reason, session_id = session.state(), session.reason(), session.session_id
@@ -478,7 +537,24 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
         store.close()
         relay.stop()
+    return _exit_status(state, reason, session_id, received, log)
 
+
+def _wait_until_handed_out(session: Session, stop: threading.Event, linger_s: float) -> None:
+    """Return once the session has ended and every node was told (or ``linger_s`` passed)."""
+    ended_at: float | None = None
+    while not stop.wait(0.1):
+        if not session.ended():
+            continue
+        if ended_at is None:
+            ended_at = time.monotonic()
+        if session.everyone_informed() or time.monotonic() - ended_at >= linger_s:
+            return
+
+
+def _exit_status(
+    state: str, reason: str | None, session_id: str, received: list[int], log: CoordinatorLog
+) -> int:
     if state == "completed":
         log.event("exit", f"session {session_id} completed")
         return 0

@@ -39,7 +39,7 @@ from zerosum.commands._deltab_report import (
     write_model_text,
 )
 from zerosum.commands._model_io import features_for_model, load_model_file
-from zerosum.errors import CommandError
+from zerosum.errors import UsageError
 
 PROG = "zerosum deltab"
 MODEL_KINDS = MODELS  # the five models of Smith et al. 2019, listed once in node.deltab
@@ -113,10 +113,6 @@ outputs:
 
 exit status: 0 on success, 2 on bad input (with one sentence saying why).
 """
-
-
-class _UsageError(CommandError, ValueError):
-    """Flags that make sense one by one but not together."""
 
 
 def _positive_int(text: str) -> int:
@@ -284,24 +280,24 @@ def warnings_on_stderr(prog: str) -> Iterator[None]:
 
 def _check_flags(args: argparse.Namespace) -> None:
     if args.load and (args.train_features or args.train_ages):
-        raise _UsageError("give either --load or --train-features, not both.")
+        raise UsageError("give either --load or --train-features, not both.")
     if args.load and (
         args.feature_proportion or args.feature_num or args.feature_var or args.kaiser_guttmann
     ):
-        raise _UsageError(
+        raise UsageError(
             "the PCA reduction flags apply to training; a loaded model keeps its own reduction."
         )
     if not args.load and not args.train_features:
         if args.train_ages:
-            raise _UsageError("--train-ages needs --train-features.")
-        raise _UsageError(
+            raise UsageError("--train-ages needs --train-features.")
+        raise UsageError(
             "nothing to do: give --train-features (and --train-ages) to train a model, "
             "or --load a saved one."
         )
     if args.predict_ages and not args.predict_features:
-        raise _UsageError("--predict-ages needs --predict-features.")
+        raise UsageError("--predict-ages needs --predict-features.")
     if args.load and not args.predict_features and _wants_prediction(args):
-        raise _UsageError(
+        raise UsageError(
             "a loaded model needs --predict-features (and --predict-ages, unless that file has "
             "an 'age' column) to predict."
         )
@@ -374,8 +370,9 @@ def run(args: argparse.Namespace) -> int:
         with warnings_on_stderr(PROG):
             return _run(args)
     except ValueError as exc:
-        # Input errors (DeltabInputError, _UsageError) and the estimator's and the
-        # model file's own checks are all ValueErrors carrying a full sentence.
+        # DeltabError (the library's refusals: input tables, model files, ranges) and
+        # UsageError are ValueErrors, and so are the estimator's own argument checks
+        # (node.deltab's contract); each carries a full sentence.
         if args.debug:
             traceback.print_exc()
         return fail(PROG, in_flag_terms(str(exc)))
@@ -392,7 +389,6 @@ def _training_size(subjects: Subjects) -> str:
 
 def _run(args: argparse.Namespace) -> int:
     _check_flags(args)
-    nan_policy = "median" if args.feature_nans == "median" else "drop"
     predicting = _wants_prediction(args)
     output = Path(args.predict_output or DEFAULT_PREDICT_OUTPUT) if predicting else None
     for target in (output, args.true_ages_output if predicting else None, args.save):
@@ -407,14 +403,7 @@ def _run(args: argparse.Namespace) -> int:
 
     training: Subjects | None = None
     if args.load:
-        model = load_model_file(args.load)
-        if args.predict_model is not None:
-            model.set_params(model=args.predict_model)
-        trained_on = f"{int(model.n_subjects_)} subjects x {model.n_features_in_} features"
-        _say(
-            f"loaded {args.load}: {model.model} model trained on {trained_on}; "
-            f"{describe_model(model)}"
-        )
+        model, trained_on = _loaded(args)
     else:
         training = load_subjects(
             PROG,
@@ -424,25 +413,7 @@ def _run(args: argparse.Namespace) -> int:
             args.feature_nans,
             debug=debug,
         )
-        _check_components(args, training)
-        model = BrainAgeModel(
-            args.predict_model or DEFAULT_MODEL_KIND,
-            n_components=args.feature_num,
-            feature_proportion=args.feature_proportion,
-            variance_explained=args.feature_var,
-            kaiser_guttman=bool(args.kaiser_guttmann),
-            nan_policy=nan_policy,
-        )
-        fit_naming_columns(
-            model,
-            training.features,
-            training.age,
-            feature_names=training.feature_names,
-            source=training.source,
-        )
-        if training.named:
-            set_feature_names(model, training.feature_names)
-        check_interpolation(model, training.features, training.age, training.source)
+        model = _trained(args, training)
         trained_on = _training_size(training)
         _say(f"trained the {model.model} model on {trained_on}: {describe_model(model)}")
     debug(
@@ -451,7 +422,68 @@ def _run(args: argparse.Namespace) -> int:
         + ", ".join(f"{v:.3g}" for v in model.explained_variance_ratio_[:10])
         + (" ..." if model.n_components_ > 10 else "")
     )
+    _save(args, model, text_folder, trained_on)
+    if output is None:
+        return 0
+    if args.predict_features:
+        subjects = load_subjects(
+            PROG,
+            args.predict_features,
+            args.predict_ages,
+            "--predict-ages",
+            args.feature_nans,
+            debug=debug,
+        )
+        features = _features_within_bounds(model, subjects)
+    elif training is not None:
+        subjects = training
+        features = training.features
+    else:  # pragma: no cover - ruled out by _check_flags
+        raise UsageError("a loaded model needs --predict-features to predict.")
+    _predict(args, model, subjects, features, output)
+    return 0
 
+
+def _loaded(args: argparse.Namespace) -> tuple[BrainAgeModel, str]:
+    """The model of --load (with --predict-model's kind, if given) and what it was trained on."""
+    model = load_model_file(args.load)
+    if args.predict_model is not None:
+        model.set_params(model=args.predict_model)
+    trained_on = f"{int(model.n_subjects_)} subjects x {model.n_features_in_} features"
+    _say(
+        f"loaded {args.load}: {model.model} model trained on {trained_on}; {describe_model(model)}"
+    )
+    return model, trained_on
+
+
+def _trained(args: argparse.Namespace, training: Subjects) -> BrainAgeModel:
+    """A model of the options' kind and components, fitted on ``training``."""
+    _check_components(args, training)
+    model = BrainAgeModel(
+        args.predict_model or DEFAULT_MODEL_KIND,
+        n_components=args.feature_num,
+        feature_proportion=args.feature_proportion,
+        variance_explained=args.feature_var,
+        kaiser_guttman=bool(args.kaiser_guttmann),
+        nan_policy="median" if args.feature_nans == "median" else "drop",
+    )
+    fit_naming_columns(
+        model,
+        training.features,
+        training.age,
+        feature_names=training.feature_names,
+        source=training.source,
+    )
+    if training.named:
+        set_feature_names(model, training.feature_names)
+    check_interpolation(model, training.features, training.age, training.source)
+    return model
+
+
+def _save(
+    args: argparse.Namespace, model: BrainAgeModel, text_folder: Path | None, trained_on: str
+) -> None:
+    """--save and --save-text."""
     if args.save:
         save_model(model, args.save)
         _say(f"saved the model to {args.save}")
@@ -462,44 +494,41 @@ def _run(args: argparse.Namespace) -> int:
         _say(
             f"saved the model as text to {text_folder}/ (summary.txt and {len(written) - 1} files)"
         )
-    if output is None:
-        return 0
 
-    if args.predict_features:
-        subjects = load_subjects(
-            PROG,
-            args.predict_features,
-            args.predict_ages,
-            "--predict-ages",
-            args.feature_nans,
-            debug=debug,
-        )
-        features = features_for_model(
-            PROG,
-            model,
-            subjects.source,
-            subjects.feature_names,
-            subjects.features,
-            named=subjects.named,
-        )
-        # A federated model carries its training bounds: predict within them, as zerosum
-        # predict does (node.deltab.out_of_range), and say what was clipped.
-        features, outside = fit_to_training_bounds(
-            features, training_bounds_of(model), feature_names_of(model) or subjects.feature_names
-        )
-        if outside.any:
-            _say(
-                "note: "
-                + outside.sentence(
-                    str(subjects.source), "they were clipped to the bounds before predicting."
-                )
+
+def _features_within_bounds(model: BrainAgeModel, subjects: Subjects) -> NDArray[np.float64]:
+    """``subjects``' features in the model's column order, clipped to its training bounds."""
+    features = features_for_model(
+        PROG,
+        model,
+        subjects.source,
+        subjects.feature_names,
+        subjects.features,
+        named=subjects.named,
+    )
+    # A federated model carries its training bounds: predict within them, as zerosum
+    # predict does (node.deltab.out_of_range), and say what was clipped.
+    features, outside = fit_to_training_bounds(
+        features, training_bounds_of(model), feature_names_of(model) or subjects.feature_names
+    )
+    if outside.any:
+        _say(
+            "note: "
+            + outside.sentence(
+                str(subjects.source), "they were clipped to the bounds before predicting."
             )
-    elif training is not None:
-        subjects = training
-        features = training.features
-    else:  # pragma: no cover - ruled out by _check_flags
-        raise _UsageError("a loaded model needs --predict-features to predict.")
+        )
+    return features
 
+
+def _predict(
+    args: argparse.Namespace,
+    model: BrainAgeModel,
+    subjects: Subjects,
+    features: NDArray[np.float64],
+    output: Path,
+) -> None:
+    """Predict, write the prediction to ``output`` and, with --true-ages-output, the true ages."""
     what = args.predict or "delta"
     if what == "age":
         values = model.predict_age(features, subjects.age)
@@ -514,4 +543,3 @@ def _run(args: argparse.Namespace) -> int:
     if args.true_ages_output:
         write_values(Path(args.true_ages_output), subjects.age)
         _say(f"wrote their true ages to {args.true_ages_output}")
-    return 0

@@ -36,14 +36,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from node.egress.pinned_noise import pin_noise
+from node.errors import NodeError
 from node.plans.deltab.plan import deltab_plan_spec
 from node.plans.deltab.settings import (
     DEFAULT_MAX_CLIPPED_FRACTION,
     ClippingBounds,
     DeltabSettings,
 )
+from noise.errors import NoiseError
 from noise.keys import IdentityKey
 from noise.stream import stream_fingerprint
+from proto.errors import ProtoError
 from proto.federation import (
     FederationConfig,
     NodeEntry,
@@ -59,9 +62,11 @@ from zerosum.commands import init_inputs as inputs
 from zerosum.commands import init_kits, init_logreg
 from zerosum.commands import revoke as revoke_command
 from zerosum.commands.init_inputs import InitError
+from zerosum.errors import CommandError
 
 if TYPE_CHECKING:
     from node.deltab.synthetic import Cohort
+    from node.plans.logreg import LogregSettings
     from node.records.ledger import ObserverTotal
 
 DESCRIPTION = """\
@@ -314,9 +319,12 @@ def _synthetic(
             f"node {node_id!r} would get {size} subjects, below --min-cohort-size "
             f"{args.min_cohort_size}."
         )
-    federation = make_federation_cohorts(
-        sizes, args.n_features, seed, holdout_size=args.holdout_size
-    )
+    try:
+        federation = make_federation_cohorts(
+            sizes, args.n_features, seed, holdout_size=args.holdout_size
+        )
+    except ValueError as error:  # the generator's own argument checks (node.deltab.synthetic)
+        raise InitError(str(error)) from None
     population = federation.population
     lows: list[float] = []
     highs: list[float] = []
@@ -420,6 +428,70 @@ def _pinned(spec: PlanSpec) -> PlanSpec:
     return installed_plans()[spec.name].pins(spec)
 
 
+def _check_bounds_options(args: argparse.Namespace) -> None:
+    """Refuse clipping options that contradict each other (InitError)."""
+    if args.feature_bounds is not None and args.feature_range is not None:
+        raise InitError("give --feature-range or --feature-bounds, not both.")
+    if args.feature_names is not None and args.feature_bounds is not None:
+        raise InitError("--feature-bounds names its features; drop --feature-names.")
+    if not args.synthetic or args.plan == "logreg":
+        return
+    if (
+        args.age_range is not None
+        or args.feature_range is not None
+        or args.feature_bounds is not None
+    ):
+        raise InitError(
+            "--synthetic sets its own clipping bounds; drop --age-range/--feature-range/"
+            "--feature-bounds."
+        )
+    if args.feature_names is not None:
+        raise InitError("--synthetic names its own features; drop --feature-names.")
+
+
+def _deltab_plan(
+    args: argparse.Namespace, node_ids: Sequence[str], out: Path
+) -> tuple[PlanSpec, dict[Path, Cohort], int | None]:
+    """The brain-age plan's [plan]; with --synthetic its cohorts (and holdout) and their seed."""
+    if not args.synthetic:
+        return _deltab_spec(args, _declared_clipping(args)), {}, None
+    if args.n_features is None:
+        args.n_features = 40
+    by_node, holdout, clipping, seed = _synthetic(args, node_ids)
+    cohorts = {out / "nodes" / n / "data.csv": c for n, c in by_node.items()}
+    cohorts[out / "holdout.csv"] = holdout
+    return _deltab_spec(args, clipping), cohorts, seed
+
+
+def _credential_files(
+    config: FederationConfig,
+    out: Path,
+    node_ids: Sequence[str],
+    identities: dict[str, IdentityKey],
+    checkers: dict[str, IdentityKey],
+) -> dict[Path, tuple[bytes, bool]]:
+    """The CA, the coordinator's and every node's TLS files and keys, the generated checkers'."""
+    ca = pki.create_ca(config.federation_id)
+    server = pki.issue_server_certificate(ca, [config.coordinator_host])
+    files: dict[Path, tuple[bytes, bool]] = {
+        out / "ca" / "ca.pem": (ca.certificate_pem(), False),
+        out / "ca" / "ca.key": (ca.private_key_pem(), True),
+        out / "coordinator" / "server.pem": (server.certificate_pem(), False),
+        out / "coordinator" / "server.key": (server.private_key_pem(), True),
+    }
+    for node_id in node_ids:
+        client = pki.issue_client_certificate(ca, node_id)
+        folder = out / "nodes" / node_id
+        files[folder / "identity.pem"] = (identities[node_id].to_pem(), True)
+        files[folder / "client.pem"] = (client.certificate_pem(), False)
+        files[folder / "client.key"] = (client.private_key_pem(), True)
+    for node_id, checker in checkers.items():
+        folder = out / "checkers" / node_id
+        files[folder / "checker.pem"] = (checker.to_pem(), True)
+        files[folder / "checker.pub"] = (pki.ed25519_public_pem(checker.public_bytes()), False)
+    return files
+
+
 def _plan(args: argparse.Namespace) -> _Plan:
     node_ids = inputs.node_ids(args.nodes)
     out: Path = args.out
@@ -428,37 +500,15 @@ def _plan(args: argparse.Namespace) -> _Plan:
         if args.collusion_threshold is not None
         else min(1, len(node_ids) - 2)
     )
+    _check_bounds_options(args)
+    logreg: LogregSettings | None = None
     seed: int | None = None
     cohorts: dict[Path, Cohort] = {}
     extra: dict[Path, bytes] = {}
-    if args.feature_bounds is not None and args.feature_range is not None:
-        raise InitError("give --feature-range or --feature-bounds, not both.")
-    if args.feature_names is not None and args.feature_bounds is not None:
-        raise InitError("--feature-bounds names its features; drop --feature-names.")
-    logreg = None
     if args.plan == "logreg":
         spec, logreg, extra, seed = init_logreg.build(args, node_ids, out)
-    elif args.synthetic:
-        if (
-            args.age_range is not None
-            or args.feature_range is not None
-            or args.feature_bounds is not None
-        ):
-            raise InitError(
-                "--synthetic sets its own clipping bounds; drop --age-range/--feature-range/"
-                "--feature-bounds."
-            )
-        if args.feature_names is not None:
-            raise InitError("--synthetic names its own features; drop --feature-names.")
-        if args.n_features is None:
-            args.n_features = 40
-        by_node, holdout, clipping, seed = _synthetic(args, node_ids)
-        cohorts = {out / "nodes" / n / "data.csv": c for n, c in by_node.items()}
-        cohorts[out / "holdout.csv"] = holdout
     else:
-        clipping = _declared_clipping(args)
-    if logreg is None:
-        spec = _deltab_spec(args, clipping)
+        spec, cohorts, seed = _deltab_plan(args, node_ids, out)
     spec = _pinned(spec)
 
     identities = {node_id: IdentityKey.generate() for node_id in node_ids}
@@ -499,24 +549,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     # Every noise scale fixed once, here, for every party (node.egress.pinned_noise).
     config = pin_noise(config)
     _check_budget(config)
-    ca = pki.create_ca(config.federation_id)
-    server = pki.issue_server_certificate(ca, [config.coordinator_host])
-    files: dict[Path, tuple[bytes, bool]] = {
-        out / "ca" / "ca.pem": (ca.certificate_pem(), False),
-        out / "ca" / "ca.key": (ca.private_key_pem(), True),
-        out / "coordinator" / "server.pem": (server.certificate_pem(), False),
-        out / "coordinator" / "server.key": (server.private_key_pem(), True),
-    }
-    for node_id in node_ids:
-        client = pki.issue_client_certificate(ca, node_id)
-        folder = out / "nodes" / node_id
-        files[folder / "identity.pem"] = (identities[node_id].to_pem(), True)
-        files[folder / "client.pem"] = (client.certificate_pem(), False)
-        files[folder / "client.key"] = (client.private_key_pem(), True)
-    for node_id, checker in checkers.items():
-        folder = out / "checkers" / node_id
-        files[folder / "checker.pem"] = (checker.to_pem(), True)
-        files[folder / "checker.pub"] = (pki.ed25519_public_pem(checker.public_bytes()), False)
+    files = _credential_files(config, out, node_ids, identities, checkers)
     # Written last, so a federation.toml on disk means the folder is complete.
     for path, content in extra.items():  # the logreg plan's data files
         files[path] = (content, False)
@@ -670,7 +703,7 @@ def run(args: argparse.Namespace) -> int:
     out: Path = args.out
     try:
         plan = _plan(args)
-    except (InitError, ValueError) as error:
+    except (CommandError, ProtoError, NoiseError, NodeError) as error:
         print(f"zerosum federation init: {error}", file=sys.stderr)
         return 2
     if not args.force:

@@ -129,38 +129,41 @@ def feature_bounds(
     lows: list[float] = []
     highs: list[float] = []
     for line, row in enumerate(rows[1:], start=2):
-        if len(row) != 3:
-            raise InitError(f"{option}, line {line}: 3 fields feature,low,high; got {len(row)}.")
-        name = row[0].strip()
-        if not name:
-            raise InitError(
-                f"{option}, line {line}: the feature column is empty; name the cohort column "
-                "this bound belongs to."
-            )
-        if name in names:
-            raise InitError(
-                f"{option}, line {line}: feature {name!r} already has bounds on line "
-                f"{names.index(name) + 2}."
-            )
-        names.append(name)
-        for column, cell, into in (("low", row[1], lows), ("high", row[2], highs)):
-            try:
-                value = float(cell)
-            except ValueError:
-                raise InitError(
-                    f"{option}, line {line} ({name!r}): {column} {cell.strip()!r} is not a number."
-                ) from None
-            if not math.isfinite(value):
-                raise InitError(
-                    f"{option}, line {line} ({name!r}): {column} must be finite; got {cell!r}."
-                )
-            into.append(value)
+        where = f"{option}, line {line}"
+        names.append(_bound_name(where, row, names))
+        named = f"{where} ({names[-1]!r})"
+        lows.append(_bound_value(named, "low", row[1]))
+        highs.append(_bound_value(named, "high", row[2]))
         if lows[-1] >= highs[-1]:
-            raise InitError(
-                f"{option}, line {line} ({name!r}): high {highs[-1]:g} must exceed low "
-                f"{lows[-1]:g}."
-            )
+            raise InitError(f"{named}: high {highs[-1]:g} must exceed low {lows[-1]:g}.")
     return names, lows, highs
+
+
+def _bound_name(where: str, row: list[str], names: list[str]) -> str:
+    """The feature a bounds row names (three fields, a name not seen on an earlier row)."""
+    if len(row) != 3:
+        raise InitError(f"{where}: 3 fields feature,low,high; got {len(row)}.")
+    name = row[0].strip()
+    if not name:
+        raise InitError(
+            f"{where}: the feature column is empty; name the cohort column this bound belongs to."
+        )
+    if name in names:
+        raise InitError(
+            f"{where}: feature {name!r} already has bounds on line {names.index(name) + 2}."
+        )
+    return name
+
+
+def _bound_value(where: str, column: str, cell: str) -> float:
+    """The finite number in a bounds row's ``column`` (low or high)."""
+    try:
+        value = float(cell)
+    except ValueError:  # float()'s own error for text that is not a number
+        raise InitError(f"{where}: {column} {cell.strip()!r} is not a number.") from None
+    if not math.isfinite(value):
+        raise InitError(f"{where}: {column} must be finite; got {cell!r}.")
+    return value
 
 
 def sizes(text: str | None, count: int) -> list[int]:

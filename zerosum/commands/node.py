@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from node.runner import NodeRunner
 
 DESCRIPTION = """\
 Run this TRE's node for one session: join the coordinator with a fresh signed
@@ -154,9 +158,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prefix}: --json goes with --status", file=sys.stderr)
         return 2
     # Imported here so `zerosum --help` and --status never load grpc.
-    from node.errors import ApprovalRejected, NodeError, PreflightRefused, SetupError
     from node.runner import NodeOptions, NodeRunner
-    from noise.errors import NoiseError
 
     runner = NodeRunner(
         args.federation,
@@ -166,8 +168,21 @@ def run(args: argparse.Namespace) -> int:
         state=args.state,
         options=NodeOptions(approve=args.approve, address=args.coordinator),
     )
+    refused = _prepare(runner, prefix, verbose=args.check)
+    if refused is not None:
+        return refused
+    if args.check:
+        print(f"{prefix}: pre-flight passed; the node can join a session", file=sys.stderr)
+        return 0
+    return _session(runner, prefix)
+
+
+def _prepare(runner: NodeRunner, prefix: str, *, verbose: bool) -> int | None:
+    """The local checks before any contact: None when they pass, else the exit status (2)."""
+    from node.errors import NodeError, PreflightRefused
+
     try:
-        runner.prepare(verbose=args.check)
+        runner.prepare(verbose=verbose)
     except PreflightRefused as error:
         for problem in error.problems:
             print(f"{prefix}: refused: {problem}", file=sys.stderr)
@@ -175,9 +190,14 @@ def run(args: argparse.Namespace) -> int:
     except NodeError as error:
         print(f"{prefix}: {_sentence(error)}", file=sys.stderr)
         return 2
-    if args.check:
-        print(f"{prefix}: pre-flight passed; the node can join a session", file=sys.stderr)
-        return 0
+    return None
+
+
+def _session(runner: NodeRunner, prefix: str) -> int:
+    """Take part in the session: 0 completed, 1 stopped or failed, 2 bad local setup."""
+    from node.errors import ApprovalRejected, NodeError, SetupError
+    from noise.errors import NoiseError
+
     try:
         outcome = runner.run()
     except ApprovalRejected as error:

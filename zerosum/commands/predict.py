@@ -92,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
         with warnings_on_stderr(PROG):
             return _run(args)
     except ValueError as exc:
-        # Input errors and the estimator's own checks are ValueErrors with a full sentence.
+        # DeltabError (input tables, the model file, out-of-range features) is a
+        # ValueError, and so are the estimator's own argument checks (node.deltab's
+        # contract); each carries a full sentence.
         return fail(PROG, in_flag_terms(str(exc)))
     except OSError as exc:
         return fail(PROG, f"cannot use {exc.filename or 'a file'}: {exc.strerror or exc}.")

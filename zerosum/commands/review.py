@@ -234,16 +234,9 @@ def run(args: argparse.Namespace) -> int:
     folder: Path = args.folder
     deciding = bool(args.approve or args.reject)
     acting = deciding or args.export is not None or args.import_decision is not None
-    try:
-        is_bundle = (folder / "manifest.json").is_file()
-    except PermissionError:
-        return _fail(
-            f"{folder} is not readable from this account (the node's files are private to its "
-            "own); the node's operator can export a copy for review with "
-            f"`zerosum review {folder} --export DIR`"
-        )
-    if not is_bundle:
-        return _fail(f"{folder} holds no manifest.json; it is not an egress folder")
+    problem = _folder_problem(folder)
+    if problem is not None:
+        return _fail(problem)
     try:
         thresholds = ACRO_DEFAULTS if args.sdc is None else read_sdc_file(args.sdc)
     except SDCFileError as error:
@@ -258,6 +251,24 @@ def run(args: argparse.Namespace) -> int:
         _show(args, review, full=not acting)
     if not acting:
         return review.exit_code
+    return _act(args, folder, review)
+
+
+def _folder_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be reviewed here (unreadable, or no egress folder), or None."""
+    try:
+        is_bundle = (folder / "manifest.json").is_file()
+    except PermissionError:
+        return (
+            f"{folder} is not readable from this account (the node's files are private to its "
+            "own); the node's operator can export a copy for review with "
+            f"`zerosum review {folder} --export DIR`"
+        )
+    return None if is_bundle else f"{folder} holds no manifest.json; it is not an egress folder"
+
+
+def _act(args: argparse.Namespace, folder: Path, review: Review | SummaryReview) -> int:
+    """--export, --import-decision, --approve or --reject, once the review has been made."""
     # Acting: the full report is what the read-only review is for; here one line of it,
     # what was done, and a last line whose exit status is the command's.
     _say(
@@ -266,36 +277,42 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.export is not None:
         return _export(args, folder, review)
+    refusal = _why_no_decision(args, folder, review)
+    if refusal is not None:
+        return _refuse(args, refusal)
+    if args.import_decision is not None:
+        return _import(args, folder, review, review.decision)
+    assert review.bundle is not None  # _why_no_decision refuses an unreadable bundle
+    return _decide(args, folder, review.bundle.node_id, dict(review.keys), review.decision)
+
+
+def _why_no_decision(
+    args: argparse.Namespace, folder: Path, review: Review | SummaryReview
+) -> str | None:
+    """Why no decision may be signed or imported for ``folder``, or None when one may."""
     broken = [f for f in review.findings if f.level == "fail" and f.check in _INTEGRITY]
     if review.bundle is None or broken:
         reason = broken[0].message if broken else "it cannot be read"
-        return _refuse(args, f"{folder} does not verify, so nothing may be signed for it: {reason}")
+        return f"{folder} does not verify, so nothing may be signed for it: {reason}"
     if review.config is None:
         config_fault = [
             f.message for f in review.findings if f.check == "config" and f.level == "fail"
         ]
         if config_fault:
-            return _refuse(args, config_fault[0])
-        return _refuse(
-            args,
+            return config_fault[0]
+        return (
             f"no {CONFIG_NAME} found above {folder}; pass the federation config with "
-            "--federation so the node's checker keys are known",
+            "--federation so the node's checker keys are known"
         )
-    state = review.decision
-    if state.state == "valid":
-        return _refuse(
-            args, f"{folder} already holds a valid decision; it is final and is left alone"
-        )
-    if args.import_decision is not None:
-        return _import(args, folder, review, state)
-    if args.approve and review.exit_code == 2:
+    if review.decision.state == "valid":
+        return f"{folder} already holds a valid decision; it is final and is left alone"
+    if args.import_decision is None and args.approve and review.exit_code == 2:
         failed = next(f for f in review.findings if f.level == "fail")
-        return _refuse(
-            args,
+        return (
             f"{folder} fails the review ({failed.check}: {failed.message}); an approval is not "
-            "signed (a rejection may be)",
+            "signed (a rejection may be)"
         )
-    return _decide(args, folder, review.bundle.node_id, dict(review.keys), state)
+    return None
 
 
 def _refuse(args: argparse.Namespace, message: str) -> int:

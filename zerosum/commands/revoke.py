@@ -24,7 +24,8 @@ from typing import Final
 
 from cryptography import x509
 
-from bounded.files import KIB, LocalFileError, read_limited, read_limited_text, read_secret
+from bounded.files import KIB, read_limited, read_limited_text, read_secret
+from proto.errors import ProtoError
 from proto.federation import (
     MAX_CONFIG_BYTES,
     ConfigError,
@@ -34,8 +35,9 @@ from proto.federation import (
     parse_federation,
 )
 from proto.federation.writing import toml_value
-from proto.tls import certificate_fingerprint
+from proto.tls import CertificateError, certificate_fingerprint
 from zerosum import pki
+from zerosum.errors import CommandError, UsageError
 
 __all__ = ["add_revoke_arguments", "revoke_certificate", "run_revoke"]
 
@@ -86,8 +88,8 @@ def _fingerprint_of(path: Path) -> str:
     pem = read_limited(path, _CREDENTIAL_BYTES, what="certificate")
     try:
         return certificate_fingerprint(x509.load_pem_x509_certificate(pem))
-    except ValueError:
-        raise ValueError(f"{path} is not a PEM certificate") from None
+    except ValueError:  # what cryptography raises for a file that is not a certificate
+        raise CertificateError(f"{path} is not a PEM certificate") from None
 
 
 def _edited(text: str, revoked: tuple[str, ...]) -> str:
@@ -164,7 +166,7 @@ def run_revoke(args: argparse.Namespace) -> int:
         config = load_federation(config_path)
         base = config.base_dir or config_path.parent
         if args.reissue and args.node_id is None:
-            raise ValueError("--reissue goes with --node-id")
+            raise UsageError("--reissue goes with --node-id")
         if args.node_id is not None:
             config.node(args.node_id)  # KeyError naming the federation
             fingerprint = _fingerprint_of(base / "nodes" / args.node_id / "client.pem")
@@ -184,7 +186,7 @@ def run_revoke(args: argparse.Namespace) -> int:
     except KeyError as error:
         print(f"{_PREFIX}: {error.args[0]}", file=sys.stderr)
         return 2
-    except (ConfigError, LocalFileError, ValueError, OSError) as error:
+    except (ProtoError, CommandError, OSError) as error:  # config or certificate; usage; file
         print(f"{_PREFIX}: {error}", file=sys.stderr)
         return 2
     print(f"{_PREFIX}: restart the coordinator to apply the revocation list")

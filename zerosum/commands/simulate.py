@@ -7,6 +7,10 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simulations.cluster import DaskTarget
 
 DESCRIPTION = """\
 Simulate federated brain-age fits under each noise scheme and write results and a report:
@@ -97,44 +101,56 @@ def _error(message: str) -> int:
     return 2
 
 
-def run(args: argparse.Namespace) -> int:
-    on_dask = args.scheduler is not None or args.dask_local is not None
-    if args.jobs is not None and on_dask:
-        return _error("--jobs sets local processes; a Dask cluster brings its own workers")
-    jobs = _default_jobs() if args.jobs is None else args.jobs
-    if jobs < 1:
-        return _error(f"--jobs must be at least 1; got {jobs}")
+def _option_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with --jobs or --dask-local, or None."""
+    if args.jobs is not None and (args.scheduler is not None or args.dask_local is not None):
+        return "--jobs sets local processes; a Dask cluster brings its own workers"
+    if args.jobs is not None and args.jobs < 1:
+        return f"--jobs must be at least 1; got {args.jobs}"
     if args.dask_local is not None and args.dask_local < 1:
-        return _error(f"--dask-local must be at least 1 worker; got {args.dask_local}")
+        return f"--dask-local must be at least 1 worker; got {args.dask_local}"
+    return None
+
+
+def _target(args: argparse.Namespace) -> DaskTarget | None:
+    """The Dask cluster --scheduler or --dask-local names, or None to run locally."""
+    from simulations.cluster import DaskTarget
+
+    if args.scheduler is not None:
+        return DaskTarget(scheduler=args.scheduler)
+    if args.dask_local is not None:
+        return DaskTarget(local_workers=args.dask_local)
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = _option_problem(args)
+    if problem is not None:
+        return _error(problem)
+    jobs = _default_jobs() if args.jobs is None else args.jobs
     # One BLAS thread per process: parallelism comes from --jobs, and several BLAS
     # threads per process on small matrices only contend. Set before numpy loads.
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, "1")
-    from simulations.cluster import ClusterError, DaskTarget
+    from simulations.cluster import ClusterError, ClusterTargetError
     from simulations.config import SimulationConfigError, load_config
     from simulations.sweep import Progress, run_sweep
 
     try:
         config = load_config(args.preset, args.config, scenarios=args.scenario)
+        target = _target(args)
+        args.out.mkdir(parents=True, exist_ok=True)
     except SimulationConfigError as exc:
         return _error(str(exc))
-    target = None
-    if args.scheduler is not None:
-        try:
-            target = DaskTarget(scheduler=args.scheduler)
-        except ValueError as exc:
-            return _error(f"--scheduler: {exc}")
-    elif args.dask_local is not None:
-        target = DaskTarget(local_workers=args.dask_local)
+    except ClusterTargetError as exc:
+        return _error(f"--scheduler: {exc}")
+    except OSError as exc:
+        return _error(f"cannot create --out {args.out}: {exc}")
     started = time.monotonic()
 
     def start(total: int, resumed: int) -> Progress | None:
         return None if args.quiet else Progress(total, resumed)
 
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return _error(f"cannot create --out {args.out}: {exc}")
     try:
         outcome = run_sweep(config, args.out, jobs=jobs, on_start=start, cluster=target)
     except ClusterError as exc:

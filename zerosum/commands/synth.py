@@ -9,6 +9,7 @@ import numpy as np
 from node.deltab.io import check_output_path, write_values
 from node.deltab.synthetic import SiteEffect, make_cohort, write_cohort_csv
 from zerosum.commands.deltab import fail
+from zerosum.errors import UsageError
 
 PROG = "zerosum synth"
 
@@ -146,16 +147,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _check(args: argparse.Namespace) -> None:
     low, high = args.age_range
     if not low < high:
-        raise ValueError(f"--age-range needs LOW < HIGH; got {low:g} {high:g}.")
+        raise UsageError(f"--age-range needs LOW < HIGH; got {low:g} {high:g}.")
     for flag, value in (
         ("--delta-sd", args.delta_sd),
         ("--site-offset-sd", args.site_offset_sd),
         ("--site-scale-sd", args.site_scale_sd),
     ):
         if not value >= 0:
-            raise ValueError(f"{flag} must be non-negative; got {value:g}.")
+            raise UsageError(f"{flag} must be non-negative; got {value:g}.")
     if not 0 <= args.missing_fraction < 1:
-        raise ValueError(f"--missing-fraction must be in [0, 1); got {args.missing_fraction:g}.")
+        raise UsageError(f"--missing-fraction must be in [0, 1); got {args.missing_fraction:g}.")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -195,6 +196,8 @@ def run(args: argparse.Namespace) -> int:
         if delta_output is not None:
             write_values(delta_output, cohort.true_delta)
     except ValueError as exc:
+        # UsageError and the generator's own argument checks (node.deltab's contract:
+        # a bad argument is a ValueError naming it and its value).
         return fail(PROG, str(exc))
     except OSError as exc:
         return fail(PROG, f"cannot write {exc.filename or args.output}: {exc.strerror or exc}.")

@@ -325,7 +325,7 @@ class SummaryBundle:
         return _sha256(_read(Path(folder) / MANIFEST))
 
     @classmethod
-    def verify(cls, folder: Path) -> SummaryBundle:
+    def verify(cls, folder: Path) -> SummaryBundle:  # noqa: C901, PLR0912 - every problem of the folder, collected in the manifest's order
         """Re-check the folder; the bundle, or EgressIntegrityError listing every problem."""
         folder = Path(folder)
         problems: list[str] = []

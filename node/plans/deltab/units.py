@@ -86,7 +86,7 @@ class DeltabUnits:
         value = self.t.get(name)
         return None if value is None or value.size != 1 else float(value[0])
 
-    def real(self, name: str) -> tuple[NDArray[np.float64] | None, list[str], str]:
+    def real(self, name: str) -> tuple[NDArray[np.float64] | None, list[str], str]:  # noqa: PLR0911 - one return per tensor of the plan: the table of real units
         """Real-unit values of tensor ``name``, per-entry labels, and the unit."""
         t, p = self.t, self.p
         features = list(self.names)
