@@ -20,6 +20,14 @@ server calls it before any reply leaves (coordinator/server.py), so nothing a
 node is told rests on a commit that power loss could undo, and concurrent
 calls share one flush instead of paying one each under the session lock.
 
+Typed reads are remembered until the next write. Every step and every
+result poll reads the session, the round and its uploads again, and turning
+rows back into layouts and sealed items was most of a poll's work; this
+process is the file's only writer, so a read stays true until this store
+writes, and every write (and the end of every transaction, committed or
+rolled back) forgets what was remembered. A store opened read-only (beside a
+running coordinator) remembers nothing.
+
 Each setter writes named columns with typed arguments; the session's state
 and a round's status are written only by the status changes of
 coordinator/transitions.py, so those are the one place to read which changes
@@ -28,15 +36,16 @@ exist.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from coordinator.store.payloads import (
     PayloadWriter,
@@ -68,6 +77,33 @@ from noise.layout import Layout
 
 __all__ = ["Store"]
 
+_Read = TypeVar("_Read", bound=Callable[..., Any])
+
+
+def _remembered(read: _Read) -> _Read:
+    """A typed read of :class:`Store`, answered from memory until the store next writes.
+
+    Rows are frozen dataclasses; a list or set is copied on the way out, so a
+    caller that changes what it got changes nothing remembered.
+    """
+    name = read.__name__
+
+    @functools.wraps(read)
+    def remembered(self: Store, *args: Any) -> Any:
+        if self.read_only:
+            return read(self, *args)
+        key = (name, *args)
+        with self._lock:
+            try:
+                value = self._memo[key]
+            except KeyError:
+                value = self._memo[key] = read(self, *args)
+        if isinstance(value, list | set):
+            return value.copy()
+        return value
+
+    return remembered  # type: ignore[return-value]
+
 
 def _sealed_to_json(items: Sequence[tuple[str, bytes, bytes]]) -> str:
     """(recipient, sealed, signature) triples as stored: a JSON list of [id, hex, hex]."""
@@ -96,6 +132,7 @@ class Store:
         self.payload_dir = payload_dir_for(self.path)
         self._lock = threading.RLock()
         self._in_transaction = False
+        self._memo: dict[tuple[Any, ...], Any] = {}
         self.read_only = read_only
         self._db, self._owner = open_state_database(self.path, read_only=read_only)
         # Group commit (see the module docstring): commits made, commits flushed.
@@ -179,6 +216,7 @@ class Store:
                 self._committed += 1
             finally:
                 self._in_transaction = False
+                self._memo.clear()  # a rollback undoes writes read back inside it
 
     @property
     def in_transaction(self) -> bool:
@@ -188,6 +226,7 @@ class Store:
     def _write(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         if not self._in_transaction:
             raise RuntimeError("state writes must happen inside Store.transaction().")
+        self._memo.clear()
         return self._db.execute(sql, params)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -196,6 +235,7 @@ class Store:
 
     # ------------------------------------------------------------ session
 
+    @_remembered
     def session(self) -> SessionRow | None:
         """The session row, or None in a fresh state file."""
         rows = self._read(
@@ -266,6 +306,7 @@ class Store:
 
     # ------------------------------------------------------------ roster
 
+    @_remembered
     def members(self) -> list[MemberRow]:
         """Every joined node, sorted by node id."""
         return [
@@ -276,6 +317,7 @@ class Store:
             )
         ]
 
+    @_remembered
     def live_node_ids(self) -> set[str]:
         """The ids of the joined nodes not dropped (so far)."""
         return {r[0] for r in self._read("SELECT node_id FROM roster WHERE status = 'live'")}
@@ -298,6 +340,7 @@ class Store:
 
     # ------------------------------------------------------------ rounds
 
+    @_remembered
     def rounds(self) -> list[RoundRow]:
         """Every round opened so far, in order."""
         return [
@@ -308,6 +351,7 @@ class Store:
             )
         ]
 
+    @_remembered
     def round(self, round_index: int) -> RoundRow | None:
         """One round, or None if it has not been opened."""
         rows = self._read(
@@ -388,6 +432,7 @@ class Store:
 
     # ------------------------------------------------------------ uploads
 
+    @_remembered
     def uploads(self, round_index: int) -> list[UploadRow]:
         """Stored uploads of a round, sorted by node id."""
         return [
@@ -442,6 +487,7 @@ class Store:
 
     # ------------------------------------------------------------ results
 
+    @_remembered
     def result(self, round_index: int) -> ResultRow | None:
         """The stored result of a round, or None."""
         rows = self._read(
@@ -472,6 +518,7 @@ class Store:
             ),
         )
 
+    @_remembered
     def deliveries(self, round_index: int) -> set[str]:
         """Nodes that have been sent the whole result of a round."""
         return {
@@ -491,6 +538,7 @@ class Store:
 
     # ------------------------------------------------------------ unmask
 
+    @_remembered
     def unmask_request(self, round_index: int, attempt: int) -> UnmaskRow | None:
         """One unmask attempt of a round, or None."""
         rows = self._read(
@@ -528,6 +576,7 @@ class Store:
             (deadline_ms, round_index, attempt),
         )
 
+    @_remembered
     def attestations(self, round_index: int, attempt: int) -> list[AttestationRow]:
         """Survivor attestations of an attempt, sorted by node id."""
         return [
@@ -555,6 +604,7 @@ class Store:
             ),
         )
 
+    @_remembered
     def corrections(self, round_index: int, attempt: int) -> list[CorrectionRow]:
         """Stored corrections of an attempt, sorted by node id."""
         return [
@@ -584,6 +634,7 @@ class Store:
             ),
         )
 
+    @_remembered
     def refusals(self, round_index: int, attempt: int) -> list[RefusalRow]:
         """Recorded refusals of an attempt."""
         return [

@@ -205,3 +205,26 @@ def test_sync_flushes_the_wal_once_for_every_commit_before_it(
         thread.join()
     assert 1 <= len(flushed) - 1 <= 8
     assert store.session() is not None and store.session().roster_version >= 10  # type: ignore[union-attr]
+
+
+def test_a_remembered_read_follows_every_write_and_every_rollback(store: Store) -> None:
+    create(store)
+    assert store.uploads(0) == []
+    row = stored_upload(store)
+    assert store.uploads(0) == [row]  # the write forgot the empty answer
+    store.uploads(0).clear()  # a caller changing its copy changes nothing remembered
+    assert store.uploads(0) == [row]
+    with pytest.raises(RuntimeError, match="undo"), store.transaction():
+        store.drop_member("a", 0, "gone")
+        assert [m.status for m in store.members()] == ["dropped"]  # read back inside
+        raise RuntimeError("undo")
+    assert [m.status for m in store.members()] == ["live"]  # the rollback is not remembered
+
+
+def test_a_read_only_store_remembers_nothing(store: Store) -> None:
+    create(store)
+    watcher = Store(store.path, read_only=True)
+    assert watcher.uploads(0) == []
+    row = stored_upload(store)
+    assert watcher.uploads(0) == [row]  # written by another connection, seen at once
+    watcher.close()
