@@ -16,6 +16,11 @@ A session is a few step objects (coordinator/steps/) over one
   whenever it is not in memory (after a restart, or after a step dropped it
   because it may be stale).
 
+* the Ed25519 verdicts of the session (:class:`SignatureChecks`): a step
+  verifies the signatures a request carries before it takes the session lock
+  (verification releases the GIL and needs no state), and the checks under the
+  lock, in their usual order, find the verdict already made.
+
 It also has the small phrase helpers every refusal sentence uses.
 """
 
@@ -41,6 +46,8 @@ from proto.messages import (
 
 __all__ = [
     "CoordinatorContext",
+    "SignatureChecks",
+    "Signed",
     "clock_text",
     "node_list",
     "short_digest",
@@ -78,6 +85,42 @@ def verify_ed25519(public_key: bytes, signature: bytes, message: bytes) -> bool:
     return True
 
 
+Signed = tuple[bytes, bytes, bytes]  # (public key, signature, message)
+
+
+class SignatureChecks:
+    """Ed25519 verdicts, each computed once: ahead of the session lock, or when first asked.
+
+    A verdict is a pure function of (key, signature, message), so one made
+    before the lock is the one the check under the lock would make; only
+    where the work happens changes. At most :attr:`LIMIT` verdicts are kept
+    (the oldest go first): a round needs about 2·K².
+    """
+
+    LIMIT = 1 << 14
+
+    def __init__(self) -> None:
+        self._verdicts: dict[Signed, bool] = {}
+        self._lock = threading.Lock()
+
+    def verify(self, public_key: bytes, signature: bytes, message: bytes) -> bool:
+        """True when ``signature`` is ``public_key``'s signature of ``message``."""
+        item = (public_key, signature, message)
+        verdict = self._verdicts.get(item)
+        if verdict is None:
+            verdict = verify_ed25519(public_key, signature, message)
+            with self._lock:
+                if len(self._verdicts) >= self.LIMIT:
+                    del self._verdicts[next(iter(self._verdicts))]
+                self._verdicts[item] = verdict
+        return verdict
+
+    def verify_ahead(self, items: Iterator[Signed] | list[Signed]) -> None:
+        """Make the verdicts of ``items`` now (the caller holds no session lock)."""
+        for public_key, signature, message in items:
+            self.verify(public_key, signature, message)
+
+
 class CoordinatorContext:
     """The state the steps of one session share (see the module docstring)."""
 
@@ -100,6 +143,7 @@ class CoordinatorContext:
         # How many transitions have committed; waiters hear of each one.
         self._version = 0
         self._changed = threading.Condition(threading.Lock())
+        self.signatures = SignatureChecks()
 
     # ------------------------------------------------------------ transitions and log
 

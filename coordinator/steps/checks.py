@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from coordinator.context import CoordinatorContext, node_list, verify_ed25519
+from coordinator.context import CoordinatorContext, Signed, node_list
 from coordinator.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -39,6 +39,7 @@ __all__ = [
     "check_sealed",
     "check_session_id",
     "find_member",
+    "sealed_signatures",
 ]
 
 
@@ -156,6 +157,43 @@ def check_bits(ctx: CoordinatorContext, spec: PayloadSpec, what: str) -> None:
         )
 
 
+def sealed_signatures(
+    ctx: CoordinatorContext,
+    items: Sequence[Sealed],
+    *,
+    round_index: int,
+    sender: str,
+    kind: str,
+    binding: bytes,
+) -> list[Signed]:
+    """(key, signature, message) of each sealed item as ``sender``'s, for :func:`check_sealed`.
+
+    Empty when the sender has no pinned key or the session has not started:
+    the checks themselves refuse those.
+    """
+    key = ctx.config.identity_keys.get(sender)
+    row = ctx.store.session()
+    if key is None or row is None:
+        return []
+    return [
+        (
+            key,
+            item.signature,
+            sealed_check_message(
+                row.config_hash,
+                row.session_id,
+                round_index,
+                kind=kind,
+                binding=binding,
+                sender=sender,
+                recipient=item.recipient,
+                sealed=item.sealed,
+            ),
+        )
+        for item in items
+    ]
+
+
 def check_sealed(
     ctx: CoordinatorContext,
     items: Sequence[Sealed],
@@ -182,7 +220,7 @@ def check_sealed(
             f"{sorted(recipients)}."
         )
     key = ctx.config.identity_keys[sender]
-    row = ctx.session()
+    ctx.session()  # the session has started (sealed_signatures needs its row)
     for item in items:
         if item.sender != sender or len(item.sealed) != size or len(item.signature) != 64:
             raise InvalidArgument(
@@ -190,17 +228,11 @@ def check_sealed(
                 f"{len(item.sealed)} bytes and a signature of {len(item.signature)}; expected "
                 f"sender {sender!r}, {size} bytes and a 64-byte signature."
             )
-        message = sealed_check_message(
-            row.config_hash,
-            row.session_id,
-            round_index,
-            kind=kind,
-            binding=binding,
-            sender=sender,
-            recipient=item.recipient,
-            sealed=item.sealed,
-        )
-        if not verify_ed25519(key, item.signature, message):
+    signed = sealed_signatures(
+        ctx, items, round_index=round_index, sender=sender, kind=kind, binding=binding
+    )
+    for item, (_, signature, message) in zip(items, signed, strict=True):
+        if not ctx.signatures.verify(key, signature, message):
             raise Unauthenticated(
                 f"{what}: the signature over the {noun} for {item.recipient!r} does not verify "
                 f"against the node's pinned identity key ({key_fingerprint(key)})."

@@ -37,7 +37,7 @@ coordinator/steps/views.py.
 
 from __future__ import annotations
 
-from coordinator.context import CoordinatorContext, node_list, short_digest, verify_ed25519
+from coordinator.context import CoordinatorContext, Signed, node_list, short_digest
 from coordinator.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -61,6 +61,7 @@ from coordinator.steps.checks import (
     check_running,
     check_sealed,
     check_session_id,
+    sealed_signatures,
 )
 from coordinator.steps.self_mask_sums import SelfMaskSums
 from coordinator.steps.streams import Streams, Ticket, unlink_placed
@@ -140,6 +141,7 @@ class Unmasking:
 
     def attest(self, attestation: Attestation, *, caller: str) -> AttestationReceipt:
         """Record a survivor's signature over the current survivor set."""
+        self.ctx.signatures.verify_ahead(self._signatures(attestation, caller))
         with self.ctx.lock:
             row, round_row, request = self._current_unmask(
                 attestation.session_id, attestation.round_index, attestation.node_id, caller
@@ -153,7 +155,7 @@ class Unmasking:
             message = survivor_attestation_message(
                 row.config_hash, row.session_id, round_row.round_index, request.survivor_hash
             )
-            if not verify_ed25519(
+            if not self.ctx.signatures.verify(
                 self.ctx.config.identity_keys[attestation.node_id], attestation.signature, message
             ):
                 raise Unauthenticated(
@@ -199,6 +201,30 @@ class Unmasking:
                         )
             count = len(self.ctx.store.attestations(round_row.round_index, request.attempt))
             return AttestationReceipt(attested_count=count, survivor_count=len(request.survivors))
+
+    def _signatures(self, attestation: Attestation, caller: str) -> list[Signed]:
+        """The attestation's signatures as (key, signature, message), for the survivor set
+        it names; verified before the session lock is taken, for a caller attesting as itself.
+        """
+        row = self.ctx.store.session()
+        key = self.ctx.config.identity_keys.get(attestation.node_id)
+        if caller != attestation.node_id or row is None or key is None:
+            return []
+        try:
+            message = survivor_attestation_message(
+                row.config_hash, row.session_id, attestation.round_index, attestation.survivor_hash
+            )
+            tags = sealed_signatures(
+                self.ctx,
+                attestation.tags,
+                round_index=attestation.round_index,
+                sender=attestation.node_id,
+                kind="tags",
+                binding=attestation.survivor_hash,
+            )
+        except ValueError:
+            return []  # refused under the lock, with the sentence for it
+        return [(key, attestation.signature, message), *tags]
 
     def begin_unmask(self, header: UnmaskHeader, *, caller: str) -> Ticket | UnmaskReceipt:
         """Check an unmask answer's header.

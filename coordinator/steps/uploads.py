@@ -33,7 +33,7 @@ for a node whose receipt was lost); a different one is refused
 from __future__ import annotations
 
 from coordinator.aggregate import ContributionWithdrawn
-from coordinator.context import CoordinatorContext, clock_text, short_digest, verify_ed25519
+from coordinator.context import CoordinatorContext, Signed, clock_text, short_digest
 from coordinator.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -51,6 +51,7 @@ from coordinator.steps.checks import (
     check_running,
     check_sealed,
     check_session_id,
+    sealed_signatures,
 )
 from coordinator.steps.streams import Streams, Ticket
 from coordinator.store import RoundRow, SessionRow, UploadRow
@@ -66,6 +67,9 @@ from proto.messages import (
 
 __all__ = ["Uploads"]
 
+# A challenge contribution is bound to no survivor set (its tags are).
+_NO_BINDING = bytes(32)
+
 
 class Uploads:
     """Receiving and storing uploads."""
@@ -78,6 +82,7 @@ class Uploads:
     def begin_upload(self, header: UploadHeader, *, caller: str) -> Ticket | UploadReceipt:
         """Check an upload header; a duplicate is answered at once, else a ticket is returned."""
         ctx = self.ctx
+        ctx.signatures.verify_ahead(self._signatures(header, caller))
         with ctx.lock:
             check_in_roster(ctx, caller, header.node_id)
             row = ctx.session()
@@ -157,6 +162,41 @@ class Uploads:
                 )
             )
 
+    def _signatures(self, header: UploadHeader, caller: str) -> list[Signed]:
+        """The header's statement and sealed contributions as (key, signature, message).
+
+        Verified before the session lock is taken; only for a caller uploading
+        as itself (anyone else is refused under the lock, before any of it).
+        """
+        row = self.ctx.store.session()
+        key = self.ctx.config.identity_keys.get(header.node_id)
+        if caller != header.node_id or row is None or key is None:
+            return []
+        try:
+            statement = self._statement_message(header, row)
+            challenge = sealed_signatures(
+                self.ctx,
+                header.challenge,
+                round_index=header.round_index,
+                sender=header.node_id,
+                kind="contribution",
+                binding=_NO_BINDING,
+            )
+        except ValueError:  # KeyFormatError too: refused under the lock, with its sentence
+            return []
+        return [(key, header.statement_signature, statement), *challenge]
+
+    @staticmethod
+    def _statement_message(header: UploadHeader, row: SessionRow) -> bytes:
+        return upload_statement_message(
+            row.config_hash,
+            row.session_id,
+            header.round_index,
+            header.round_name,
+            roster_hash=header.roster_hash,
+            payload_sha256=header.payload.sha256,
+        )
+
     def _check_challenge(self, header: UploadHeader, round_row: RoundRow) -> None:
         """One sealed challenge contribution from the node for each other participant, signed."""
         check_sealed(
@@ -166,7 +206,7 @@ class Uploads:
             sender=header.node_id,
             recipients=sorted(set(round_row.participants) - {header.node_id}),
             kind="contribution",
-            binding=bytes(32),
+            binding=_NO_BINDING,
             size=SEALED_BYTES,
             what=f"upload of node {header.node_id!r} for round {header.round_index}",
         )
@@ -179,18 +219,11 @@ class Uploads:
         """
         what = f"upload of node {header.node_id!r} for round {header.round_index}"
         try:
-            message = upload_statement_message(
-                row.config_hash,
-                row.session_id,
-                header.round_index,
-                header.round_name,
-                roster_hash=header.roster_hash,
-                payload_sha256=header.payload.sha256,
-            )
+            message = self._statement_message(header, row)
         except (KeyFormatError, ValueError) as error:
             raise InvalidArgument(f"{what}: the upload statement is malformed: {error}") from None
         pinned = self.ctx.config.identity_keys[header.node_id]
-        if not verify_ed25519(pinned, header.statement_signature, message):
+        if not self.ctx.signatures.verify(pinned, header.statement_signature, message):
             raise Unauthenticated(
                 f"the upload statement of node {header.node_id!r} for round "
                 f"{header.round_index} ({header.round_name!r}) does not verify against the "
