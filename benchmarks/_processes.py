@@ -101,6 +101,10 @@ class _Worker:
         assert self.process.stdout is not None
         self._lines = _Lines(self.process.stdout)
 
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
     def send(self, command: dict[str, Any]) -> None:
         assert self.process.stdin is not None
         self.process.stdin.write(json.dumps(command) + "\n")
@@ -218,6 +222,10 @@ class _Coordinator:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
     def _wait_for(self, pattern: re.Pattern[str], deadline: Deadline) -> re.Match[str]:
         while True:

@@ -42,6 +42,13 @@ The nodes report when they reach each step, and
 until the last node got there (``masked``, ``uploaded``, ``asked``: saw the
 unmask request, ``tagged``: had its sealed tags, ``attested``, ``signed``:
 saw every signature, ``answered``, ``result``: held the aggregate).
+``round_cpu_seconds_coordinator_k10_d1e6`` and ``round_cpu_seconds_nodes_k10_d1e6``
+are the CPU seconds (user + system, from /proc/<pid>/stat) the coordinator
+process and the ten node processes together used during the headline round,
+and ``plain_grpc_round_cpu_seconds_{server,nodes}_k10_d1e6`` the same for its
+bare twin (the server runs in this process). On a machine with fewer cores
+than processes the round is bound by CPU, so these say where its time goes:
+the wall-clock ratio follows the ratio of the CPU totals.
 ``node_protection_cpu_seconds_d1e6`` is what steps 1, 3 and 4 add for the
 self-mask and the aggregate check in one node (self-mask, ρ, two tags of 10^6
 words; measured in this process, alone), and
@@ -110,6 +117,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -208,22 +216,40 @@ def _node_ids(count: int) -> list[str]:
     return [f"tre{i:02d}" for i in range(count)]
 
 
+def _cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU seconds the processes ``pids`` have used so far (/proc/<pid>/stat)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of proc(5))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _timed_round(
     fleet: Fleet,
     command: dict[str, Any],
     expected_sha256: str,
     deadline: Deadline,
     before: Callable[[], None] | None = None,
+    *,
+    server_pid: int | None = None,
 ) -> tuple[float, float, dict[str, float]]:
     """(seconds until every node held the aggregate, until every node had masked, phases).
 
     ``phases``: for each of :data:`PHASES` a node reports (session rounds), the
-    seconds until the last node reached it.
+    seconds until the last node reached it; with ``server_pid`` also
+    ``cpu_server`` and ``cpu_nodes``, the CPU seconds the server process and
+    the node processes used during the round.
     """
     if before is not None:
         before()
+    node_pids = [worker.pid for worker in fleet.workers]
+    cpu_before = (_cpu_seconds([server_pid]), _cpu_seconds(node_pids)) if server_pid else None
     start = time.monotonic()
     answers = fleet.broadcast(command, deadline)
+    if cpu_before is not None and server_pid is not None:
+        cpu_server = _cpu_seconds([server_pid]) - cpu_before[0]
+        cpu_nodes = _cpu_seconds(node_pids) - cpu_before[1]
     wrong = [
         worker.node_id
         for worker, answer in zip(fleet.workers, answers, strict=True)
@@ -239,6 +265,8 @@ def _timed_round(
         for phase in PHASES
         if all(phase in a for a in answers)
     }
+    if cpu_before is not None:
+        phases |= {"cpu_server": cpu_server, "cpu_nodes": cpu_nodes}
     return (
         max(a["done"] for a in answers) - start,
         max(a["masked"] for a in answers) - start,
@@ -300,16 +328,18 @@ def _round_session(
                     if kind == "ahead":
                         figures["draw"] = _prepare(fleet, round_index, TENSOR, deadline)
                     figures[kind], figures["masking_" + kind], phases = _timed_round(
-                        fleet, command, expected, deadline
+                        fleet, command, expected, deadline, server_pid=coordinator.pid
                     )
                     if kind == "ahead":
                         figures |= {"phase_" + name: value for name, value in phases.items()}
                 else:
                     if kind == "ahead":
                         _prepare(fleet, round_index, PLAIN_TENSOR, deadline)
-                    figures["plain_" + kind], _, _ = _timed_round(
-                        fleet, command, expected, deadline, reset
+                    figures["plain_" + kind], _, phases = _timed_round(
+                        fleet, command, expected, deadline, reset, server_pid=os.getpid()
                     )
+                    if kind == "ahead":
+                        figures |= {"plain_" + k: v for k, v in phases.items() if "cpu" in k}
         if len(plan) == 2:
             coordinator.finish(deadline)
     return figures
@@ -373,6 +403,10 @@ def _round_figures(work: Path, repeats: int) -> dict[str, float]:
         "plain_grpc_round_seconds_k10_d1e6": median["plain_ahead"],
         "plain_grpc_round_seconds_k10_d1e6_masks_in_round": median["plain_in_round"],
         "plain_grpc_round_seconds_k10_d1e6_upload_only": median["plain_none"],
+        "round_cpu_seconds_coordinator_k10_d1e6": median["phase_cpu_server"],
+        "round_cpu_seconds_nodes_k10_d1e6": median["phase_cpu_nodes"],
+        "plain_grpc_round_cpu_seconds_server_k10_d1e6": median["plain_cpu_server"],
+        "plain_grpc_round_cpu_seconds_nodes_k10_d1e6": median["plain_cpu_nodes"],
     } | {
         f"round_until_{phase}_seconds_k10_d1e6": median["phase_" + phase]
         for phase in PHASES
