@@ -143,8 +143,8 @@ class SessionContext:
         self, index: int, payload: NDArray[np.uint64], layout: Layout
     ) -> NDArray[np.uint64]:
         """What leaves for ``payload`` in round ``index``: payload + self-mask (mod 2^64)."""
-        pad = self_mask(self.self_mask_seed(index), layout, round_index=index)
-        masked: NDArray[np.uint64] = payload + pad
+        masked = self_mask(self.self_mask_seed(index), layout, round_index=index)
+        np.add(masked, payload, out=masked)  # in the pad's own buffer: one vector, not two
         return masked
 
     def sleep(self) -> None:

@@ -24,7 +24,7 @@ from node.session.aggregate_tags import check_aggregate
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
 from noise.layout import Layout
-from proto.messages import RoundState
+from proto.messages import RoundResult, RoundState
 
 __all__ = ["Outcome", "await_result"]
 
@@ -59,7 +59,14 @@ def await_result(
     hand (a round aggregated while this node was down, which needs no answer).
     ``own_sha256``: the digest of this node's upload when this process did
     not make it (a round sent before a restart, from its bundle).
+
+    The coordinator holds a poll that would show nothing new until something
+    changes (a long poll, docs/design.md §4.4), so after an answer that did
+    show something new this node asks again at once; it pauses for its poll
+    interval only after an answer like the one before (a held poll that timed
+    out, or a coordinator that does not hold polls).
     """
+    seen: tuple[object, ...] | None = None
     while True:
         result = ctx.gateway.result(ctx.session_id, index)
         if result.state == RoundState.READY:
@@ -116,4 +123,15 @@ def await_result(
                 noise=noise,
                 contribution=contribution,
             )
-        ctx.sleep()
+        now = _progress_key(result)
+        if now == seen:
+            ctx.sleep()
+        seen = now
+
+
+def _progress_key(result: RoundResult) -> tuple[object, ...]:
+    """What of an unfinished round's view a repeated poll could bring that is new."""
+    ask = result.unmask_request
+    if ask is None:
+        return (result.state, result.reason)
+    return (result.state, result.reason, ask.attempt, len(ask.attestations), len(ask.tags))
