@@ -74,6 +74,8 @@ __all__ = [
 U64 = NDArray[np.uint64]
 
 _NO_BINDING = bytes(32)
+# Verdicts a node keeps (a round needs two per other survivor).
+_VERDICTS_KEPT = 4096
 
 
 @dataclass(frozen=True)
@@ -141,11 +143,19 @@ def _signed_by_sender(
         recipient=ctx.node_id,
         body=item.sealed,
     )
+    known = ctx.signed_by_sender.get((item.sender, item.signature, message))
+    if known is not None:
+        return known
     try:
         Ed25519PublicKey.from_public_bytes(key).verify(item.signature, message)
     except (InvalidSignature, ValueError):
-        return False
-    return True
+        verdict = False
+    else:
+        verdict = True
+    if len(ctx.signed_by_sender) >= _VERDICTS_KEPT:
+        ctx.signed_by_sender.clear()
+    ctx.signed_by_sender[(item.sender, item.signature, message)] = verdict
+    return verdict
 
 
 def sealed_challenge(

@@ -83,6 +83,11 @@ class SessionContext:
     identity: IdentityKey = field(init=False)
     out: Path = field(init=False)
     plan: ModelPlan = field(init=False)
+    # Ed25519 verdicts on sealed check messages, by (sender, signature, message):
+    # the tags opened before the seed leaves are checked again with the aggregate.
+    signed_by_sender: dict[tuple[str, bytes, bytes], bool] = field(
+        init=False, default_factory=dict, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         setup = self.setup
