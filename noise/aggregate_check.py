@@ -113,6 +113,9 @@ MAX_CHECKED_ENTRIES = 1 << 47
 # many node processes share a machine; the exactness bound allows up to 2^21.
 _BLOCK = 1 << 14
 _LIMBS = 4
+# Blocks of tags() whose products are added in float64 before they become
+# Python integers: each entry is below 2^45, so 64 of them stay below 2^51.
+_FLUSH = 64
 _LABEL = b"zerosum/v1/aggregate-challenge"
 _CONTRIBUTION_LABEL = b"zerosum/v1/aggregate-challenge-contribution"
 _SEAL_LABEL = b"zerosum/v1/aggregate-challenge-seal"
@@ -354,8 +357,9 @@ def tags(words: NDArray[np.uint64], rho: NDArray[np.uint64]) -> tuple[int, ...]:
     less than 2^45. Whatever order and grouping BLAS adds them in (fused
     multiply-adds included), each partial sum is a sum of some of those
     products: an integer of magnitude below 2^45 < 2^53, so every float64
-    product and sum is exact, and so are the two diagonal blocks and their
-    sum (below 2^46). The block sums are combined as Python integers,
+    product and sum is exact. The products of up to 64 blocks are added in
+    float64 (below 64·2^45 = 2^51 in magnitude, exact in any order), then the
+    two diagonal blocks (below 2^52) and the result goes to Python integers,
     ⟨ρ^(ℓ), signed(w)⟩ = Σ_l 2^16l·(sum ℓ, l).
     """
     if words.ndim != 1 or rho.ndim != 1 or rho.shape != words.shape:
@@ -373,8 +377,9 @@ def tags(words: NDArray[np.uint64], rho: NDArray[np.uint64]) -> tuple[int, ...]:
     room = min(size, _BLOCK) + (size & 1)  # an even number of rows
     limbs = np.empty((room, _LIMBS), dtype=np.float64)
     rows = np.empty((room, CHALLENGE_VECTORS), dtype=np.float64)
-    pairs = np.empty((2 * CHALLENGE_VECTORS, 2 * _LIMBS), dtype=np.float64)
-    for start in range(0, size, _BLOCK):
+    blocks = -(-size // _BLOCK)
+    pairs = np.empty((min(blocks, _FLUSH), 2 * CHALLENGE_VECTORS, 2 * _LIMBS), dtype=np.float64)
+    for index, start in enumerate(range(0, size, _BLOCK)):
         entries = min(_BLOCK, size - start)
         if entries + (entries & 1) != limbs.shape[0]:  # the last, shorter block
             limbs, rows = limbs[: entries + (entries & 1)], rows[: entries + (entries & 1)]
@@ -385,14 +390,21 @@ def tags(words: NDArray[np.uint64], rho: NDArray[np.uint64]) -> tuple[int, ...]:
         np.copyto(limbs[:entries], limb_view[start:stop])
         np.copyto(limbs[:entries, _LIMBS - 1], top_view[start:stop])
         np.copyto(rows[:entries], rho_view[start:stop])
+        slot = index % _FLUSH
         np.matmul(
-            rows.reshape(-1, 2 * CHALLENGE_VECTORS).T, limbs.reshape(-1, 2 * _LIMBS), out=pairs
+            rows.reshape(-1, 2 * CHALLENGE_VECTORS).T,
+            limbs.reshape(-1, 2 * _LIMBS),
+            out=pairs[slot],
         )  # exact (docstring)
-        even = pairs[:CHALLENGE_VECTORS, :_LIMBS].tolist()
-        odd = pairs[CHALLENGE_VECTORS:, _LIMBS:].tolist()
-        for row in range(CHALLENGE_VECTORS):
-            for limb in range(_LIMBS):
-                totals[row] += int(even[row][limb] + odd[row][limb]) << (16 * limb)
+        if slot == _FLUSH - 1 or index == blocks - 1:
+            added = pairs[: slot + 1].sum(axis=0)  # exact: below 2^51 (docstring)
+            sums = (
+                added[:CHALLENGE_VECTORS, :_LIMBS] + added[CHALLENGE_VECTORS:, _LIMBS:]
+            ).tolist()
+            for row, (low, second, third, top) in enumerate(sums):
+                totals[row] += (
+                    int(low) + (int(second) << 16) + (int(third) << 32) + (int(top) << 48)
+                )
     return tuple(totals)
 
 

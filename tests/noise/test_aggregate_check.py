@@ -109,6 +109,21 @@ def test_tags_match_python_integers(size: int, words_kind: str, rho_kind: str) -
     assert tags(words, rho) == _reference_tags(words, rho)
 
 
+def test_tags_past_64_blocks_add_up_like_their_parts() -> None:
+    # 64 blocks' products are added in float64 before they become integers;
+    # a vector of 65 blocks and 5 entries crosses that boundary, its parts at
+    # other places, and each part's own tags are checked against Python ints.
+    rng = np.random.default_rng(11)
+    size = 65 * BLOCK + 5
+    words = rng.integers(0, 2**64, size=size, dtype=np.uint64, endpoint=False)
+    words[::7] = 2**63  # the most negative word, often
+    rho = rng.integers(0, 2**64, size=size, dtype=np.uint64, endpoint=False)
+    cut = 3 * BLOCK + 1
+    head, tail = tags(words[:cut], rho[:cut]), tags(words[cut:], rho[cut:])
+    assert tags(words, rho) == tuple(a + b for a, b in zip(head, tail, strict=True))
+    assert tags(words[-7:], rho[-7:]) == _reference_tags(words[-7:], rho[-7:])
+
+
 def test_tags_of_views_and_other_integer_arrays_are_those_of_their_words() -> None:
     rng = np.random.default_rng(9)
     words = rng.integers(0, 2**64, size=2 * BLOCK + 3, dtype=np.uint64, endpoint=False)
