@@ -21,11 +21,14 @@ probability at most 2^-b (the Schwartz–Zippel argument for a linear form), and
 L independent checks with at most 2^-bL. Here b = 16 and L = 4: 2^-64. The four
 vectors are the four 16-bit quarters of one keystream of uint64 words.
 
-Exactness with floating point. With ρ_i < 2^16 and the words split into four
-16-bit limbs (w = Σ_l 2^16l u_l − 2^64·sign), every partial sum of
-⟨ρ, u_l⟩ over a block of 2^15 entries stays below 2^47 (anything under 2^53
-would do), so a float64 matrix product computes it exactly; the block sums
-are added as Python integers.
+Exactness with floating point. Each word is split into four 16-bit limbs
+with the sign folded into the top one, signed(w) = u_0 + 2^16·u_1 + 2^32·u_2
++ 2^48·s_3 (u_l unsigned, s_3 the top limb read as a signed 16-bit number),
+so every limb and every ρ_i lies in (−2^16, 2^16), each product below 2^32;
+over a block of 2^14 entries every partial sum of ⟨ρ, limb⟩ stays below 2^46
+(anything under 2^53 would do), so one float64 matrix product per block
+computes all sixteen exactly (:func:`tags`); the block sums are added as
+Python integers.
 
 The secret ρ of a round comes from a challenge key κ = SHA-256 over the
 contributions of every survivor of the round (:func:`challenge_key`). Each
@@ -106,9 +109,13 @@ SEALED_TAGS_BYTES = CHALLENGE_VECTORS * TAG_BYTES + 16  # four tags and AES-GCM'
 # Above 2^47 entries a tag difference could wrap modulo 2^128 (module docstring).
 MAX_CHECKED_ENTRIES = 1 << 47
 # Entries per block of tags(): small enough that a block's unpacked limbs and
-# challenge rows (2 × 1 MiB) stay in cache, which matters when many node
-# processes share a machine.
-_BLOCK = 1 << 15
+# challenge rows (2 × 512 KiB of float64) stay in cache, which matters when
+# many node processes share a machine; the exactness bound allows up to 2^21.
+_BLOCK = 1 << 14
+_LIMBS = 4
+# Blocks of tags() whose products are added in float64 before they become
+# Python integers: each entry is below 2^45, so 64 of them stay below 2^51.
+_FLUSH = 64
 _LABEL = b"zerosum/v1/aggregate-challenge"
 _CONTRIBUTION_LABEL = b"zerosum/v1/aggregate-challenge-contribution"
 _SEAL_LABEL = b"zerosum/v1/aggregate-challenge-seal"
@@ -314,7 +321,7 @@ def challenge_vectors(key: bytes, size: int, *, round_index: int) -> NDArray[np.
     Word i holds ρ^(1)_i in its low 16 bits, ρ^(4)_i in its high 16 bits
     (:func:`challenge_rows` unpacks them). Kept packed, ρ takes 8 bytes per
     entry instead of 32, and :func:`tags` unpacks it a cache-sized block at a
-    time.
+    time. The words are ``noise.stream.uniform_uint64``'s (OpenSSL's AES).
     """
     words: NDArray[np.uint64] = uniform_uint64(
         stream_key(key, round_index=round_index, tensor="rho", purpose="challenge"), size
@@ -330,7 +337,31 @@ def challenge_rows(rho: NDArray[np.uint64]) -> NDArray[np.float64]:
 
 
 def tags(words: NDArray[np.uint64], rho: NDArray[np.uint64]) -> tuple[int, ...]:
-    """⟨ρ^(ℓ), signed(words)⟩ for every ℓ, as exact Python integers (``rho`` packed)."""
+    """⟨ρ^(ℓ), signed(words)⟩ for every ℓ, as exact Python integers (``rho`` packed).
+
+    Block by block (2^14 entries), the words' 16-bit limbs and ρ's 16-bit
+    quarters are cast once into two reused float64 buffers of shape
+    (entries, 4), the top limb read as signed, and one matrix product gives
+    the sixteen sums Σ_i ρ^(ℓ)_i·limb_l,i of the block. The product is taken
+    over pairs of entries, (entries/2, 8)ᵀ·(entries/2, 8): its two diagonal
+    4 × 4 blocks are the sums over the even and the odd entries (the rest is
+    not used), a shape BLAS multiplies faster than (entries, 4)ᵀ·(entries, 4).
+
+    Exactness: signed(w) = u_0 + 2^16·u_1 + 2^32·u_2 + 2^48·s_3 for the
+    little-endian 16-bit limbs u_l of w and s_3 = u_3 − 2^16·[u_3 ≥ 2^15]
+    (the top limb read as int16), because signed(w) = w − 2^64·[w ≥ 2^63]
+    and w ≥ 2^63 exactly when u_3 ≥ 2^15. Every ρ_i lies in [0, 2^16 − 1] and
+    every limb in [−2^15, 2^16 − 1], so each product has
+    |ρ_i·limb| ≤ (2^16 − 1)^2 < 2^32, and the absolute values of the products
+    any one entry of the matrix product adds (at most 2^13 of them) sum to
+    less than 2^45. Whatever order and grouping BLAS adds them in (fused
+    multiply-adds included), each partial sum is a sum of some of those
+    products: an integer of magnitude below 2^45 < 2^53, so every float64
+    product and sum is exact. The products of up to 64 blocks are added in
+    float64 (below 64·2^45 = 2^51 in magnitude, exact in any order), then the
+    two diagonal blocks (below 2^52) and the result goes to Python integers,
+    ⟨ρ^(ℓ), signed(w)⟩ = Σ_l 2^16l·(sum ℓ, l).
+    """
     if words.ndim != 1 or rho.ndim != 1 or rho.shape != words.shape:
         raise ValueError(
             f"tags need a vector and a packed challenge of its length; got {words.shape} and "
@@ -339,17 +370,41 @@ def tags(words: NDArray[np.uint64], rho: NDArray[np.uint64]) -> tuple[int, ...]:
     totals = [0] * CHALLENGE_VECTORS
     data = np.ascontiguousarray(words, dtype="<u8")
     packed = np.ascontiguousarray(rho, dtype="<u8")
-    for start in range(0, data.shape[0], _BLOCK):
-        block = data[start : start + _BLOCK]
-        limbs = block.view("<u2").reshape(-1, 4).astype(np.float64)
-        sign = (block >> np.uint64(63)).astype(np.float64)
-        part = packed[start : start + _BLOCK].view("<u2").reshape(-1, CHALLENGE_VECTORS)
-        rows = part.T.astype(np.float64)
-        by_limb = rows @ limbs  # exact: every entry < 2^16 · 2^16 · 2^15 = 2^47
-        negative = rows @ sign
-        for row in range(CHALLENGE_VECTORS):
-            value = sum(int(by_limb[row, limb]) << (16 * limb) for limb in range(4))
-            totals[row] += value - (int(negative[row]) << 64)
+    size = data.shape[0]
+    limb_view = data.view("<u2").reshape(size, _LIMBS)
+    top_view = data.view("<i2")[_LIMBS - 1 :: _LIMBS]
+    rho_view = packed.view("<u2").reshape(size, CHALLENGE_VECTORS)
+    room = min(size, _BLOCK) + (size & 1)  # an even number of rows
+    limbs = np.empty((room, _LIMBS), dtype=np.float64)
+    rows = np.empty((room, CHALLENGE_VECTORS), dtype=np.float64)
+    blocks = -(-size // _BLOCK)
+    pairs = np.empty((min(blocks, _FLUSH), 2 * CHALLENGE_VECTORS, 2 * _LIMBS), dtype=np.float64)
+    for index, start in enumerate(range(0, size, _BLOCK)):
+        entries = min(_BLOCK, size - start)
+        if entries + (entries & 1) != limbs.shape[0]:  # the last, shorter block
+            limbs, rows = limbs[: entries + (entries & 1)], rows[: entries + (entries & 1)]
+        if entries & 1:  # only the last block can be odd: a zero row pads it and adds nothing
+            limbs[entries] = 0.0
+            rows[entries] = 0.0
+        stop = start + entries
+        np.copyto(limbs[:entries], limb_view[start:stop])
+        np.copyto(limbs[:entries, _LIMBS - 1], top_view[start:stop])
+        np.copyto(rows[:entries], rho_view[start:stop])
+        slot = index % _FLUSH
+        np.matmul(
+            rows.reshape(-1, 2 * CHALLENGE_VECTORS).T,
+            limbs.reshape(-1, 2 * _LIMBS),
+            out=pairs[slot],
+        )  # exact (docstring)
+        if slot == _FLUSH - 1 or index == blocks - 1:
+            added = pairs[: slot + 1].sum(axis=0)  # exact: below 2^51 (docstring)
+            sums = (
+                added[:CHALLENGE_VECTORS, :_LIMBS] + added[CHALLENGE_VECTORS:, _LIMBS:]
+            ).tolist()
+            for row, (low, second, third, top) in enumerate(sums):
+                totals[row] += (
+                    int(low) + (int(second) << 16) + (int(third) << 32) + (int(top) << 48)
+                )
     return tuple(totals)
 
 

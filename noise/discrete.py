@@ -72,7 +72,7 @@ values are still missing (whole blocks are independent of n, but the draws
 for n and n' < BLOCK need not share a prefix). Every floating-point value only chooses between
 "decided" and "decide exactly", never the outcome, so two installations with
 different libm or SIMD code draw the same integers. The keystream words are
-randomgen's ``AESCounter`` words, made here by OpenSSL (:class:`_Keystream`)
+randomgen's ``AESCounter`` words, made by OpenSSL (``noise.stream.Keystream``)
 because its one-call-per-batch AES is four times faster; each batch is worked
 through in buffers reused from batch to batch, which changes where the work
 is cached, not what is drawn.
@@ -93,7 +93,6 @@ from numbers import Rational, Real
 from typing import Any
 
 import numpy as np
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from numpy.typing import NDArray
 
 from noise.errors import CalibrationError
@@ -101,6 +100,7 @@ from noise.gaussian_table import GaussianTable, gaussian_table, tail_bits
 from noise.gaussian_table import Workspace as GaussianWorkspace
 from noise.gaussian_table import propose as gaussian_proposals
 from noise.keys import require_bytes
+from noise.stream import Keystream
 
 __all__ = [
     "BLOCK",
@@ -140,7 +140,6 @@ _TWO53 = 2.0**53
 #: −ln u_pt ≤ 53 ln 2 < 36.74 for every u_pt ≥ 2^-53 (so V ≤ 36.74·L from float).
 _MOST_NEG_LOG = 36.74
 _BATCH = 1 << 14
-_MASK64 = (1 << 64) - 1
 _LE_U64 = np.dtype("<u8")
 _TWO52 = 2.0**52
 _TWO52_BITS = np.uint64(0x4330000000000000)  # the bits of the double 2^52
@@ -292,52 +291,6 @@ def _exact_accept(gamma: Fraction, word32: int, side: int) -> bool:
     raise ArithmeticError("an exact comparison did not resolve")  # pragma: no cover
 
 
-class _Keystream:
-    """The words of ``AESCounter(key, counter).random_raw``, made with OpenSSL's AES.
-
-    randomgen's AESCounter encrypts the 128-bit little-endian counter blocks
-    c, c + 1, … under the little-endian key and returns each 16-byte block as
-    two little-endian 64-bit words. This builds the counter blocks of any
-    stretch of that stream in a reused numpy buffer and encrypts them in one
-    call (AES-ECB of counter blocks is counter mode), several times faster than
-    randomgen's generator; tests compare the two word for word.
-    """
-
-    def __init__(self, key16: bytes, counter: int, most_words: int) -> None:
-        self._encrypt = Cipher(algorithms.AES(key16), modes.ECB()).encryptor()
-        self._low = counter & _MASK64
-        self._high = counter >> 64
-        blocks = (most_words >> 1) + 1
-        self._counters = np.empty((blocks, 2), dtype=_LE_U64)
-        self._steps = np.arange(blocks, dtype=_LE_U64)
-        self._high_filled: int | None = None  # the high word every counter block holds, if one
-
-    def words_at(self, first: int, count: int, out: NDArray[np.uint64]) -> NDArray[np.uint64]:
-        """Words ``first`` … ``first + count − 1`` of the stream, in ``out`` (a view of it).
-
-        ``out`` must hold at least ``count + 4`` words: the stretch is rounded
-        out to whole blocks, and OpenSSL may write up to a block past its input.
-        """
-        skip = first & 1
-        first_block = first >> 1
-        blocks = (skip + count + 1) >> 1
-        counters = self._counters[:blocks]
-        start = self._low + first_block
-        low = counters[:, 0]
-        np.add(self._steps[:blocks], np.uint64(start & _MASK64), out=low)
-        high = (self._high + (start >> 64)) & _MASK64
-        if (start & _MASK64) + blocks <= _MASK64 + 1:  # no low word passes 2^64 here
-            if self._high_filled != high:
-                self._counters[:, 1] = high
-                self._high_filled = high
-        else:  # the low words that wrapped carry into the high word
-            np.less(low, np.uint64(start & _MASK64), out=counters[:, 1], casting="unsafe")
-            counters[:, 1] += np.uint64(high)
-            self._high_filled = None
-        self._encrypt.update_into(counters.data.cast("B"), out.data.cast("B"))
-        return out[skip : skip + count]
-
-
 class _Workspace:
     """Buffers for one batch of proposals, reused from batch to batch."""
 
@@ -482,9 +435,9 @@ def _proposals(  # noqa: PLR0915, PLR0917 - one vectorised pass over a batch (de
     return np.compress(accepted, xf), patches
 
 
-def _block_stream(key: bytes, block: int) -> _Keystream:
+def _block_stream(key: bytes, block: int) -> Keystream:
     counter = (int.from_bytes(key[16:32], "little") + block * _BLOCK_COUNTER_STRIDE) % (1 << 128)
-    return _Keystream(key[:16], counter, 2 * _BATCH + 4)
+    return Keystream(key[:16], counter, 2 * _BATCH + 4)
 
 
 #: Proposals made from the words a[i], b[i]: (accepted values as float64, integer patches).

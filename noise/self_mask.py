@@ -37,7 +37,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from numpy.typing import NDArray
 
 from noise.keys import CONFIG_HASH_BYTES, EphemeralKey, length_prefixed, require_bytes
-from noise.layout import Layout
+from noise.layout import WORD, Layout
 from noise.seeds import SEED_BYTES, stream_key
 from noise.stream import uniform_uint64
 
@@ -82,12 +82,17 @@ def self_mask_commitment(seed: bytes) -> bytes:
 
 
 def self_mask(seed: bytes, layout: Layout, *, round_index: int) -> NDArray[np.uint64]:
-    """b_k: uniform uint64 words for every tensor of ``layout``, from the revealed ``seed``."""
+    """b_k: uniform uint64 words for every tensor of ``layout``, from the revealed ``seed``.
+
+    Each tensor's words are written straight into its slot of the one output
+    vector (no per-tensor array and copy).
+    """
     require_bytes(seed, SEED_BYTES, "self-mask seed")
-    mask: NDArray[np.uint64] = layout.build(
-        lambda slot: uniform_uint64(
+    mask: NDArray[np.uint64] = np.empty(layout.size, dtype=WORD)
+    for slot in layout:
+        uniform_uint64(
             stream_key(seed, round_index=round_index, tensor=slot.name, purpose=_PURPOSE),
             slot.size,
+            out=mask[slot.offset : slot.offset + slot.size],
         )
-    )
     return mask

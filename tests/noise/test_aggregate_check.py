@@ -61,6 +61,80 @@ def test_tags_are_the_exact_integer_inner_products() -> None:
     assert tags(words, rho) == expected
 
 
+def _reference_tags(words: np.ndarray, rho: np.ndarray) -> tuple[int, ...]:
+    """The tags in Python integers only: Σ_i quarter_ℓ(ρ_i) · signed(w_i)."""
+    totals = [0] * CHALLENGE_VECTORS
+    for word, packed in zip(words.tolist(), rho.tolist(), strict=True):
+        signed = word - (1 << 64) if word >> 63 else word
+        for row in range(CHALLENGE_VECTORS):
+            totals[row] += ((packed >> (16 * row)) & 0xFFFF) * signed
+    return tuple(totals)
+
+
+BLOCK = 1 << 14  # entries per block of tags()
+ALL_ONES = 2**64 - 1
+
+
+@pytest.mark.parametrize(
+    "size", [0, 1, 2, 3, 7, BLOCK - 1, BLOCK, BLOCK + 1, BLOCK + 2, 2 * BLOCK - 1, 2 * BLOCK + 5]
+)
+@pytest.mark.parametrize(
+    ("words_kind", "rho_kind"),
+    [
+        ("random", "random"),
+        ("all ones", "all 0xFFFF"),  # -1 everywhere, the largest ρ
+        ("2^63", "all 0xFFFF"),  # the most negative word everywhere
+        ("2^63 - 1", "all 0xFFFF"),  # the most positive word everywhere
+        ("mixed extremes", "random"),
+        ("random", "zero"),
+    ],
+)
+def test_tags_match_python_integers(size: int, words_kind: str, rho_kind: str) -> None:
+    rng = np.random.default_rng(size)
+    extremes = np.array(
+        [0, 1, 2**63 - 1, 2**63, 2**63 + 1, ALL_ONES, 0x8000, 0xFFFF << 48], dtype=np.uint64
+    )
+    words = {
+        "random": rng.integers(0, 2**64, size=size, dtype=np.uint64, endpoint=False),
+        "all ones": np.full(size, ALL_ONES, dtype=np.uint64),
+        "2^63": np.full(size, 2**63, dtype=np.uint64),
+        "2^63 - 1": np.full(size, 2**63 - 1, dtype=np.uint64),
+        "mixed extremes": rng.choice(extremes, size=size),
+    }[words_kind]
+    rho = {
+        "random": rng.integers(0, 2**64, size=size, dtype=np.uint64, endpoint=False),
+        "all 0xFFFF": np.full(size, ALL_ONES, dtype=np.uint64),
+        "zero": np.zeros(size, dtype=np.uint64),
+    }[rho_kind]
+    assert tags(words, rho) == _reference_tags(words, rho)
+
+
+def test_tags_past_64_blocks_add_up_like_their_parts() -> None:
+    # 64 blocks' products are added in float64 before they become integers;
+    # a vector of 65 blocks and 5 entries crosses that boundary, its parts at
+    # other places, and each part's own tags are checked against Python ints.
+    rng = np.random.default_rng(11)
+    size = 65 * BLOCK + 5
+    words = rng.integers(0, 2**64, size=size, dtype=np.uint64, endpoint=False)
+    words[::7] = 2**63  # the most negative word, often
+    rho = rng.integers(0, 2**64, size=size, dtype=np.uint64, endpoint=False)
+    cut = 3 * BLOCK + 1
+    head, tail = tags(words[:cut], rho[:cut]), tags(words[cut:], rho[cut:])
+    assert tags(words, rho) == tuple(a + b for a, b in zip(head, tail, strict=True))
+    assert tags(words[-7:], rho[-7:]) == _reference_tags(words[-7:], rho[-7:])
+
+
+def test_tags_of_views_and_other_integer_arrays_are_those_of_their_words() -> None:
+    rng = np.random.default_rng(9)
+    words = rng.integers(0, 2**64, size=2 * BLOCK + 3, dtype=np.uint64, endpoint=False)
+    rho = rng.integers(0, 2**64, size=2 * BLOCK + 3, dtype=np.uint64, endpoint=False)
+    # Strided and offset views, and int64 words (read as their uint64 bit patterns).
+    odd, even = words[1::2], rho[: words.size - 1 : 2]
+    assert tags(odd, even) == _reference_tags(odd, even)
+    assert tags(words[3:], rho[3:]) == _reference_tags(words[3:], rho[3:])
+    assert tags(words.view(np.int64), rho) == _reference_tags(words, rho)
+
+
 def _contributions(rng: np.random.Generator, size: int) -> dict[str, np.ndarray]:
     # Signed values far from the int64 limits: sums of them do not overflow.
     return {

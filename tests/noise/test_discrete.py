@@ -19,7 +19,6 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from numpy.typing import NDArray
-from randomgen import AESCounter
 from scipy import stats
 
 import noise.discrete as nd
@@ -661,28 +660,3 @@ def test_sampler_is_exact() -> None:
 def test_sampler_delta_refuses_bad_input(draws: int, epsilon: float) -> None:
     with pytest.raises(CalibrationError):
         sampler_delta(draws, epsilon)
-
-
-# --- 8. The keystream ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "counter",
-    [
-        0,
-        12345,
-        (1 << 64) - 3,  # the low word wraps inside the stretch and carries
-        (7 << 64) + (1 << 64) - 1,
-        (1 << 128) - 2,  # the whole counter wraps to 0
-    ],
-)
-@pytest.mark.parametrize(("first", "count"), [(0, 2), (0, 17), (1, 16), (5, 9), (40, 3)])
-def test_keystream_matches_randomgen(counter: int, first: int, count: int) -> None:
-    """The OpenSSL-built words are randomgen's AESCounter words, at any offset and across wraps."""
-    key = _key(f"keystream/{counter}")
-    stream = nd._Keystream(key[:16], counter, 64)
-    reference = AESCounter(key=int.from_bytes(key[:16], "little"), counter=counter).random_raw(
-        first + count
-    )
-    got = stream.words_at(first, count, np.empty(count + 4, dtype=np.uint64))
-    assert np.array_equal(got, reference[first:])

@@ -7,7 +7,9 @@ import pytest
 
 from noise.keys import EphemeralKey
 from noise.layout import Layout
+from noise.seeds import stream_key
 from noise.self_mask import self_mask, self_mask_commitment, self_mask_seed
+from noise.stream import aes_counter
 
 KEY = EphemeralKey.from_private_bytes(bytes(range(32)))
 LAYOUT = Layout.of({"n": (), "v": (3,)})
@@ -88,3 +90,15 @@ def test_the_commitment_binds_the_seed_and_refuses_a_short_one() -> None:
     assert self_mask_commitment(seed) != self_mask_commitment(other)
     with pytest.raises(ValueError, match="self-mask seed"):
         self_mask_commitment(seed[:31])
+
+
+def test_each_tensor_is_its_own_stream_written_into_its_slot() -> None:
+    # Awkward sizes: an empty tensor, odd sizes, one across a 2^15-word stretch.
+    layout = Layout.of({"n": (), "none": (0,), "v": (3,), "m": (5, 7), "w": ((1 << 15) + 3,)})
+    seed = _seed()
+    mask = self_mask(seed, layout, round_index=3)
+    assert mask.dtype == np.uint64 and mask.shape == (layout.size,)
+    for slot in layout:
+        key = stream_key(seed, round_index=3, tensor=slot.name, purpose="self-mask")
+        expected = aes_counter(key).random_raw(slot.size)
+        assert np.array_equal(mask[slot.offset : slot.offset + slot.size], expected), slot.name

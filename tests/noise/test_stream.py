@@ -14,6 +14,7 @@ from scipy import stats
 from noise.errors import KeyFormatError
 from noise.stream import (
     STREAM_CHECK_DRAWS,
+    Keystream,
     aes_counter,
     keyed_generator,
     os_generator,
@@ -23,6 +24,9 @@ from noise.stream import (
 )
 
 KEY = hashlib.sha256(b"fixed stream key").digest()
+# Counters that exercise the carry from the low into the high 64 bits and the
+# wrap of the whole 128-bit counter inside a stretch.
+WRAPS = [0, 12345, (1 << 64) - 3, (7 << 64) + (1 << 64) - 1, (1 << 128) - 2]
 
 
 def _aes_ctr_words(aes_key: bytes, counter: int, blocks: int) -> list[int]:
@@ -149,3 +153,87 @@ def test_stream_fingerprint_is_a_known_answer() -> None:
         "59de48dec663de93f17dcd8e15d98f5120862bd20a1eadeea5166188f7211acc"
     )
     assert STREAM_CHECK_DRAWS == 1 << 17
+
+
+def _randomgen_words(key: bytes, counter: int, count: int) -> np.ndarray:
+    bare = AESCounter(key=int.from_bytes(key[:16], "little"), counter=counter)
+    words: np.ndarray = bare.random_raw(count)
+    return words
+
+
+@pytest.mark.parametrize("counter", WRAPS)
+@pytest.mark.parametrize(("first", "count"), [(0, 2), (0, 17), (1, 16), (5, 9), (40, 3)])
+def test_keystream_matches_randomgen(counter: int, first: int, count: int) -> None:
+    """The OpenSSL-built words are randomgen's AESCounter words, at any offset and across wraps."""
+    stream = Keystream(KEY[:16], counter, 64)
+    reference = _randomgen_words(KEY, counter, first + count)
+    got = stream.words_at(first, count, np.empty(count + 4, dtype=np.uint64))
+    assert np.array_equal(got, reference[first:])
+
+
+@pytest.mark.parametrize("counter", WRAPS)
+@pytest.mark.parametrize("most_words", [1, 2, 3, 8, 13])
+@pytest.mark.parametrize(
+    ("first", "count"),
+    [(0, 0), (0, 1), (3, 1), (0, 3), (0, 4), (1, 4), (0, 5), (7, 26), (2, 27), (1, 40)],
+)
+def test_keystream_fill_matches_randomgen(
+    counter: int, most_words: int, first: int, count: int
+) -> None:
+    """fill() goes through any stretch in calls of most_words, writing nothing past ``out``."""
+    stream = Keystream(KEY[:16], counter, most_words)
+    reference = _randomgen_words(KEY, counter, first + count)
+    around = np.full(count + 6, 0xA5A5_A5A5_A5A5_A5A5, dtype=np.uint64)
+    out = around[3 : 3 + count]
+    assert stream.fill(out, first) is out
+    assert np.array_equal(out, reference[first:])
+    assert np.all(around[:3] == 0xA5A5_A5A5_A5A5_A5A5)
+    assert np.all(around[3 + count :] == 0xA5A5_A5A5_A5A5_A5A5)
+
+
+# One stretch of uniform_uint64 is 2^15 words.
+@pytest.mark.parametrize(
+    "size", [0, 1, 2, 3, 5, (1 << 15) - 1, 1 << 15, (1 << 15) + 1, (1 << 15) + 3, 3 * (1 << 15) + 1]
+)
+def test_uniform_words_are_the_randomgen_words(size: int) -> None:
+    reference = aes_counter(KEY).random_raw(size)
+    words = uniform_uint64(KEY, size)
+    assert words.dtype == np.uint64 and words.shape == (size,)
+    assert np.array_equal(words, reference)
+
+
+@pytest.mark.parametrize(("offset", "size"), [(0, 1), (1, 1), (3, 2), (5, 7), (1, (1 << 15) + 5)])
+def test_uniform_words_written_into_a_slot_of_a_larger_vector(offset: int, size: int) -> None:
+    vector = np.full(offset + size + 3, 7, dtype=np.uint64)
+    slot = vector[offset : offset + size]
+    assert uniform_uint64(KEY, size, out=slot) is slot
+    assert np.array_equal(slot, aes_counter(KEY).random_raw(size))
+    assert np.all(vector[:offset] == 7) and np.all(vector[offset + size :] == 7)
+    shaped = uniform_uint64(KEY, (1, size), out=np.empty(size, dtype=np.uint64))
+    assert shaped.shape == (1, size) and np.array_equal(shaped[0], slot)
+
+
+@pytest.mark.parametrize(
+    ("out", "got"),
+    [
+        (np.empty(11, dtype=np.uint64), "shape (11,)"),
+        (np.empty(10, dtype=np.int64), "int64 array"),
+        (np.empty(10, dtype=">u8"), ">u8 array"),
+        (np.empty((2, 5), dtype=np.uint64), "shape (2, 5)"),
+        (np.empty(20, dtype=np.uint64)[::2], "a non-contiguous uint64"),
+        (np.frombuffer(bytes(80), dtype=np.uint64), "a read-only uint64"),
+        ([0] * 10, "got list"),
+    ],
+)
+def test_a_bad_out_for_uniform_words_is_refused(out: Any, got: str) -> None:
+    with pytest.raises(ValueError, match="out must be a writable C-contiguous") as info:
+        uniform_uint64(KEY, 10, out=out)
+    assert "of 10 words (size 10)" in str(info.value)
+    assert got in str(info.value)
+
+
+def test_a_negative_size_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"size must hold a whole number of words >= 0; got -1"):
+        uniform_uint64(KEY, -1)
+    with pytest.raises(ValueError, match=r"got \(2, -3\)"):
+        uniform_uint64(KEY, (2, -3))
