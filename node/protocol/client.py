@@ -26,8 +26,8 @@ Payloads travel as client or server streams of chunks of at most 1 MiB
 (``proto.chunks``). Their data chunks go out already encoded from the
 payload (one copy of each chunk) and the aggregate's come in as views of the
 received messages (``proto.chunk_wire``), through calls of the stub's methods
-whose serializers take those bytes. A streamed upload is re-sent from its first chunk on each
-attempt; the coordinator treats a repeated identical upload as a no-op. The
+whose serializers take those bytes. A streamed upload is re-sent from its
+first chunk on each attempt; the coordinator treats a repeated identical upload as a no-op. The
 gateway remembers the digest of each payload it uploaded, for checking the
 statements that come back with the aggregate.
 """
