@@ -141,7 +141,7 @@ class RoundSum:
             self._open.add(contribution)
         return contribution
 
-    def feed(self, contribution: Contribution, data: bytes) -> None:
+    def feed(self, contribution: Contribution, data: bytes | memoryview) -> None:
         """Add the complete words of ``data`` (plus bytes carried from the last chunk).
 
         Raises :class:`ContributionWithdrawn` if the contribution was withdrawn

@@ -28,6 +28,14 @@ sum (coordinator/aggregate.py); at most ``payload_slots`` payload streams are
 read at a time while the others wait with a 64 KiB flow-control window; and
 results go out in 256 KiB chunks.
 
+Data chunks skip protobuf objects (``proto.chunk_wire``; the bytes on the
+wire are protobuf's): an upload's or correction's chunks reach the session
+as views of the received messages, and a round's aggregate is read and
+encoded once, then the same encoded chunks go to every node
+(:class:`ResultChunks`, one aggregate held). The Coordinator service is
+registered here (:func:`add_coordinator_service`), with the generated method
+names and messages, so those three methods can take and give such bytes.
+
 A background ticker calls :meth:`Session.tick` every ``tick_seconds`` so
 deadlines (join, round, unmask) are applied even when no message arrives.
 
@@ -40,11 +48,13 @@ serves the standard health and reflection services (coordinator/operations.py).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 import grpc
@@ -61,7 +71,14 @@ from coordinator.limits import ServerLimits, Watchdog
 from coordinator.logs import EventLog, as_event_log
 from coordinator.operations import Operations
 from coordinator.session import Session, Ticket
-from proto.chunks import file_chunks
+from proto.chunk_wire import (
+    DataChunk,
+    as_data_chunk,
+    data_chunk_decoder,
+    encoded_file_chunks,
+    message_part,
+    passthrough_serializer,
+)
 from proto.convert import (
     attestation_from_pb,
     attestation_receipt_to_pb,
@@ -90,15 +107,16 @@ from proto.tls import (
     node_id_from_auth_context,
 )
 from proto.zerosum.v1 import session_pb2 as pb
-from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
     "RESULT_HOLD_SECONDS",
     "CoordinatorServicer",
+    "ResultChunks",
     "RunningServer",
     "ServerLimits",
     "ServerTLS",
+    "add_coordinator_service",
     "start_server",
 ]
 
@@ -110,6 +128,7 @@ DEFAULT_PAYLOAD_SLOTS = 4
 RESULT_CHUNK_BYTES = 256 << 10
 # How long a GetResult poll that would show the caller nothing new waits for a change.
 RESULT_HOLD_SECONDS = 1.0
+_SERVICE = pb.DESCRIPTOR.services_by_name["Coordinator"].full_name
 
 
 def _abort(context: grpc.ServicerContext, error: CoordinatorError) -> NoReturn:
@@ -117,7 +136,53 @@ def _abort(context: grpc.ServicerContext, error: CoordinatorError) -> NoReturn:
     raise AssertionError("context.abort returned")  # pragma: no cover
 
 
-class CoordinatorServicer(pb_grpc.CoordinatorServicer):
+class ResultChunks:
+    """The latest round's aggregate as encoded data chunk messages, shared by every caller.
+
+    The file is read and encoded once per result; each GetResult then sends
+    the same bytes objects (``proto.chunk_wire``). One aggregate is held: a
+    result of a later round (or another file of the same round) replaces it,
+    and a caller asking for an earlier round's result is served from its
+    file chunk by chunk, without replacing it. So the memory held is one
+    aggregate, whatever the number of nodes. Every call looks at the file
+    first (``os.stat``): a file that is gone fails the call as reading it
+    would, and one replaced since is read again.
+    """
+
+    def __init__(self, chunk_bytes: int = RESULT_CHUNK_BYTES) -> None:
+        self.chunk_bytes = chunk_bytes
+        self._lock = threading.Lock()
+        self._key: tuple[int, Path, bytes, tuple[int, ...]] | None = None
+        self._chunks: tuple[bytes, ...] = ()
+
+    @property
+    def held(self) -> tuple[int, Path, bytes] | None:
+        """(round index, file, SHA-256) of the aggregate held, if any."""
+        return None if self._key is None else self._key[:3]
+
+    def chunks(
+        self, round_index: int, path: Path, sha256: bytes
+    ) -> Sequence[bytes] | Iterator[bytes]:
+        """The encoded data chunks of round ``round_index``'s aggregate stored at ``path``."""
+        found = os.stat(path)
+        key = (
+            round_index,
+            path,
+            sha256,
+            (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns),
+        )
+        with self._lock:
+            if self._key == key:
+                return self._chunks
+            if self._key is not None and round_index < self._key[0]:
+                return encoded_file_chunks(path, self.chunk_bytes)
+            self._key, self._chunks = None, ()  # the old list goes before the new is read
+            chunks = tuple(encoded_file_chunks(path, self.chunk_bytes))
+            self._key, self._chunks = key, chunks
+            return chunks
+
+
+class CoordinatorServicer:
     """Translates the Coordinator service's messages for a :class:`Session`."""
 
     def __init__(
@@ -130,6 +195,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     ) -> None:
         self.session = session
         self._result_hold = result_hold_seconds
+        self.results = ResultChunks()
         self._slots = threading.BoundedSemaphore(payload_slots)
         # Pathlen and revocation, which the TLS layer does not check (proto.tls).
         self._verifier = verifier
@@ -204,7 +270,7 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
     def _stream_in(
         self,
         ticket: Ticket,
-        messages: Iterator[Any],
+        messages: Iterator[DataChunk | pb.UploadChunk] | Iterator[DataChunk | pb.UnmaskChunk],
         context: grpc.ServicerContext,
     ) -> Any:
         """Feed a stream's data chunks to the session, then store the payload.
@@ -224,12 +290,13 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         try:
             try:
                 for message in messages:
-                    if message.WhichOneof("part") != "data":
+                    chunk = as_data_chunk(message)
+                    if chunk is None:
                         raise InvalidArgument(
                             f"{ticket.what}: only data chunks may follow the header; "
-                            f"got a {message.WhichOneof('part') or 'empty'} message."
+                            f"got a {message_part(message) or 'empty'} message."
                         )
-                    self.session.receive(ticket, message.data.offset, message.data.data)
+                    self.session.receive(ticket, chunk.offset, chunk.data)
             finally:
                 # Checking, fsyncing and recording need no slot: the bytes are in.
                 self._slots.release()
@@ -238,11 +305,19 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
             self.session.abandon(ticket)
 
     def UploadEgress(
-        self, request_iterator: Iterator[pb.UploadChunk], context: grpc.ServicerContext
+        self,
+        request_iterator: Iterator[DataChunk | pb.UploadChunk],
+        context: grpc.ServicerContext,
     ) -> pb.UploadReceipt:
+        """An upload stream; its data chunks arrive as :class:`DataChunk` (no copy)."""
+
         def upload(caller: str) -> pb.UploadReceipt:
             first = next(request_iterator, None)
-            if first is None or first.WhichOneof("part") != "header":
+            if (
+                first is None
+                or isinstance(first, DataChunk)
+                or first.WhichOneof("part") != "header"
+            ):
                 raise InvalidArgument("the first message of an upload must be its header.")
             header = upload_header_from_pb(first.header)
             outcome = self.session.begin_upload(header, caller=caller)
@@ -257,11 +332,18 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         return result
 
     def SubmitUnmask(
-        self, request_iterator: Iterator[pb.UnmaskChunk], context: grpc.ServicerContext
+        self,
+        request_iterator: Iterator[DataChunk | pb.UnmaskChunk],
+        context: grpc.ServicerContext,
     ) -> pb.UnmaskReceipt:
+        """An unmask stream; its data chunks arrive as :class:`DataChunk` (no copy)."""
+
         def submit(caller: str) -> pb.UnmaskReceipt:
             first = next(request_iterator, None)
-            kind = None if first is None else first.WhichOneof("part")
+            if first is None or isinstance(first, DataChunk):
+                first, kind = None, None
+            else:
+                kind = first.WhichOneof("part")
             if first is None or kind not in ("header", "refusal"):
                 raise InvalidArgument(
                     "the first message of an unmask answer must be its header or a refusal."
@@ -286,7 +368,9 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
     def GetResult(
         self, request: pb.GetResultRequest, context: grpc.ServicerContext
-    ) -> Iterator[pb.ResultChunk]:
+    ) -> Iterator[pb.ResultChunk | bytes]:
+        """The header, then the aggregate's data chunks, encoded once (:class:`ResultChunks`)."""
+
         def check(caller: str) -> tuple[str, Any]:
             asked = result_request_from_pb(request)
             self.session.check_caller(caller, asked.node_id or caller)
@@ -301,8 +385,8 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
         yield pb.ResultChunk(header=result_header_to_pb(view.header()))
         if view.path is None:
             return
-        for chunk in file_chunks(view.path, RESULT_CHUNK_BYTES):
-            yield pb.ResultChunk(data=chunk)
+        sha256 = b"" if view.payload is None else view.payload.sha256
+        yield from self.results.chunks(view.round_index, view.path, sha256)
         self.session.record_delivery(view.round_index, caller)
 
     # ------------------------------------------------------------ unmask and status
@@ -349,6 +433,68 @@ class CoordinatorServicer(pb_grpc.CoordinatorServicer):
 
         result: pb.WithdrawReceipt = self._call(context, withdraw)
         return result
+
+
+# ---------------------------------------------------------------- registering the service
+
+
+def add_coordinator_service(servicer: CoordinatorServicer, server: grpc.Server) -> None:
+    """Register the Coordinator service's methods, as the generated code would but for three.
+
+    The method names and the request and response messages on the wire are
+    the generated ones. UploadEgress and SubmitUnmask read their data chunks
+    with ``proto.chunk_wire`` (a :class:`DataChunk` viewing the received
+    bytes; every other message parsed, or refused, by protobuf as before);
+    GetResult sends the encoded data chunks it yields as they are.
+    """
+    handlers = {
+        "Join": grpc.unary_unary_rpc_method_handler(
+            servicer.Join,
+            request_deserializer=pb.JoinRequest.FromString,
+            response_serializer=pb.JoinResponse.SerializeToString,
+        ),
+        "GetRoster": grpc.unary_unary_rpc_method_handler(
+            servicer.GetRoster,
+            request_deserializer=pb.GetRosterRequest.FromString,
+            response_serializer=pb.Roster.SerializeToString,
+        ),
+        "UploadEgress": grpc.stream_unary_rpc_method_handler(
+            servicer.UploadEgress,
+            request_deserializer=data_chunk_decoder(pb.UploadChunk.FromString),
+            response_serializer=pb.UploadReceipt.SerializeToString,
+        ),
+        "GetResult": grpc.unary_stream_rpc_method_handler(
+            servicer.GetResult,
+            request_deserializer=pb.GetResultRequest.FromString,
+            response_serializer=passthrough_serializer,
+        ),
+        "GetUnmaskRequest": grpc.unary_unary_rpc_method_handler(
+            servicer.GetUnmaskRequest,
+            request_deserializer=pb.GetUnmaskRequestRequest.FromString,
+            response_serializer=pb.UnmaskRequest.SerializeToString,
+        ),
+        "AttestSurvivors": grpc.unary_unary_rpc_method_handler(
+            servicer.AttestSurvivors,
+            request_deserializer=pb.SurvivorAttestation.FromString,
+            response_serializer=pb.AttestationReceipt.SerializeToString,
+        ),
+        "SubmitUnmask": grpc.stream_unary_rpc_method_handler(
+            servicer.SubmitUnmask,
+            request_deserializer=data_chunk_decoder(pb.UnmaskChunk.FromString),
+            response_serializer=pb.UnmaskReceipt.SerializeToString,
+        ),
+        "GetStatus": grpc.unary_unary_rpc_method_handler(
+            servicer.GetStatus,
+            request_deserializer=pb.GetStatusRequest.FromString,
+            response_serializer=pb.SessionStatus.SerializeToString,
+        ),
+        "Withdraw": grpc.unary_unary_rpc_method_handler(
+            servicer.Withdraw,
+            request_deserializer=pb.WithdrawRequest.FromString,
+            response_serializer=pb.WithdrawReceipt.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
 
 
 # ---------------------------------------------------------------- running a server
@@ -489,7 +635,7 @@ def start_server(
             ("grpc.keepalive_timeout_ms", 10_000),
         ],
     )
-    pb_grpc.add_CoordinatorServicer_to_server(
+    add_coordinator_service(
         CoordinatorServicer(
             session,
             payload_slots=payload_slots,

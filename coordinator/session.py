@@ -167,7 +167,7 @@ class Session:
         """Check a correction header; a duplicate is answered at once, else a ticket is returned."""
         return self._unmasking.begin_unmask(header, caller=caller)
 
-    def receive(self, ticket: Ticket, offset: int, data: bytes) -> None:
+    def receive(self, ticket: Ticket, offset: int, data: bytes | memoryview) -> None:
         """Take one chunk of a stream (uploads go straight into the running sum)."""
         self._streams.receive(ticket, offset, data)
 

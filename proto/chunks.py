@@ -11,7 +11,8 @@ they cannot disagree on the byte layout:
 * :func:`tensor_layouts` / :func:`layout_of`: a Layout to and from the wire form;
 * :func:`payload_spec` / :func:`payload_header`: the header of a payload, plain
   (``proto.messages.PayloadSpec``) or as the message (its digest computed here, or given);
-* :func:`payload_chunks` / :func:`file_chunks`: the chunk messages of a vector or a file;
+* :func:`payload_chunks` / :func:`file_chunks`: the chunk messages of a vector or a file,
+  :func:`chunk_views` the same cuts as views (``proto.chunk_wire`` encodes them);
 * :class:`PayloadAssembler`: rebuilds a payload from chunks and checks offsets,
   size, SHA-256 and (when given) the layout the receiver expects, raising
   :class:`PayloadError`.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -34,8 +36,10 @@ from proto.zerosum.v1 import session_pb2 as pb
 __all__ = [
     "CHUNK_BYTES",
     "WORD_BYTES",
+    "Chunk",
     "PayloadAssembler",
     "PayloadError",
+    "chunk_views",
     "file_chunks",
     "layout_of",
     "payload_chunks",
@@ -50,6 +54,16 @@ U64 = NDArray[np.uint64]
 
 class PayloadError(ProtoError, ValueError):
     """A payload, its header or its chunks are inconsistent; the message says how."""
+
+
+class Chunk(Protocol):
+    """A data chunk: a ``PayloadChunk`` or a ``proto.chunk_wire.DataChunk`` read off the wire."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def data(self) -> bytes | memoryview: ...
 
 
 def tensor_layouts(layout: Iterable[TensorSlot]) -> list[pb.TensorLayout]:
@@ -129,11 +143,21 @@ def payload_chunks(
     ``data`` may be a uint64 vector (sent as little-endian words) or bytes;
     each chunk copies only its own slice.
     """
+    for start, view in chunk_views(data, chunk_bytes):
+        yield pb.PayloadChunk(offset=start, data=bytes(view))
+
+
+def chunk_views(
+    data: U64 | bytes | memoryview, chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[tuple[int, memoryview]]:
+    """(offset, view) of each chunk of ``data`` (as :func:`payload_chunks` cuts it), no copy."""
     if not 0 < chunk_bytes <= CHUNK_BYTES:
         raise ValueError(f"chunk_bytes = {chunk_bytes}: must be between 1 and {CHUNK_BYTES}.")
     view = as_words(data).view(np.uint8).data if isinstance(data, np.ndarray) else memoryview(data)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
     for start in range(0, len(view), chunk_bytes):
-        yield pb.PayloadChunk(offset=start, data=bytes(view[start : start + chunk_bytes]))
+        yield start, view[start : start + chunk_bytes]
 
 
 def file_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pb.PayloadChunk]:
@@ -191,7 +215,7 @@ class PayloadAssembler:
     def received_bytes(self) -> int:
         return self._filled
 
-    def add(self, chunk: pb.PayloadChunk) -> None:
+    def add(self, chunk: Chunk) -> None:
         """Take one chunk; it must start where the previous one ended."""
         if chunk.offset != self._filled:
             raise PayloadError(

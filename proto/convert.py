@@ -25,7 +25,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from noise.errors import KeyFormatError
 from noise.keys import KeyBundle
 from noise.layout import Layout, TensorSlot
-from proto.chunks import payload_chunks, tensor_layouts
+from proto.chunk_wire import encoded_chunks
+from proto.chunks import tensor_layouts
 from proto.errors import MalformedMessage
 from proto.messages import (
     U64,
@@ -327,11 +328,15 @@ def upload_header_to_pb(header: UploadHeader) -> pb.UploadHeader:
     )
 
 
-def upload_chunks_to_pb(header: UploadHeader, payload: U64) -> Iterator[pb.UploadChunk]:
-    """An upload stream: its header, then the payload in chunks (``proto.chunks``)."""
+def upload_chunks_to_pb(header: UploadHeader, payload: U64) -> Iterator[pb.UploadChunk | bytes]:
+    """An upload stream: its header, then the payload in chunks, already encoded.
+
+    Each data chunk is the serialized ``UploadChunk`` itself, written from
+    the payload by ``proto.chunk_wire`` (one copy of each chunk); it goes out
+    through a serializer that passes bytes as they are.
+    """
     yield pb.UploadChunk(header=upload_header_to_pb(header))
-    for chunk in payload_chunks(payload):
-        yield pb.UploadChunk(data=chunk)
+    yield from encoded_chunks(payload)
 
 
 def attestation_to_pb(attestation: Attestation) -> pb.SurvivorAttestation:
@@ -360,12 +365,17 @@ def unmask_header_to_pb(header: UnmaskHeader) -> pb.UnmaskHeader:
     )
 
 
-def unmask_chunks_to_pb(header: UnmaskHeader, payload: U64 | None) -> Iterator[pb.UnmaskChunk]:
-    """An unmask answer: its header, then the corrections (if any) in chunks."""
+def unmask_chunks_to_pb(
+    header: UnmaskHeader, payload: U64 | None
+) -> Iterator[pb.UnmaskChunk | bytes]:
+    """An unmask answer: its header, then the corrections (if any) in chunks, already encoded.
+
+    The data chunks are serialized ``UnmaskChunk`` messages, as in
+    :func:`upload_chunks_to_pb`.
+    """
     yield pb.UnmaskChunk(header=unmask_header_to_pb(header))
     if payload is not None:
-        for chunk in payload_chunks(payload):
-            yield pb.UnmaskChunk(data=chunk)
+        yield from encoded_chunks(payload)
 
 
 def unmask_refusal_to_pb(refusal: UnmaskRefusal) -> pb.UnmaskRefusal:

@@ -112,8 +112,11 @@ class Streams:
         self._open[ticket.key] = ticket
         return ticket
 
-    def receive(self, ticket: Ticket, offset: int, data: bytes) -> None:
-        """Take one chunk of a stream (uploads go straight into the running sum)."""
+    def receive(self, ticket: Ticket, offset: int, data: bytes | memoryview) -> None:
+        """Take one chunk of a stream (uploads go straight into the running sum).
+
+        ``data`` may be a view of the received message (it is not kept).
+        """
         if ticket.closed:
             raise FailedPrecondition(f"{ticket.what}: the stream has already ended.")
         if ticket.cancelled:

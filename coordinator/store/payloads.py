@@ -90,7 +90,7 @@ class PayloadWriter:
         self.size = 0
         self.placed: Path | None = None
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         """Append ``data``."""
         if self._fd is None:
             raise ValueError("payload writer is closed.")

@@ -23,8 +23,11 @@ status is a decision of the coordinator and is raised at once as
 with its code and sentence.
 
 Payloads travel as client or server streams of chunks of at most 1 MiB
-(``proto.chunks``). A streamed upload is re-sent from its first chunk on each
-attempt; the coordinator treats a repeated identical upload as a no-op. The
+(``proto.chunks``). Their data chunks go out already encoded from the
+payload (one copy of each chunk) and the aggregate's come in as views of the
+received messages (``proto.chunk_wire``), through calls of the stub's methods
+whose serializers take those bytes. A streamed upload is re-sent from its
+first chunk on each attempt; the coordinator treats a repeated identical upload as a no-op. The
 gateway remembers the digest of each payload it uploaded, for checking the
 statements that come back with the aggregate.
 """
@@ -54,8 +57,15 @@ from node.protocol.coordinator_certificate import verify_coordinator
 from node.protocol.tls_probe import tls_mismatch
 from noise.keys import KeyBundle
 from noise.layout import as_words
+from proto.chunk_wire import (
+    DataChunk,
+    as_data_chunk,
+    data_chunk_decoder,
+    passthrough_serializer,
+)
 from proto.chunks import (
     CHUNK_BYTES,
+    Chunk,
     PayloadAssembler,
     PayloadError,
     layout_of,
@@ -220,8 +230,14 @@ class Retrier:
                 self._sleep(pause)
 
 
+def _method(name: str) -> str:
+    """The path of a Coordinator method on the wire, from the protocol's descriptor."""
+    service = pb.DESCRIPTOR.services_by_name["Coordinator"]
+    return f"/{service.full_name}/{service.methods_by_name[name].name}"
+
+
 def assemble_payload(
-    header: pb.PayloadHeader, chunks: Iterable[pb.PayloadChunk], *, what: str
+    header: pb.PayloadHeader, chunks: Iterable[Chunk], *, what: str
 ) -> NDArray[np.uint64]:
     """Join streamed chunks with :class:`~proto.chunks.PayloadAssembler`.
 
@@ -312,6 +328,24 @@ class GrpcGateway:
         )
         self._channel = grpc.secure_channel(address, credentials)
         self._stub = pb_grpc.CoordinatorStub(self._channel)
+        # The payload streams, with the stub's methods and messages: data chunks go
+        # out already encoded from the payload, and come in as views of the received
+        # messages (proto.chunk_wire); every other message is protobuf's as usual.
+        self._upload_stream = self._channel.stream_unary(
+            _method("UploadEgress"),
+            request_serializer=passthrough_serializer,
+            response_deserializer=pb.UploadReceipt.FromString,
+        )
+        self._unmask_stream = self._channel.stream_unary(
+            _method("SubmitUnmask"),
+            request_serializer=passthrough_serializer,
+            response_deserializer=pb.UnmaskReceipt.FromString,
+        )
+        self._result_stream = self._channel.unary_stream(
+            _method("GetResult"),
+            request_serializer=pb.GetResultRequest.SerializeToString,
+            response_deserializer=data_chunk_decoder(pb.ResultChunk.FromString),
+        )
         # (session id, round index) -> SHA-256 of the payload this gateway uploaded.
         self._uploaded: dict[tuple[str, int], bytes] = {}
 
@@ -444,7 +478,7 @@ class GrpcGateway:
             )
         receipt: pb.UploadReceipt = self._call(
             "UploadEgress",
-            lambda t: self._stub.UploadEgress(upload_chunks_to_pb(header, payload), timeout=t),
+            lambda t: self._upload_stream(upload_chunks_to_pb(header, payload), timeout=t),
         )
         self._uploaded[(header.session_id, header.round_index)] = header.payload.sha256
         return upload_receipt_from_pb(receipt)
@@ -458,14 +492,14 @@ class GrpcGateway:
         request = result_request_to_pb(ResultRequest(session_id, round_index, self._node_id))
 
         def attempt(timeout: float) -> RoundResult:
-            stream = iter(self._stub.GetResult(request, timeout=timeout))
+            stream = iter(self._result_stream(request, timeout=timeout))
             first = next(stream, None)
-            if first is None or not first.HasField("header"):
+            if first is None or isinstance(first, DataChunk) or not first.HasField("header"):
                 raise CoordinatorRefused(
                     "GetResult", "INTERNAL", "the result stream did not start with a header"
                 )
             header = first.header
-            chunks = (message.data for message in stream if message.HasField("data"))
+            chunks = (chunk for chunk in map(as_data_chunk, stream) if chunk is not None)
             aggregate = None
             layout = None
             if header.status == pb.ROUND_STATUS_READY:
@@ -492,11 +526,11 @@ class GrpcGateway:
         """Send this node's unmask answer: its self-mask seed, and its corrections if any."""
         self._call(
             "SubmitUnmask",
-            lambda t: self._stub.SubmitUnmask(unmask_chunks_to_pb(header, payload), timeout=t),
+            lambda t: self._unmask_stream(unmask_chunks_to_pb(header, payload), timeout=t),
         )
 
     def refuse_unmask(self, refusal: UnmaskRefusal) -> None:
         self._call(
             "SubmitUnmask",
-            lambda t: self._stub.SubmitUnmask(unmask_refusal_chunks_to_pb(refusal), timeout=t),
+            lambda t: self._unmask_stream(unmask_refusal_chunks_to_pb(refusal), timeout=t),
         )

@@ -276,9 +276,10 @@ def test_an_upload_header_round_trips_and_its_stream_is_header_then_chunks() -> 
     plain = upload_header_from_pb(header)
     _same(header, upload_header_to_pb(plain))
     stream = list(upload_chunks_to_pb(plain, WORDS))
+    # Data chunks leave encoded: the very bytes protobuf would send.
     assert stream == [
         pb.UploadChunk(header=header),
-        *(pb.UploadChunk(data=c) for c in payload_chunks(WORDS)),
+        *(pb.UploadChunk(data=c).SerializeToString() for c in payload_chunks(WORDS)),
     ]
 
 
@@ -309,7 +310,7 @@ def test_an_unmask_answer_round_trips_with_and_without_corrections() -> None:
     _same(header, unmask_header_to_pb(plain))
     assert list(unmask_chunks_to_pb(plain, WORDS)) == [
         pb.UnmaskChunk(header=header),
-        *(pb.UnmaskChunk(data=c) for c in payload_chunks(WORDS)),
+        *(pb.UnmaskChunk(data=c).SerializeToString() for c in payload_chunks(WORDS)),
     ]
     seed_only = pb.UnmaskHeader(
         session_id="s", round_index=1, round_name="scatter", node_id="a", self_mask_seed=b"\x0b"
