@@ -10,6 +10,7 @@ then, or until its linger time runs out).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,17 @@ from proto.messages import (
 )
 
 __all__ = ["Views"]
+
+
+def _progress(view: ResultView) -> tuple[object, ...]:
+    """What of a round's view its nodes act on (a long poll waits for it to change)."""
+    ask = view.unmask_request
+    asked = (
+        None
+        if ask is None
+        else (ask.attempt, ask.survivor_hash, len(ask.attestations) == len(ask.survivors))
+    )
+    return (view.status, view.reason, view.survivors, view.dropped, asked)
 
 
 @dataclass(frozen=True)
@@ -76,9 +88,10 @@ class Views:
         # next for the session's reason, so stopping the server as soon as
         # GetResult had answered would leave that call unanswered.
         self._notified: set[str] = set()
-        # Per caller: the round, transition count and whether the round was
-        # still under way, of the last result view it was sent (held polls).
-        self._sent: dict[str, tuple[int, int, bool]] = {}
+        # Per caller: the round, what of it the caller acts on (_progress) and
+        # whether it was still under way, of the last result view it was sent
+        # (held polls).
+        self._sent: dict[str, tuple[int, tuple[object, ...], bool]] = {}
         self._relay_cache: tuple[tuple[int, int, int], _Relays] | None = None
 
     def _relays(self, round_index: int, attempt: int) -> _Relays:
@@ -146,20 +159,29 @@ class Views:
 
         ``hold_seconds`` > 0 makes a repeated poll a long poll: when the
         caller was last sent this round, still open or awaiting unmask, and
-        no transition has committed since, the answer waits (without the
-        session lock) until one does or ``hold_seconds`` pass. A node that
-        polls in a loop so hears of each change as it commits, and costs
-        nothing while nothing changes.
+        nothing it acts on has changed since (:func:`_progress`: the status,
+        the reason, who is counted, the unmask attempt, whether every survivor
+        has attested), the answer waits (without the session lock) until a
+        transition changes one of them or ``hold_seconds`` pass. A node that
+        polls in a loop so hears of each step of its round as it commits, and
+        neither it nor the coordinator spends anything on the commits between
+        (another node's upload, one more attestation).
         """
         ctx = self.ctx
         sent = self._sent.get(caller)
-        if hold_seconds > 0 and sent == (round_index, ctx.version, True):
-            ctx.wait_for_change(sent[1], hold_seconds)
-        # Read before the view, so a change while it is built is answered at once next time.
-        version = ctx.version
-        view = self._result(session_id, round_index, caller=caller)
+        give_up = time.monotonic() + hold_seconds
+        while True:
+            # Read before the view, so a commit while it is built ends the wait below.
+            version = ctx.version
+            view = self._result(session_id, round_index, caller=caller)
+            progress = _progress(view)
+            held = sent == (round_index, progress, True)
+            remaining = give_up - time.monotonic()
+            if not held or remaining <= 0:
+                break
+            ctx.wait_for_change(version, remaining)
         under_way = view.status in (RoundState.OPEN, RoundState.AWAITING_UNMASK)
-        self._sent[caller] = (round_index, version, under_way)
+        self._sent[caller] = (round_index, progress, under_way)
         return view
 
     def _result(self, session_id: str, round_index: int, *, caller: str) -> ResultView:

@@ -497,10 +497,10 @@ def _poll(h: Harness, node: str, round_index: int) -> tuple[float, pb.ResultHead
     return time.monotonic() - started, header
 
 
-def test_a_repeated_poll_is_held_until_a_transition_commits(
+def test_a_repeated_poll_is_held_until_what_its_node_acts_on_changes(
     tmp_path: Path, certificates: Certificates
 ) -> None:
-    # A hold far longer than the test: only a transition can end it.
+    # A hold far longer than the test: only a change the node acts on can end it.
     h = start(tmp_path, certificates, hold=60.0)
     try:
         joined(h)
@@ -513,18 +513,34 @@ def test_a_repeated_poll_is_held_until_a_transition_commits(
         poller.start()
         time.sleep(0.5)
         assert poller.is_alive(), "a poll that would show nothing new was answered at once"
+        # Another node's upload commits, but the round is still open: nothing to act on.
         send(h, "c", upload_messages(h, "c", 0, sent(h, "c", 0, data.payloads["c"])))
-        poller.join(timeout=10)
-        assert not poller.is_alive(), "the held poll did not hear of the upload"
-        seconds, header = held[0]
-        assert seconds >= 0.5 and header.status == pb.ROUND_STATUS_OPEN
+        time.sleep(0.5)
+        assert poller.is_alive(), "a held poll was answered for a commit its node ignores"
         # Another caller's first poll is not held.
         assert _poll(h, "c", 0)[0] < 5.0
+        # The last upload moves the round to its unmask step: the held poll hears of it.
         send(h, "b", upload_messages(h, "b", 0, sent(h, "b", 0, data.payloads["b"])))
-        # The last upload moved the round to its unmask step: b's next poll shows it at once.
-        seconds, header = _poll(h, "b", 0)
-        assert header.status == pb.ROUND_STATUS_AWAITING_UNMASK and seconds < 5.0
+        poller.join(timeout=10)
+        assert not poller.is_alive(), "the held poll did not hear of the unmask step"
+        seconds, header = held[0]
+        assert seconds >= 1.0 and header.status == pb.ROUND_STATUS_AWAITING_UNMASK
         assert header.unmask_request.pending
+        # Attesting one by one: the others' polls are held until every survivor has signed.
+        requests = {n: unmask_request(h, n, 0) for n in ("a", "b", "c")}
+        _poll(h, "a", 0)
+        attest(h, "b", requests["b"])
+        waiting: list[tuple[float, pb.ResultHeader]] = []
+        poller = threading.Thread(target=lambda: waiting.append(_poll(h, "a", 0)))
+        poller.start()
+        attest(h, "c", requests["c"])
+        time.sleep(0.5)
+        assert poller.is_alive(), "a held poll was answered before every survivor had signed"
+        attest(h, "a", requests["a"])
+        poller.join(timeout=10)
+        assert not poller.is_alive(), "the held poll did not hear that every survivor signed"
+        header = waiting[0][1]
+        assert len(header.unmask_request.attestations) == 3
     finally:
         h.close()
 
