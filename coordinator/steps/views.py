@@ -39,17 +39,6 @@ from proto.messages import (
 __all__ = ["Views"]
 
 
-def _progress(view: ResultView) -> tuple[object, ...]:
-    """What of a round's view its nodes act on (a long poll waits for it to change)."""
-    ask = view.unmask_request
-    asked = (
-        None
-        if ask is None
-        else (ask.attempt, ask.survivor_hash, len(ask.attestations) == len(ask.survivors))
-    )
-    return (view.status, view.reason, view.survivors, view.dropped, asked)
-
-
 @dataclass(frozen=True)
 class _Relays:
     """A round's uploads and attestations, and what they relay, indexed by recipient.
@@ -159,9 +148,9 @@ class Views:
 
         ``hold_seconds`` > 0 makes a repeated poll a long poll: when the
         caller was last sent this round, still open or awaiting unmask, and
-        nothing it acts on has changed since (:func:`_progress`: the status,
-        the reason, who is counted, the unmask attempt, whether every survivor
-        has attested), the answer waits (without the session lock) until a
+        nothing it acts on has changed since (:meth:`_progress`: the status,
+        the reason, the unmask attempt and its survivor set, whether every
+        survivor has attested), the answer waits (without the session lock) until a
         transition changes one of them or ``hold_seconds`` pass. A node that
         polls in a loop so hears of each step of its round as it commits, and
         neither it nor the coordinator spends anything on the commits between
@@ -171,18 +160,46 @@ class Views:
         sent = self._sent.get(caller)
         give_up = time.monotonic() + hold_seconds
         while True:
-            # Read before the view, so a commit while it is built ends the wait below.
             version = ctx.version
-            view = self._result(session_id, round_index, caller=caller)
-            progress = _progress(view)
-            held = sent == (round_index, progress, True)
+            # Read before the view, so a change while the view is built is
+            # answered at once next time; and cheap, because a held poll reads
+            # it again at every commit until it differs.
+            progress = self._progress(round_index)
             remaining = give_up - time.monotonic()
-            if not held or remaining <= 0:
+            if sent != (round_index, progress, True) or remaining <= 0:
                 break
             ctx.wait_for_change(version, remaining)
+        view = self._result(session_id, round_index, caller=caller)
         under_way = view.status in (RoundState.OPEN, RoundState.AWAITING_UNMASK)
         self._sent[caller] = (round_index, progress, under_way)
         return view
+
+    def _progress(self, round_index: int) -> tuple[object, ...]:
+        """What of a round its nodes act on: a long poll is held until it changes.
+
+        The session's state and reason, the round's status, reason and unmask
+        attempt, and during the unmask step its survivor set and whether every
+        survivor has attested (``None`` for a round not opened: the view says so).
+        """
+        ctx = self.ctx
+        with ctx.lock:
+            row = ctx.store.session()
+            round_row = ctx.store.round(round_index)
+            if row is None or round_row is None:
+                return (None,)
+            asked: tuple[object, ...] = ()
+            if round_row.status == RoundState.AWAITING_UNMASK:
+                request = ctx.unmask_row(round_row)
+                signed = len(ctx.store.attestations(round_index, request.attempt))
+                asked = (request.survivor_hash, signed >= len(request.survivors))
+            return (
+                row.state,
+                row.reason,
+                round_row.status,
+                round_row.reason,
+                round_row.unmask_attempt,
+                *asked,
+            )
 
     def _result(self, session_id: str, round_index: int, *, caller: str) -> ResultView:
         ctx = self.ctx
