@@ -207,9 +207,12 @@ def test_relabelled_attestations_are_refused_by_the_victim(
 
     text = victim.stderr()
     assert "Traceback" not in text, text
-    assert (
-        "refused to unmask round 0 ('sums'): the attestation of node 'b' does not verify "
-        "against its pinned identity key" in text
+    # The victim refuses at the first relabelled attestation it is shown; which of
+    # the others attested first is a race, so any of them may be the one named.
+    assert any(
+        f"refused to unmask round 0 ('sums'): the attestation of node {node!r} does not "
+        "verify against its pinned identity key" in text
+        for node in OTHERS
     ), text
     assert "does not verify" in record.refusals[VICTIM]
     assert VICTIM not in record.answers
