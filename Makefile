@@ -24,8 +24,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Two workers: the integration modules one at a time on one, the rest on the other
+# (tests/support/scheduling.py).
 unit: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2
 	$(BIN)/coverage report --include='noise/*' --fail-under=95
 
 test: lint typecheck unit

@@ -109,7 +109,10 @@ def _client(target: DaskTarget) -> Iterator[Any]:
                 n_workers=target.local_workers,
                 threads_per_worker=1,
                 processes=target.processes,
-                dashboard_address=None,
+                # None does not turn the scheduler's HTTP server off: it listens on
+                # port 8787 of every interface, and a second sweep fails on it. A
+                # free port of the loopback interface keeps it local and apart.
+                dashboard_address="127.0.0.1:0",
                 **network,
             )
             address = cluster

@@ -11,10 +11,32 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.support.processes import Processes, closed_at_end
+from tests.support.scheduling import INTEGRATION_GROUP, marked_integration
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``pytest -n 2`` (``make test``): integration modules one at a time on one worker.
+
+    Their sessions are heavy and some wait for deadlines, so they run one after
+    another as they would alone, while the in-process tests run on the other
+    worker; every other module stays on one worker (its fixtures built once).
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = config.rootpath
+
+    class IntegrationApart(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return INTEGRATION_GROUP if marked_integration(root / module) else module
+
+    return IntegrationApart(config, log)
 
 
 @pytest.fixture

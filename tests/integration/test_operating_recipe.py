@@ -44,6 +44,8 @@ _MARKER = re.compile(r"<!-- recipe: (?P<spec>[^>]*?) -->\n(?:```[a-z]*\n(?P<body
 _BLOCK_ACTIONS = {"file", "run", "start", "run-when"}
 TIMEOUT = 120.0
 
+pytestmark = pytest.mark.integration
+
 
 @dataclass(frozen=True)
 class Step:

@@ -84,6 +84,7 @@ def test_the_quick_dropout_scenario_runs_alone(
     assert "(0 run, 24 resumed)" in capsys.readouterr().out
 
 
+@pytest.mark.integration  # a local Dask cluster on 127.0.0.1
 def test_dask_local_gives_the_local_bytes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

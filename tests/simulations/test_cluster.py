@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from pathlib import Path
 
@@ -84,6 +85,7 @@ def test_a_dask_sweep_resumes_what_is_missing(
     assert _files(out) == small[1]
 
 
+@pytest.mark.integration  # worker processes on 127.0.0.1
 def test_worker_processes_on_loopback_give_the_same_bytes(
     tmp_path: Path, small: tuple[Path, dict[str, bytes]]
 ) -> None:
@@ -91,6 +93,19 @@ def test_worker_processes_on_loopback_give_the_same_bytes(
     target = DaskTarget(local_workers=2, processes=True, timeout=DEADLINE)
     run_sweep(config, tmp_path / "out", cluster=target)
     assert _files(tmp_path / "out") == small[1]
+
+
+@pytest.mark.integration  # a worker process on 127.0.0.1
+def test_a_local_cluster_needs_no_fixed_port() -> None:
+    """Dask's default dashboard port taken (by another sweep, say): the run still starts."""
+    with contextlib.ExitStack() as held:
+        holder = held.enter_context(socket.socket())
+        with contextlib.suppress(OSError):  # already taken by someone else: as good
+            holder.bind(("127.0.0.1", 8787))
+            holder.listen()
+        target = DaskTarget(local_workers=1, processes=True, timeout=DEADLINE)
+        got = dict(map_on_dask(target, _square, [3, 4], ["three", "four"]))
+    assert got == {0: 9, 1: 16}
 
 
 def _square(x: int) -> int:
