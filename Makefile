@@ -24,8 +24,8 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Two workers: the integration modules one at a time on one, the rest on the other
-# (tests/support/scheduling.py).
+# Two workers: the modules that run sessions of real processes one at a time on one,
+# every other module on whichever is free (tests/support/scheduling.py).
 unit: $(STAMP)
 	$(BIN)/pytest -n 2
 	$(BIN)/coverage report --include='noise/*' --fail-under=95

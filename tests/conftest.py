@@ -16,27 +16,27 @@ from typing import Any
 import pytest
 
 from tests.support.processes import Processes, closed_at_end
-from tests.support.scheduling import INTEGRATION_GROUP, marked_integration
+from tests.support.scheduling import SESSIONS_GROUP, runs_sessions
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``pytest -n 2`` (``make test``): integration modules one at a time on one worker.
+    """Under ``pytest -n 2`` (``make test``): the session modules one at a time on one worker.
 
-    Their sessions are heavy and some wait for deadlines, so they run one after
-    another as they would alone, while the in-process tests run on the other
-    worker; every other module stays on one worker (its fixtures built once).
+    Their sessions of real processes are heavy and some wait for deadlines, so
+    they run one after another as they would alone, while the other modules
+    run on the other worker, each module as one unit (its fixtures built once).
     """
     from xdist.scheduler import LoadScopeScheduling
 
     root = config.rootpath
 
-    class IntegrationApart(LoadScopeScheduling):  # type: ignore[misc]
+    class SessionsApart(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return INTEGRATION_GROUP if marked_integration(root / module) else module
+            return SESSIONS_GROUP if runs_sessions(root / module) else module
 
-    return IntegrationApart(config, log)
+    return SessionsApart(config, log)
 
 
 @pytest.fixture

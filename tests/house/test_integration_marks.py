@@ -1,34 +1,24 @@
 """Every test module that starts processes through the shared fixtures is marked integration.
 
-``make test`` keeps the integration modules on one worker, one at a time
-(tests/support/scheduling.py), and finds them by their marker. A module
-whose tests or fixtures take ``processes`` or ``module_processes`` without
-the marker would run its sessions beside another module's, on a machine
-they were not timed for. The check reads the parameters of every function
-of every test module; a planted violation shows it would catch one.
+The marker says a test starts real servers or processes on 127.0.0.1
+(``pytest -m "not integration"`` leaves them out); a module whose tests or
+fixtures take ``processes`` or ``module_processes`` (the fixtures the test
+scheduler also finds them by, tests/support/scheduling.py) must say so. The
+check reads the parameters of every function of every test module; a planted
+violation shows it would catch one.
 """
 
 from __future__ import annotations
 
-import ast
+import re
 from pathlib import Path
 
-from tests.support.scheduling import INTEGRATION_MARK, PROCESS_FIXTURES
+from tests.support.scheduling import functions_taking_process_fixtures
 
 TESTS = Path(__file__).resolve().parents[1]
 
 
-def _takes_process_fixtures(source: str) -> list[str]:
-    """Names of the functions in ``source`` with a process fixture among their parameters."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            names = {
-                a.arg for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
-            }
-            if names & PROCESS_FIXTURES:
-                found.append(node.name)
-    return found
+INTEGRATION_MARK = re.compile(r"pytest\.mark\.integration\b")
 
 
 def unmarked_modules(root: Path) -> list[tuple[str, list[str]]]:
@@ -36,7 +26,7 @@ def unmarked_modules(root: Path) -> list[tuple[str, list[str]]]:
     missing = []
     for path in sorted(root.rglob("test_*.py")):
         source = path.read_text(encoding="utf-8")
-        users = _takes_process_fixtures(source)
+        users = functions_taking_process_fixtures(source)
         if users and INTEGRATION_MARK.search(source) is None:
             missing.append((str(path.relative_to(root)), users))
     return missing
