@@ -16,8 +16,6 @@ from pathlib import Path
 from tests.support.scheduling import functions_taking_process_fixtures
 
 TESTS = Path(__file__).resolve().parents[1]
-
-
 INTEGRATION_MARK = re.compile(r"pytest\.mark\.integration\b")
 
 
