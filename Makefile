@@ -4,7 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.zerosum-installed
 
-.PHONY: demo test test-slow lint typecheck unit bench proto proto-check clean
+.PHONY: demo test test-slow lint typecheck unit bench proto proto-check clean bytecode
+
+# The project's own modules, compiled once into __pycache__ before anything starts
+# processes. Where PYTHONDONTWRITEBYTECODE is set, Python never writes these files
+# itself, and every coordinator and node process would compile its modules again
+# (0.7 s of CPU each here); it still reads files compiled beforehand.
+SOURCES := bounded coordinator node noise proto simulations zerosum benchmarks tests
 
 # Create or reuse .venv and install the project with its development and cluster extras.
 # Reinstalls only when pyproject.toml changes.
@@ -14,7 +20,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev,cluster]'
 	@touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) bytecode
 	$(BIN)/zerosum demo
 
 lint: $(STAMP)
@@ -26,7 +32,7 @@ typecheck: $(STAMP)
 
 # Two workers: the modules that run sessions of real processes one at a time on one,
 # every other module on whichever is free (tests/support/scheduling.py).
-unit: $(STAMP)
+unit: $(STAMP) bytecode
 	$(BIN)/pytest -n 2
 	$(BIN)/coverage report --include='noise/*' --fail-under=95
 
@@ -35,14 +41,18 @@ test: lint typecheck unit
 # The slow tests (pytest -m slow): the robustness campaign of tests/campaign/
 # (1,000 fuzzed messages per RPC, sessions through a faulty network, a full
 # disk, crashes at every stage, 50 nodes x 20 rounds) and the other slow tests.
-test-slow: $(STAMP)
+test-slow: $(STAMP) bytecode
 	$(BIN)/pytest -m slow --no-cov -p no:cacheprovider
 
-bench: $(STAMP)
+bench: $(STAMP) bytecode
 	$(BIN)/python -m benchmarks --out bench.json
+
+bytecode: $(STAMP)
+	@$(BIN)/python -m compileall -q -j 0 $(SOURCES) > /dev/null
 
 proto: $(STAMP)
 	$(BIN)/python -m proto.generate
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .coverage bench.json
+	find $(SOURCES) -name __pycache__ -type d -prune -exec rm -rf {} +
