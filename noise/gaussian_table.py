@@ -242,15 +242,29 @@ def _accept_log(exponent: Fraction, weight: int, scale: int, twos: int, numerato
             neg_log_u = -(Decimal(numerator) / (Decimal(2) ** _ACCEPT_BITS)).ln()
             limit = (
                 Decimal(exponent.numerator) / Decimal(exponent.denominator)
-                + Decimal(weight).ln()
-                - Decimal(scale).ln()
-                - twos * Decimal(2).ln()
+                + _ln(weight, precision)
+                - _ln(scale, precision)
+                - twos * _ln(2, precision)
             )
             gap = neg_log_u - limit
             if abs(gap) > Decimal(10) ** (-(precision - 30)) * (abs(limit) + neg_log_u + 1):
                 return gap > 0
         precision *= 2
     raise ArithmeticError("an exact comparison did not resolve")  # pragma: no cover
+
+
+@functools.lru_cache(maxsize=512)
+def _ln(value: int, precision: int) -> Decimal:
+    """ln(``value``) to ``precision`` digits: the same Decimal every time it is asked for.
+
+    Decimal's ln is correctly rounded (half-even) whatever the context's
+    rounding, so it depends on ``precision`` alone and a value kept from an
+    earlier call is the one a new call would compute. A tail proposal needs
+    ln of the table's weight and scale and of 2, constants of its table.
+    """
+    with localcontext() as ctx:
+        ctx.prec = precision
+        return Decimal(value).ln()
 
 
 def gaussian_table(variance: Fraction) -> GaussianTable:
