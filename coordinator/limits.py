@@ -172,8 +172,14 @@ class Watchdog:
         with self._condition:
             token = next(self._tokens)
             self._callbacks[token] = callback
-            heapq.heappush(self._heap, (self._clock() + seconds, token))
-            self._condition.notify()
+            due = self._clock() + seconds
+            # The thread sleeps until the earliest deadline; it need only be
+            # woken when this one comes sooner (a stream's next message
+            # arms a later deadline than the ones already waiting).
+            sooner = not self._heap or due < self._heap[0][0]
+            heapq.heappush(self._heap, (due, token))
+            if sooner:
+                self._condition.notify()
             return token
 
     def disarm(self, token: int) -> bool:
