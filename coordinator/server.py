@@ -26,7 +26,7 @@ coordinator nothing.
 Memory does not grow with the number of nodes K: each round keeps one running
 sum (coordinator/aggregate.py); at most ``payload_slots`` payload streams are
 read at a time while the others wait with a 64 KiB flow-control window; and
-results go out in 256 KiB chunks.
+every node is sent the same encoded result chunks.
 
 Data chunks skip protobuf objects (``proto.chunk_wire``; the bytes on the
 wire are protobuf's): an upload's or correction's chunks reach the session
@@ -121,11 +121,13 @@ __all__ = [
 ]
 
 MAX_MESSAGE_BYTES = 2 << 20
-# Payload streams read at once (uploads and corrections together).
-DEFAULT_PAYLOAD_SLOTS = 4
-# Result chunks sent; smaller than the 1 MiB limit to keep K concurrent downloads small
-# (1 MiB chunks took the K = 20 coordinator from 184 to 249 MB for no faster round).
-RESULT_CHUNK_BYTES = 256 << 10
+# Payload streams read at once (uploads and corrections together). Ten at once
+# and 1 MiB result chunks (were 4 and 256 KiB): K = 10 round over the bare gRPC
+# round 2.50-2.75 against 2.78-2.85 (three interleaved pairs of runs); the K = 20
+# coordinator's peak RSS 164 -> 175 MB (docs/how-it-works.md).
+DEFAULT_PAYLOAD_SLOTS = 10
+# Result chunks sent: a quarter of the message limit, one chunk per payload MiB.
+RESULT_CHUNK_BYTES = 1 << 20
 # How long a GetResult poll that would show the caller nothing new waits for a change.
 RESULT_HOLD_SECONDS = 1.0
 _SERVICE = pb.DESCRIPTOR.services_by_name["Coordinator"].full_name
