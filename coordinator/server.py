@@ -126,7 +126,7 @@ MAX_MESSAGE_BYTES = 2 << 20
 # round 2.50-2.75 against 2.78-2.85 (three interleaved pairs of runs); the K = 20
 # coordinator's peak RSS 164 -> 175 MB (docs/how-it-works.md).
 DEFAULT_PAYLOAD_SLOTS = 10
-# Result chunks sent: a quarter of the message limit, one chunk per payload MiB.
+# Result chunks sent: half the message limit, one chunk per MiB of the aggregate.
 RESULT_CHUNK_BYTES = 1 << 20
 # How long a GetResult poll that would show the caller nothing new waits for a change.
 RESULT_HOLD_SECONDS = 1.0
