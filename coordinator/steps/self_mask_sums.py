@@ -66,7 +66,10 @@ class SelfMaskSums:
                 self._key, self._nodes, self._sum = (round_index, attempt), {}, None
             if node_id in self._nodes:
                 return
-            self._sum = pad if self._sum is None else self._sum + pad
+            if self._sum is None:
+                self._sum = pad
+            else:  # in place: no fresh 8 MB per answer (total() hands out copies)
+                np.add(self._sum, pad, out=self._sum)
             self._nodes[node_id] = seed
 
     def _drain(self) -> None:
@@ -94,7 +97,10 @@ class SelfMaskSums:
             if node_id in held:
                 continue
             pad = self_mask(seed, layout, round_index=round_index)
-            total = pad if total is None else total + pad
+            if total is None:
+                total = pad
+            else:
+                np.add(total, pad, out=total)  # total is a copy or a fresh pad: ours
         if total is None:
             return np.zeros(layout.size, dtype=np.uint64)
         return total

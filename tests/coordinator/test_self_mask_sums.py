@@ -39,3 +39,20 @@ def test_what_the_cache_does_not_match_is_recomputed() -> None:
     assert np.array_equal(sums.total(4, 2, fewer, LAYOUT), _direct(fewer, 4))
     sums.forget()
     assert np.array_equal(sums.total(4, 2, {}, LAYOUT), np.zeros(LAYOUT.size, dtype=np.uint64))
+
+
+def test_a_total_handed_out_is_not_changed_by_a_later_answer() -> None:
+    """The running sum is added into in place; what total() returned is the caller's own."""
+    sums = SelfMaskSums()
+    two = {n: SEEDS[n] for n in "ab"}
+    for node in "ab":
+        sums.add(5, 1, node, SEEDS[node], LAYOUT)
+    first = sums.total(5, 1, two, LAYOUT)
+    kept = first.copy()
+    for node in "cd":
+        sums.add(5, 1, node, SEEDS[node], LAYOUT)
+    assert np.array_equal(sums.total(5, 1, SEEDS, LAYOUT), _direct(SEEDS, 5))
+    assert np.array_equal(first, kept)
+    # And a later total does not move when the caller changes the one it holds.
+    first += np.uint64(1)
+    assert np.array_equal(sums.total(5, 1, two, LAYOUT), _direct(two, 5))
