@@ -121,10 +121,9 @@ __all__ = [
 ]
 
 MAX_MESSAGE_BYTES = 2 << 20
-# Payload streams read at once (uploads and corrections together). Ten at once
-# and 1 MiB result chunks (were 4 and 256 KiB): K = 10 round over the bare gRPC
-# round 2.50-2.75 against 2.78-2.85 (three interleaved pairs of runs); the K = 20
-# coordinator's peak RSS 164 -> 175 MB (docs/how-it-works.md).
+# Payload streams read at once (uploads and corrections together): a bound, so the
+# memory of streams in flight does not grow with K. Ten, and the 1 MiB result chunks
+# below, were measured against four and 256 KiB in docs/how-it-works.md.
 DEFAULT_PAYLOAD_SLOTS = 10
 # Result chunks sent: half the message limit, one chunk per MiB of the aggregate.
 RESULT_CHUNK_BYTES = 1 << 20

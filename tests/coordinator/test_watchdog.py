@@ -29,7 +29,7 @@ def test_a_deadline_armed_after_a_later_one_still_fires_on_time(watchdog: Watchd
     assert fired[0][1] - start < 2.0
 
 
-def test_later_deadlines_fire_in_order_without_waking_the_thread_early(watchdog: Watchdog) -> None:
+def test_deadlines_armed_in_order_fire_in_order(watchdog: Watchdog) -> None:
     fired: list[int] = []
     done = threading.Event()
     for index in range(5):
