@@ -7,10 +7,14 @@ Exact Gaussian tradeoff. Adding N(0, σ²) to a query of L2 sensitivity Δ is
 
 (the analytic Gaussian mechanism of Balle & Wang, ICML 2018, Theorem 8; in
 the GDP form of Dong, Roth & Su, JRSS-B 2022, Corollary 2.13). Both terms are
-evaluated in log space with ``scipy.special.log_ndtr`` and their difference as
-log δ = a + log(−expm1(b − a)), so δ far below 1e-300 and ε in the hundreds
-stay accurate. ε for a given δ, and the μ that meets a target (ε, δ), are
-found by Brent's method on log δ after expanding a bracket.
+evaluated in log space (``noise.gaussian_tail.log_ndtr``) and their difference
+as log δ = a + log(−expm1(b − a)), so δ far below 1e-300 and ε in the
+hundreds stay accurate. ε for a given δ, and the μ that meets a target
+(ε, δ), are found by Brent's method on log δ after expanding a bracket
+(Brent, *Algorithms for Minimization without Derivatives*, 1973, ch. 4:
+inverse quadratic or secant steps, bisection whenever they would not shrink
+the bracket fast enough). Both are written with the standard library alone,
+so a node does not import scipy to start.
 
 Composition. GDP composes exactly: r rounds of μ_t-GDP mechanisms are
 sqrt(Σ μ_t²)-GDP (Dong, Roth & Su 2022, Corollary 3.3).
@@ -40,11 +44,10 @@ from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import brentq
-from scipy.special import log_ndtr
 
 from noise.designs import Design, conditional_covariance
 from noise.errors import CalibrationError, DesignError, ObserverError
+from noise.gaussian_tail import log_ndtr
 
 __all__ = [
     "ENUMERATION_LIMIT",
@@ -75,6 +78,9 @@ _RANGE_RTOL = 1e-8
 _TIE_RTOL = 1e-12
 _RTOL = 4.0 * np.finfo(np.float64).eps
 _MAX_DOUBLINGS = 2100
+# Brent's method: absolute tolerance and most steps (it needs far fewer).
+_XTOL = 1e-300
+_MAX_ITERATIONS = 2000
 
 
 def _number(name: str, value: object) -> float:
@@ -102,10 +108,10 @@ def _delta_in_unit_interval(delta: object) -> float:
 
 def _log_delta(mu: float, epsilon: float) -> float:
     """log δ(ε; μ) for finite μ > 0 and finite ε >= 0."""
-    a = float(log_ndtr(-epsilon / mu + mu / 2.0))
+    a = log_ndtr(-epsilon / mu + mu / 2.0)
     if a == -math.inf:
         return -math.inf
-    b = epsilon + float(log_ndtr(-epsilon / mu - mu / 2.0))
+    b = epsilon + log_ndtr(-epsilon / mu - mu / 2.0)
     gap = b - a
     if gap >= 0.0:  # only by rounding, when δ is below what doubles resolve
         return -math.inf
@@ -151,11 +157,78 @@ def _expand_down(f: Callable[[float], float], start: float) -> float:
 
 
 def _root(f: Callable[[float], float], lo: float, hi: float) -> float:
-    if f(lo) == 0.0:
+    """A root of ``f`` in [lo, hi], where f(lo) and f(hi) differ in sign (Brent's method).
+
+    Stops once the bracket around the best point b is within
+    ``_XTOL + _RTOL·|b|`` of it (at most ``_MAX_ITERATIONS`` steps).
+    """
+    f_lo, f_hi = f(lo), f(hi)
+    if f_lo == 0.0:
         return lo
-    if f(hi) == 0.0:
+    if f_hi == 0.0:
         return hi
-    return float(brentq(f, lo, hi, xtol=1e-300, rtol=_RTOL, maxiter=2000))
+    if (f_lo < 0.0) == (f_hi < 0.0):
+        raise ArithmeticError(f"f({lo}) and f({hi}) have the same sign")
+    # b: the best estimate; c: the other end of the bracket; a: the previous b.
+    a, f_a = lo, f_lo
+    b, f_b = hi, f_hi
+    c, f_c = a, f_a
+    step = previous_step = b - a
+    for _ in range(_MAX_ITERATIONS):
+        if (f_b < 0.0) == (f_c < 0.0):
+            c, f_c = a, f_a
+            step = previous_step = b - a
+        if abs(f_c) < abs(f_b):  # keep b the end with the smaller |f|
+            a, f_a = b, f_b
+            b, f_b = c, f_c
+            c, f_c = a, f_a
+        tolerance = 0.5 * (_XTOL + _RTOL * abs(b))
+        half = 0.5 * (c - b)
+        if abs(half) <= tolerance or f_b == 0.0:
+            return b
+        if abs(previous_step) >= tolerance and abs(f_a) > abs(f_b):
+            previous_step, step = _interpolated(
+                (a, f_a), (b, f_b), (c, f_c), steps=(step, previous_step), tolerance=tolerance
+            )
+        else:
+            previous_step = step = half
+        a, f_a = b, f_b
+        b += step if abs(step) > tolerance else math.copysign(tolerance, half)
+        f_b = f(b)
+    raise ArithmeticError("root finding did not converge")  # pragma: no cover
+
+
+def _interpolated(
+    previous: tuple[float, float],
+    best: tuple[float, float],
+    other: tuple[float, float],
+    *,
+    steps: tuple[float, float],
+    tolerance: float,
+) -> tuple[float, float]:
+    """Brent's (previous step, next step) from the points a, b, c and their values.
+
+    The secant through a and b when a is c, inverse quadratic interpolation
+    through all three otherwise; the step is taken only if it lands well
+    inside the bracket and is less than half the step before last, else a
+    bisection.
+    """
+    (a, f_a), (b, f_b), (c, f_c) = previous, best, other
+    step, previous_step = steps
+    half = 0.5 * (c - b)
+    s = f_b / f_a
+    if a == c:
+        p, q = 2.0 * half * s, 1.0 - s
+    else:
+        r_ac, r_bc = f_a / f_c, f_b / f_c
+        p = s * (2.0 * half * r_ac * (r_ac - r_bc) - (b - a) * (r_bc - 1.0))
+        q = (r_ac - 1.0) * (r_bc - 1.0) * (s - 1.0)
+    if p > 0.0:
+        q = -q
+    p = abs(p)
+    if 2.0 * p < min(3.0 * half * q - abs(tolerance * q), abs(previous_step * q)):
+        return step, p / q
+    return half, half
 
 
 def gaussian_epsilon(mu: float, delta: float) -> float:

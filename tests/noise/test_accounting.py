@@ -405,3 +405,23 @@ def test_privacy_report_rejects_unknown_sensitivity_node() -> None:
             sensitivity={"a": 1.0, "b": 1.0, "z": 1.0},
             delta=1e-5,
         )
+
+
+def test_the_root_finder_converges_to_the_tolerance_and_refuses_an_unbracketed_interval() -> None:
+    root = accounting._root(lambda x: x**3 - 2.0, 0.0, 4.0)
+    assert abs(root - 2.0 ** (1.0 / 3.0)) <= 4 * np.finfo(np.float64).eps * root
+    assert accounting._root(lambda x: x - 1.0, 1.0, 3.0) == 1.0  # a root at an end
+    with pytest.raises(ArithmeticError, match="same sign"):
+        accounting._root(lambda x: x * x + 1.0, -1.0, 1.0)
+
+
+@pytest.mark.parametrize(("mu", "delta"), [(0.5, 1e-5), (1.0, 1e-8), (3.0, 1e-12), (20.0, 1e-50)])
+def test_epsilon_is_the_root_of_the_exact_tradeoff(mu: float, delta: float) -> None:
+    """The ε found solves δ(ε; μ) = δ: checked in 300-bit arithmetic."""
+    import mpmath
+
+    epsilon = gaussian_epsilon(mu, delta)
+    with mpmath.workprec(300):
+        m, e = mpmath.mpf(mu), mpmath.mpf(epsilon)
+        exact = mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2)
+        assert abs(float(exact) / delta - 1.0) < 1e-12
