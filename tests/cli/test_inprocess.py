@@ -45,8 +45,10 @@ def _federation(out: Path, *extra: str) -> Path:
         n_components=2,
         cohort_sizes="120,130,140,150",
         options=[
+            # The lost node's round waits this long; the three others must
+            # submit within it on a loaded machine too (2 s was not always enough).
             "--round-deadline",
-            "2",
+            "4",
             "--join-deadline",
             "30",
             *extra,
