@@ -406,7 +406,10 @@ class _Node:
         )
         # The self-mask and the aggregate check are part of the round's cost, as in a node.
         contribution = self._payload(round_index, TENSOR, mask)
-        payload = contribution + self_mask(seed, self.layout, round_index=round_index)
+        # As a node does (node.session.context.sent_payload): the egress added
+        # into the self-mask's own buffer, one vector made, not two.
+        payload = self_mask(seed, self.layout, round_index=round_index)
+        np.add(payload, contribution, out=payload)
         mine = challenge_contribution(
             ephemeral,
             config_hash=self.config_hash,

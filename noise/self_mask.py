@@ -39,9 +39,15 @@ from numpy.typing import NDArray
 from noise.keys import CONFIG_HASH_BYTES, EphemeralKey, length_prefixed, require_bytes
 from noise.layout import WORD, Layout
 from noise.seeds import SEED_BYTES, stream_key
-from noise.stream import uniform_uint64
+from noise.stream import add_uniform_uint64, uniform_uint64
 
-__all__ = ["SELF_MASK_LABEL", "self_mask", "self_mask_commitment", "self_mask_seed"]
+__all__ = [
+    "SELF_MASK_LABEL",
+    "add_self_mask",
+    "self_mask",
+    "self_mask_commitment",
+    "self_mask_seed",
+]
 
 SELF_MASK_LABEL = b"zerosum/v1/self-mask"
 _COMMITMENT_LABEL = b"zerosum/v1/self-mask-commitment"
@@ -96,3 +102,36 @@ def self_mask(seed: bytes, layout: Layout, *, round_index: int) -> NDArray[np.ui
             out=mask[slot.offset : slot.offset + slot.size],
         )
     return mask
+
+
+def add_self_mask(
+    target: NDArray[np.uint64],
+    seed: bytes,
+    layout: Layout,
+    *,
+    round_index: int,
+    subtract: bool = False,
+) -> NDArray[np.uint64]:
+    """``target`` ± b_k (mod 2^64) in place, b_k the self-mask of ``seed``; returns ``target``.
+
+    The same words as :func:`self_mask`, added (or subtracted) a stretch at a
+    time as they are made (``noise.stream.add_uniform_uint64``), so no vector
+    of them is held: what the coordinator does with each revealed seed, one
+    pass over its running sum instead of a fresh 8 MB pad per answer at
+    d = 10^6. ``target`` must be a whole payload of ``layout`` (refused
+    before any word changes otherwise).
+    """
+    require_bytes(seed, SEED_BYTES, "self-mask seed")
+    if not isinstance(target, np.ndarray) or target.shape != (layout.size,):
+        shape = target.shape if isinstance(target, np.ndarray) else type(target).__name__
+        raise ValueError(
+            f"the self-mask of a layout of {layout.size} words goes into a vector of that "
+            f"length; got {shape}"
+        )
+    for slot in layout:
+        add_uniform_uint64(
+            stream_key(seed, round_index=round_index, tensor=slot.name, purpose=_PURPOSE),
+            target[slot.offset : slot.offset + slot.size],
+            subtract=subtract,
+        )
+    return target

@@ -70,6 +70,7 @@ __all__ = [
     "STREAM_CHECK_DRAWS",
     "STREAM_KEY_BYTES",
     "Keystream",
+    "add_uniform_uint64",
     "aes_counter",
     "keyed_generator",
     "os_generator",
@@ -229,7 +230,47 @@ def uniform_uint64(
         raise ValueError(f"size must hold a whole number of words >= 0; got {size!r}")
     if out is None:
         out = np.empty(count, dtype=_LE_U64)
-    elif (
+    else:
+        _check_words(out, count, f"size {size!r}")
+    if count:
+        stream = Keystream(
+            raw[:16], int.from_bytes(raw[16:32], "little"), min(count, _STRETCH_WORDS)
+        )
+        stream.fill(out)
+    return out if out.shape == shape else out.reshape(shape)
+
+
+def add_uniform_uint64(
+    key: bytes, target: NDArray[np.uint64], *, subtract: bool = False
+) -> NDArray[np.uint64]:
+    """``target`` ± ``uniform_uint64(key, len(target))`` (mod 2^64), in place; returns ``target``.
+
+    The words are made a stretch (2^15 words, 256 KiB) at a time into one
+    reused buffer, which stays in cache, and added to (or subtracted from)
+    that stretch of ``target`` at once: one pass over ``target`` and no
+    vector of words, where expanding the words first and adding them after
+    writes a fresh vector to memory and reads it back (the same words, so the
+    same result, tested).
+    """
+    raw = require_bytes(key, STREAM_KEY_BYTES, "stream key")
+    count = target.shape[0] if isinstance(target, np.ndarray) and target.ndim == 1 else -1
+    _check_words(target, count, "the target's length")
+    if not count:
+        return target
+    most = min(count, _STRETCH_WORDS)
+    stream = Keystream(raw[:16], int.from_bytes(raw[16:32], "little"), most)
+    buffer = np.empty(most + 4, dtype=_LE_U64)  # the room words_at asks for
+    combine = np.subtract if subtract else np.add
+    for start in range(0, count, most):
+        words = stream.words_at(start, min(most, count - start), buffer)
+        part = target[start : start + words.shape[0]]
+        combine(part, words, out=part)
+    return target
+
+
+def _check_words(out: object, count: int, what: str) -> None:
+    """Refuse ``out`` unless a writable C-contiguous little-endian uint64 vector of ``count``."""
+    if (
         not isinstance(out, np.ndarray)
         or out.dtype != _LE_U64
         or out.ndim != 1
@@ -243,16 +284,11 @@ def uniform_uint64(
             if isinstance(out, np.ndarray)
             else f"{type(out).__name__}"
         )
+        words = f"{count} words ({what})" if count >= 0 else f"words ({what})"
         raise ValueError(
-            f"out must be a writable C-contiguous one-dimensional little-endian uint64 array "
-            f"of {count} words (size {size!r}); got {described}"
+            "out must be a writable C-contiguous one-dimensional little-endian uint64 array "
+            f"of {words}; got {described}"
         )
-    if count:
-        stream = Keystream(
-            raw[:16], int.from_bytes(raw[16:32], "little"), min(count, _STRETCH_WORDS)
-        )
-        stream.fill(out)
-    return out if out.shape == shape else out.reshape(shape)
 
 
 def os_generator() -> np.random.Generator:

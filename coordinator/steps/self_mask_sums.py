@@ -7,7 +7,9 @@ the last answer is in would put K expansions on the round's critical path,
 under the session lock. Here each is expanded as its answer is stored, in one
 background thread (outside the session lock; one thread also keeps the
 allocator from holding a vector's worth of memory in every gRPC thread), and
-the last answer waits only for what is still pending.
+the last answer waits only for what is still pending. Each mask after the
+first is added into the sum as its words are made (``noise.self_mask.add_self_mask``),
+a stretch at a time.
 
 The sum is a cache, not state: it lives in memory for the latest unmask
 attempt only (one vector of the round's size), and :meth:`total` recomputes
@@ -25,7 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from noise.layout import Layout
-from noise.self_mask import self_mask
+from noise.self_mask import add_self_mask, self_mask
 
 __all__ = ["SelfMaskSums"]
 
@@ -39,8 +41,10 @@ class SelfMaskSums:
         self._key: tuple[int, int] | None = None
         self._nodes: dict[str, bytes] = {}
         self._sum: U64 | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the sum and whose masks it holds
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zerosum-self-masks")
+        # Its own lock, so a gRPC thread handing over an answer never waits on an expansion.
+        self._pending_lock = threading.Lock()
         self._pending: list[Future[None]] = []
 
     def add(
@@ -51,29 +55,33 @@ class SelfMaskSums:
         Returns at once; the expansion runs in the background thread.
         """
         future = self._executor.submit(self._add, round_index, attempt, node_id, seed, layout)
-        with self._lock:
+        with self._pending_lock:
             self._pending = [f for f in self._pending if not f.done()] + [future]
 
     def _add(
         self, round_index: int, attempt: int, node_id: str, seed: bytes, layout: Layout
     ) -> None:
         with self._lock:
-            if self._key == (round_index, attempt) and node_id in self._nodes:
-                return
-        pad = self_mask(seed, layout, round_index=round_index)
-        with self._lock:
             if self._key != (round_index, attempt):
                 self._key, self._nodes, self._sum = (round_index, attempt), {}, None
             if node_id in self._nodes:
                 return
             if self._sum is None:
-                self._sum = pad
-            else:  # in place: no fresh 8 MB per answer (total() hands out copies)
-                np.add(self._sum, pad, out=self._sum)
+                self._sum = self_mask(seed, layout, round_index=round_index)
+            else:
+                # Added as it is expanded, in place: one pass over the sum, no
+                # fresh 8 MB pad per answer (total() hands out copies). Should
+                # that stop part way, the sum is dropped, never left half-added:
+                # total() recomputes it from the stored seeds.
+                try:
+                    add_self_mask(self._sum, seed, layout, round_index=round_index)
+                except BaseException:
+                    self._key, self._nodes, self._sum = None, {}, None
+                    raise
             self._nodes[node_id] = seed
 
     def _drain(self) -> None:
-        with self._lock:
+        with self._pending_lock:
             pending, self._pending = self._pending, []
         for future in pending:
             # An expansion that failed is simply not held: total() recomputes it.
@@ -96,11 +104,10 @@ class SelfMaskSums:
         for node_id, seed in sorted(seeds.items()):
             if node_id in held:
                 continue
-            pad = self_mask(seed, layout, round_index=round_index)
             if total is None:
-                total = pad
-            else:
-                np.add(total, pad, out=total)  # total is a copy or a fresh pad: ours
+                total = self_mask(seed, layout, round_index=round_index)
+            else:  # total is a copy or a fresh pad: ours to add into
+                add_self_mask(total, seed, layout, round_index=round_index)
         if total is None:
             return np.zeros(layout.size, dtype=np.uint64)
         return total

@@ -56,3 +56,24 @@ def test_a_total_handed_out_is_not_changed_by_a_later_answer() -> None:
     # And a later total does not move when the caller changes the one it holds.
     first += np.uint64(1)
     assert np.array_equal(sums.total(5, 1, two, LAYOUT), _direct(two, 5))
+
+
+def test_an_answer_whose_mask_cannot_be_added_is_not_counted_and_the_total_stays_exact() -> None:
+    """An expansion that fails is not held; total() recomputes what the cache lacks."""
+    sums = SelfMaskSums()
+    for node in "ab":
+        sums.add(6, 1, node, SEEDS[node], LAYOUT)
+    other = Layout.of({"n": (), "sum_x": (7,)})  # not the length of the sum held
+    sums.add(6, 1, "c", SEEDS["c"], other)
+    sums.add(6, 1, "d", SEEDS["d"], LAYOUT)  # starts a fresh sum after the drop
+    assert np.array_equal(sums.total(6, 1, SEEDS, LAYOUT), _direct(SEEDS, 6))
+
+
+def test_masks_of_a_long_layout_summed_across_stretches() -> None:
+    """Slots longer than one keystream stretch (2^15 words) add exactly."""
+    layout = Layout.of({"n": (), "v": (3 * (1 << 15) + 11,)})
+    sums = SelfMaskSums()
+    for node in "abcd":
+        sums.add(2, 1, node, SEEDS[node], layout)
+    direct = wrapping_sum([self_mask(s, layout, round_index=2) for s in SEEDS.values()])
+    assert np.array_equal(sums.total(2, 1, SEEDS, layout), direct)

@@ -8,7 +8,7 @@ import pytest
 from noise.keys import EphemeralKey
 from noise.layout import Layout
 from noise.seeds import stream_key
-from noise.self_mask import self_mask, self_mask_commitment, self_mask_seed
+from noise.self_mask import add_self_mask, self_mask, self_mask_commitment, self_mask_seed
 from noise.stream import aes_counter
 
 KEY = EphemeralKey.from_private_bytes(bytes(range(32)))
@@ -102,3 +102,28 @@ def test_each_tensor_is_its_own_stream_written_into_its_slot() -> None:
         key = stream_key(seed, round_index=3, tensor=slot.name, purpose="self-mask")
         expected = aes_counter(key).random_raw(slot.size)
         assert np.array_equal(mask[slot.offset : slot.offset + slot.size], expected), slot.name
+
+
+@pytest.mark.parametrize("subtract", [False, True])
+def test_the_mask_added_in_place_is_the_mask_expanded_then_added(subtract: bool) -> None:
+    layout = Layout.of({"n": (), "none": (0,), "v": (3,), "w": (2 * (1 << 15) + 5,)})
+    seed = _seed()
+    base = np.random.default_rng(7).integers(0, 1 << 63, layout.size, dtype=np.uint64)
+    mask = self_mask(seed, layout, round_index=3)
+    target = base.copy()
+    assert add_self_mask(target, seed, layout, round_index=3, subtract=subtract) is target
+    assert np.array_equal(target, base - mask if subtract else base + mask)
+
+
+def test_a_target_of_another_length_is_refused_before_a_word_changes() -> None:
+    seed = _seed()
+    short = np.zeros(LAYOUT.size - 1, dtype=np.uint64)
+    with pytest.raises(ValueError, match=r"layout of 4 words .* got \(3,\)"):
+        add_self_mask(short, seed, LAYOUT, round_index=3)
+    assert not short.any()
+    signed = np.zeros(LAYOUT.size, dtype=np.int64)
+    with pytest.raises(ValueError, match="int64 array"):
+        add_self_mask(signed, seed, LAYOUT, round_index=3)
+    assert not signed.any()
+    with pytest.raises(ValueError, match="self-mask seed"):
+        add_self_mask(np.zeros(LAYOUT.size, dtype=np.uint64), b"short", LAYOUT, round_index=3)

@@ -15,6 +15,7 @@ from noise.errors import KeyFormatError
 from noise.stream import (
     STREAM_CHECK_DRAWS,
     Keystream,
+    add_uniform_uint64,
     aes_counter,
     keyed_generator,
     os_generator,
@@ -237,3 +238,36 @@ def test_a_negative_size_is_refused() -> None:
         uniform_uint64(KEY, -1)
     with pytest.raises(ValueError, match=r"got \(2, -3\)"):
         uniform_uint64(KEY, (2, -3))
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 5, 1 << 15, (1 << 15) + 1, 3 * (1 << 15) + 7])
+@pytest.mark.parametrize("subtract", [False, True])
+def test_words_added_in_place_equal_the_words_expanded_then_added(
+    size: int, subtract: bool
+) -> None:
+    base = np.random.default_rng(size).integers(0, 1 << 64, size, dtype=np.uint64, endpoint=False)
+    words = uniform_uint64(KEY, size)
+    expected = base - words if subtract else base + words  # numpy wraps mod 2^64
+    vector = np.full(size + 3, 9, dtype=np.uint64)
+    target = vector[1 : 1 + size]
+    target[:] = base
+    assert add_uniform_uint64(KEY, target, subtract=subtract) is target
+    assert np.array_equal(target, expected)
+    assert vector[0] == 9 and np.all(vector[1 + size :] == 9)  # nothing outside the slot
+
+
+@pytest.mark.parametrize(
+    ("target", "got"),
+    [
+        (np.empty(10, dtype=np.int64), "int64 array"),
+        (np.empty((2, 5), dtype=np.uint64), "shape (2, 5)"),
+        (np.empty(20, dtype=np.uint64)[::2], "a non-contiguous uint64"),
+        (np.frombuffer(bytes(80), dtype=np.uint64), "a read-only uint64"),
+    ],
+)
+def test_a_bad_target_for_added_words_is_refused_untouched(target: Any, got: str) -> None:
+    before = np.array(target, copy=True)
+    with pytest.raises(ValueError, match="out must be a writable C-contiguous") as info:
+        add_uniform_uint64(KEY, target)
+    assert got in str(info.value)
+    assert np.array_equal(np.asarray(target), before)
