@@ -12,14 +12,33 @@ temporary file; the node's retry then stores it again.
 Final names contain the round, the kind, the node and the first 16 hex digits
 of the content's SHA-256, so a rename never replaces a file with different
 content.
+
+Payload bytes go to the disk with direct I/O (``O_DIRECT``) where the file
+system takes it: the coordinator writes K payloads a round and reads them
+back only to withdraw one or after a restart, so keeping them in the page
+cache buys nothing, and growing the page cache costs more than the write
+itself on a virtual machine that hands freed memory back to its host (each
+fresh page is faulted in from the host first; measured in
+docs/how-it-works.md). Direct writes need aligned offsets, lengths and
+buffers: bytes pass through a reused page-aligned staging buffer, every
+whole 4 KiB block is written direct and a shorter tail through the page
+cache, so every byte :meth:`PayloadWriter.write` was given is in the file
+when it returns, as before. Where direct I/O is refused (tmpfs, some network
+and FUSE file systems, or a platform without it) the file is written through
+the page cache; the durability argument is the same either way, since it
+rests on the fsync before the rename.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
+import mmap
 import os
 import re
 import secrets
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -36,6 +55,14 @@ __all__ = [
 ]
 
 _PART_PREFIX = ".part-"
+# Direct I/O: offsets and lengths in whole blocks of this size (4 KiB covers
+# disks of 512-byte and of 4 KiB sectors), from a buffer aligned to a page.
+_ALIGN = 4096
+_DIRECT = getattr(os, "O_DIRECT", 0)
+# A staging buffer takes one 1 MiB data chunk and the tail before it at once.
+_STAGE_BYTES = (1 << 20) + _ALIGN
+# Staging buffers kept for reuse: one per payload stream read at once, and more.
+_KEEP_STAGES = 16
 
 
 def payload_dir_for(state_path: Path) -> Path:
@@ -74,32 +101,140 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+class _StagingBuffers:
+    """Page-aligned staging buffers, handed out and taken back (reused, never grown per write)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: list[mmap.mmap] = []
+
+    def take(self) -> mmap.mmap:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        return mmap.mmap(-1, _STAGE_BYTES)
+
+    def give(self, buffer: mmap.mmap) -> None:
+        with self._lock:
+            if len(self._free) < _KEEP_STAGES:
+                self._free.append(buffer)
+                return
+        buffer.close()
+
+
+_STAGES = _StagingBuffers()
+
+
 class PayloadWriter:
     """Receives one payload into a temporary file, hashing it on the way.
 
-    Writes are unbuffered (``os.write``), so bytes written are immediately
-    visible to another reader of the same file; the running sum relies on that
-    to withdraw a partial contribution (coordinator/aggregate.py).
+    Every byte given to :meth:`write` is in the file when it returns (direct
+    I/O for whole blocks, the page cache for a shorter tail; module
+    docstring), so another reader of the file sees it at once; the running
+    sum relies on that to withdraw a partial contribution
+    (coordinator/aggregate.py). ``direct=False`` writes through the page
+    cache only.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, direct: bool = True) -> None:
         self.directory = directory
         self.path = directory / f"{_PART_PREFIX}{secrets.token_hex(8)}"
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         self._digest = hashlib.sha256()
         self.size = 0
         self.placed: Path | None = None
+        # While direct I/O is in use: the staging buffer, whose first ``_staged``
+        # bytes are the file's bytes after its last whole block (already written,
+        # through the page cache, and written again direct with the next block).
+        self._stage: mmap.mmap | None = None
+        self._staged = 0
+        self._fd_direct = False  # whether O_DIRECT is set on the file now
+        self._use_direct = bool(direct and _DIRECT and self._set_direct(True))
+        if self._use_direct:
+            self._stage = _STAGES.take()
+
+    @property
+    def direct(self) -> bool:
+        """Whether whole blocks still go to the disk with direct I/O."""
+        return self._use_direct
 
     def write(self, data: bytes | memoryview) -> None:
-        """Append ``data``."""
+        """Append ``data``; every byte of it is in the file on return."""
         if self._fd is None:
             raise ValueError("payload writer is closed.")
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        if self._stage is None:
+            self._put(memoryview(data), self.size)
+        else:
+            self._write_staged(memoryview(data))
         self._digest.update(data)
         self.size += len(data)
+
+    def _write_staged(self, view: memoryview) -> None:
+        stage = self._stage
+        assert stage is not None
+        start = self.size - self._staged  # a whole number of blocks
+        taken = 0
+        with memoryview(stage) as buffer:
+            while taken < len(view):
+                piece = view[taken : taken + len(buffer) - self._staged]
+                end = self._staged + len(piece)
+                buffer[self._staged : end] = piece.cast("B")
+                whole = end - end % _ALIGN
+                if whole:
+                    self._put(buffer[:whole], start, direct=True)
+                    # The tail (under one block) moves to the front; the two
+                    # ranges cannot overlap, as whole >= _ALIGN > end - whole.
+                    buffer[: end - whole] = buffer[whole:end]
+                start += whole
+                self._staged = end - whole
+                taken += len(piece)
+            if self._staged:
+                self._put(buffer[: self._staged], start)
+        if not self._use_direct:
+            # Direct I/O was refused on the way: every byte is in the file, and the
+            # buffer is given back only now that this write is done with it.
+            self._release_stage()
+
+    def _put(self, view: memoryview, offset: int, *, direct: bool = False) -> None:
+        """Write all of ``view`` at ``offset``: direct if asked and still possible."""
+        assert self._fd is not None
+        done = 0
+        while done < len(view):
+            wanted = direct and self._use_direct
+            if wanted != self._fd_direct and not self._set_direct(wanted):
+                if not wanted:
+                    raise OSError(errno.EIO, f"direct I/O could not be turned off for {self.path}")
+                self._use_direct = False  # refused: the page cache from now on
+                continue
+            try:
+                written = os.pwrite(self._fd, view[done:], offset + done)
+            except OSError as error:
+                if not (self._fd_direct and error.errno == errno.EINVAL):
+                    raise
+                self._use_direct = False  # refused for this file after all: the page cache
+                continue
+            if written <= 0:
+                raise OSError(errno.EIO, f"no bytes were written to {self.path}")
+            if self._fd_direct and written < len(view) - done:
+                self._use_direct = False  # a short direct write: the rest through the page cache
+            done += written
+
+    def _set_direct(self, on: bool) -> bool:
+        """Turn O_DIRECT on or off for the open file; False if the file system refuses."""
+        assert self._fd is not None
+        try:
+            flags = fcntl.fcntl(self._fd, fcntl.F_GETFL)
+            fcntl.fcntl(self._fd, fcntl.F_SETFL, flags | _DIRECT if on else flags & ~_DIRECT)
+        except OSError:
+            return False
+        self._fd_direct = on
+        return True
+
+    def _release_stage(self) -> None:
+        if self._stage is not None:
+            _STAGES.give(self._stage)
+            self._stage = None
+            self._staged = 0
 
     def finish(self) -> bytes:
         """fsync and close the temporary file; return the SHA-256 of everything written."""
@@ -107,6 +242,7 @@ class PayloadWriter:
             os.fsync(self._fd)
             os.close(self._fd)
             self._fd = None
+            self._release_stage()
         return self._digest.digest()
 
     def rename(self, final_name: str) -> Path:
@@ -133,6 +269,7 @@ class PayloadWriter:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+            self._release_stage()
         if self.placed is None:
             self.path.unlink(missing_ok=True)
 
