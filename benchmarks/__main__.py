@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 MODULES: list[str] = [
+    "benchmarks.memory_bench",
     "benchmarks.noise_bench",
     "benchmarks.deltab_bench",
     "benchmarks.session_bench",
