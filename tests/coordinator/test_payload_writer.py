@@ -18,7 +18,7 @@ SIZES = (1 << 20, 7, 4089, 1 << 20, (1 << 20) + 5, 3 << 20, 0, 1, 4096, 12_345, 
 
 
 def direct_io_works(folder: Path) -> bool:
-    """Whether this file system takes O_DIRECT writes (tmpfs and some others do not)."""
+    """Whether this file system takes O_DIRECT writes (older tmpfs and some others do not)."""
     flag = getattr(os, "O_DIRECT", 0)
     if not flag:
         return False
