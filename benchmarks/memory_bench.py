@@ -15,13 +15,14 @@ process:
   ``fresh_memory_fill_ratio`` the first over the second (near 1 where fresh
   pages cost nothing extra);
 * ``page_cache_write_ms_per_8mib``: writing 8 MiB in 1 MiB pieces to a new
-  file that is kept, through the page cache, hashing it and fsyncing it
+  file that is kept with the coordinator's payload writer told not to use
+  direct I/O (``coordinator.store.payloads.PayloadWriter``: through the page
+  cache, hashing and fsyncing it)
   (each run writes ten such files, as a round of ten uploads does, so the
   page cache grows past the pages other work just freed);
-* ``payload_writer_ms_per_8mib``: the same bytes written with the
-  coordinator's payload writer (``coordinator.store.payloads.PayloadWriter``,
-  direct I/O where the file system takes it; SHA-256 included, as it hashes
-  what it writes), and ``payload_writer_ratio_vs_page_cache``;
+* ``payload_writer_ms_per_8mib``: the same bytes written by the same writer
+  as the coordinator runs it (direct I/O where the file system takes it),
+  and ``payload_writer_ratio_vs_page_cache``;
 * ``payload_writer_direct``: 1 where the benchmark's temporary folder took
   direct I/O, 0 where the writer fell back to the page cache.
 
@@ -34,8 +35,6 @@ both ratios stay near 1.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import statistics
 import tempfile
 import time
@@ -81,28 +80,14 @@ def _memory_figures(repeats: int) -> dict[str, float]:
     }
 
 
-def _page_cache_write(path: Path, chunks: list[bytes]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        digest = hashlib.sha256()
-        for chunk in chunks:
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
-            digest.update(chunk)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _writer_write(folder: Path, chunks: list[bytes]) -> bool:
-    writer = PayloadWriter(folder)
-    direct = writer.direct
+def _write_kept(folder: Path, chunks: list[bytes], *, direct: bool) -> bool:
+    """One payload file as the coordinator writes it, kept; whether direct I/O was used."""
+    writer = PayloadWriter(folder, direct=direct)
     for chunk in chunks:
         writer.write(chunk)
     writer.finish()
     writer.rename(f"kept-{writer.path.name}")  # kept, as a placed payload is
-    return direct
+    return writer.direct
 
 
 def _file_figures(repeats: int) -> dict[str, float]:
@@ -113,13 +98,13 @@ def _file_figures(repeats: int) -> dict[str, float]:
     direct: list[bool] = []
     with tempfile.TemporaryDirectory(prefix="zerosum-memory-bench-") as name:
         folder = Path(name)
-        for run in range(repeats):
+        for _ in range(repeats):
             start = time.thread_time()
-            for index in range(_FILES):
-                _page_cache_write(folder / f"c{run}-{index}", chunks)
+            for _ in range(_FILES):
+                _write_kept(folder, chunks, direct=False)
             cache_ms.append(1000.0 * (time.thread_time() - start) / _FILES)
             start = time.thread_time()
-            direct.extend(_writer_write(folder, chunks) for _ in range(_FILES))
+            direct.extend(_write_kept(folder, chunks, direct=True) for _ in range(_FILES))
             writer_ms.append(1000.0 * (time.thread_time() - start) / _FILES)
     cache, writer = statistics.median(cache_ms), statistics.median(writer_ms)
     return {

@@ -23,10 +23,10 @@ docs/how-it-works.md). Direct writes need aligned offsets, lengths and
 buffers: bytes pass through a reused page-aligned staging buffer, every
 whole 4 KiB block is written direct and a shorter tail through the page
 cache, so every byte :meth:`PayloadWriter.write` was given is in the file
-when it returns, as before. Where direct I/O is refused (tmpfs on older kernels, some network
-and FUSE file systems, or a platform without it) the file is written through
-the page cache; the durability argument is the same either way, since it
-rests on the fsync before the rename.
+when it returns, as before. Where direct I/O is refused (tmpfs on older
+kernels, some network and FUSE file systems, or a platform without it) the
+file is written through the page cache; the durability argument is the same
+either way, since it rests on the fsync before the rename.
 """
 
 from __future__ import annotations
