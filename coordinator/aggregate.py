@@ -243,8 +243,17 @@ class RoundSum:
         with self._lock:
             return self._words.copy()
 
-    def iter_bytes(self, block_words: int = _BLOCK_WORDS) -> Iterator[bytes]:
-        """The current sum as little-endian byte blocks (each a copy of at most 4 MiB)."""
-        for start in range(0, self.n_words, block_words):
-            with self._lock:
-                yield self._words[start : start + block_words].tobytes()
+    def write_to(self, write: Callable[[memoryview], None]) -> None:
+        """Hand the current sum to ``write`` as little-endian byte views, no copy made.
+
+        Under the sum's lock, so nothing is added or withdrawn while it is
+        written; each view is valid only during its call.
+        """
+        with self._lock:
+            words = self._words.astype(WORD, copy=False)
+            for start in range(0, self.n_words, _BLOCK_WORDS):
+                with (
+                    words[start : start + _BLOCK_WORDS].data as view,
+                    view.cast("B") as block,
+                ):
+                    write(block)

@@ -70,7 +70,7 @@ class SelfMaskSums:
                 self._sum = self_mask(seed, layout, round_index=round_index)
             else:
                 # Added as it is expanded, in place: one pass over the sum, no
-                # fresh 8 MB pad per answer (total() hands out copies). Should
+                # fresh 8 MB pad per answer (total() hands the sum over). Should
                 # that stop part way, the sum is dropped, never left half-added:
                 # total() recomputes it from the stored seeds.
                 try:
@@ -90,7 +90,11 @@ class SelfMaskSums:
     def total(
         self, round_index: int, attempt: int, seeds: Mapping[str, bytes], layout: Layout
     ) -> U64:
-        """Σ_k b_k over ``seeds`` (node → revealed seed), reusing what was summed already."""
+        """Σ_k b_k over ``seeds`` (node → revealed seed), reusing what was summed already.
+
+        The vector returned is the caller's own: a sum that matched is handed
+        over and no longer held.
+        """
         self._drain()
         held: dict[str, bytes] = {}
         total: U64 | None = None
@@ -100,13 +104,18 @@ class SelfMaskSums:
                 and self._sum is not None
                 and all(seeds.get(n) == s for n, s in self._nodes.items())
             ):
-                held, total = dict(self._nodes), self._sum.copy()
+                # Handed over, not copied: the sum is this call's to finish, and
+                # the cache starts again empty (a later total recomputes it from
+                # the seeds). At the round's last answer a copy would be 8 MB of
+                # fresh memory on the path every node is waiting on.
+                held, total = dict(self._nodes), self._sum
+                self._key, self._nodes, self._sum = None, {}, None
         for node_id, seed in sorted(seeds.items()):
             if node_id in held:
                 continue
             if total is None:
                 total = self_mask(seed, layout, round_index=round_index)
-            else:  # total is a copy or a fresh pad: ours to add into
+            else:  # total was handed over or is a fresh pad: ours to add into
                 add_self_mask(total, seed, layout, round_index=round_index)
         if total is None:
             return np.zeros(layout.size, dtype=np.uint64)

@@ -206,8 +206,7 @@ class Streams:
         """Place the running sum as the round's aggregate file (its row is written later)."""
         writer = self.ctx.store.new_payload()
         try:
-            for block in running.iter_bytes():
-                writer.write(block)
+            running.write_to(writer.write)
             digest = writer.finish()
             name = self.ctx.store.result_name(round_index, digest)
             writer.place(name)

@@ -104,7 +104,10 @@ def test_stored_files_are_streamed_in_blocks(tmp_path: Path) -> None:
     total.add_file(path)
     total.add_file(path)
     np.testing.assert_array_equal(total.words(), vector * np.uint64(2))
-    assert b"".join(total.iter_bytes()) == (vector * np.uint64(2)).astype("<u8").tobytes()
+    written: list[bytes] = []
+    total.write_to(lambda block: written.append(bytes(block)))
+    assert [len(block) for block in written] == [4 << 20, n_words * 8 - (4 << 20)]
+    assert b"".join(written) == (vector * np.uint64(2)).astype("<u8").tobytes()
 
 
 def test_a_file_ending_inside_a_word_is_refused(tmp_path: Path) -> None:
