@@ -250,10 +250,9 @@ class RoundSum:
         written; each view is valid only during its call.
         """
         with self._lock:
-            words = self._words.astype(WORD, copy=False)
             for start in range(0, self.n_words, _BLOCK_WORDS):
                 with (
-                    words[start : start + _BLOCK_WORDS].data as view,
+                    self._words[start : start + _BLOCK_WORDS].data as view,
                     view.cast("B") as block,
                 ):
                     write(block)

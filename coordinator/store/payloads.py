@@ -162,12 +162,13 @@ class PayloadWriter:
         """Append ``data``; every byte of it is in the file on return."""
         if self._fd is None:
             raise ValueError("payload writer is closed.")
+        view = memoryview(data).cast("B")  # lengths and offsets in bytes from here on
         if self._stage is None:
-            self._put(memoryview(data), self.size)
+            self._put(view, self.size)
         else:
-            self._write_staged(memoryview(data))
-        self._digest.update(data)
-        self.size += len(data)
+            self._write_staged(view)
+        self._digest.update(view)
+        self.size += len(view)
 
     def _write_staged(self, view: memoryview) -> None:
         stage = self._stage
@@ -178,7 +179,7 @@ class PayloadWriter:
             while taken < len(view):
                 piece = view[taken : taken + len(buffer) - self._staged]
                 end = self._staged + len(piece)
-                buffer[self._staged : end] = piece.cast("B")
+                buffer[self._staged : end] = piece
                 whole = end - end % _ALIGN
                 if whole:
                     self._put(buffer[:whole], start, direct=True)
