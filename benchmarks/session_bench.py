@@ -55,6 +55,22 @@ words; measured in this process, alone), and
 ``coordinator_self_mask_cpu_seconds_d1e6`` the coordinator's expansion of one
 revealed self-mask.
 
+**The protocol's floor** (``round_protocol_floor_cpu_seconds_k10_d1e6``).
+The CPU the protocol's own computations take in one round of K = 10,
+d = 10^6, beyond what the bare round does, measured here one at a time
+(medians, thread CPU clock) and added up for the round: on the coordinator
+K SHA-256 passes over an upload, K self-mask expansions, one SHA-256 of the
+aggregate and 2K² Ed25519 verifications (each upload header and attestation
+signed, with K − 1 signed sealed items in each); on each node its
+``node_protection`` work, SHA-256 of its payload and of the aggregate, 2K
+signatures and 4(K − 1) verifications. Left out, so the figure is a lower
+bound: writing the files, sealing and opening the small messages, TLS, and
+everything the interpreter does around them. ``round_ratio_floor_vs_plain_grpc``
+is (bare CPU + floor) / bare CPU with the bare round's CPU of this run
+(server and nodes): on a machine where both rounds keep every core busy, as
+here, the ratio ``round_ratio_vs_plain_grpc`` cannot fall below it without
+dropping one of those checks.
+
 A mask depends on the pairwise seeds, the round, the layout and the design,
 never on data, so a node draws it as soon as it knows those — after the
 roster, or after the previous round's result — while it computes its
@@ -127,6 +143,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from benchmarks._plain_grpc import PlainSumServer
 from benchmarks._processes import Deadline, Fleet, coordinator_process
@@ -423,15 +440,10 @@ def _median_seconds(work: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def _protection_figures(repeats: int) -> dict[str, float]:
-    """CPU of the self-mask and the aggregate check at d = 10^6, in this process, one at a time.
-
-    What one node and the coordinator compute per round for them, without the
-    sharing of two cores by eleven processes that the round above has.
-    """
-    size = VALUES_PER_NODE
+def _node_protection(words: np.ndarray[Any, Any]) -> Callable[[], None]:
+    """One node's self-mask, ρ and two tags of ``words`` (its own and the aggregate's)."""
+    size = words.shape[0]
     layout = Layout.of({TENSOR: (size,)})
-    words = node_values(0, size).view(np.uint64)
     peers = {f"tre{i:02d}": bytes([i]) * 32 for i in range(1, ROUND_NODES)}
     key = bytes(range(32))
 
@@ -441,12 +453,56 @@ def _protection_figures(repeats: int) -> dict[str, float]:
         blinded_tags(tags(words, rho), "tre00", ["tre00", *peers], peers, round_index=0)
         tags(words, rho)  # the check of the aggregate: one more tag of a vector this size
 
-    node = _median_seconds(node_side, repeats)
+    return node_side
+
+
+def _protection_figures(repeats: int) -> dict[str, float]:
+    """CPU of the self-mask and the aggregate check at d = 10^6, in this process, one at a time.
+
+    What one node and the coordinator compute per round for them, without the
+    sharing of two cores by eleven processes that the round above has.
+    """
+    layout = Layout.of({TENSOR: (VALUES_PER_NODE,)})
+    words = node_values(0, VALUES_PER_NODE).view(np.uint64)
+    key = bytes(range(32))
+    node = _median_seconds(_node_protection(words), repeats)
     coordinator = _median_seconds(lambda: self_mask(key, layout, round_index=0), repeats)
     return {
         "node_protection_cpu_seconds_d1e6": node,
         "coordinator_self_mask_cpu_seconds_d1e6": coordinator,
+        "round_protocol_floor_cpu_seconds_k10_d1e6": _protocol_floor(words, repeats),
     }
+
+
+def _median_cpu_seconds(work: Callable[[], object], repeats: int, *, calls: int = 1) -> float:
+    """Median thread CPU seconds of one call of ``work``, timed over ``calls`` calls."""
+    times = []
+    for _ in range(repeats):
+        start = time.thread_time()
+        for _ in range(calls):
+            work()
+        times.append((time.thread_time() - start) / calls)
+    return statistics.median(times)
+
+
+def _protocol_floor(words: np.ndarray[Any, Any], repeats: int) -> float:
+    """CPU seconds of the protocol's own computations in one round (module docstring)."""
+    k = ROUND_NODES
+    layout = Layout.of({TENSOR: (words.shape[0],)})
+    key = bytes(range(32))
+    signer = Ed25519PrivateKey.generate()
+    public = signer.public_key()
+    message = bytes(200)  # a transcript message is a few hundred bytes
+    signature = signer.sign(message)
+    data = memoryview(np.ascontiguousarray(words)).cast("B")
+    sha256 = _median_cpu_seconds(lambda: hashlib.sha256(data).digest(), repeats)
+    expansion = _median_cpu_seconds(lambda: self_mask(key, layout, round_index=0), repeats)
+    sign = _median_cpu_seconds(lambda: signer.sign(message), repeats, calls=200)
+    verify = _median_cpu_seconds(lambda: public.verify(signature, message), repeats, calls=200)
+    protection = _median_cpu_seconds(_node_protection(words), repeats)
+    coordinator = k * sha256 + k * expansion + sha256 + 2 * k * k * verify
+    node = protection + 2 * sha256 + 2 * k * sign + 4 * (k - 1) * verify
+    return coordinator + k * node
 
 
 def _peak_rss_mb(work: Path, n_nodes: int, repeats: int) -> float:
@@ -482,6 +538,12 @@ def run(repeats: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="zerosum-session-bench-") as folder:
         work = Path(folder)
         figures = _round_figures(work, repeats) | _protection_figures(repeats)
+        bare = (
+            figures["plain_grpc_round_cpu_seconds_server_k10_d1e6"]
+            + figures["plain_grpc_round_cpu_seconds_nodes_k10_d1e6"]
+        )
+        floor = figures["round_protocol_floor_cpu_seconds_k10_d1e6"]
+        figures["round_ratio_floor_vs_plain_grpc"] = (bare + floor) / bare
         small, large = (_peak_rss_mb(work, k, repeats) for k in MEMORY_NODES)
     figures["coordinator_peak_rss_mb_k5_d1e6"] = small
     figures["coordinator_peak_rss_mb_k20_d1e6"] = large

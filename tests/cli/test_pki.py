@@ -82,6 +82,23 @@ def test_client_certificate_identifies_its_node(ca: pki.IssuedCertificate) -> No
     assert tls.node_id_from_auth_context(context) == "site-7"
 
 
+def test_auth_context_names_each_certificate_its_own_node_every_call(
+    ca: pki.IssuedCertificate,
+) -> None:
+    # The node id of a certificate is remembered; a refusal is not.
+    contexts = {
+        node: {"x509_pem_cert": [pki.issue_client_certificate(ca, node).certificate_pem()]}
+        for node in ("site-1", "site-2")
+    }
+    for _ in range(3):
+        for node, context in contexts.items():
+            assert tls.node_id_from_auth_context(context) == node
+    server = {"x509_pem_cert": [pki.issue_server_certificate(ca, ["localhost"]).certificate_pem()]}
+    for _ in range(2):
+        with pytest.raises(tls.CertificateError, match="carries no zerosum:node/<id> names"):
+            tls.node_id_from_auth_context(server)
+
+
 def test_auth_context_without_certificate_is_refused() -> None:
     with pytest.raises(tls.CertificateError, match="no client certificate"):
         tls.node_id_from_auth_context({"transport_security_type": [b"ssl"]})
