@@ -494,7 +494,7 @@ def _protocol_floor(words: np.ndarray[Any, Any], repeats: int) -> float:
     public = signer.public_key()
     message = bytes(200)  # a transcript message is a few hundred bytes
     signature = signer.sign(message)
-    data = memoryview(np.ascontiguousarray(words)).cast("B")
+    data = np.ascontiguousarray(words).view(np.uint8).data
     sha256 = _median_cpu_seconds(lambda: hashlib.sha256(data).digest(), repeats)
     expansion = _median_cpu_seconds(lambda: self_mask(key, layout, round_index=0), repeats)
     sign = _median_cpu_seconds(lambda: signer.sign(message), repeats, calls=200)
