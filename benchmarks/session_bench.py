@@ -41,7 +41,9 @@ The nodes report when they reach each step, and
 ``round_until_<phase>_seconds_k10_d1e6`` is, for the headline round, the time
 until the last node got there (``masked``, ``uploaded``, ``asked``: saw the
 unmask request, ``tagged``: had its sealed tags, ``attested``, ``signed``:
-saw every signature, ``answered``, ``result``: held the aggregate).
+saw every signature, ``answered``, ``result``: held the aggregate), and
+``plain_grpc_round_until_uploaded_seconds_k10_d1e6`` the same for the bare
+twin's last acknowledged upload (the rest of its round is the download).
 ``round_cpu_seconds_coordinator_k10_d1e6`` and ``round_cpu_seconds_nodes_k10_d1e6``
 are the CPU seconds (user + system, from /proc/<pid>/stat) the coordinator
 process and the ten node processes together used during the headline round,
@@ -356,7 +358,11 @@ def _round_session(
                         fleet, command, expected, deadline, reset, server_pid=os.getpid()
                     )
                     if kind == "ahead":
-                        figures |= {"plain_" + k: v for k, v in phases.items() if "cpu" in k}
+                        figures |= {
+                            "plain_" + k: v
+                            for k, v in phases.items()
+                            if "cpu" in k or k == "uploaded"
+                        }
         if len(plan) == 2:
             coordinator.finish(deadline)
     return figures
@@ -424,6 +430,7 @@ def _round_figures(work: Path, repeats: int) -> dict[str, float]:
         "round_cpu_seconds_nodes_k10_d1e6": median["phase_cpu_nodes"],
         "plain_grpc_round_cpu_seconds_server_k10_d1e6": median["plain_cpu_server"],
         "plain_grpc_round_cpu_seconds_nodes_k10_d1e6": median["plain_cpu_nodes"],
+        "plain_grpc_round_until_uploaded_seconds_k10_d1e6": median["plain_uploaded"],
     } | {
         f"round_until_{phase}_seconds_k10_d1e6": median["phase_" + phase]
         for phase in PHASES
