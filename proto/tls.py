@@ -129,7 +129,7 @@ def _node_id_of_pem(pem: bytes) -> str:
     """:func:`node_id_from_certificate` of PEM bytes, remembered (a pure function of them).
 
     The coordinator's call guard names the caller of every call from its
-    certificate; parsing it each time was about 0.1 ms a call. A certificate
+    certificate; parsing it each time took about 56 µs a call. A certificate
     that names no node raises each time (exceptions are not remembered).
     """
     return node_id_from_certificate(pem)
