@@ -438,12 +438,20 @@ def _round_figures(work: Path, repeats: int) -> dict[str, float]:
     }
 
 
-def _median_seconds(work: Callable[[], object], repeats: int) -> float:
+def _median_seconds(
+    work: Callable[[], object],
+    repeats: int,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    calls: int = 1,
+) -> float:
+    """Median seconds of one call of ``work`` on ``clock``, each sample over ``calls`` calls."""
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
+        start = clock()
+        for _ in range(calls):
+            work()
+        times.append((clock() - start) / calls)
     return statistics.median(times)
 
 
@@ -481,17 +489,6 @@ def _protection_figures(repeats: int) -> dict[str, float]:
     }
 
 
-def _median_cpu_seconds(work: Callable[[], object], repeats: int, *, calls: int = 1) -> float:
-    """Median thread CPU seconds of one call of ``work``, timed over ``calls`` calls."""
-    times = []
-    for _ in range(repeats):
-        start = time.thread_time()
-        for _ in range(calls):
-            work()
-        times.append((time.thread_time() - start) / calls)
-    return statistics.median(times)
-
-
 def _protocol_floor(words: np.ndarray[Any, Any], repeats: int) -> float:
     """CPU seconds of the protocol's own computations in one round (module docstring)."""
     k = ROUND_NODES
@@ -502,11 +499,14 @@ def _protocol_floor(words: np.ndarray[Any, Any], repeats: int) -> float:
     message = bytes(200)  # a transcript message is a few hundred bytes
     signature = signer.sign(message)
     data = np.ascontiguousarray(words).view(np.uint8).data
-    sha256 = _median_cpu_seconds(lambda: hashlib.sha256(data).digest(), repeats)
-    expansion = _median_cpu_seconds(lambda: self_mask(key, layout, round_index=0), repeats)
-    sign = _median_cpu_seconds(lambda: signer.sign(message), repeats, calls=200)
-    verify = _median_cpu_seconds(lambda: public.verify(signature, message), repeats, calls=200)
-    protection = _median_cpu_seconds(_node_protection(words), repeats)
+    cpu = time.thread_time
+    sha256 = _median_seconds(lambda: hashlib.sha256(data).digest(), repeats, clock=cpu)
+    expansion = _median_seconds(lambda: self_mask(key, layout, round_index=0), repeats, clock=cpu)
+    sign = _median_seconds(lambda: signer.sign(message), repeats, clock=cpu, calls=200)
+    verify = _median_seconds(
+        lambda: public.verify(signature, message), repeats, clock=cpu, calls=200
+    )
+    protection = _median_seconds(_node_protection(words), repeats, clock=cpu)
     coordinator = k * sha256 + k * expansion + sha256 + 2 * k * k * verify
     node = protection + 2 * sha256 + 2 * k * sign + 4 * (k - 1) * verify
     return coordinator + k * node
