@@ -320,9 +320,14 @@ def _open_relayed(
 ) -> dict[str, T] | Culprit | str:
     """What every other peer sealed for this node and signed, opened with ``opener``.
 
-    A reason to refuse (the relay's fault) when an item is missing or its
-    signature does not hold, a :class:`Culprit` when a signed item does not
-    open: its author signed those bytes, so they are its own.
+    An item that opens is its sender's whatever its signature says: its
+    AES-GCM tag is under the key only the sender and this node hold, and
+    binds the sender, this node, the round and (for tags) the survivor set,
+    so nothing the relay made or moved opens. Its signature is verified only
+    when it does not open, to say whose fault that is: a reason to refuse
+    (the relay's) when it does not hold, a :class:`Culprit` when it does (its
+    author signed those bytes, so they are its own). A missing item is the
+    relay's fault too.
     """
     relayed = _relayed(items, ctx.node_id)
     opened: dict[str, T] = {}
@@ -330,11 +335,12 @@ def _open_relayed(
         item = relayed.get(peer)
         if item is None:
             return missing(peer)
-        if not _signed_by_sender(ctx, index, kind, binding, item):
-            return unsigned(peer)
         try:
             opened[peer] = opener(item.sealed, peer)
         except ValueError as error:
+            # Only now does the signature matter: it says whose fault it is.
+            if not _signed_by_sender(ctx, index, kind, binding, item):
+                return unsigned(peer)
             return Culprit(
                 peer,
                 f"{error}; {peer!r} signed these bytes (signature "
