@@ -50,8 +50,6 @@ from typing import Any
 
 import grpc
 import numpy as np
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from numpy.typing import NDArray
 
 from benchmarks._plain_grpc import plain_channel, plain_round
@@ -77,7 +75,7 @@ from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.layout import Layout, payload_digest
 from noise.masks import pairwise_mask
 from noise.self_mask import self_mask, self_mask_commitment, self_mask_seed
-from noise.transcript import sealed_check_message
+from noise.transcript import sealed_digest, sealed_set_message
 from proto.chunks import payload_spec
 from proto.federation import config_hash, load_federation
 from proto.messages import (
@@ -141,7 +139,6 @@ class _Node:
         self.participants: tuple[str, ...] = ()
         self.plain: grpc.Channel | None = None
         self.prepared: dict[tuple[int, str], NDArray[np.uint64]] = {}
-        self.verified: set[tuple[str, bytes, bytes]] = set()
 
     def close(self) -> None:
         if self.client is not None:
@@ -246,45 +243,21 @@ class _Node:
         )
 
     def _signed(
-        self, round_index: int, kind: str, binding: bytes, recipient: str, sealed: bytes
-    ) -> Sealed:
-        """``sealed`` for ``recipient`` with this node's signature over it, as a node sends it."""
-        message = sealed_check_message(
+        self, round_index: int, kind: str, binding: bytes, bodies: dict[str, bytes]
+    ) -> tuple[Sealed, ...]:
+        """``bodies`` (recipient -> sealed copy) under this node's one signature, as a node
+        sends them."""
+        message = sealed_set_message(
             self.config_hash,
             self.session_id,
             round_index,
             kind=kind,
             binding=binding,
             sender=self.node_id,
-            recipient=recipient,
-            sealed=sealed,
+            digests={peer: sealed_digest(body) for peer, body in bodies.items()},
         )
-        return Sealed(self.node_id, recipient, sealed, self.identity.sign(message))
-
-    def _verified(self, round_index: int, kind: str, binding: bytes, item: Sealed) -> bool:
-        """Whether ``item`` carries its sender's signature; a node refuses otherwise."""
-        message = sealed_check_message(
-            self.config_hash,
-            self.session_id,
-            round_index,
-            kind=kind,
-            binding=binding,
-            sender=item.sender,
-            recipient=self.node_id,
-            sealed=item.sealed,
-        )
-        if (item.sender, item.signature, message) in self.verified:
-            return True  # checked when its tags were opened, as a node keeps it
-        try:
-            Ed25519PublicKey.from_public_bytes(self.config.identity_keys[item.sender]).verify(
-                item.signature, message
-            )
-        except (InvalidSignature, ValueError):
-            raise RuntimeError(
-                f"the sealed {kind} of {item.sender!r} is not signed by it"
-            ) from None
-        self.verified.add((item.sender, item.signature, message))
-        return True
+        signature = self.identity.sign(message)
+        return tuple(Sealed(self.node_id, peer, body, signature) for peer, body in bodies.items())
 
     def _open_tags(
         self,
@@ -293,7 +266,11 @@ class _Node:
         items: Sequence[Sealed],
         survivors: Sequence[str],
     ) -> dict[str, tuple[int, ...]]:
-        """The blinded tags every other survivor sealed for this node, verified and opened."""
+        """The blinded tags every other survivor sealed for this node, opened.
+
+        As a node does, a copy that opens under the pairwise key is taken as its
+        sender's without its signature; here every copy must open.
+        """
         opened = {
             t.sender: open_tags(
                 t.sealed,
@@ -306,7 +283,7 @@ class _Node:
                 recipient=self.node_id,
             )
             for t in items
-            if t.recipient == self.node_id and self._verified(round_index, "tags", survivor_hash, t)
+            if t.recipient == self.node_id
         }
         if set(opened) != set(survivors) - {self.node_id}:
             raise RuntimeError(f"round {round_index}: tags of {sorted(opened)} only")
@@ -417,13 +394,12 @@ class _Node:
             node_id=self.node_id,
             round_index=round_index,
         )
-        challenge = [
-            self._signed(
-                round_index,
-                "contribution",
-                bytes(32),
-                peer,
-                seal_contribution(
+        challenge = self._signed(
+            round_index,
+            "contribution",
+            bytes(32),
+            {
+                peer: seal_contribution(
                     mine,
                     self.seeds[peer],
                     config_hash=self.config_hash,
@@ -431,11 +407,11 @@ class _Node:
                     round_index=round_index,
                     sender=self.node_id,
                     recipient=peer,
-                ),
-            )
-            for peer in self.participants
-            if peer != self.node_id
-        ]
+                )
+                for peer in self.participants
+                if peer != self.node_id
+            },
+        )
         masked = time.monotonic()
         digest = payload_digest(payload)
         client.upload(
@@ -456,7 +432,7 @@ class _Node:
                     payload_sha256=digest,
                 ),
                 self_mask_commitment=self_mask_commitment(seed),
-                challenge=tuple(challenge),
+                challenge=challenge,
             ),
             payload,
         )
@@ -479,7 +455,6 @@ class _Node:
                 recipient=self.node_id,
             )
             for c in ask.challenge
-            if self._verified(round_index, "contribution", bytes(32), c)
         }
         key = challenge_key({**opened, self.node_id: sent.mine}, round_index=round_index)
         sent.rho = challenge_vectors(key, self.layout.size, round_index=round_index)
@@ -491,13 +466,12 @@ class _Node:
             round_index=round_index,
         )
         sent.own = own
-        sealed_tags = [
-            self._signed(
-                round_index,
-                "tags",
-                ask.survivor_hash,
-                peer,
-                seal_tags(
+        sealed_tags = self._signed(
+            round_index,
+            "tags",
+            ask.survivor_hash,
+            {
+                peer: seal_tags(
                     own,
                     self.seeds[peer],
                     config_hash=self.config_hash,
@@ -506,11 +480,11 @@ class _Node:
                     survivor_hash=ask.survivor_hash,
                     sender=self.node_id,
                     recipient=peer,
-                ),
-            )
-            for peer in ask.survivors
-            if peer != self.node_id
-        ]
+                )
+                for peer in ask.survivors
+                if peer != self.node_id
+            },
+        )
         stamps["tagged"] = time.monotonic()
         client.attest(
             Attestation(
@@ -525,7 +499,7 @@ class _Node:
                 ),
                 session_id=self.session_id,
                 round_index=round_index,
-                tags=tuple(sealed_tags),
+                tags=sealed_tags,
             )
         )
         sent.attested = True

@@ -45,9 +45,10 @@ The blinded tags travel the same way: each survivor seals its four blinded
 tags for every other survivor (:func:`seal_tags`, bound to the survivor-set
 hash as well), so the coordinator never sees one, nor their sum ⟨ρ, A⟩, and
 cannot solve for ρ however short the layout. Every node opens the tags sealed
-for it and checks the sum itself. Each sealed message is also signed by its
-sender (``noise.transcript.sealed_check_message``): the relay cannot alter
-one, and a signed message that does not open names its sender.
+for it and checks the sum itself. The sealed messages a sender makes in one
+call are also signed by it, once over their digests
+(``noise.transcript.sealed_set_message``): the relay cannot alter one, and a
+signed message that does not open names its sender.
 
 Soundness over the ring (docs/design.md §4.5). The payloads live in Z/2^64,
 whose zero divisors would break a check computed there: for δ_i = 2^63,

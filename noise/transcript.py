@@ -29,14 +29,17 @@ unsigned integers and ‖ concatenation:
   roster it verified (pairwise masks cancel only among nodes that derived
   their seeds from the same keys) and which payloads the aggregate covers.
   This is the roster analogue of the survivor consistency check above.
-* sealed-check message = b"zerosum/v1/sealed-check" ‖ config_hash ‖
+* sealed-set message = b"zerosum/v1/sealed-set" ‖ config_hash ‖
   lp(session_id) ‖ u64(round_index) ‖ lp(kind) ‖ binding (32) ‖ lp(sender) ‖
-  lp(recipient) ‖ u16(|sealed|) ‖ sealed; kind is "contribution" (a challenge contribution
-  sealed in an upload header; binding = 32 zero bytes, the survivor set is not
-  known yet) or "tags" (aggregate-check tags sealed with an attestation;
-  binding = the survivor-set hash). The sender signs it, so a sealed message
-  that does not open for its recipient is evidence against its sender, not the
-  relay (docs/design.md §4.5).
+  u32(n) ‖ for each recipient in sorted order: lp(recipient) ‖
+  SHA-256(sealed); kind is "contribution" (the challenge contributions sealed
+  in an upload header; binding = 32 zero bytes, the survivor set is not known
+  yet) or "tags" (aggregate-check tags sealed with an attestation; binding =
+  the survivor-set hash). The sender signs it once over everything of that
+  kind it sealed in the call, one copy per recipient, so a sealed message that
+  does not open for its recipient is evidence against its sender, not the
+  relay: the recipient checks the one signature with its own copy and the
+  digests of the others (docs/design.md §4.5).
 
 Every field is length-delimited or of fixed width, so distinct inputs never
 share an encoding; the leading labels separate the five uses.
@@ -46,7 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import Protocol
 
 from noise.keys import length_prefixed as _lp
@@ -55,7 +58,8 @@ from noise.keys import require_bytes
 __all__ = [
     "SignedKey",
     "roster_hash",
-    "sealed_check_message",
+    "sealed_digest",
+    "sealed_set_message",
     "survivor_attestation_message",
     "survivor_set_hash",
     "upload_statement_message",
@@ -65,7 +69,7 @@ _ROSTER_LABEL = b"zerosum/v1/roster"
 _SURVIVORS_LABEL = b"zerosum/v1/survivors"
 _ATTESTATION_LABEL = b"zerosum/v1/survivor-attestation"
 _UPLOAD_STATEMENT_LABEL = b"zerosum/v1/upload-statement"
-_SEALED_CHECK_LABEL = b"zerosum/v1/sealed-check"
+_SEALED_SET_LABEL = b"zerosum/v1/sealed-set"
 SEALED_KINDS = ("contribution", "tags")
 
 
@@ -190,7 +194,14 @@ def upload_statement_message(
     )
 
 
-def sealed_check_message(
+def sealed_digest(sealed: bytes) -> bytes:
+    """SHA-256 of one sealed copy, as a sealed-set message lists it (1 to 65535 bytes)."""
+    if not 0 < len(sealed) < 2**16:
+        raise ValueError(f"a sealed message has 1 to 65535 bytes; got {len(sealed)}")
+    return hashlib.sha256(sealed).digest()
+
+
+def sealed_set_message(
     config_hash: bytes,
     session_id: str,
     round_index: int,
@@ -198,29 +209,34 @@ def sealed_check_message(
     kind: str,
     binding: bytes,
     sender: str,
-    recipient: str,
-    sealed: bytes,
+    digests: Mapping[str, bytes],
 ) -> bytes:
-    """The bytes a node signs over one aggregate-check message it sealed for one recipient.
+    """The bytes a node signs over the aggregate-check messages it sealed in one call.
 
+    ``digests`` maps each recipient to :func:`sealed_digest` of its copy.
     ``kind`` is "contribution" (``binding`` 32 zero bytes) or "tags"
     (``binding`` the survivor-set hash the tags were made for).
+
+    Raises ValueError for another kind, no recipient, the sender among the
+    recipients or a digest that is not 32 bytes.
     """
     if kind not in SEALED_KINDS:
         raise ValueError(f"kind must be one of {SEALED_KINDS}; got {kind!r}")
-    if not 0 < len(sealed) < 2**16:
-        raise ValueError(f"a sealed message has 1 to 65535 bytes; got {len(sealed)}")
-    return b"".join(
-        (
-            _SEALED_CHECK_LABEL,
-            require_bytes(config_hash, 32, "config hash"),
-            _lp(session_id, "session id"),
-            _round(round_index),
-            _lp(kind, "kind"),
-            require_bytes(binding, 32, "binding"),
-            _lp(sender, "sender"),
-            _lp(recipient, "recipient"),
-            struct.pack(">H", len(sealed)),
-            sealed,
-        )
-    )
+    if not digests:
+        raise ValueError("a sealed set names at least one recipient; got none")
+    if sender in digests:
+        raise ValueError(f"a node seals nothing for itself; {sender!r} is among the recipients")
+    parts = [
+        _SEALED_SET_LABEL,
+        require_bytes(config_hash, 32, "config hash"),
+        _lp(session_id, "session id"),
+        _round(round_index),
+        _lp(kind, "kind"),
+        require_bytes(binding, 32, "binding"),
+        _lp(sender, "sender"),
+        struct.pack(">I", len(digests)),
+    ]
+    for recipient in sorted(digests):
+        parts.append(_lp(recipient, "recipient"))
+        parts.append(require_bytes(digests[recipient], 32, f"digest for {recipient!r}"))
+    return b"".join(parts)

@@ -191,10 +191,7 @@ def upload_header_from_pb(h: pb.UploadHeader) -> UploadHeader:
         roster_hash=bytes(h.roster_hash),
         statement_signature=bytes(h.statement_signature),
         self_mask_commitment=bytes(h.self_mask_commitment),
-        challenge=tuple(
-            Sealed(c.sender_node_id, c.recipient_node_id, bytes(c.sealed), bytes(c.signature))
-            for c in h.challenge
-        ),
+        challenge=tuple(sealed_from_pb(c) for c in h.challenge),
     )
 
 
@@ -233,10 +230,7 @@ def attestation_from_pb(request: pb.SurvivorAttestation) -> Attestation:
         node_id=request.node_id,
         survivor_hash=bytes(request.survivor_hash),
         signature=bytes(request.signature),
-        tags=tuple(
-            Sealed(t.sender_node_id, t.recipient_node_id, bytes(t.sealed), bytes(t.signature))
-            for t in request.sealed_tags
-        ),
+        tags=tuple(sealed_from_pb(t) for t in request.sealed_tags),
     )
 
 
@@ -521,9 +515,14 @@ def sealed_tags_to_pb(tags: Sequence[Sealed]) -> list[pb.SealedTags]:
             recipient_node_id=t.recipient,
             sealed=t.sealed,
             signature=t.signature,
+            others=_digests_to_pb(t.others),
         )
         for t in tags
     ]
+
+
+def _digests_to_pb(others: Sequence[tuple[str, bytes]]) -> list[pb.SealedDigest]:
+    return [pb.SealedDigest(recipient_node_id=r, sha256=d) for r, d in others]
 
 
 def attestation_receipt_to_pb(receipt: AttestationReceipt) -> pb.AttestationReceipt:
@@ -611,6 +610,7 @@ def sealed_contributions_to_pb(sealed: Sequence[Sealed]) -> list[pb.SealedContri
             recipient_node_id=c.recipient,
             sealed=c.sealed,
             signature=c.signature,
+            others=_digests_to_pb(c.others),
         )
         for c in sealed
     ]
@@ -635,6 +635,7 @@ def sealed_from_pb(message: pb.SealedContribution | pb.SealedTags) -> Sealed:
         recipient=message.recipient_node_id,
         sealed=bytes(message.sealed),
         signature=bytes(message.signature),
+        others=tuple((d.recipient_node_id, bytes(d.sha256)) for d in message.others),
     )
 
 

@@ -25,6 +25,7 @@ from numpy.typing import NDArray
 
 from noise.keys import KeyBundle
 from noise.layout import Layout, TensorSlot
+from noise.transcript import sealed_digest
 
 __all__ = [
     "U64",
@@ -114,15 +115,27 @@ class Sealed:
     """An aggregate-check message ``sender`` sealed for ``recipient``, signed by ``sender``.
 
     A challenge contribution (48 bytes sealed) or four blinded tags (80
-    bytes); ``signature`` is the sender's identity signature over
-    ``noise.transcript.sealed_check_message`` (kind "contribution", or
-    "tags" bound to the survivor-set hash).
+    bytes); ``signature`` is the sender's one identity signature over
+    everything of the kind it sealed in the call,
+    ``noise.transcript.sealed_set_message`` (kind "contribution", or "tags"
+    bound to the survivor-set hash), the same on every copy. A relayed copy
+    carries in ``others`` the (recipient, SHA-256) of the sender's copies for
+    everyone else, so its recipient can check that signature
+    (:meth:`digests`); a sent one carries none.
     """
 
     sender: str
     recipient: str
     sealed: bytes
     signature: bytes = b""
+    others: tuple[tuple[str, bytes], ...] = ()
+
+    def digests(self) -> dict[str, bytes]:
+        """Recipient -> SHA-256 of its copy: this one's and ``others``'s, as the sender signed.
+
+        ValueError when this copy is empty or too long.
+        """
+        return {**dict(self.others), self.recipient: sealed_digest(self.sealed)}
 
 
 # ---------------------------------------------------------------- node -> coordinator

@@ -22,7 +22,7 @@ from coordinator.errors import (
 from coordinator.layout import PayloadSpec
 from coordinator.store import MemberRow, RoundRow, SessionRow, Store
 from noise.keys import key_fingerprint
-from noise.transcript import sealed_check_message
+from noise.transcript import sealed_digest, sealed_set_message
 from proto.messages import (
     Sealed,
     SessionState,
@@ -166,32 +166,29 @@ def sealed_signatures(
     kind: str,
     binding: bytes,
 ) -> list[Signed]:
-    """(key, signature, message) of each sealed item as ``sender``'s, for :func:`check_sealed`.
+    """(key, signature, message) of ``sender``'s one signature over ``items`` (check_sealed).
 
-    Empty when the sender has no pinned key or the session has not started:
-    the checks themselves refuse those.
+    Empty when the sender has no pinned key, the session has not started or
+    the items cannot make a sealed-set message (none, one for the sender
+    itself, one empty or oversized): the checks themselves refuse those.
     """
     key = ctx.config.identity_keys.get(sender)
     row = ctx.store.session()
-    if key is None or row is None:
+    if key is None or row is None or not items:
         return []
-    return [
-        (
-            key,
-            item.signature,
-            sealed_check_message(
-                row.config_hash,
-                row.session_id,
-                round_index,
-                kind=kind,
-                binding=binding,
-                sender=sender,
-                recipient=item.recipient,
-                sealed=item.sealed,
-            ),
+    try:
+        message = sealed_set_message(
+            row.config_hash,
+            row.session_id,
+            round_index,
+            kind=kind,
+            binding=binding,
+            sender=sender,
+            digests={item.recipient: sealed_digest(item.sealed) for item in items},
         )
-        for item in items
-    ]
+    except ValueError:
+        return []
+    return [(key, items[0].signature, message)]
 
 
 def check_sealed(
@@ -208,9 +205,10 @@ def check_sealed(
 ) -> None:
     """Refuse sealed aggregate-check messages unless one per recipient, signed by the sender.
 
-    The coordinator cannot open them, but it checks each signature so that
-    what it relays is provably the sender's: a signed message that does not
-    open for its recipient then names its sender, not the relay.
+    The coordinator cannot open them, but it checks the sender's one
+    signature over all of them (every copy carries it) so that what it
+    relays is provably the sender's: a signed message that does not open for
+    its recipient then names its sender, not the relay.
     """
     noun = "challenge contributions" if kind == "contribution" else "aggregate-check tags"
     found = sorted(item.recipient for item in items)
@@ -228,12 +226,28 @@ def check_sealed(
                 f"{len(item.sealed)} bytes and a signature of {len(item.signature)}; expected "
                 f"sender {sender!r}, {size} bytes and a 64-byte signature."
             )
+        if item.others:
+            raise InvalidArgument(
+                f"{what}: the {noun} for {item.recipient!r} list {len(item.others)} other "
+                "digests; only relayed copies carry them."
+            )
+    if not items:
+        return
+    signature = items[0].signature
+    differ = sorted(item.recipient for item in items if item.signature != signature)
+    if differ:
+        raise InvalidArgument(
+            f"{what}: the {noun} for {differ} carry another signature than the one for "
+            f"{items[0].recipient!r}; every copy carries the sender's one signature over all."
+        )
     signed = sealed_signatures(
         ctx, items, round_index=round_index, sender=sender, kind=kind, binding=binding
     )
-    for item, (_, signature, message) in zip(items, signed, strict=True):
+    if not signed:  # not reached: the checks above leave nothing it refuses
+        raise InvalidArgument(f"{what}: the {noun} do not make a sealed set.")
+    for _, signature, message in signed:
         if not ctx.signatures.verify(key, signature, message):
             raise Unauthenticated(
-                f"{what}: the signature over the {noun} for {item.recipient!r} does not verify "
-                f"against the node's pinned identity key ({key_fingerprint(key)})."
+                f"{what}: the signature over the {noun} does not verify against the node's "
+                f"pinned identity key ({key_fingerprint(key)})."
             )

@@ -21,7 +21,7 @@ from coordinator.messages import ResultView
 from coordinator.steps.checks import check_in_roster, check_round, check_session_id
 from coordinator.store import AttestationRow, RoundRow, SessionRow, UploadRow
 from noise.keys import KeyBundle
-from noise.transcript import roster_hash, survivor_set_hash
+from noise.transcript import roster_hash, sealed_digest, survivor_set_hash
 from proto.messages import (
     Attestation,
     DroppedNode,
@@ -45,24 +45,35 @@ class _Relays:
 
     Built once per committed transition (the rows change only then), so a
     poll costs O(K) instead of decoding every sealed message of the round.
-    ``tags``/``challenge``: recipient -> (sender, sealed, signature), in row order.
+    ``tags``/``challenge``: recipient -> the copies sealed for it, in row
+    order, each with the digests of its sender's other copies.
     """
 
     uploads: tuple[UploadRow, ...]
     attestations: tuple[AttestationRow, ...]
-    tags: dict[str, tuple[tuple[str, bytes, bytes], ...]]
-    challenge: dict[str, tuple[tuple[str, bytes, bytes], ...]]
+    tags: dict[str, tuple[Sealed, ...]]
+    challenge: dict[str, tuple[Sealed, ...]]
 
 
 def _by_recipient(
     rows: tuple[tuple[str, tuple[tuple[str, bytes, bytes], ...]], ...],
-) -> dict[str, tuple[tuple[str, bytes, bytes], ...]]:
-    """(sender, its (recipient, sealed, signature) triples) -> recipient -> (sender, ...)."""
-    index: dict[str, list[tuple[str, bytes, bytes]]] = {}
+) -> dict[str, tuple[Sealed, ...]]:
+    """(sender, its (recipient, sealed, signature) triples) -> recipient -> relayed copies.
+
+    Each copy carries the (recipient, SHA-256) of the sender's other copies:
+    with its own, what the sender's one signature covers.
+    """
+    index: dict[str, list[Sealed]] = {}
     for sender, sealed in rows:
+        digests = tuple(
+            (recipient, sealed_digest(message)) for recipient, message, _ in sealed if message
+        )
         for recipient, message, signature in sealed:
             if recipient != sender:
-                index.setdefault(recipient, []).append((sender, message, signature))
+                others = tuple(d for d in digests if d[0] != recipient)
+                index.setdefault(recipient, []).append(
+                    Sealed(sender, recipient, message, signature, others)
+                )
     return {recipient: tuple(items) for recipient, items in index.items()}
 
 
@@ -279,10 +290,7 @@ class Views:
 
     def _tags_for(self, round_index: int, attempt: int, caller: str) -> tuple[Sealed, ...]:
         """The aggregate-check tags each attested survivor sealed for ``caller``."""
-        return tuple(
-            Sealed(sender, caller, sealed, signature)
-            for sender, sealed, signature in self._relays(round_index, attempt).tags.get(caller, ())
-        )
+        return self._relays(round_index, attempt).tags.get(caller, ())
 
     def _statements(
         self, row: SessionRow, round_row: RoundRow, survivors: tuple[str, ...]
@@ -357,9 +365,7 @@ class Views:
             min_survivors=ctx.config.min_nodes,
             attempt=request.attempt,
             challenge=tuple(
-                Sealed(sender, caller, sealed, signature)
-                for sender, sealed, signature in relays.challenge.get(caller, ())
-                if sender in survivors
+                item for item in relays.challenge.get(caller, ()) if item.sender in survivors
             ),
             tags=self._tags_for(round_row.round_index, request.attempt, caller),
         )

@@ -6,13 +6,14 @@ round therefore carries a secret linear check (``noise.aggregate_check``):
 
 1. with its upload, the node seals its challenge contribution c_k (derived
    from the session key, so a restart gives the same one) for every other
-   participant under their pairwise key, and signs each sealed copy;
+   participant under their pairwise key, and signs the digests of all the
+   sealed copies once;
 2. with its attestation of the survivor set it opens the contributions of
    every other survivor, forms κ and the challenge vectors ρ, computes its
    tags ⟨ρ, v_k⟩ of its contribution to the aggregate (its egress less the
    pair terms it will reveal; in a CAPE-sum round its draw q(ê_k)), blinds
-   them by pads that cancel over the survivors, and seals and signs them for
-   every other survivor; κ and its own blinded tags are kept in
+   them by pads that cancel over the survivors, and seals them for every
+   other survivor under one signature; κ and its own blinded tags are kept in
    ``STATE/survivor-sets.json`` first;
 3. before revealing its self-mask seed it opens the tags every other survivor
    sealed for it (:func:`open_relayed_tags`), and once the aggregate A is
@@ -21,11 +22,14 @@ round therefore carries a secret linear check (``noise.aggregate_check``):
    most 2^-64 (docs/design.md §4.5).
 
 The coordinator sees neither κ, ρ, a tag nor their sum. Every sealed message
-is signed by its sender and the coordinator checks the signature on receipt,
-so a sealed message that verifies but does not open is its sender's doing: a
-:class:`Culprit` names that survivor, and the node refuses the unmask step
-with the accusation (the coordinator reruns the round without it). A
-signature that does not verify is the relay's doing. A node that colludes with
+is covered by its sender's one signature over the digests of all it sealed
+in the call, which the coordinator checks on receipt and relays with each
+copy the digests of the others. A copy that opens under the pairwise key is
+its sender's whatever the signature says; one that does not open but
+verifies is its sender's doing: a :class:`Culprit` names that survivor, and
+the node refuses the unmask step with the accusation (the coordinator reruns
+the round without it). A signature that does not verify is the relay's
+doing. A node that colludes with
 the coordinator learns ρ, so the check protects against a coordinator acting
 alone.
 """
@@ -57,7 +61,7 @@ from noise.aggregate_check import (
     tags,
 )
 from noise.layout import Layout
-from noise.transcript import sealed_check_message
+from noise.transcript import sealed_digest, sealed_set_message
 from proto.messages import RoundResult, Sealed, UnmaskRequest
 
 T = TypeVar("T")
@@ -113,36 +117,32 @@ def _message(
     kind: str,
     binding: bytes,
     sender: str,
-    recipient: str,
-    body: bytes,
+    digests: dict[str, bytes],
 ) -> bytes:
-    return sealed_check_message(
+    return sealed_set_message(
         ctx.config_hash,
         ctx.session_id,
         index,
         kind=kind,
         binding=binding,
         sender=sender,
-        recipient=recipient,
-        sealed=body,
+        digests=digests,
     )
 
 
 def _signed_by_sender(
     ctx: SessionContext, index: int, kind: str, binding: bytes, item: Sealed
 ) -> bool:
+    """Whether ``item`` (with the digests relayed beside it) carries its sender's signature."""
     key = ctx.config.identity_keys.get(item.sender)
-    if key is None or not item.sealed:
+    if key is None or item.recipient != ctx.node_id:
         return False
-    message = _message(
-        ctx,
-        index,
-        kind=kind,
-        binding=binding,
-        sender=item.sender,
-        recipient=ctx.node_id,
-        body=item.sealed,
-    )
+    try:
+        message = _message(
+            ctx, index, kind=kind, binding=binding, sender=item.sender, digests=item.digests()
+        )
+    except ValueError:  # an empty copy, a digest of the wrong size, the sender as recipient
+        return False
     known = ctx.signed_by_sender.get((item.sender, item.signature, message))
     if known is not None:
         return known
@@ -158,14 +158,30 @@ def _signed_by_sender(
     return verdict
 
 
+def _signed_set(
+    ctx: SessionContext, index: int, *, kind: str, binding: bytes, bodies: dict[str, bytes]
+) -> list[Sealed]:
+    """``bodies`` (recipient -> sealed copy) under this node's one signature over them all."""
+    signature = ctx.identity.sign(
+        _message(
+            ctx,
+            index,
+            kind=kind,
+            binding=binding,
+            sender=ctx.node_id,
+            digests={peer: sealed_digest(body) for peer, body in bodies.items()},
+        )
+    )
+    return [Sealed(ctx.node_id, peer, body, signature) for peer, body in bodies.items()]
+
+
 def sealed_challenge(
     ctx: SessionContext, index: int, participants: Collection[str]
 ) -> list[Sealed]:
-    """This node's contribution sealed and signed for every other participant."""
+    """This node's contribution sealed for every other participant, signed once."""
     mine = _own(ctx, index)
-    out = []
-    for peer in sorted(set(participants) - {ctx.node_id}):
-        body = seal_contribution(
+    bodies = {
+        peer: seal_contribution(
             mine,
             ctx.seeds[peer],
             config_hash=ctx.config_hash,
@@ -174,19 +190,9 @@ def sealed_challenge(
             sender=ctx.node_id,
             recipient=peer,
         )
-        signature = ctx.identity.sign(
-            _message(
-                ctx,
-                index,
-                kind="contribution",
-                binding=_NO_BINDING,
-                sender=ctx.node_id,
-                recipient=peer,
-                body=body,
-            )
-        )
-        out.append(Sealed(ctx.node_id, peer, body, signature))
-    return out
+        for peer in sorted(set(participants) - {ctx.node_id})
+    }
+    return _signed_set(ctx, index, kind="contribution", binding=_NO_BINDING, bodies=bodies)
 
 
 def _relayed(items: Sequence[Sealed], recipient: str) -> dict[str, Sealed]:
@@ -237,9 +243,8 @@ def attest_tags(
     own = blinded_tags(
         tags(contribution, rho), ctx.node_id, survivors, ctx.seeds, round_index=index
     )
-    sealed = []
-    for peer in sorted(survivors - {ctx.node_id}):
-        body = seal_tags(
+    bodies = {
+        peer: seal_tags(
             own,
             ctx.seeds[peer],
             config_hash=ctx.config_hash,
@@ -249,18 +254,9 @@ def attest_tags(
             sender=ctx.node_id,
             recipient=peer,
         )
-        signature = ctx.identity.sign(
-            _message(
-                ctx,
-                index,
-                kind="tags",
-                binding=request.survivor_hash,
-                sender=ctx.node_id,
-                recipient=peer,
-                body=body,
-            )
-        )
-        sealed.append(Sealed(ctx.node_id, peer, body, signature))
+        for peer in sorted(survivors - {ctx.node_id})
+    }
+    sealed = _signed_set(ctx, index, kind="tags", binding=request.survivor_hash, bodies=bodies)
     return Tagged(key, rho, own, sealed)
 
 

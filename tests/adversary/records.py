@@ -12,13 +12,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from noise.layout import Layout
+from noise.transcript import sealed_digest
 from proto.zerosum.v1 import session_pb2 as pb
+
+_S = TypeVar("_S", pb.SealedContribution, pb.SealedTags)
 
 if TYPE_CHECKING:
     from tests.adversary.lying_server import LyingCoordinator
@@ -101,6 +104,22 @@ class RoundRecord:
         return {h for h, by in self.attestations.items() if node_id in by}
 
 
+def relayed(copies: Sequence[_S], caller: str) -> list[_S]:
+    """The copy a sender sealed for ``caller`` (if any), as the coordinator relays it: with
+    the digests of the sender's other copies (what the sender's one signature covers)."""
+    mine = next((c for c in copies if c.recipient_node_id == caller), None)
+    if mine is None:
+        return []
+    out = type(mine)()
+    out.CopyFrom(mine)
+    out.others.extend(
+        pb.SealedDigest(recipient_node_id=c.recipient_node_id, sha256=sealed_digest(c.sealed))
+        for c in copies
+        if c.recipient_node_id != caller
+    )
+    return [out]
+
+
 class Script:
     """The choices of an honest coordinator; a test's lie overrides one of them."""
 
@@ -138,11 +157,10 @@ class Script:
     ) -> list[pb.SealedContribution]:
         """The sealed contributions relayed to ``caller`` (honest: those sealed for it)."""
         return [
-            sealed
+            copy
             for node in shown.survivors
             if node != caller and node in record.uploads
-            for sealed in record.uploads[node].header.challenge
-            if sealed.recipient_node_id == caller
+            for copy in relayed(record.uploads[node].header.challenge, caller)
         ]
 
     def tags(
@@ -154,11 +172,10 @@ class Script:
         """
         by_node = record.attestations.get(survivor_hash, {})
         return [
-            sealed
+            copy
             for node in sorted(by_node)
             if node != caller
-            for sealed in by_node[node].sealed_tags
-            if sealed.recipient_node_id == caller
+            for copy in relayed(by_node[node].sealed_tags, caller)
         ]
 
     def refused(

@@ -38,7 +38,7 @@ from noise.aggregate_check import (
     tags_to_bytes,
 )
 from noise.fixed_point import wrapping_sum
-from noise.transcript import sealed_check_message
+from noise.transcript import sealed_digest, sealed_set_message
 from proto.federation import load_federation
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
@@ -224,15 +224,14 @@ class GarbageFrom(Script):
     ) -> tuple[bytes, bytes]:
         size = 48 if self.kind == "contribution" else 80
         sealed = secrets.token_bytes(size)
-        message = sealed_check_message(
+        message = sealed_set_message(
             server.config_hash,
             server.session_id,
             record.index,
             kind=self.kind,
             binding=binding,
             sender=self.culprit,
-            recipient=recipient,
-            sealed=sealed,
+            digests={recipient: sealed_digest(sealed)},
         )
         return sealed, self.identity.sign(message)
 

@@ -25,7 +25,7 @@ from noise.transcript import survivor_attestation_message, upload_statement_mess
 from proto.chunks import tensor_layouts
 from proto.zerosum.v1 import session_pb2 as pb
 from proto.zerosum.v1 import session_pb2_grpc as pb_grpc
-from tests.coordinator.support import node_seed, wire_contribution, wire_tags
+from tests.coordinator.support import node_seed, wire_contributions, wire_tags
 from zerosum.commands import federation as federation_command
 
 _RUN = (
@@ -226,17 +226,14 @@ def upload(
                 roster_hash=roster,
                 statement_signature=node.identity.sign(statement),
                 self_mask_commitment=self_mask_commitment(seed),
-                challenge=[
-                    wire_contribution(
-                        node.identity,
-                        config_hash=fed_hash,
-                        session_id=session_id,
-                        round_index=round_index,
-                        sender=node.node_id,
-                        recipient=peer,
-                    )
-                    for peer in others
-                ],
+                challenge=wire_contributions(
+                    node.identity,
+                    config_hash=fed_hash,
+                    session_id=session_id,
+                    round_index=round_index,
+                    sender=node.node_id,
+                    recipients=others,
+                ),
             )
         )
         yield pb.UploadChunk(data=pb.PayloadChunk(offset=0, data=data))

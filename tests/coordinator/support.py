@@ -26,10 +26,10 @@ from noise.layout import Layout
 from noise.self_mask import self_mask, self_mask_commitment
 from noise.transcript import (
     roster_hash,
-    sealed_check_message,
     survivor_attestation_message,
     upload_statement_message,
 )
+from proto.convert import sealed_contributions_to_pb, sealed_tags_to_pb
 from proto.messages import (
     Attestation,
     Sealed,
@@ -40,6 +40,7 @@ from proto.messages import (
     WithdrawRequest,
 )
 from proto.zerosum.v1 import session_pb2 as pb
+from tests.support.sealed_sets import signed_set
 
 CONFIG_HASH = hashlib.sha256(b"zerosum test federation").digest()
 
@@ -104,27 +105,28 @@ class Federation:
             node_id=node_id,
             survivor_hash=digest,
             signature=self.identities[node_id].sign(message),
-            tags=tuple(
-                self.sealed_tags(node_id, peer, session_id, round_index, digest) for peer in others
-            ),
+            tags=self.sealed_tags(node_id, others, session_id, round_index, digest),
         )
 
     def sealed_tags(
-        self, node_id: str, peer: str, session_id: str, round_index: int, digest: bytes
-    ) -> Sealed:
-        """Opaque stand-in tags of ``node_id`` for ``peer``, signed by ``node_id``."""
-        sealed = bytes([len(peer)]) * SEALED_TAGS_BYTES
-        message = sealed_check_message(
-            CONFIG_HASH,
-            session_id,
-            round_index,
+        self,
+        node_id: str,
+        peers: Sequence[str],
+        session_id: str,
+        round_index: int,
+        digest: bytes,
+    ) -> tuple[Sealed, ...]:
+        """Opaque stand-in tags of ``node_id`` for each of ``peers``, signed once by it."""
+        return signed_set(
+            self.identities[node_id],
+            config_hash=CONFIG_HASH,
+            session_id=session_id,
+            round_index=round_index,
             kind="tags",
             binding=digest,
             sender=node_id,
-            recipient=peer,
-            sealed=sealed,
+            bodies={peer: bytes([len(peer)]) * SEALED_TAGS_BYTES for peer in peers},
         )
-        return Sealed(node_id, peer, sealed, self.identities[node_id].sign(message))
 
 
 def make_federation(
@@ -310,22 +312,18 @@ def sealed_challenge(session: Session, node: str, round_index: int) -> tuple[Sea
     opened = session.store.round(round_index)
     others = sorted(set(opened.participants) - {node}) if opened is not None else []
     signer = _IDENTITIES.get(session.config.identity_keys.get(node, b""))
-    out = []
-    for peer in others:
-        sealed = bytes([len(peer)]) * 48
-        message = sealed_check_message(
-            session.config.config_hash,
-            session.session_id,
-            round_index,
-            kind="contribution",
-            binding=bytes(32),
-            sender=node,
-            recipient=peer,
-            sealed=sealed,
-        )
-        signature = signer.sign(message) if signer is not None else bytes(64)
-        out.append(Sealed(node, peer, sealed, signature))
-    return tuple(out)
+    if not others:
+        return ()
+    return signed_set(
+        signer,
+        config_hash=session.config.config_hash,
+        session_id=session.session_id,
+        round_index=round_index,
+        kind="contribution",
+        binding=bytes(32),
+        sender=node,
+        bodies={peer: bytes([len(peer)]) * 48 for peer in others},
+    )
 
 
 def upload(
@@ -495,32 +493,27 @@ def read_result(session: Session, round_index: int, caller: str = "a") -> NDArra
     return np.frombuffer(view.path.read_bytes(), dtype="<u8").astype(np.uint64)
 
 
-def wire_contribution(
+def wire_contributions(
     identity: IdentityKey,
     *,
     config_hash: bytes,
     session_id: str,
     round_index: int,
     sender: str,
-    recipient: str,
-    sealed: bytes = bytes(48),
-) -> pb.SealedContribution:
-    """A stand-in sealed contribution on the wire, signed by ``identity`` as its sender."""
-    message = sealed_check_message(
-        config_hash,
-        session_id,
-        round_index,
-        kind="contribution",
-        binding=bytes(32),
-        sender=sender,
-        recipient=recipient,
-        sealed=sealed,
-    )
-    return pb.SealedContribution(
-        sender_node_id=sender,
-        recipient_node_id=recipient,
-        sealed=sealed,
-        signature=identity.sign(message),
+    recipients: Sequence[str],
+) -> list[pb.SealedContribution]:
+    """Stand-in sealed contributions on the wire for every recipient, signed by ``identity``."""
+    return sealed_contributions_to_pb(
+        signed_set(
+            identity,
+            config_hash=config_hash,
+            session_id=session_id,
+            round_index=round_index,
+            kind="contribution",
+            binding=bytes(32),
+            sender=sender,
+            bodies={r: bytes(48) for r in sorted(set(recipients) - {sender})},
+        )
     )
 
 
@@ -535,28 +528,20 @@ def wire_tags(
     recipients: Sequence[str],
 ) -> list[pb.SealedTags]:
     """Stand-in sealed tags on the wire for every recipient, signed by ``identity``."""
-    out = []
-    for recipient in sorted(set(recipients) - {sender}):
-        sealed = bytes([len(recipient)]) * SEALED_TAGS_BYTES
-        message = sealed_check_message(
-            config_hash,
-            session_id,
-            round_index,
+    return sealed_tags_to_pb(
+        signed_set(
+            identity,
+            config_hash=config_hash,
+            session_id=session_id,
+            round_index=round_index,
             kind="tags",
             binding=survivor_hash,
             sender=sender,
-            recipient=recipient,
-            sealed=sealed,
+            bodies={
+                r: bytes([len(r)]) * SEALED_TAGS_BYTES for r in sorted(set(recipients) - {sender})
+            },
         )
-        out.append(
-            pb.SealedTags(
-                sender_node_id=sender,
-                recipient_node_id=recipient,
-                sealed=sealed,
-                signature=identity.sign(message),
-            )
-        )
-    return out
+    )
 
 
 REJECTED = "the TRE's output checker rejected this node's egress"

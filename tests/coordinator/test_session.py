@@ -30,7 +30,7 @@ from coordinator.layout import PayloadSpec, TensorSlot
 from coordinator.session import Session, Ticket
 from coordinator.store import Store
 from noise.keys import IdentityKey, sign_key_bundle
-from noise.transcript import survivor_set_hash
+from noise.transcript import sealed_digest, sealed_set_message, survivor_set_hash
 from proto.messages import (
     RoundState,
     Sealed,
@@ -1380,7 +1380,16 @@ def test_the_same_upload_with_another_commitment_is_a_conflict(
 
 @pytest.mark.parametrize(
     "change",
-    ["none", "missing one", "one too many", "short", "resigned by another", "bit flipped"],
+    [
+        "none",
+        "missing one",
+        "one too many",
+        "short",
+        "one copy resigned",
+        "with digests",
+        "resigned by another",
+        "bit flipped",
+    ],
 )
 def test_an_attestation_without_signed_sealed_tags_for_every_other_survivor_is_refused(
     fed: Federation, session: Session, change: str
@@ -1395,19 +1404,25 @@ def test_an_attestation_without_signed_sealed_tags_for_every_other_survivor_is_r
         "a", session.session_id, 0, request.survivor_hash, survivors=request.survivors
     )
     first, *rest = honest.tags
+    signed_by_a = sealed_set_message(
+        CONFIG_HASH,
+        session.session_id,
+        0,
+        kind="tags",
+        binding=request.survivor_hash,
+        sender="a",
+        digests={t.recipient: sealed_digest(t.sealed) for t in honest.tags},
+    )
     tags = {
         "none": (),
         "missing one": tuple(rest),
         "one too many": (*honest.tags, dataclasses.replace(first, recipient="a")),
         "short": (dataclasses.replace(first, sealed=first.sealed[:-1]), *rest),
-        "resigned by another": (
-            dataclasses.replace(
-                first,
-                signature=fed.sealed_tags(
-                    "b", first.recipient, session.session_id, 0, request.survivor_hash
-                ).signature,
-            ),
-            *rest,
+        "one copy resigned": (dataclasses.replace(first, signature=bytes(64)), *rest),
+        "with digests": (dataclasses.replace(first, others=(("b", bytes(32)),)), *rest),
+        "resigned by another": tuple(
+            dataclasses.replace(t, signature=fed.identities["b"].sign(signed_by_a))
+            for t in honest.tags
         ),
         "bit flipped": (
             dataclasses.replace(first, sealed=bytes([first.sealed[0] ^ 1]) + first.sealed[1:]),
@@ -1417,7 +1432,8 @@ def test_an_attestation_without_signed_sealed_tags_for_every_other_survivor_is_r
     before = session.store.dump()
     error = (
         InvalidArgument
-        if change in {"none", "missing one", "one too many", "short"}
+        if change
+        in {"none", "missing one", "one too many", "short", "one copy resigned", "with digests"}
         else (Unauthenticated)
     )
     message = refused(
@@ -1451,9 +1467,21 @@ def test_each_survivor_is_relayed_the_others_sealed_contributions_and_the_tags_c
     view = session.result(session.session_id, 0, caller="a")
     request = session.store.unmask_request(0, 1)
     assert request is not None
-    # Each survivor gets the tags every other survivor sealed for it, and only those.
-    assert view.tags == tuple(
-        fed.sealed_tags(n, "a", session.session_id, 0, request.survivor_hash)
+    # Each survivor gets the tags every other survivor sealed for it, and only those,
+    # each with the digests of its sender's other copies: with its own, what the
+    # sender signed.
+    sent = {
+        n: fed.sealed_tags(
+            n, sorted(set(fed.node_ids) - {n}), session.session_id, 0, request.survivor_hash
+        )
         for n in sorted(fed.node_ids)
         if n != "a"
-    )
+    }
+    assert [(t.sender, t.recipient, t.sealed, t.signature) for t in view.tags] == [
+        (n, "a", c.sealed, c.signature)
+        for n, copies in sent.items()
+        for c in copies
+        if c.recipient == "a"
+    ]
+    for t in view.tags:
+        assert t.digests() == {c.recipient: sealed_digest(c.sealed) for c in sent[t.sender]}

@@ -37,9 +37,9 @@ from noise.self_mask import self_mask, self_mask_commitment
 from proto.chunks import payload_spec
 from proto.federation import RoundSpec, config_hash, dump_federation, load_federation
 from proto.messages import Attestation, RoundState, Sealed, UploadHeader, UploadReceipt
-from tests.node.peer_checks import signed_sealed
 from tests.support.federations import three_cohort_federation
 from tests.support.processes import Federation, Processes
+from tests.support.sealed_sets import signed_set
 from tests.support.sessions import SessionRun
 
 pytestmark = pytest.mark.integration
@@ -142,9 +142,10 @@ def test_twenty_megabyte_payloads_sum_exactly(  # noqa: PLR0915 - one session en
     assert payloads["a"].nbytes >= 20_000_000 > 4 * CHUNK_BYTES
 
     def _signed(
-        node: str, round_index: int, kind: str, binding: bytes, peer: str, *, sealed: bytes
-    ) -> Sealed:
-        return signed_sealed(
+        node: str, round_index: int, kind: str, binding: bytes, *, size: int
+    ) -> tuple[Sealed, ...]:
+        """``size`` zero bytes for every other node under ``node``'s one signature."""
+        return signed_set(
             federation.identity(node),
             config_hash=fed_hash,
             session_id=session_id,
@@ -152,8 +153,7 @@ def test_twenty_megabyte_payloads_sum_exactly(  # noqa: PLR0915 - one session en
             kind=kind,
             binding=binding,
             sender=node,
-            recipient=peer,
-            sealed=sealed,
+            bodies={peer: bytes(size) for peer in NODES if peer != node},
         )
 
     def send(
@@ -187,11 +187,7 @@ def test_twenty_megabyte_payloads_sum_exactly(  # noqa: PLR0915 - one session en
                 ),
                 self_mask_commitment=self_mask_commitment(seed),
                 # The coordinator relays these unread; this test checks no aggregate tags.
-                challenge=tuple(
-                    _signed(node, round_index, "contribution", bytes(32), peer, sealed=bytes(48))
-                    for peer in NODES
-                    if peer != node
-                ),
+                challenge=_signed(node, round_index, "contribution", bytes(32), size=48),
             ),
             sent,
         )
@@ -214,13 +210,7 @@ def test_twenty_megabyte_payloads_sum_exactly(  # noqa: PLR0915 - one session en
                     ),
                     session_id=session_id,
                     round_index=round_index,
-                    tags=tuple(
-                        _signed(
-                            node, round_index, "tags", ask.survivor_hash, peer, sealed=bytes(80)
-                        )
-                        for peer in NODES
-                        if peer != node
-                    ),
+                    tags=_signed(node, round_index, "tags", ask.survivor_hash, size=80),
                 )
             )
         for node in NODES:

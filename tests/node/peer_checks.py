@@ -4,7 +4,7 @@ Node tests drive one node against hand-built requests and results; the other
 survivors exist only as keys (``tests.support.made_up_federation._identities`` and
 ``_seeds``). These helpers seal and sign, as each of them would, its challenge
 contribution and its blinded tags for the node under test
-(``noise.aggregate_check``, ``noise.transcript.sealed_check_message``).
+(``noise.aggregate_check``, ``noise.transcript.sealed_set_message``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from noise.aggregate_check import (
     seal_tags,
 )
 from noise.keys import EphemeralKey, IdentityKey
-from noise.transcript import sealed_check_message
 from proto.messages import Sealed
+from tests.support.sealed_sets import signed_set
 
 __all__ = [
     "peer_contributions",
@@ -63,18 +63,19 @@ def signed_sealed(
     recipient: str,
     sealed: bytes,
 ) -> Sealed:
-    """``sealed`` with ``identity``'s signature over it, as its sender sends it."""
-    message = sealed_check_message(
-        config_hash,
-        session_id,
-        round_index,
+    """``sealed`` under ``identity``'s signature, as relayed when its sender sealed for
+    ``recipient`` alone (no other copies' digests beside it)."""
+    (item,) = signed_set(
+        identity,
+        config_hash=config_hash,
+        session_id=session_id,
+        round_index=round_index,
         kind=kind,
         binding=binding,
         sender=sender,
-        recipient=recipient,
-        sealed=sealed,
+        bodies={recipient: sealed},
     )
-    return Sealed(sender, recipient, sealed, identity.sign(message))
+    return item
 
 
 def sealed_contributions(

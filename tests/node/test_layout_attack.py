@@ -43,7 +43,7 @@ from proto.chunks import payload_spec
 from proto.federation import FederationConfig, config_hash, load_federation
 from proto.messages import UploadHeader
 from tests.node.gateways import FaultyGateway
-from tests.node.peer_checks import signed_sealed
+from tests.support.sealed_sets import signed_set
 from tests.support.synthetic_init import init_synthetic
 
 pytestmark = pytest.mark.integration
@@ -201,20 +201,15 @@ def _attack(
                     payload_sha256=payload_digest(payload),
                 ),
                 self_mask_commitment=bytes(32),
-                challenge=tuple(
-                    signed_sealed(
-                        identity,
-                        config_hash=fed_hash,
-                        session_id=session_id,
-                        round_index=0,
-                        kind="contribution",
-                        binding=bytes(32),
-                        sender="d",
-                        recipient=peer,
-                        sealed=bytes(48),
-                    )
-                    for peer in verified.node_ids
-                    if peer != "d"
+                challenge=signed_set(
+                    identity,
+                    config_hash=fed_hash,
+                    session_id=session_id,
+                    round_index=0,
+                    kind="contribution",
+                    binding=bytes(32),
+                    sender="d",
+                    bodies={peer: bytes(48) for peer in verified.node_ids if peer != "d"},
                 ),
             ),
             payload,

@@ -28,7 +28,7 @@ from node.protocol.masking import MaskPrefetch, cape_draws
 from node.records.ledger import Refusal, SecureSumUnmask
 from node.session.cape_material import CapeState
 from node.session.model_round import run_model_round
-from noise.transcript import sealed_check_message
+from noise.transcript import sealed_digest
 from proto.messages import Sealed, UnmaskRequest
 from tests.node.nodes import CONFIG_HASH, LAYOUT, Node, joined, restarted
 from tests.node.unmask_requests import (
@@ -47,6 +47,7 @@ from tests.support.made_up_federation import (
     _tensors,
     release_for,
 )
+from tests.support.sealed_sets import signed_set
 
 # ---------------------------------------------------------------- 1: the round awaited
 
@@ -252,17 +253,17 @@ def _d_dropped(tmp_path: Path) -> tuple[Node, ReleaseNoise, UnmaskRequest]:
 
 def _signed_garbage(sender: str, kind: str, binding: bytes, size: int) -> Sealed:
     """``size`` zero bytes from ``sender`` to a, sealed for nothing but validly signed."""
-    message = sealed_check_message(
-        CONFIG_HASH,
-        SESSION,
-        1,
+    (item,) = signed_set(
+        _identities(FOUR)[sender],
+        config_hash=CONFIG_HASH,
+        session_id=SESSION,
+        round_index=1,
         kind=kind,
         binding=binding,
         sender=sender,
-        recipient="a",
-        sealed=bytes(size),
+        bodies={"a": bytes(size)},
     )
-    return Sealed(sender, "a", bytes(size), _identities(FOUR)[sender].sign(message))
+    return item
 
 
 def test_an_answer_needs_every_other_survivors_sealed_contribution(tmp_path: Path) -> None:
@@ -314,3 +315,78 @@ def test_signed_garbage_tags_name_their_sender_before_any_seed_leaves(tmp_path: 
     assert len(node.coordinator.attestations) == 1
     assert node.coordinator.accused == ["c"]
     assert node.coordinator.sent_answers() == []
+
+
+# ---------------------------------------------------------------- one signature per sender
+#
+# A sender signs everything it sealed in one call once, over the digests of
+# its copies; the relay hands each recipient its copy with the digests of the
+# others. The relay holds the signature and every digest, but no pairwise key.
+
+
+def _garbage_among_copies(sender: str) -> tuple[Sealed, tuple[tuple[str, bytes], ...]]:
+    """``sender``'s garbage contribution for a, signed once with its copies for c and d;
+    with the (recipient, digest) of those two, as an honest relay hands them to a."""
+    bodies = {"a": bytes(48), "c": bytes([1]) * 48, "d": bytes([2]) * 48}
+    copies = signed_set(
+        _identities(FOUR)[sender],
+        config_hash=CONFIG_HASH,
+        session_id=SESSION,
+        round_index=1,
+        kind="contribution",
+        binding=bytes(32),
+        sender=sender,
+        bodies=bodies,
+    )
+    others = tuple((c.recipient, sealed_digest(c.sealed)) for c in copies if c.recipient != "a")
+    return copies[0], others
+
+
+def test_garbage_signed_with_the_senders_other_copies_names_the_sender(tmp_path: Path) -> None:
+    node, noise, request = _d_dropped(tmp_path)
+    copy, others = _garbage_among_copies("b")
+    relayed = dataclasses.replace(copy, others=others)
+    bad = dataclasses.replace(request, challenge=(relayed, *request.challenge[1:]))
+    _answer(node, bad, FOUR, noise, awaiting=1)
+    assert node.coordinator.accused == ["b"]
+    assert node.coordinator.sent_answers() == []
+
+
+@pytest.mark.parametrize("change", ["dropped", "altered", "added"])
+def test_a_relay_that_changes_the_other_copies_digests_is_blamed_not_the_sender(
+    tmp_path: Path, change: str
+) -> None:
+    """Without the digests b signed, b's signature does not hold: the relay is at fault."""
+    node, noise, request = _d_dropped(tmp_path)
+    copy, others = _garbage_among_copies("b")
+    shown = {
+        "dropped": others[:1],
+        "altered": ((others[0][0], bytes(32)), *others[1:]),
+        "added": (*others, ("e", bytes(32))),
+    }[change]
+    bad = dataclasses.replace(
+        request, challenge=(dataclasses.replace(copy, others=shown), *request.challenge[1:])
+    )
+    with pytest.raises(NodeRefused, match="does not carry 'b''s valid signature"):
+        _answer(node, bad, FOUR, noise, awaiting=1)
+    assert node.coordinator.accused == [""]
+    assert node.coordinator.sent_answers() == []
+
+
+def test_a_copy_that_opens_is_its_senders_whatever_signature_the_relay_puts_on_it(
+    tmp_path: Path,
+) -> None:
+    """The relay cannot make a copy open (no pairwise key), so one that opens is the
+    sender's: a swapped signature or made-up digests beside it change nothing."""
+    node, noise, request = _d_dropped(tmp_path)
+    first, *rest = request.challenge
+    resigned = dataclasses.replace(
+        first, signature=bytes(64), others=(("c", bytes(32)), ("d", bytes(32)))
+    )
+    _answer(
+        node, dataclasses.replace(request, challenge=(resigned, *rest)), FOUR, noise, awaiting=1
+    )
+    honest = _d_dropped(tmp_path / "honest")
+    _answer(honest[0], honest[2], FOUR, honest[1], awaiting=1)
+    assert node.coordinator.accused == []
+    assert node.coordinator.attestations == honest[0].coordinator.attestations

@@ -14,7 +14,8 @@ from noise.errors import KeyFormatError
 from noise.keys import IdentityKey, sign_key_bundle
 from noise.transcript import (
     roster_hash,
-    sealed_check_message,
+    sealed_digest,
+    sealed_set_message,
     survivor_attestation_message,
     survivor_set_hash,
     upload_statement_message,
@@ -222,52 +223,61 @@ def test_upload_statement_refuses_bad_fields() -> None:
         )
 
 
-def test_sealed_check_message_layout_and_refusals() -> None:
+def test_sealed_set_message_layout_and_refusals() -> None:
     config = bytes(range(32))
-    message = sealed_check_message(
-        config,
-        "s1",
-        7,
-        kind="tags",
-        binding=bytes([5]) * 32,
-        sender="a",
-        recipient="bb",
-        sealed=b"xyz",
+    digests = {"bb": sealed_digest(b"xyz"), "c": sealed_digest(b"uvw")}
+    message = sealed_set_message(
+        config, "s1", 7, kind="tags", binding=bytes([5]) * 32, sender="a", digests=digests
     )
     assert message == b"".join(
         (
-            b"zerosum/v1/sealed-check",
+            b"zerosum/v1/sealed-set",
             config,
             b"\x00\x02s1",
             struct.pack(">Q", 7),
             b"\x00\x04tags",
             bytes([5]) * 32,
             b"\x00\x01a",
+            struct.pack(">I", 2),
             b"\x00\x02bb",
-            b"\x00\x03xyz",
+            hashlib.sha256(b"xyz").digest(),
+            b"\x00\x01c",
+            hashlib.sha256(b"uvw").digest(),
         )
     )
-    contribution = sealed_check_message(
-        config,
-        "s1",
-        7,
-        kind="contribution",
-        binding=bytes(32),
-        sender="a",
-        recipient="bb",
-        sealed=b"xyz",
+    # the recipients' order does not matter; every recipient's copy does
+    assert (
+        sealed_set_message(
+            config,
+            "s1",
+            7,
+            kind="tags",
+            binding=bytes([5]) * 32,
+            sender="a",
+            digests=dict(reversed(digests.items())),
+        )
+        == message
     )
-    assert contribution != message
-    fields = {
-        "kind": "tags",
-        "binding": bytes(32),
-        "sender": "a",
-        "recipient": "b",
-        "sealed": b"x",
-    }
+    fields = {"kind": "tags", "binding": bytes([5]) * 32, "sender": "a", "digests": digests}
+    for changed in (
+        {"kind": "contribution"},
+        {"binding": bytes(32)},
+        {"sender": "z"},
+        {"digests": {**digests, "c": sealed_digest(b"uvx")}},
+        {"digests": {"bb": digests["bb"]}},
+        {"digests": {"bb": digests["c"], "c": digests["bb"]}},
+    ):
+        other = sealed_set_message(config, "s1", 7, **{**fields, **changed})  # type: ignore[arg-type]
+        assert other != message, changed
     with pytest.raises(ValueError, match="kind must be one of"):
-        sealed_check_message(config, "s1", 0, **{**fields, "kind": "seed"})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="1 to 65535 bytes; got 0"):
-        sealed_check_message(config, "s1", 0, **{**fields, "sealed": b""})  # type: ignore[arg-type]
+        sealed_set_message(config, "s1", 0, **{**fields, "kind": "seed"})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="at least one recipient"):
+        sealed_set_message(config, "s1", 0, **{**fields, "digests": {}})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="'a' is among the recipients"):
+        sealed_set_message(config, "s1", 0, **{**fields, "digests": {"a": digests["c"]}})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="binding"):
-        sealed_check_message(config, "s1", 0, **{**fields, "binding": bytes(31)})  # type: ignore[arg-type]
+        sealed_set_message(config, "s1", 0, **{**fields, "binding": bytes(31)})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="digest for 'bb'"):
+        sealed_set_message(config, "s1", 0, **{**fields, "digests": {"bb": bytes(31)}})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="1 to 65535 bytes; got 0"):
+        sealed_digest(b"")

@@ -526,15 +526,25 @@ class SealedContribution(_message.Message):
     RECIPIENT_NODE_ID_FIELD_NUMBER: _builtins.int
     SEALED_FIELD_NUMBER: _builtins.int
     SIGNATURE_FIELD_NUMBER: _builtins.int
+    OTHERS_FIELD_NUMBER: _builtins.int
     sender_node_id: _builtins.str
     recipient_node_id: _builtins.str
     sealed: _builtins.bytes
     """48 bytes"""
     signature: _builtins.bytes
-    """64 bytes: the sender's Ed25519 identity signature over
-    noise.transcript.sealed_check_message(..., kind="contribution",
-    binding=32 zero bytes, sender, recipient, sealed).
+    """64 bytes: the sender's one Ed25519 identity signature over all the
+    contributions it sealed in the upload,
+    noise.transcript.sealed_set_message(..., kind="contribution",
+    binding=32 zero bytes, sender, {recipient: SHA-256(sealed)}); every copy
+    of one upload carries the same signature.
     """
+    @_builtins.property
+    def others(self) -> _containers.RepeatedCompositeFieldContainer[Global___SealedDigest]:
+        """Relayed copies only (empty in an upload): the digests of the sender's
+        copies for every other recipient, so this recipient can check the
+        signature.
+        """
+
     def __init__(
         self,
         *,
@@ -542,14 +552,40 @@ class SealedContribution(_message.Message):
         recipient_node_id: _builtins.str = ...,
         sealed: _builtins.bytes = ...,
         signature: _builtins.bytes = ...,
+        others: _abc.Iterable[Global___SealedDigest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["recipient_node_id", b"recipient_node_id", "sealed", b"sealed", "sender_node_id", b"sender_node_id", "signature", b"signature"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["others", b"others", "recipient_node_id", b"recipient_node_id", "sealed", b"sealed", "sender_node_id", b"sender_node_id", "signature", b"signature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SealedContribution: _TypeAlias = SealedContribution  # noqa: Y015
+
+@_typing.final
+class SealedDigest(_message.Message):
+    """SHA-256 of the copy a sender sealed for one recipient."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECIPIENT_NODE_ID_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    recipient_node_id: _builtins.str
+    sha256: _builtins.bytes
+    """32 bytes"""
+    def __init__(
+        self,
+        *,
+        recipient_node_id: _builtins.str = ...,
+        sha256: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["recipient_node_id", b"recipient_node_id", "sha256", b"sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SealedDigest: _TypeAlias = SealedDigest  # noqa: Y015
 
 @_typing.final
 class SealedTags(_message.Message):
@@ -566,15 +602,20 @@ class SealedTags(_message.Message):
     RECIPIENT_NODE_ID_FIELD_NUMBER: _builtins.int
     SEALED_FIELD_NUMBER: _builtins.int
     SIGNATURE_FIELD_NUMBER: _builtins.int
+    OTHERS_FIELD_NUMBER: _builtins.int
     sender_node_id: _builtins.str
     recipient_node_id: _builtins.str
     sealed: _builtins.bytes
     """80 bytes"""
     signature: _builtins.bytes
-    """64 bytes: the sender's Ed25519 identity signature over
-    noise.transcript.sealed_check_message(..., kind="tags",
-    binding=survivor_hash, sender, recipient, sealed).
+    """64 bytes: the sender's one Ed25519 identity signature over all the tags
+    it sealed with the attestation, noise.transcript.sealed_set_message(...,
+    kind="tags", binding=survivor_hash, sender, {recipient: SHA-256(sealed)}).
     """
+    @_builtins.property
+    def others(self) -> _containers.RepeatedCompositeFieldContainer[Global___SealedDigest]:
+        """Relayed copies only (empty in an attestation), as in SealedContribution."""
+
     def __init__(
         self,
         *,
@@ -582,10 +623,11 @@ class SealedTags(_message.Message):
         recipient_node_id: _builtins.str = ...,
         sealed: _builtins.bytes = ...,
         signature: _builtins.bytes = ...,
+        others: _abc.Iterable[Global___SealedDigest] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["recipient_node_id", b"recipient_node_id", "sealed", b"sealed", "sender_node_id", b"sender_node_id", "signature", b"signature"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["others", b"others", "recipient_node_id", b"recipient_node_id", "sealed", b"sealed", "sender_node_id", b"sender_node_id", "signature", b"signature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
