@@ -62,10 +62,12 @@ The CPU the protocol's own computations take in one round of K = 10,
 d = 10^6, beyond what the bare round does, measured here one at a time
 (medians, thread CPU clock) and added up for the round: on the coordinator
 K SHA-256 passes over an upload, K self-mask expansions, one SHA-256 of the
-aggregate and 2K² Ed25519 verifications (each upload header and attestation
-signed, with K − 1 signed sealed items in each); on each node its
-``node_protection`` work, SHA-256 of its payload and of the aggregate, 2K
-signatures and 4(K − 1) verifications. Left out, so the figure is a lower
+aggregate and 4K Ed25519 verifications (each upload header and attestation
+signed, and each sender's one signature over the K − 1 sealed items in it);
+on each node its ``node_protection`` work, SHA-256 of its payload and of the
+aggregate, 4 signatures and 2(K − 1) verifications (the others' upload
+statements and attestations; a sealed item's signature is checked only when
+the item does not open). Left out, so the figure is a lower
 bound: writing the files, sealing and opening the small messages, TLS, and
 everything the interpreter does around them. ``round_ratio_floor_vs_plain_grpc``
 is (bare CPU + floor) / bare CPU with the bare round's CPU of this run
@@ -507,8 +509,8 @@ def _protocol_floor(words: np.ndarray[Any, Any], repeats: int) -> float:
         lambda: public.verify(signature, message), repeats, clock=cpu, calls=200
     )
     protection = _median_seconds(_node_protection(words), repeats, clock=cpu)
-    coordinator = k * sha256 + k * expansion + sha256 + 2 * k * k * verify
-    node = protection + 2 * sha256 + 2 * k * sign + 4 * (k - 1) * verify
+    coordinator = k * sha256 + k * expansion + sha256 + 4 * k * verify
+    node = protection + 2 * sha256 + 4 * sign + 2 * (k - 1) * verify
     return coordinator + k * node
 
 
