@@ -75,7 +75,7 @@ from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
 from noise.layout import Layout, payload_digest
 from noise.masks import pairwise_mask
 from noise.self_mask import self_mask, self_mask_commitment, self_mask_seed
-from noise.transcript import sealed_digest, sealed_set_message
+from noise.transcript import sealed_set_message, sealed_tree
 from proto.chunks import payload_spec
 from proto.federation import config_hash, load_federation
 from proto.messages import (
@@ -247,6 +247,7 @@ class _Node:
     ) -> tuple[Sealed, ...]:
         """``bodies`` (recipient -> sealed copy) under this node's one signature, as a node
         sends them."""
+        tree = sealed_tree(bodies)
         message = sealed_set_message(
             self.config_hash,
             self.session_id,
@@ -254,7 +255,8 @@ class _Node:
             kind=kind,
             binding=binding,
             sender=self.node_id,
-            digests={peer: sealed_digest(body) for peer, body in bodies.items()},
+            count=tree.count,
+            root=tree.root,
         )
         signature = self.identity.sign(message)
         return tuple(Sealed(self.node_id, peer, body, signature) for peer, body in bodies.items())

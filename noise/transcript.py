@@ -31,15 +31,19 @@ unsigned integers and ‖ concatenation:
   This is the roster analogue of the survivor consistency check above.
 * sealed-set message = b"zerosum/v1/sealed-set" ‖ config_hash ‖
   lp(session_id) ‖ u64(round_index) ‖ lp(kind) ‖ binding (32) ‖ lp(sender) ‖
-  u32(n) ‖ for each recipient in sorted order: lp(recipient) ‖
-  SHA-256(sealed); kind is "contribution" (the challenge contributions sealed
-  in an upload header; binding = 32 zero bytes, the survivor set is not known
-  yet) or "tags" (aggregate-check tags sealed with an attestation; binding =
-  the survivor-set hash). The sender signs it once over everything of that
-  kind it sealed in the call, one copy per recipient, so a sealed message that
-  does not open for its recipient is evidence against its sender, not the
-  relay: the recipient checks the one signature with its own copy and the
-  digests of the others (docs/design.md §4.5).
+  u32(n) ‖ root (32); kind is "contribution" (the challenge contributions
+  sealed in an upload header; binding = 32 zero bytes, the survivor set is not
+  known yet) or "tags" (aggregate-check tags sealed with an attestation;
+  binding = the survivor-set hash). root is the Merkle tree hash of RFC 6962
+  (§2.1: interior nodes SHA-256(0x01 ‖ left ‖ right), the split at the
+  largest power of two below the leaf count) over the n copies in recipient
+  order, leaf = SHA-256(0x00 ‖ lp(recipient) ‖ u16(|sealed|) ‖ sealed). The
+  sender signs it once over everything of that kind it sealed in the call, so
+  a sealed message that does not open for its recipient is evidence against
+  its sender, not the relay: the relay hands each recipient its copy's place
+  in the tree and audit path (log2 n hashes), from which the recipient
+  recomputes the root (RFC 9162 §2.1.3.2) and checks the one signature
+  (docs/design.md §4.5).
 
 Every field is length-delimited or of fixed width, so distinct inputs never
 share an encoding; the leading labels separate the five uses.
@@ -49,17 +53,21 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from noise.keys import length_prefixed as _lp
 from noise.keys import require_bytes
 
 __all__ = [
+    "SealedTree",
     "SignedKey",
     "roster_hash",
-    "sealed_digest",
+    "sealed_leaf",
+    "sealed_root",
     "sealed_set_message",
+    "sealed_tree",
     "survivor_attestation_message",
     "survivor_set_hash",
     "upload_statement_message",
@@ -194,11 +202,91 @@ def upload_statement_message(
     )
 
 
-def sealed_digest(sealed: bytes) -> bytes:
-    """SHA-256 of one sealed copy, as a sealed-set message lists it (1 to 65535 bytes)."""
+def sealed_leaf(recipient: str, sealed: bytes) -> bytes:
+    """The leaf hash of one sealed copy in its sender's tree (1 to 65535 bytes sealed)."""
     if not 0 < len(sealed) < 2**16:
         raise ValueError(f"a sealed message has 1 to 65535 bytes; got {len(sealed)}")
-    return hashlib.sha256(sealed).digest()
+    return hashlib.sha256(
+        b"\x00" + _lp(recipient, "recipient") + struct.pack(">H", len(sealed)) + sealed
+    ).digest()
+
+
+def _interior(left: bytes, right: bytes) -> bytes:
+    return hashlib.sha256(b"\x01" + left + right).digest()
+
+
+def _tree(leaves: Sequence[bytes]) -> tuple[bytes, list[list[bytes]]]:
+    """RFC 6962's Merkle tree hash of ``leaves`` and every leaf's audit path (leaf upward)."""
+    if len(leaves) == 1:
+        return leaves[0], [[]]
+    split = 1 << ((len(leaves) - 1).bit_length() - 1)  # the largest power of two below n
+    left, left_paths = _tree(leaves[:split])
+    right, right_paths = _tree(leaves[split:])
+    paths = [[*p, right] for p in left_paths] + [[*p, left] for p in right_paths]
+    return _interior(left, right), paths
+
+
+@dataclass(frozen=True)
+class SealedTree:
+    """A sender's copies of one kind as the Merkle tree its one signature covers.
+
+    ``recipients`` in sorted order (leaf i is recipient i's copy), ``root``
+    the tree hash and ``paths`` every leaf's audit path, leaf level first.
+    """
+
+    recipients: tuple[str, ...]
+    root: bytes
+    paths: tuple[tuple[bytes, ...], ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.recipients)
+
+    def proof(self, recipient: str) -> tuple[int, tuple[bytes, ...]]:
+        """(leaf index, audit path) of ``recipient``'s copy; KeyError if it has none."""
+        try:
+            index = self.recipients.index(recipient)
+        except ValueError:
+            raise KeyError(recipient) from None
+        return index, self.paths[index]
+
+
+def sealed_tree(copies: Mapping[str, bytes]) -> SealedTree:
+    """The tree over ``copies`` (recipient -> sealed copy); ValueError if none or one empty."""
+    if not copies:
+        raise ValueError("a sealed set names at least one recipient; got none")
+    recipients = tuple(sorted(copies))
+    root, paths = _tree([sealed_leaf(r, copies[r]) for r in recipients])
+    return SealedTree(recipients, root, tuple(tuple(p) for p in paths))
+
+
+def sealed_root(
+    recipient: str, sealed: bytes, *, index: int, count: int, path: Sequence[bytes]
+) -> bytes:
+    """The root that ``path`` leads to from ``recipient``'s copy at leaf ``index`` of ``count``.
+
+    RFC 9162's inclusion-proof check (§2.1.3.2), returning the root instead of
+    comparing it. Raises ValueError when the index, count or path cannot be
+    a proof in a tree of that size.
+    """
+    if not 0 <= index < count:
+        raise ValueError(f"leaf {index} is not in a tree of {count} leaves")
+    fn, sn = index, count - 1
+    node = sealed_leaf(recipient, sealed)
+    for sibling in path:
+        require_bytes(sibling, 32, "audit path entry")
+        if sn == 0:
+            raise ValueError(f"an audit path of {len(path)} hashes is too long for {count} leaves")
+        if fn & 1 or fn == sn:
+            node = _interior(sibling, node)
+            while not fn & 1 and fn != 0:
+                fn, sn = fn >> 1, sn >> 1
+        else:
+            node = _interior(node, sibling)
+        fn, sn = fn >> 1, sn >> 1
+    if sn != 0:
+        raise ValueError(f"an audit path of {len(path)} hashes is too short for {count} leaves")
+    return node
 
 
 def sealed_set_message(
@@ -209,34 +297,32 @@ def sealed_set_message(
     kind: str,
     binding: bytes,
     sender: str,
-    digests: Mapping[str, bytes],
+    count: int,
+    root: bytes,
 ) -> bytes:
     """The bytes a node signs over the aggregate-check messages it sealed in one call.
 
-    ``digests`` maps each recipient to :func:`sealed_digest` of its copy.
-    ``kind`` is "contribution" (``binding`` 32 zero bytes) or "tags"
-    (``binding`` the survivor-set hash the tags were made for).
+    ``count`` copies, whose :func:`sealed_tree` has ``root``. ``kind`` is
+    "contribution" (``binding`` 32 zero bytes) or "tags" (``binding`` the
+    survivor-set hash the tags were made for).
 
-    Raises ValueError for another kind, no recipient, the sender among the
-    recipients or a digest that is not 32 bytes.
+    Raises ValueError for another kind, no copy, or a root or binding that is
+    not 32 bytes.
     """
     if kind not in SEALED_KINDS:
         raise ValueError(f"kind must be one of {SEALED_KINDS}; got {kind!r}")
-    if not digests:
-        raise ValueError("a sealed set names at least one recipient; got none")
-    if sender in digests:
-        raise ValueError(f"a node seals nothing for itself; {sender!r} is among the recipients")
-    parts = [
-        _SEALED_SET_LABEL,
-        require_bytes(config_hash, 32, "config hash"),
-        _lp(session_id, "session id"),
-        _round(round_index),
-        _lp(kind, "kind"),
-        require_bytes(binding, 32, "binding"),
-        _lp(sender, "sender"),
-        struct.pack(">I", len(digests)),
-    ]
-    for recipient in sorted(digests):
-        parts.append(_lp(recipient, "recipient"))
-        parts.append(require_bytes(digests[recipient], 32, f"digest for {recipient!r}"))
-    return b"".join(parts)
+    if not 0 < count < 2**32:
+        raise ValueError(f"a sealed set has 1 to 2^32 - 1 copies; got {count}")
+    return b"".join(
+        (
+            _SEALED_SET_LABEL,
+            require_bytes(config_hash, 32, "config hash"),
+            _lp(session_id, "session id"),
+            _round(round_index),
+            _lp(kind, "kind"),
+            require_bytes(binding, 32, "binding"),
+            _lp(sender, "sender"),
+            struct.pack(">I", count),
+            require_bytes(root, 32, "root"),
+        )
+    )

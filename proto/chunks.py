@@ -14,8 +14,8 @@ they cannot disagree on the byte layout:
 * :func:`payload_chunks` / :func:`file_chunks`: the chunk messages of a vector or a file,
   :func:`chunk_views` the same cuts as views (``proto.chunk_wire`` encodes them);
 * :class:`PayloadAssembler`: rebuilds a payload from chunks and checks offsets,
-  size, SHA-256 and (when given) the layout the receiver expects, raising
-  :class:`PayloadError`.
+  size, SHA-256 (unless the receiver checks the words otherwise) and (when
+  given) the layout the receiver expects, raising :class:`PayloadError`.
 """
 
 from __future__ import annotations
@@ -177,7 +177,10 @@ class PayloadAssembler:
     The words are written straight into one buffer allocated from the
     header's size (each chunk copied once) and hashed as they arrive, so
     :meth:`finish` needs neither a further copy nor a second pass. With
-    ``layout`` the header must announce exactly that layout.
+    ``layout`` the header must announce exactly that layout. With
+    ``check_digest=False`` the words are not hashed and the header's SHA-256
+    is not compared (for a receiver that checks the words by other means: a
+    node's aggregate-check tags, docs/design.md §4.5).
     """
 
     def __init__(
@@ -186,6 +189,7 @@ class PayloadAssembler:
         *,
         layout: Layout | None = None,
         max_bytes: int | None = None,
+        check_digest: bool = True,
     ) -> None:
         announced = layout_of(header.tensors)
         if layout is not None and announced != layout:
@@ -208,7 +212,7 @@ class PayloadAssembler:
         self.layout = announced
         self._words: U64 = np.empty(announced.size, dtype=WORD)
         self._target = self._words.view(np.uint8).data
-        self._digest = hashlib.sha256()
+        self._digest = hashlib.sha256() if check_digest else None
         self._filled = 0
 
     @property
@@ -231,11 +235,13 @@ class PayloadAssembler:
                 f"chunks exceed the {self.header.total_bytes} bytes the header announced."
             )
         self._target[self._filled : end] = data
-        self._digest.update(data)
+        if self._digest is not None:
+            self._digest.update(data)
         self._filled = end
 
     def finish(self) -> U64:
-        """The complete payload as uint64 words, after checking its size and SHA-256.
+        """The complete payload as uint64 words, after checking its size and (unless told
+        not to) its SHA-256.
 
         On a little-endian machine this is the assembler's own buffer (no copy).
         """
@@ -243,7 +249,7 @@ class PayloadAssembler:
             raise PayloadError(
                 f"received {self._filled} of the {self.header.total_bytes} bytes announced."
             )
-        if self._digest.digest() != self.header.sha256:
+        if self._digest is not None and self._digest.digest() != self.header.sha256:
             raise PayloadError("payload SHA-256 does not match the header; it was altered.")
         if self._words.dtype == np.dtype(np.uint64):
             return self._words

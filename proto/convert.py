@@ -515,14 +515,12 @@ def sealed_tags_to_pb(tags: Sequence[Sealed]) -> list[pb.SealedTags]:
             recipient_node_id=t.recipient,
             sealed=t.sealed,
             signature=t.signature,
-            others=_digests_to_pb(t.others),
+            leaf_index=t.index,
+            leaf_count=t.count,
+            path=t.path,
         )
         for t in tags
     ]
-
-
-def _digests_to_pb(others: Sequence[tuple[str, bytes]]) -> list[pb.SealedDigest]:
-    return [pb.SealedDigest(recipient_node_id=r, sha256=d) for r, d in others]
 
 
 def attestation_receipt_to_pb(receipt: AttestationReceipt) -> pb.AttestationReceipt:
@@ -610,7 +608,9 @@ def sealed_contributions_to_pb(sealed: Sequence[Sealed]) -> list[pb.SealedContri
             recipient_node_id=c.recipient,
             sealed=c.sealed,
             signature=c.signature,
-            others=_digests_to_pb(c.others),
+            leaf_index=c.index,
+            leaf_count=c.count,
+            path=c.path,
         )
         for c in sealed
     ]
@@ -635,7 +635,9 @@ def sealed_from_pb(message: pb.SealedContribution | pb.SealedTags) -> Sealed:
         recipient=message.recipient_node_id,
         sealed=bytes(message.sealed),
         signature=bytes(message.signature),
-        others=tuple((d.recipient_node_id, bytes(d.sha256)) for d in message.others),
+        index=message.leaf_index,
+        count=message.leaf_count,
+        path=tuple(bytes(p) for p in message.path),
     )
 
 

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from noise.keys import KeyBundle
 from noise.layout import Layout, TensorSlot
-from noise.transcript import sealed_digest
+from noise.transcript import sealed_root
 
 __all__ = [
     "U64",
@@ -118,24 +118,30 @@ class Sealed:
     bytes); ``signature`` is the sender's one identity signature over
     everything of the kind it sealed in the call,
     ``noise.transcript.sealed_set_message`` (kind "contribution", or "tags"
-    bound to the survivor-set hash), the same on every copy. A relayed copy
-    carries in ``others`` the (recipient, SHA-256) of the sender's copies for
-    everyone else, so its recipient can check that signature
-    (:meth:`digests`); a sent one carries none.
+    bound to the survivor-set hash) over the Merkle tree of its copies, the
+    same on every copy. A relayed copy carries its place in that tree
+    (``index`` of ``count`` leaves) and its audit ``path``, so its recipient
+    can check that signature (:meth:`signed_root`); a sent one carries none
+    (``count`` 0).
     """
 
     sender: str
     recipient: str
     sealed: bytes
     signature: bytes = b""
-    others: tuple[tuple[str, bytes], ...] = ()
+    index: int = 0
+    count: int = 0
+    path: tuple[bytes, ...] = ()
 
-    def digests(self) -> dict[str, bytes]:
-        """Recipient -> SHA-256 of its copy: this one's and ``others``'s, as the sender signed.
+    def signed_root(self) -> bytes:
+        """The root of the sender's tree this copy's audit path leads to.
 
-        ValueError when this copy is empty or too long.
+        ValueError when the copy is empty or too long, or the place or path
+        cannot be a proof (a sent copy's among them).
         """
-        return {**dict(self.others), self.recipient: sealed_digest(self.sealed)}
+        return sealed_root(
+            self.recipient, self.sealed, index=self.index, count=self.count, path=self.path
+        )
 
 
 # ---------------------------------------------------------------- node -> coordinator

@@ -22,7 +22,7 @@ from coordinator.errors import (
 from coordinator.layout import PayloadSpec
 from coordinator.store import MemberRow, RoundRow, SessionRow, Store
 from noise.keys import key_fingerprint
-from noise.transcript import sealed_digest, sealed_set_message
+from noise.transcript import sealed_set_message, sealed_tree
 from proto.messages import (
     Sealed,
     SessionState,
@@ -169,14 +169,15 @@ def sealed_signatures(
     """(key, signature, message) of ``sender``'s one signature over ``items`` (check_sealed).
 
     Empty when the sender has no pinned key, the session has not started or
-    the items cannot make a sealed-set message (none, one for the sender
-    itself, one empty or oversized): the checks themselves refuse those.
+    the items cannot make a sealed-set message (none, one empty or
+    oversized): the checks themselves refuse those.
     """
     key = ctx.config.identity_keys.get(sender)
     row = ctx.store.session()
     if key is None or row is None or not items:
         return []
     try:
+        tree = sealed_tree({item.recipient: item.sealed for item in items})
         message = sealed_set_message(
             row.config_hash,
             row.session_id,
@@ -184,7 +185,8 @@ def sealed_signatures(
             kind=kind,
             binding=binding,
             sender=sender,
-            digests={item.recipient: sealed_digest(item.sealed) for item in items},
+            count=tree.count,
+            root=tree.root,
         )
     except ValueError:
         return []
@@ -226,10 +228,11 @@ def check_sealed(
                 f"{len(item.sealed)} bytes and a signature of {len(item.signature)}; expected "
                 f"sender {sender!r}, {size} bytes and a 64-byte signature."
             )
-        if item.others:
+        if item.index or item.count or item.path:
             raise InvalidArgument(
-                f"{what}: the {noun} for {item.recipient!r} list {len(item.others)} other "
-                "digests; only relayed copies carry them."
+                f"{what}: the {noun} for {item.recipient!r} carry a place in a tree (leaf "
+                f"{item.index} of {item.count}, {len(item.path)} hashes); only relayed copies "
+                "do."
             )
     if not items:
         return

@@ -21,7 +21,7 @@ from coordinator.messages import ResultView
 from coordinator.steps.checks import check_in_roster, check_round, check_session_id
 from coordinator.store import AttestationRow, RoundRow, SessionRow, UploadRow
 from noise.keys import KeyBundle
-from noise.transcript import roster_hash, sealed_digest, survivor_set_hash
+from noise.transcript import roster_hash, sealed_tree, survivor_set_hash
 from proto.messages import (
     Attestation,
     DroppedNode,
@@ -46,7 +46,7 @@ class _Relays:
     Built once per committed transition (the rows change only then), so a
     poll costs O(K) instead of decoding every sealed message of the round.
     ``tags``/``challenge``: recipient -> the copies sealed for it, in row
-    order, each with the digests of its sender's other copies.
+    order, each with its place and audit path in its sender's tree.
     """
 
     uploads: tuple[UploadRow, ...]
@@ -55,25 +55,62 @@ class _Relays:
     challenge: dict[str, tuple[Sealed, ...]]
 
 
-def _by_recipient(
-    rows: tuple[tuple[str, tuple[tuple[str, bytes, bytes], ...]], ...],
-) -> dict[str, tuple[Sealed, ...]]:
-    """(sender, its (recipient, sealed, signature) triples) -> recipient -> relayed copies.
+_Copies = tuple[tuple[str, bytes, bytes], ...]  # (recipient, sealed, signature), as stored
 
-    Each copy carries the (recipient, SHA-256) of the sender's other copies:
-    with its own, what the sender's one signature covers.
-    """
-    index: dict[str, list[Sealed]] = {}
-    for sender, sealed in rows:
-        digests = tuple(
-            (recipient, sealed_digest(message)) for recipient, message, _ in sealed if message
+
+def relayed_copies(sender: str, copies: _Copies) -> tuple[Sealed, ...]:
+    """A sender's stored copies as relayed: each with its place and audit path in the
+    sender's tree (``noise.transcript.sealed_tree``), what its recipient needs to check
+    the sender's one signature."""
+    if not copies:
+        return ()
+    tree = sealed_tree({recipient: sealed for recipient, sealed, _ in copies})
+    place = {recipient: leaf for leaf, recipient in enumerate(tree.recipients)}
+    return tuple(
+        Sealed(
+            sender,
+            recipient,
+            sealed,
+            signature,
+            place[recipient],
+            tree.count,
+            tree.paths[place[recipient]],
         )
-        for recipient, message, signature in sealed:
-            if recipient != sender:
-                others = tuple(d for d in digests if d[0] != recipient)
-                index.setdefault(recipient, []).append(
-                    Sealed(sender, recipient, message, signature, others)
-                )
+        for recipient, sealed, signature in copies
+        if recipient != sender
+    )
+
+
+class _TreeCache:
+    """Relayed copies per stored row: a row never changes once stored (its copies were
+    checked under the one signature they carry), so its tree is built once, not at every
+    commit. Holds one round's rows (a later round's evict them)."""
+
+    def __init__(self) -> None:
+        self._round = -1
+        self._rows: dict[tuple[str, str, bytes], tuple[Sealed, ...]] = {}
+
+    def copies(
+        self, round_index: int, kind: str, sender: str, copies: _Copies
+    ) -> tuple[Sealed, ...]:
+        if round_index != self._round:
+            self._round, self._rows = round_index, {}
+        # Every stored copy of a row carries the one signature, which binds them all.
+        key = (kind, sender, copies[0][2] if copies else b"")
+        known = self._rows.get(key)
+        if known is None:
+            known = self._rows[key] = relayed_copies(sender, copies)
+        return known
+
+
+def _by_recipient(
+    rows: tuple[tuple[str, tuple[Sealed, ...]], ...],
+) -> dict[str, tuple[Sealed, ...]]:
+    """(sender, its relayed copies) -> recipient -> the copies sealed for it, in row order."""
+    index: dict[str, list[Sealed]] = {}
+    for _, copies in rows:
+        for copy in copies:
+            index.setdefault(copy.recipient, []).append(copy)
     return {recipient: tuple(items) for recipient, items in index.items()}
 
 
@@ -93,6 +130,7 @@ class Views:
         # (held polls).
         self._sent: dict[str, tuple[int, tuple[object, ...], bool]] = {}
         self._relay_cache: tuple[tuple[int, int, int], _Relays] | None = None
+        self._trees = _TreeCache()
 
     def _relays(self, round_index: int, attempt: int) -> _Relays:
         """The round's relayed messages by recipient, as of the last commit (under the lock)."""
@@ -102,11 +140,22 @@ class Views:
             return cached[1]
         uploads = tuple(self.ctx.store.uploads(round_index))
         attestations = tuple(self.ctx.store.attestations(round_index, attempt))
+        trees = self._trees
         relays = _Relays(
             uploads=uploads,
             attestations=attestations,
-            tags=_by_recipient(tuple((a.node_id, a.tags) for a in attestations)),
-            challenge=_by_recipient(tuple((u.node_id, u.challenge) for u in uploads)),
+            tags=_by_recipient(
+                tuple(
+                    (a.node_id, trees.copies(round_index, f"tags/{attempt}", a.node_id, a.tags))
+                    for a in attestations
+                )
+            ),
+            challenge=_by_recipient(
+                tuple(
+                    (u.node_id, trees.copies(round_index, "contribution", u.node_id, u.challenge))
+                    for u in uploads
+                )
+            ),
         )
         self._relay_cache = (key, relays)
         return relays

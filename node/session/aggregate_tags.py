@@ -6,8 +6,8 @@ round therefore carries a secret linear check (``noise.aggregate_check``):
 
 1. with its upload, the node seals its challenge contribution c_k (derived
    from the session key, so a restart gives the same one) for every other
-   participant under their pairwise key, and signs the digests of all the
-   sealed copies once;
+   participant under their pairwise key, and signs the Merkle tree of all
+   the sealed copies once;
 2. with its attestation of the survivor set it opens the contributions of
    every other survivor, forms κ and the challenge vectors ρ, computes its
    tags ⟨ρ, v_k⟩ of its contribution to the aggregate (its egress less the
@@ -22,9 +22,9 @@ round therefore carries a secret linear check (``noise.aggregate_check``):
    most 2^-64 (docs/design.md §4.5).
 
 The coordinator sees neither κ, ρ, a tag nor their sum. Every sealed message
-is covered by its sender's one signature over the digests of all it sealed
-in the call, which the coordinator checks on receipt and relays with each
-copy the digests of the others. A copy that opens under the pairwise key is
+is covered by its sender's one signature over the Merkle tree of all it
+sealed in the call, which the coordinator checks on receipt; it relays each
+copy with its audit path in that tree. A copy that opens under the pairwise key is
 its sender's whatever the signature says; one that does not open but
 verifies is its sender's doing: a :class:`Culprit` names that survivor, and
 the node refuses the unmask step with the accusation (the coordinator reruns
@@ -61,7 +61,7 @@ from noise.aggregate_check import (
     tags,
 )
 from noise.layout import Layout
-from noise.transcript import sealed_digest, sealed_set_message
+from noise.transcript import sealed_set_message, sealed_tree
 from proto.messages import RoundResult, Sealed, UnmaskRequest
 
 T = TypeVar("T")
@@ -117,7 +117,8 @@ def _message(
     kind: str,
     binding: bytes,
     sender: str,
-    digests: dict[str, bytes],
+    count: int,
+    root: bytes,
 ) -> bytes:
     return sealed_set_message(
         ctx.config_hash,
@@ -126,22 +127,29 @@ def _message(
         kind=kind,
         binding=binding,
         sender=sender,
-        digests=digests,
+        count=count,
+        root=root,
     )
 
 
 def _signed_by_sender(
     ctx: SessionContext, index: int, kind: str, binding: bytes, item: Sealed
 ) -> bool:
-    """Whether ``item`` (with the digests relayed beside it) carries its sender's signature."""
+    """Whether ``item`` (by its place and audit path) carries its sender's signature."""
     key = ctx.config.identity_keys.get(item.sender)
     if key is None or item.recipient != ctx.node_id:
         return False
     try:
         message = _message(
-            ctx, index, kind=kind, binding=binding, sender=item.sender, digests=item.digests()
+            ctx,
+            index,
+            kind=kind,
+            binding=binding,
+            sender=item.sender,
+            count=item.count,
+            root=item.signed_root(),
         )
-    except ValueError:  # an empty copy, a digest of the wrong size, the sender as recipient
+    except ValueError:  # an empty copy, or a place or path that is no proof
         return False
     known = ctx.signed_by_sender.get((item.sender, item.signature, message))
     if known is not None:
@@ -161,7 +169,8 @@ def _signed_by_sender(
 def _signed_set(
     ctx: SessionContext, index: int, *, kind: str, binding: bytes, bodies: dict[str, bytes]
 ) -> list[Sealed]:
-    """``bodies`` (recipient -> sealed copy) under this node's one signature over them all."""
+    """``bodies`` (recipient -> sealed copy) under this node's one signature over their tree."""
+    tree = sealed_tree(bodies)
     signature = ctx.identity.sign(
         _message(
             ctx,
@@ -169,7 +178,8 @@ def _signed_set(
             kind=kind,
             binding=binding,
             sender=ctx.node_id,
-            digests={peer: sealed_digest(body) for peer, body in bodies.items()},
+            count=tree.count,
+            root=tree.root,
         )
     )
     return [Sealed(ctx.node_id, peer, body, signature) for peer, body in bodies.items()]

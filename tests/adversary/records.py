@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from noise.layout import Layout
-from noise.transcript import sealed_digest
+from noise.transcript import sealed_tree
 from proto.zerosum.v1 import session_pb2 as pb
 
 _S = TypeVar("_S", pb.SealedContribution, pb.SealedTags)
@@ -106,17 +106,16 @@ class RoundRecord:
 
 def relayed(copies: Sequence[_S], caller: str) -> list[_S]:
     """The copy a sender sealed for ``caller`` (if any), as the coordinator relays it: with
-    the digests of the sender's other copies (what the sender's one signature covers)."""
+    its place and audit path in the sender's tree (what the one signature covers)."""
     mine = next((c for c in copies if c.recipient_node_id == caller), None)
     if mine is None:
         return []
+    tree = sealed_tree({c.recipient_node_id: bytes(c.sealed) for c in copies})
+    leaf, path = tree.proof(caller)
     out = type(mine)()
     out.CopyFrom(mine)
-    out.others.extend(
-        pb.SealedDigest(recipient_node_id=c.recipient_node_id, sha256=sealed_digest(c.sealed))
-        for c in copies
-        if c.recipient_node_id != caller
-    )
+    out.leaf_index, out.leaf_count = leaf, tree.count
+    out.path.extend(path)
     return [out]
 
 

@@ -38,7 +38,7 @@ from noise.aggregate_check import (
     tags_to_bytes,
 )
 from noise.fixed_point import wrapping_sum
-from noise.transcript import sealed_digest, sealed_set_message
+from noise.transcript import sealed_leaf, sealed_set_message
 from proto.federation import load_federation
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.adversary.lying_server import LyingCoordinator, RoundRecord, Script, Shown
@@ -231,7 +231,8 @@ class GarbageFrom(Script):
             kind=self.kind,
             binding=binding,
             sender=self.culprit,
-            digests={recipient: sealed_digest(sealed)},
+            count=1,
+            root=sealed_leaf(recipient, sealed),  # a tree of this one copy
         )
         return sealed, self.identity.sign(message)
 
@@ -253,6 +254,7 @@ class GarbageFrom(Script):
                     recipient_node_id=caller,
                     sealed=sealed,
                     signature=signature,
+                    leaf_count=1,
                 )
             )
         return out
@@ -275,6 +277,7 @@ class GarbageFrom(Script):
                     recipient_node_id=caller,
                     sealed=sealed,
                     signature=signature,
+                    leaf_count=1,
                 )
             )
         return out

@@ -30,7 +30,7 @@ from coordinator.layout import PayloadSpec, TensorSlot
 from coordinator.session import Session, Ticket
 from coordinator.store import Store
 from noise.keys import IdentityKey, sign_key_bundle
-from noise.transcript import sealed_digest, sealed_set_message, survivor_set_hash
+from noise.transcript import sealed_set_message, sealed_tree, survivor_set_hash
 from proto.messages import (
     RoundState,
     Sealed,
@@ -1386,7 +1386,7 @@ def test_the_same_upload_with_another_commitment_is_a_conflict(
         "one too many",
         "short",
         "one copy resigned",
-        "with digests",
+        "with a path",
         "resigned by another",
         "bit flipped",
     ],
@@ -1404,6 +1404,7 @@ def test_an_attestation_without_signed_sealed_tags_for_every_other_survivor_is_r
         "a", session.session_id, 0, request.survivor_hash, survivors=request.survivors
     )
     first, *rest = honest.tags
+    tree = sealed_tree({t.recipient: t.sealed for t in honest.tags})
     signed_by_a = sealed_set_message(
         CONFIG_HASH,
         session.session_id,
@@ -1411,7 +1412,8 @@ def test_an_attestation_without_signed_sealed_tags_for_every_other_survivor_is_r
         kind="tags",
         binding=request.survivor_hash,
         sender="a",
-        digests={t.recipient: sealed_digest(t.sealed) for t in honest.tags},
+        count=tree.count,
+        root=tree.root,
     )
     tags = {
         "none": (),
@@ -1419,7 +1421,7 @@ def test_an_attestation_without_signed_sealed_tags_for_every_other_survivor_is_r
         "one too many": (*honest.tags, dataclasses.replace(first, recipient="a")),
         "short": (dataclasses.replace(first, sealed=first.sealed[:-1]), *rest),
         "one copy resigned": (dataclasses.replace(first, signature=bytes(64)), *rest),
-        "with digests": (dataclasses.replace(first, others=(("b", bytes(32)),)), *rest),
+        "with a path": (dataclasses.replace(first, count=9, path=(bytes(32),)), *rest),
         "resigned by another": tuple(
             dataclasses.replace(t, signature=fed.identities["b"].sign(signed_by_a))
             for t in honest.tags
@@ -1433,7 +1435,7 @@ def test_an_attestation_without_signed_sealed_tags_for_every_other_survivor_is_r
     error = (
         InvalidArgument
         if change
-        in {"none", "missing one", "one too many", "short", "one copy resigned", "with digests"}
+        in {"none", "missing one", "one too many", "short", "one copy resigned", "with a path"}
         else (Unauthenticated)
     )
     message = refused(
@@ -1468,8 +1470,8 @@ def test_each_survivor_is_relayed_the_others_sealed_contributions_and_the_tags_c
     request = session.store.unmask_request(0, 1)
     assert request is not None
     # Each survivor gets the tags every other survivor sealed for it, and only those,
-    # each with the digests of its sender's other copies: with its own, what the
-    # sender signed.
+    # each with its place and audit path in its sender's tree: from them the root
+    # the sender signed.
     sent = {
         n: fed.sealed_tags(
             n, sorted(set(fed.node_ids) - {n}), session.session_id, 0, request.survivor_hash
@@ -1484,4 +1486,5 @@ def test_each_survivor_is_relayed_the_others_sealed_contributions_and_the_tags_c
         if c.recipient == "a"
     ]
     for t in view.tags:
-        assert t.digests() == {c.recipient: sealed_digest(c.sealed) for c in sent[t.sender]}
+        tree = sealed_tree({c.recipient: c.sealed for c in sent[t.sender]})
+        assert (t.count, t.signed_root()) == (len(fed.node_ids) - 1, tree.root)

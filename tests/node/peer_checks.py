@@ -64,7 +64,7 @@ def signed_sealed(
     sealed: bytes,
 ) -> Sealed:
     """``sealed`` under ``identity``'s signature, as relayed when its sender sealed for
-    ``recipient`` alone (no other copies' digests beside it)."""
+    ``recipient`` alone (a tree of one leaf)."""
     (item,) = signed_set(
         identity,
         config_hash=config_hash,
@@ -74,6 +74,7 @@ def signed_sealed(
         binding=binding,
         sender=sender,
         bodies={recipient: sealed},
+        relayed=True,
     )
     return item
 

@@ -28,7 +28,6 @@ from node.protocol.masking import MaskPrefetch, cape_draws
 from node.records.ledger import Refusal, SecureSumUnmask
 from node.session.cape_material import CapeState
 from node.session.model_round import run_model_round
-from noise.transcript import sealed_digest
 from proto.messages import Sealed, UnmaskRequest
 from tests.node.nodes import CONFIG_HASH, LAYOUT, Node, joined, restarted
 from tests.node.unmask_requests import (
@@ -262,6 +261,7 @@ def _signed_garbage(sender: str, kind: str, binding: bytes, size: int) -> Sealed
         binding=binding,
         sender=sender,
         bodies={"a": bytes(size)},
+        relayed=True,
     )
     return item
 
@@ -319,14 +319,15 @@ def test_signed_garbage_tags_name_their_sender_before_any_seed_leaves(tmp_path: 
 
 # ---------------------------------------------------------------- one signature per sender
 #
-# A sender signs everything it sealed in one call once, over the digests of
-# its copies; the relay hands each recipient its copy with the digests of the
-# others. The relay holds the signature and every digest, but no pairwise key.
+# A sender signs everything it sealed in one call once, over the Merkle tree of
+# its copies; the relay hands each recipient its copy with its place and audit
+# path in that tree. The relay holds the signature and every copy, but no
+# pairwise key.
 
 
-def _garbage_among_copies(sender: str) -> tuple[Sealed, tuple[tuple[str, bytes], ...]]:
-    """``sender``'s garbage contribution for a, signed once with its copies for c and d;
-    with the (recipient, digest) of those two, as an honest relay hands them to a."""
+def _garbage_among_copies(sender: str) -> Sealed:
+    """``sender``'s garbage contribution for a, signed once with its copies for c and d,
+    as an honest relay hands it to a (with its place and audit path)."""
     bodies = {"a": bytes(48), "c": bytes([1]) * 48, "d": bytes([2]) * 48}
     copies = signed_set(
         _identities(FOUR)[sender],
@@ -337,36 +338,39 @@ def _garbage_among_copies(sender: str) -> tuple[Sealed, tuple[tuple[str, bytes],
         binding=bytes(32),
         sender=sender,
         bodies=bodies,
+        relayed=True,
     )
-    others = tuple((c.recipient, sealed_digest(c.sealed)) for c in copies if c.recipient != "a")
-    return copies[0], others
+    assert copies[0].recipient == "a" and copies[0].count == 3 and len(copies[0].path) == 2
+    return copies[0]
 
 
 def test_garbage_signed_with_the_senders_other_copies_names_the_sender(tmp_path: Path) -> None:
     node, noise, request = _d_dropped(tmp_path)
-    copy, others = _garbage_among_copies("b")
-    relayed = dataclasses.replace(copy, others=others)
+    relayed = _garbage_among_copies("b")
     bad = dataclasses.replace(request, challenge=(relayed, *request.challenge[1:]))
     _answer(node, bad, FOUR, noise, awaiting=1)
     assert node.coordinator.accused == ["b"]
     assert node.coordinator.sent_answers() == []
 
 
-@pytest.mark.parametrize("change", ["dropped", "altered", "added"])
-def test_a_relay_that_changes_the_other_copies_digests_is_blamed_not_the_sender(
+@pytest.mark.parametrize(
+    "change", ["path cut", "path altered", "path longer", "other place", "other count"]
+)
+def test_a_relay_that_changes_a_copys_place_or_path_is_blamed_not_the_sender(
     tmp_path: Path, change: str
 ) -> None:
-    """Without the digests b signed, b's signature does not hold: the relay is at fault."""
+    """Without the path to the root b signed, b's signature does not hold: the relay is
+    at fault."""
     node, noise, request = _d_dropped(tmp_path)
-    copy, others = _garbage_among_copies("b")
+    copy = _garbage_among_copies("b")
     shown = {
-        "dropped": others[:1],
-        "altered": ((others[0][0], bytes(32)), *others[1:]),
-        "added": (*others, ("e", bytes(32))),
+        "path cut": dataclasses.replace(copy, path=copy.path[:1]),
+        "path altered": dataclasses.replace(copy, path=(bytes(32), *copy.path[1:])),
+        "path longer": dataclasses.replace(copy, path=(*copy.path, bytes(32))),
+        "other place": dataclasses.replace(copy, index=1),
+        "other count": dataclasses.replace(copy, count=4),
     }[change]
-    bad = dataclasses.replace(
-        request, challenge=(dataclasses.replace(copy, others=shown), *request.challenge[1:])
-    )
+    bad = dataclasses.replace(request, challenge=(shown, *request.challenge[1:]))
     with pytest.raises(NodeRefused, match="does not carry 'b''s valid signature"):
         _answer(node, bad, FOUR, noise, awaiting=1)
     assert node.coordinator.accused == [""]
@@ -377,15 +381,12 @@ def test_a_copy_that_opens_is_its_senders_whatever_signature_the_relay_puts_on_i
     tmp_path: Path,
 ) -> None:
     """The relay cannot make a copy open (no pairwise key), so one that opens is the
-    sender's: a swapped signature or made-up digests beside it change nothing."""
+    sender's: a swapped signature or a made-up path beside it change nothing."""
     node, noise, request = _d_dropped(tmp_path)
     first, *rest = request.challenge
-    resigned = dataclasses.replace(
-        first, signature=bytes(64), others=(("c", bytes(32)), ("d", bytes(32)))
-    )
-    _answer(
-        node, dataclasses.replace(request, challenge=(resigned, *rest)), FOUR, noise, awaiting=1
-    )
+    resigned = dataclasses.replace(first, signature=bytes(64), count=9, path=(bytes(32),))
+    shown = dataclasses.replace(request, challenge=(resigned, *rest))
+    _answer(node, shown, FOUR, noise, awaiting=1)
     honest = _d_dropped(tmp_path / "honest")
     _answer(honest[0], honest[2], FOUR, honest[1], awaiting=1)
     assert node.coordinator.accused == []

@@ -14,8 +14,10 @@ from noise.errors import KeyFormatError
 from noise.keys import IdentityKey, sign_key_bundle
 from noise.transcript import (
     roster_hash,
-    sealed_digest,
+    sealed_leaf,
+    sealed_root,
     sealed_set_message,
+    sealed_tree,
     survivor_attestation_message,
     survivor_set_hash,
     upload_statement_message,
@@ -223,11 +225,26 @@ def test_upload_statement_refuses_bad_fields() -> None:
         )
 
 
-def test_sealed_set_message_layout_and_refusals() -> None:
+def _mth(leaves: list[bytes]) -> bytes:
+    """RFC 6962 §2.1's Merkle tree hash, written from the definition (the reference)."""
+    if len(leaves) == 1:
+        return leaves[0]
+    k = 1
+    while k * 2 < len(leaves):
+        k *= 2
+    return hashlib.sha256(b"\x01" + _mth(leaves[:k]) + _mth(leaves[k:])).digest()
+
+
+def test_sealed_leaf_and_set_message_layout_and_refusals() -> None:
     config = bytes(range(32))
-    digests = {"bb": sealed_digest(b"xyz"), "c": sealed_digest(b"uvw")}
+    assert sealed_leaf("bb", b"xyz") == hashlib.sha256(b"\x00\x00\x02bb\x00\x03xyz").digest()
+    with pytest.raises(ValueError, match="1 to 65535 bytes; got 0"):
+        sealed_leaf("bb", b"")
+    tree = sealed_tree({"c": b"uvw", "bb": b"xyz"})
+    assert tree.recipients == ("bb", "c")
+    assert tree.root == _mth([sealed_leaf("bb", b"xyz"), sealed_leaf("c", b"uvw")])
     message = sealed_set_message(
-        config, "s1", 7, kind="tags", binding=bytes([5]) * 32, sender="a", digests=digests
+        config, "s1", 7, kind="tags", binding=bytes([5]) * 32, sender="a", count=2, root=tree.root
     )
     assert message == b"".join(
         (
@@ -239,45 +256,65 @@ def test_sealed_set_message_layout_and_refusals() -> None:
             bytes([5]) * 32,
             b"\x00\x01a",
             struct.pack(">I", 2),
-            b"\x00\x02bb",
-            hashlib.sha256(b"xyz").digest(),
-            b"\x00\x01c",
-            hashlib.sha256(b"uvw").digest(),
+            tree.root,
         )
     )
-    # the recipients' order does not matter; every recipient's copy does
-    assert (
-        sealed_set_message(
-            config,
-            "s1",
-            7,
-            kind="tags",
-            binding=bytes([5]) * 32,
-            sender="a",
-            digests=dict(reversed(digests.items())),
-        )
-        == message
-    )
-    fields = {"kind": "tags", "binding": bytes([5]) * 32, "sender": "a", "digests": digests}
+    fields = {"kind": "tags", "binding": bytes([5]) * 32, "sender": "a", "count": 2}
     for changed in (
         {"kind": "contribution"},
         {"binding": bytes(32)},
         {"sender": "z"},
-        {"digests": {**digests, "c": sealed_digest(b"uvx")}},
-        {"digests": {"bb": digests["bb"]}},
-        {"digests": {"bb": digests["c"], "c": digests["bb"]}},
+        {"count": 3},
+        {"root": sealed_tree({"bb": b"xyz", "c": b"uvx"}).root},
+        {"root": sealed_tree({"bb": b"uvw", "c": b"xyz"}).root},
     ):
-        other = sealed_set_message(config, "s1", 7, **{**fields, **changed})  # type: ignore[arg-type]
+        other = sealed_set_message(
+            config,
+            "s1",
+            7,
+            **{**fields, "root": tree.root, **changed},  # type: ignore[arg-type]
+        )
         assert other != message, changed
     with pytest.raises(ValueError, match="kind must be one of"):
-        sealed_set_message(config, "s1", 0, **{**fields, "kind": "seed"})  # type: ignore[arg-type]
+        sealed_set_message(config, "s1", 0, **{**fields, "kind": "seed", "root": tree.root})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="1 to 2\\^32 - 1 copies; got 0"):
+        sealed_set_message(config, "s1", 0, **{**fields, "count": 0, "root": tree.root})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="root"):
+        sealed_set_message(config, "s1", 0, **{**fields, "root": bytes(31)})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at least one recipient"):
-        sealed_set_message(config, "s1", 0, **{**fields, "digests": {}})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="'a' is among the recipients"):
-        sealed_set_message(config, "s1", 0, **{**fields, "digests": {"a": digests["c"]}})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="binding"):
-        sealed_set_message(config, "s1", 0, **{**fields, "binding": bytes(31)})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="digest for 'bb'"):
-        sealed_set_message(config, "s1", 0, **{**fields, "digests": {"bb": bytes(31)}})  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="1 to 65535 bytes; got 0"):
-        sealed_digest(b"")
+        sealed_tree({})
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(min_value=1, max_value=70))
+def test_every_copys_audit_path_leads_to_the_signed_root_and_nothing_else_does(n: int) -> None:
+    copies = {f"n{i:02d}": bytes([i % 251 + 1]) * (1 + i % 5) for i in range(n)}
+    tree = sealed_tree(copies)
+    assert tree.root == _mth([sealed_leaf(r, copies[r]) for r in sorted(copies)])
+    for recipient, sealed in copies.items():
+        index, path = tree.proof(recipient)
+        assert len(path) <= max(1, n - 1).bit_length()
+        assert sealed_root(recipient, sealed, index=index, count=n, path=path) == tree.root
+        # Another copy, recipient, place or path never leads to the root. (A path
+        # does not fix the count, which is why the signed message holds it too.)
+        wrong: list[tuple[str, bytes, int, int, tuple[bytes, ...]]] = [
+            (recipient, sealed + b"!", index, n, path),
+            (recipient + "x", sealed, index, n, path),
+        ]
+        if n > 1:
+            wrong += [
+                (recipient, sealed, (index + 1) % n, n, path),
+                (recipient, sealed, index, n, path[:-1]),
+                (recipient, sealed, index, n, (bytes(32), *path[1:])),
+            ]
+        wrong.append((recipient, sealed, index, n, (*path, bytes(32))))
+        for r, m, i, c, p in wrong:
+            try:
+                root = sealed_root(r, m, index=i, count=c, path=p)
+            except ValueError:
+                continue
+            assert root != tree.root, (r, i, c, len(p))
+    with pytest.raises(KeyError):
+        tree.proof("nobody")
+    with pytest.raises(ValueError, match="leaf 3 is not in a tree of 3 leaves"):
+        sealed_root("n00", b"x", index=3, count=3, path=())

@@ -116,6 +116,24 @@ def test_assembler_refuses_a_short_or_altered_payload() -> None:
         altered.finish()
 
 
+def test_an_assembler_told_not_to_hash_checks_everything_but_the_digest() -> None:
+    """For a node's aggregate, which its tags check (the coordinator chose its digest)."""
+    payload = words()
+    data = payload.astype("<u8").tobytes()
+    header = payload_header(payload, LAYOUT, 20)
+    altered = data[:-1] + bytes([data[-1] ^ 1])
+    unhashed = PayloadAssembler(header, check_digest=False)
+    unhashed.add(pb.PayloadChunk(offset=0, data=altered))
+    assert unhashed.finish().tobytes() == altered  # its words, whatever the header says
+    short = PayloadAssembler(header, check_digest=False)
+    short.add(pb.PayloadChunk(offset=0, data=data[:100]))
+    with pytest.raises(PayloadError, match="received 100 of the 248 bytes"):
+        short.finish()
+    late = PayloadAssembler(header, check_digest=False)
+    with pytest.raises(PayloadError, match="expected byte 0"):
+        late.add(pb.PayloadChunk(offset=8, data=data[8:]))
+
+
 def test_assembler_checks_the_header_against_itself_and_the_expected_layout() -> None:
     header = payload_header(words(), LAYOUT, 20)
     other = Layout.of({"n": (), "sx": (5,), "sxx": (25,)})

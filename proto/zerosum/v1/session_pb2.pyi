@@ -526,7 +526,9 @@ class SealedContribution(_message.Message):
     RECIPIENT_NODE_ID_FIELD_NUMBER: _builtins.int
     SEALED_FIELD_NUMBER: _builtins.int
     SIGNATURE_FIELD_NUMBER: _builtins.int
-    OTHERS_FIELD_NUMBER: _builtins.int
+    LEAF_INDEX_FIELD_NUMBER: _builtins.int
+    LEAF_COUNT_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
     sender_node_id: _builtins.str
     recipient_node_id: _builtins.str
     sealed: _builtins.bytes
@@ -535,16 +537,19 @@ class SealedContribution(_message.Message):
     """64 bytes: the sender's one Ed25519 identity signature over all the
     contributions it sealed in the upload,
     noise.transcript.sealed_set_message(..., kind="contribution",
-    binding=32 zero bytes, sender, {recipient: SHA-256(sealed)}); every copy
-    of one upload carries the same signature.
+    binding=32 zero bytes, sender, count, root), root the Merkle tree hash
+    of the copies (noise.transcript.sealed_tree); every copy of one upload
+    carries the same signature.
     """
+    leaf_index: _builtins.int
+    """Relayed copies only (zero and empty in an upload): this copy's leaf in
+    the sender's tree, the tree's leaf count and the audit path (32-byte
+    hashes, leaf level first), from which the recipient recomputes the root
+    (noise.transcript.sealed_root) to check the signature.
+    """
+    leaf_count: _builtins.int
     @_builtins.property
-    def others(self) -> _containers.RepeatedCompositeFieldContainer[Global___SealedDigest]:
-        """Relayed copies only (empty in an upload): the digests of the sender's
-        copies for every other recipient, so this recipient can check the
-        signature.
-        """
-
+    def path(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
         self,
         *,
@@ -552,40 +557,17 @@ class SealedContribution(_message.Message):
         recipient_node_id: _builtins.str = ...,
         sealed: _builtins.bytes = ...,
         signature: _builtins.bytes = ...,
-        others: _abc.Iterable[Global___SealedDigest] | None = ...,
+        leaf_index: _builtins.int = ...,
+        leaf_count: _builtins.int = ...,
+        path: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["others", b"others", "recipient_node_id", b"recipient_node_id", "sealed", b"sealed", "sender_node_id", b"sender_node_id", "signature", b"signature"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leaf_count", b"leaf_count", "leaf_index", b"leaf_index", "path", b"path", "recipient_node_id", b"recipient_node_id", "sealed", b"sealed", "sender_node_id", b"sender_node_id", "signature", b"signature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SealedContribution: _TypeAlias = SealedContribution  # noqa: Y015
-
-@_typing.final
-class SealedDigest(_message.Message):
-    """SHA-256 of the copy a sender sealed for one recipient."""
-
-    DESCRIPTOR: _descriptor.Descriptor
-
-    RECIPIENT_NODE_ID_FIELD_NUMBER: _builtins.int
-    SHA256_FIELD_NUMBER: _builtins.int
-    recipient_node_id: _builtins.str
-    sha256: _builtins.bytes
-    """32 bytes"""
-    def __init__(
-        self,
-        *,
-        recipient_node_id: _builtins.str = ...,
-        sha256: _builtins.bytes = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["recipient_node_id", b"recipient_node_id", "sha256", b"sha256"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___SealedDigest: _TypeAlias = SealedDigest  # noqa: Y015
 
 @_typing.final
 class SealedTags(_message.Message):
@@ -602,7 +584,9 @@ class SealedTags(_message.Message):
     RECIPIENT_NODE_ID_FIELD_NUMBER: _builtins.int
     SEALED_FIELD_NUMBER: _builtins.int
     SIGNATURE_FIELD_NUMBER: _builtins.int
-    OTHERS_FIELD_NUMBER: _builtins.int
+    LEAF_INDEX_FIELD_NUMBER: _builtins.int
+    LEAF_COUNT_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
     sender_node_id: _builtins.str
     recipient_node_id: _builtins.str
     sealed: _builtins.bytes
@@ -610,12 +594,15 @@ class SealedTags(_message.Message):
     signature: _builtins.bytes
     """64 bytes: the sender's one Ed25519 identity signature over all the tags
     it sealed with the attestation, noise.transcript.sealed_set_message(...,
-    kind="tags", binding=survivor_hash, sender, {recipient: SHA-256(sealed)}).
+    kind="tags", binding=survivor_hash, sender, count, root).
     """
+    leaf_index: _builtins.int
+    """Relayed copies only (zero and empty in an attestation), as in
+    SealedContribution.
+    """
+    leaf_count: _builtins.int
     @_builtins.property
-    def others(self) -> _containers.RepeatedCompositeFieldContainer[Global___SealedDigest]:
-        """Relayed copies only (empty in an attestation), as in SealedContribution."""
-
+    def path(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
         self,
         *,
@@ -623,11 +610,13 @@ class SealedTags(_message.Message):
         recipient_node_id: _builtins.str = ...,
         sealed: _builtins.bytes = ...,
         signature: _builtins.bytes = ...,
-        others: _abc.Iterable[Global___SealedDigest] | None = ...,
+        leaf_index: _builtins.int = ...,
+        leaf_count: _builtins.int = ...,
+        path: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["others", b"others", "recipient_node_id", b"recipient_node_id", "sealed", b"sealed", "sender_node_id", b"sender_node_id", "signature", b"signature"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leaf_count", b"leaf_count", "leaf_index", b"leaf_index", "path", b"path", "recipient_node_id", b"recipient_node_id", "sealed", b"sealed", "sender_node_id", b"sender_node_id", "signature", b"signature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
