@@ -64,8 +64,8 @@ d = 10^6, beyond what the bare round does, measured here one at a time
 K SHA-256 passes over an upload, K self-mask expansions, one SHA-256 of the
 aggregate and 4K Ed25519 verifications (each upload header and attestation
 signed, and each sender's one signature over the K − 1 sealed items in it);
-on each node its ``node_protection`` work, SHA-256 of its payload and of the
-aggregate, 4 signatures and 2(K − 1) verifications (the others' upload
+on each node its ``node_protection`` work, SHA-256 of its payload (the
+aggregate it downloads is checked by the tags, not hashed), 4 signatures and 2(K − 1) verifications (the others' upload
 statements and attestations; a sealed item's signature is checked only when
 the item does not open). Left out, so the figure is a lower
 bound: writing the files, sealing and opening the small messages, TLS, and
@@ -510,7 +510,7 @@ def _protocol_floor(words: np.ndarray[Any, Any], repeats: int) -> float:
     )
     protection = _median_seconds(_node_protection(words), repeats, clock=cpu)
     coordinator = k * sha256 + k * expansion + sha256 + 4 * k * verify
-    node = protection + 2 * sha256 + 4 * sign + 2 * (k - 1) * verify
+    node = protection + sha256 + 4 * sign + 2 * (k - 1) * verify
     return coordinator + k * node
 
 

@@ -43,8 +43,9 @@ __all__ = ["Views"]
 class _Relays:
     """A round's uploads and attestations, and what they relay, indexed by recipient.
 
-    Built once per committed transition (the rows change only then), so a
-    poll costs O(K) instead of decoding every sealed message of the round.
+    Built again only when those rows change (an upload or an attestation
+    added), so a poll costs O(K) instead of decoding every sealed message of
+    the round.
     ``tags``/``challenge``: recipient -> the copies sealed for it, in row
     order, each with its place and audit path in its sender's tree.
     """
@@ -129,17 +130,23 @@ class Views:
         # whether it was still under way, of the last result view it was sent
         # (held polls).
         self._sent: dict[str, tuple[int, tuple[object, ...], bool]] = {}
-        self._relay_cache: tuple[tuple[int, int, int], _Relays] | None = None
+        self._relay_cache: tuple[tuple[object, ...], _Relays] | None = None
         self._trees = _TreeCache()
 
     def _relays(self, round_index: int, attempt: int) -> _Relays:
-        """The round's relayed messages by recipient, as of the last commit (under the lock)."""
-        key = (self.ctx.version, round_index, attempt)
+        """The round's relayed messages by recipient, as of the last commit (under the lock).
+
+        Rebuilt only when the round's uploads or the attempt's attestations
+        changed: the store remembers those rows across commits to other
+        tables, and the same row objects compare by identity, so checking
+        costs O(K).
+        """
+        uploads = tuple(self.ctx.store.uploads(round_index))
+        attestations = tuple(self.ctx.store.attestations(round_index, attempt))
+        key = (round_index, attempt, uploads, attestations)
         cached = self._relay_cache
         if cached is not None and cached[0] == key:
             return cached[1]
-        uploads = tuple(self.ctx.store.uploads(round_index))
-        attestations = tuple(self.ctx.store.attestations(round_index, attempt))
         trees = self._trees
         relays = _Relays(
             uploads=uploads,

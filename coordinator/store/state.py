@@ -20,13 +20,17 @@ server calls it before any reply leaves (coordinator/server.py), so nothing a
 node is told rests on a commit that power loss could undo, and concurrent
 calls share one flush instead of paying one each under the session lock.
 
-Typed reads are remembered until the next write. Every step and every
-result poll reads the session, the round and its uploads again, and turning
-rows back into layouts and sealed items was most of a poll's work; this
-process is the file's only writer, so a read stays true until this store
-writes, and every write (and the end of every transaction, committed or
-rolled back) forgets what was remembered. A store opened read-only (beside a
-running coordinator) remembers nothing.
+Typed reads are remembered until the next write to their table. Every step
+and every result poll reads the session, the round and its uploads again,
+and turning rows back into layouts and sealed items was most of a poll's
+work; this process is the file's only writer, so a read stays true until
+this store writes to the table it read, and every write forgets the reads of
+its table (a rollback forgets them all). The JSON columns of upload and
+attestation rows are decoded once per stored text, so reading a round's
+rows again after one more was added decodes only the new one: at K nodes a
+round re-read its K rows of K − 1 sealed copies at each of about 4K commits,
+K^3 copies decoded a round. A store opened read-only (beside a running
+coordinator) remembers nothing.
 
 Each setter writes named columns with typed arguments; the session's state
 and a round's status are written only by the status changes of
@@ -40,6 +44,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -80,29 +85,55 @@ __all__ = ["Store"]
 _Read = TypeVar("_Read", bound=Callable[..., Any])
 
 
-def _remembered(read: _Read) -> _Read:
-    """A typed read of :class:`Store`, answered from memory until the store next writes.
+def _remembered(table: str) -> Callable[[_Read], _Read]:
+    """A typed read of ``table``, answered from memory until the store next writes to it.
 
     Rows are frozen dataclasses; a list or set is copied on the way out, so a
-    caller that changes what it got changes nothing remembered.
+    caller that changes what it got changes nothing remembered. A write forgets
+    the reads of its own table only (:func:`_written_table`), so a round's
+    uploads stay remembered across its deliveries, answers and status changes;
+    a rollback forgets everything.
     """
-    name = read.__name__
 
-    @functools.wraps(read)
-    def remembered(self: Store, *args: Any) -> Any:
-        if self.read_only:
-            return read(self, *args)
-        key = (name, *args)
-        with self._lock:
-            try:
-                value = self._memo[key]
-            except KeyError:
-                value = self._memo[key] = read(self, *args)
-        if isinstance(value, list | set):
-            return value.copy()
-        return value
+    def remember(read: _Read) -> _Read:
+        name = read.__name__
 
-    return remembered  # type: ignore[return-value]
+        @functools.wraps(read)
+        def remembered(self: Store, *args: Any) -> Any:
+            if self.read_only:
+                return read(self, *args)
+            key = (name, *args)
+            with self._lock:
+                reads = self._memo.setdefault(table, {})
+                try:
+                    value = reads[key]
+                except KeyError:
+                    value = reads[key] = read(self, *args)
+            if isinstance(value, list | set):
+                return value.copy()
+            return value
+
+        return remembered  # type: ignore[return-value]
+
+    return remember
+
+
+_WRITE = re.compile(
+    r"\s*(?:INSERT(?:\s+OR\s+\w+)?\s+INTO|REPLACE\s+INTO|UPDATE|DELETE\s+FROM)\s+(\w+)",
+    re.IGNORECASE,
+)
+
+
+def _written_table(sql: str) -> str | None:
+    """The table an INSERT, UPDATE or DELETE statement writes; None for anything else."""
+    found = _WRITE.match(sql)
+    return found.group(1).lower() if found else None
+
+
+_Column = TypeVar("_Column")
+# Characters of stored JSON text whose decoded values a store keeps (Store._decoded):
+# about a round of K = 250 (each upload and attestation row holds K − 1 sealed copies).
+_DECODED_CHARS = 1 << 25
 
 
 def _sealed_to_json(items: Sequence[tuple[str, bytes, bytes]]) -> str:
@@ -132,7 +163,10 @@ class Store:
         self.payload_dir = payload_dir_for(self.path)
         self._lock = threading.RLock()
         self._in_transaction = False
-        self._memo: dict[tuple[Any, ...], Any] = {}
+        self._memo: dict[str, dict[tuple[Any, ...], Any]] = {}  # table -> read -> value
+        # Decoded JSON columns by their stored text (see _decoded).
+        self._decoded_columns: dict[tuple[str, str], Any] = {}
+        self._decoded_chars = 0
         self.read_only = read_only
         self._db, self._owner = open_state_database(self.path, read_only=read_only)
         # Group commit (see the module docstring): commits made, commits flushed.
@@ -210,13 +244,13 @@ class Store:
                 yield
             except BaseException:
                 self._db.execute("ROLLBACK")
+                self._memo.clear()  # a rollback undoes writes read back inside it
                 raise
             else:
                 self._db.execute("COMMIT")
                 self._committed += 1
             finally:
                 self._in_transaction = False
-                self._memo.clear()  # a rollback undoes writes read back inside it
 
     @property
     def in_transaction(self) -> bool:
@@ -226,16 +260,42 @@ class Store:
     def _write(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         if not self._in_transaction:
             raise RuntimeError("state writes must happen inside Store.transaction().")
-        self._memo.clear()
+        table = _written_table(sql)
+        if table is None:
+            self._memo.clear()
+        else:
+            self._memo.pop(table, None)
         return self._db.execute(sql, params)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self._lock:
             return list(self._db.execute(sql, params).fetchall())
 
+    def _decoded(self, kind: str, text: str, parse: Callable[[str], _Column]) -> _Column:
+        """``parse(text)``, kept by the stored text: a JSON column decodes to immutable
+        values (tuples, frozen rows, a layout), and the same text always to the same.
+
+        Every write clears the memo of typed reads, and a round's reads after it
+        (uploads, attestations) would otherwise parse again every row's K − 1 sealed
+        copies: K^3 copies decoded a round, where this decodes each row once. The
+        texts kept are bounded (:data:`_DECODED_CHARS`); past that it starts again.
+        """
+        key = (kind, text)
+        with self._lock:
+            try:
+                value: _Column = self._decoded_columns[key]
+            except KeyError:
+                value = parse(text)
+                if self._decoded_chars + len(text) > _DECODED_CHARS:
+                    self._decoded_columns.clear()
+                    self._decoded_chars = 0
+                self._decoded_columns[key] = value
+                self._decoded_chars += len(text)
+            return value
+
     # ------------------------------------------------------------ session
 
-    @_remembered
+    @_remembered("session")
     def session(self) -> SessionRow | None:
         """The session row, or None in a fresh state file."""
         rows = self._read(
@@ -306,7 +366,7 @@ class Store:
 
     # ------------------------------------------------------------ roster
 
-    @_remembered
+    @_remembered("roster")
     def members(self) -> list[MemberRow]:
         """Every joined node, sorted by node id."""
         return [
@@ -317,7 +377,7 @@ class Store:
             )
         ]
 
-    @_remembered
+    @_remembered("roster")
     def live_node_ids(self) -> set[str]:
         """The ids of the joined nodes not dropped (so far)."""
         return {r[0] for r in self._read("SELECT node_id FROM roster WHERE status = 'live'")}
@@ -340,7 +400,7 @@ class Store:
 
     # ------------------------------------------------------------ rounds
 
-    @_remembered
+    @_remembered("rounds")
     def rounds(self) -> list[RoundRow]:
         """Every round opened so far, in order."""
         return [
@@ -351,7 +411,7 @@ class Store:
             )
         ]
 
-    @_remembered
+    @_remembered("rounds")
     def round(self, round_index: int) -> RoundRow | None:
         """One round, or None if it has not been opened."""
         rows = self._read(
@@ -432,7 +492,7 @@ class Store:
 
     # ------------------------------------------------------------ uploads
 
-    @_remembered
+    @_remembered("uploads")
     def uploads(self, round_index: int) -> list[UploadRow]:
         """Stored uploads of a round, sorted by node id."""
         return [
@@ -442,12 +502,12 @@ class Store:
                 bytes(r[2]),
                 r[3],
                 r[4],
-                layout_from_json(r[5]),
+                self._decoded("layout", r[5], layout_from_json),
                 r[6],
                 r[7],
                 bytes(r[8]),
                 bytes(r[9]),
-                _sealed_from_json(r[10]),
+                self._decoded("sealed", r[10], _sealed_from_json),
             )
             for r in self._read(
                 "SELECT round_index, node_id, sha256, size, path, layout, fixed_point_bits, "
@@ -487,7 +547,7 @@ class Store:
 
     # ------------------------------------------------------------ results
 
-    @_remembered
+    @_remembered("results")
     def result(self, round_index: int) -> ResultRow | None:
         """The stored result of a round, or None."""
         rows = self._read(
@@ -518,7 +578,7 @@ class Store:
             ),
         )
 
-    @_remembered
+    @_remembered("deliveries")
     def deliveries(self, round_index: int) -> set[str]:
         """Nodes that have been sent the whole result of a round."""
         return {
@@ -538,7 +598,7 @@ class Store:
 
     # ------------------------------------------------------------ unmask
 
-    @_remembered
+    @_remembered("unmask_requests")
     def unmask_request(self, round_index: int, attempt: int) -> UnmaskRow | None:
         """One unmask attempt of a round, or None."""
         rows = self._read(
@@ -576,11 +636,18 @@ class Store:
             (deadline_ms, round_index, attempt),
         )
 
-    @_remembered
+    @_remembered("unmask_acks")
     def attestations(self, round_index: int, attempt: int) -> list[AttestationRow]:
         """Survivor attestations of an attempt, sorted by node id."""
         return [
-            AttestationRow(r[0], r[1], r[2], bytes(r[3]), r[4], _sealed_from_json(r[5]))
+            AttestationRow(
+                r[0],
+                r[1],
+                r[2],
+                bytes(r[3]),
+                r[4],
+                self._decoded("sealed", r[5], _sealed_from_json),
+            )
             for r in self._read(
                 "SELECT round_index, attempt, node_id, signature, received_ms, tags "
                 "FROM unmask_acks "
@@ -604,7 +671,7 @@ class Store:
             ),
         )
 
-    @_remembered
+    @_remembered("unmask_corrections")
     def corrections(self, round_index: int, attempt: int) -> list[CorrectionRow]:
         """Stored corrections of an attempt, sorted by node id."""
         return [
@@ -634,7 +701,7 @@ class Store:
             ),
         )
 
-    @_remembered
+    @_remembered("unmask_refusals")
     def refusals(self, round_index: int, attempt: int) -> list[RefusalRow]:
         """Recorded refusals of an attempt."""
         return [

@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from coordinator.errors import StateFileError
-from coordinator.store import SCHEMA_VERSION, Store, UploadRow, payload_dir_for
+from coordinator.store import (
+    SCHEMA_VERSION,
+    AttestationRow,
+    Store,
+    UnmaskRow,
+    UploadRow,
+    payload_dir_for,
+)
+from coordinator.store import state as state_module
 from noise.layout import Layout
 
 LAYOUT = Layout.of({"t": (2,)})
@@ -219,6 +227,90 @@ def test_a_remembered_read_follows_every_write_and_every_rollback(store: Store) 
         assert [m.status for m in store.members()] == ["dropped"]  # read back inside
         raise RuntimeError("undo")
     assert [m.status for m in store.members()] == ["live"]  # the rollback is not remembered
+
+
+def _attempt(attempt: int) -> UnmaskRow:
+    return UnmaskRow(0, attempt, ("a",), (), b"\x11" * 32, 1, 10)
+
+
+def test_a_row_s_json_columns_are_decoded_once_and_rows_written_later_read_true(
+    store: Store,
+) -> None:
+    create(store)
+    copies = (("b", b"\x0a" * 48, b"\x0b" * 64), ("c", b"\x0c" * 48, b"\x0b" * 64))
+    writer = store.new_payload()
+    writer.write(b"\x05" * 16)
+    digest = writer.finish()
+    name = store.upload_name(0, "a", digest)
+    writer.place(name)
+    row = UploadRow(0, "a", digest, 16, name, LAYOUT, 32, 5, b"\x07" * 64, b"\x09" * 32, copies)
+    with store.transaction():
+        store.add_upload(row)
+    first = store.uploads(0)[0]
+    with pytest.raises(RuntimeError, match="undo"), store.transaction():
+        raise RuntimeError("undo")  # a rollback forgets every typed read...
+    again = store.uploads(0)[0]
+    assert again == row and again is not first  # ...the row is read again,
+    assert again.challenge is first.challenge and again.layout is first.layout  # not decoded
+    # Rows whose texts differ decode to their own values.
+    other = (("b", b"\x0e" * 80, b"\x0f" * 64),)
+    with store.transaction():
+        store.add_unmask_request(_attempt(0))
+        store.add_attestation(AttestationRow(0, 0, "a", b"\x0d" * 64, 6, copies))
+    with store.transaction():
+        store.add_unmask_request(_attempt(1))
+        store.add_attestation(AttestationRow(0, 1, "a", b"\x0d" * 64, 7, other))
+    assert [a.tags for a in store.attestations(0, 0)] == [copies]
+    assert [a.tags for a in store.attestations(0, 1)] == [other]
+
+
+def test_the_decoded_columns_a_store_keeps_are_bounded(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create(store)
+    monkeypatch.setattr(state_module, "_DECODED_CHARS", 600)
+    tags = [((f"n{i}", bytes([i]) * 80, b"\x0b" * 64),) for i in range(12)]
+    for attempt, copies in enumerate(tags):
+        with store.transaction():
+            store.add_unmask_request(_attempt(attempt))
+            store.add_attestation(AttestationRow(0, attempt, "a", b"\x0d" * 64, 6, copies))
+        assert store.attestations(0, attempt)[0].tags == copies
+        assert store._decoded_chars <= 600  # each text is about 300 characters
+    assert [store.attestations(0, a)[0].tags for a in range(12)] == tags
+
+
+def test_a_write_forgets_the_reads_of_its_own_table_only(store: Store) -> None:
+    create(store)
+    stored_upload(store)
+    upload, round_row = store.uploads(0)[0], store.round(0)
+    with store.transaction():
+        store.set_join_deadline(7)
+        store.set_round_reason(0, "a reason")
+    assert store.uploads(0)[0] is upload  # no write to uploads: still remembered
+    assert store.round(0) is not round_row and store.round(0).reason == "a reason"  # type: ignore[union-attr]
+    assert store.session().join_deadline_ms == 7  # type: ignore[union-attr]
+    with pytest.raises(RuntimeError, match="undo"), store.transaction():
+        store.set_round_reason(0, "another reason")
+        raise RuntimeError("undo")
+    assert store.uploads(0)[0] is not upload and store.uploads(0)[0] == upload
+    assert store.round(0).reason == "a reason"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("sql", "table"),
+    [
+        ("INSERT INTO uploads (a) VALUES (?)", "uploads"),
+        ("INSERT OR IGNORE INTO deliveries (a) VALUES (?)", "deliveries"),
+        ("  update rounds SET a = ?", "rounds"),
+        ("DELETE FROM unmask_acks WHERE a = ?", "unmask_acks"),
+        ("REPLACE INTO results (a) VALUES (?)", "results"),
+        ("SELECT * FROM uploads", None),
+        ("WITH x AS (SELECT 1) INSERT INTO uploads SELECT * FROM x", None),
+    ],
+)
+def test_the_table_a_statement_writes_is_read_from_it(sql: str, table: str | None) -> None:
+    # None makes a write forget every remembered read: the safe answer when unsure.
+    assert state_module._written_table(sql) == table
 
 
 def test_a_read_only_store_remembers_nothing(store: Store) -> None:
