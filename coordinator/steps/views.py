@@ -11,7 +11,7 @@ then, or until its linger time runs out).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from coordinator.context import CoordinatorContext
@@ -38,22 +38,8 @@ from proto.messages import (
 
 __all__ = ["Views"]
 
-
-@dataclass(frozen=True)
-class _Relays:
-    """A round's uploads and attestations, and what they relay, indexed by recipient.
-
-    Built again only when those rows change (an upload or an attestation
-    added), so a poll costs O(K) instead of decoding every sealed message of
-    the round.
-    ``tags``/``challenge``: recipient -> the copies sealed for it, in row
-    order, each with its place and audit path in its sender's tree.
-    """
-
-    uploads: tuple[UploadRow, ...]
-    attestations: tuple[AttestationRow, ...]
-    tags: dict[str, tuple[Sealed, ...]]
-    challenge: dict[str, tuple[Sealed, ...]]
+# Rounds (or unmask attempts) whose relayed copies are kept indexed at once.
+_RELAY_STATES = 2
 
 
 _Copies = tuple[tuple[str, bytes, bytes], ...]  # (recipient, sealed, signature), as stored
@@ -82,37 +68,64 @@ def relayed_copies(sender: str, copies: _Copies) -> tuple[Sealed, ...]:
     )
 
 
-class _TreeCache:
-    """Relayed copies per stored row: a row never changes once stored (its copies were
-    checked under the one signature they carry), so its tree is built once, not at every
-    commit. Holds one round's rows (a later round's evict them)."""
+class _RelayIndex:
+    """One kind of relayed copy in one round (and unmask attempt), by recipient.
+
+    Grown row by row: upload and attestation rows are only ever added, so
+    when a round's rows are read again with one more, only the new row's
+    copies are indexed (its tree built once), not the round's K^2 again. A
+    row that is gone or changed (nothing the coordinator does, but cheap to
+    notice) makes the index start again.
+    """
 
     def __init__(self) -> None:
-        self._round = -1
-        self._rows: dict[tuple[str, str, bytes], tuple[Sealed, ...]] = {}
+        self._rows: dict[str, object] = {}  # sender -> the row its copies came from
+        self._by: dict[str, dict[str, Sealed]] = {}  # recipient -> sender -> copy
+        self._sorted: dict[str, tuple[Sealed, ...]] = {}
 
-    def copies(
-        self, round_index: int, kind: str, sender: str, copies: _Copies
-    ) -> tuple[Sealed, ...]:
-        if round_index != self._round:
-            self._round, self._rows = round_index, {}
-        # Every stored copy of a row carries the one signature, which binds them all.
-        key = (kind, sender, copies[0][2] if copies else b"")
-        known = self._rows.get(key)
-        if known is None:
-            known = self._rows[key] = relayed_copies(sender, copies)
-        return known
+    def update(self, rows: dict[str, tuple[object, _Copies]]) -> None:
+        """Take ``rows`` (sender -> (row, its stored copies)): all rows of the round so far."""
+        known = self._rows
+        if len(rows) < len(known) or any(
+            (now := rows.get(sender)) is None or (now[0] is not row and now[0] != row)
+            for sender, row in known.items()
+        ):
+            known.clear()
+            self._by.clear()
+            self._sorted.clear()
+        for sender, (row, copies) in rows.items():
+            if sender in known:
+                continue
+            known[sender] = row
+            for copy in relayed_copies(sender, copies):
+                self._by.setdefault(copy.recipient, {})[sender] = copy
+                self._sorted.pop(copy.recipient, None)
+
+    def get(self, recipient: str) -> tuple[Sealed, ...]:
+        """The copies sealed for ``recipient``, in sender order."""
+        found = self._sorted.get(recipient)
+        if found is None:
+            by_sender = self._by.get(recipient, {})
+            found = self._sorted[recipient] = tuple(by_sender[s] for s in sorted(by_sender))
+        return found
 
 
-def _by_recipient(
-    rows: tuple[tuple[str, tuple[Sealed, ...]], ...],
-) -> dict[str, tuple[Sealed, ...]]:
-    """(sender, its relayed copies) -> recipient -> the copies sealed for it, in row order."""
-    index: dict[str, list[Sealed]] = {}
-    for _, copies in rows:
-        for copy in copies:
-            index.setdefault(copy.recipient, []).append(copy)
-    return {recipient: tuple(items) for recipient, items in index.items()}
+@dataclass
+class _Relays:
+    """A round's uploads and attestations, and what they relay, indexed by recipient.
+
+    Brought up to date when those rows change (an upload or an attestation
+    added), so a poll costs O(K) instead of decoding every sealed message of
+    the round. ``tags``/``challenge``: recipient -> the copies sealed for it,
+    in sender order, each with its place and audit path in its sender's tree.
+    """
+
+    round_index: int
+    attempt: int
+    uploads: tuple[UploadRow, ...] = ()
+    attestations: tuple[AttestationRow, ...] = ()
+    tags: _RelayIndex = field(default_factory=_RelayIndex)
+    challenge: _RelayIndex = field(default_factory=_RelayIndex)
 
 
 class Views:
@@ -130,41 +143,31 @@ class Views:
         # whether it was still under way, of the last result view it was sent
         # (held polls).
         self._sent: dict[str, tuple[int, tuple[object, ...], bool]] = {}
-        self._relay_cache: tuple[tuple[object, ...], _Relays] | None = None
-        self._trees = _TreeCache()
+        self._relay_states: dict[tuple[int, int], _Relays] = {}
 
     def _relays(self, round_index: int, attempt: int) -> _Relays:
         """The round's relayed messages by recipient, as of the last commit (under the lock).
 
-        Rebuilt only when the round's uploads or the attempt's attestations
-        changed: the store remembers those rows across commits to other
-        tables, and the same row objects compare by identity, so checking
+        Brought up to date only when the round's uploads or the attempt's
+        attestations changed: the store remembers those rows across commits to
+        other tables, and the same row objects compare by identity, so checking
         costs O(K).
         """
         uploads = tuple(self.ctx.store.uploads(round_index))
         attestations = tuple(self.ctx.store.attestations(round_index, attempt))
-        key = (round_index, attempt, uploads, attestations)
-        cached = self._relay_cache
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        trees = self._trees
-        relays = _Relays(
-            uploads=uploads,
-            attestations=attestations,
-            tags=_by_recipient(
-                tuple(
-                    (a.node_id, trees.copies(round_index, f"tags/{attempt}", a.node_id, a.tags))
-                    for a in attestations
-                )
-            ),
-            challenge=_by_recipient(
-                tuple(
-                    (u.node_id, trees.copies(round_index, "contribution", u.node_id, u.challenge))
-                    for u in uploads
-                )
-            ),
-        )
-        self._relay_cache = (key, relays)
+        relays = self._relay_states.get((round_index, attempt))
+        if relays is None:
+            # A few at once: nodes still fetching the last round's result read its tags
+            # while the others are in the unmask step of the next.
+            while len(self._relay_states) >= _RELAY_STATES:
+                del self._relay_states[min(self._relay_states)]
+            relays = self._relay_states[(round_index, attempt)] = _Relays(round_index, attempt)
+        if relays.uploads != uploads:
+            relays.challenge.update({u.node_id: (u, u.challenge) for u in uploads})
+            relays.uploads = uploads
+        if relays.attestations != attestations:
+            relays.tags.update({a.node_id: (a, a.tags) for a in attestations})
+            relays.attestations = attestations
         return relays
 
     def _note_terminal(self, caller: str, row: SessionRow) -> None:
@@ -346,7 +349,7 @@ class Views:
 
     def _tags_for(self, round_index: int, attempt: int, caller: str) -> tuple[Sealed, ...]:
         """The aggregate-check tags each attested survivor sealed for ``caller``."""
-        return self._relays(round_index, attempt).tags.get(caller, ())
+        return self._relays(round_index, attempt).tags.get(caller)
 
     def _statements(
         self, row: SessionRow, round_row: RoundRow, survivors: tuple[str, ...]
@@ -421,7 +424,7 @@ class Views:
             min_survivors=ctx.config.min_nodes,
             attempt=request.attempt,
             challenge=tuple(
-                item for item in relays.challenge.get(caller, ()) if item.sender in survivors
+                item for item in relays.challenge.get(caller) if item.sender in survivors
             ),
             tags=self._tags_for(round_row.round_index, request.attempt, caller),
         )
