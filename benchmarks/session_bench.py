@@ -65,11 +65,12 @@ K SHA-256 passes over an upload, K self-mask expansions, one SHA-256 of the
 aggregate and 4K Ed25519 verifications (each upload header and attestation
 signed, and each sender's one signature over the K − 1 sealed items in it);
 on each node its ``node_protection`` work, SHA-256 of its payload (the
-aggregate it downloads is checked by the tags, not hashed), 4 signatures and 2(K − 1) verifications (the others' upload
-statements and attestations; a sealed item's signature is checked only when
-the item does not open). Left out, so the figure is a lower
-bound: writing the files, sealing and opening the small messages, TLS, and
-everything the interpreter does around them. ``round_ratio_floor_vs_plain_grpc``
+aggregate it downloads is checked by the tags, not hashed), 4 signatures and
+2(K − 1) verifications (the others' upload statements and attestations; a
+sealed item's signature is checked only when the item does not open). Left
+out, so the figure is a lower bound: writing the files, sealing and opening
+the small messages, TLS, and everything the interpreter does around them.
+``round_ratio_floor_vs_plain_grpc``
 is (bare CPU + floor) / bare CPU with the bare round's CPU of this run
 (server and nodes): on a machine where both rounds keep every core busy, as
 here, the ratio ``round_ratio_vs_plain_grpc`` cannot fall below it without
