@@ -9,6 +9,8 @@ run a session. The machinery is in ``tests/support/`` (:mod:`tests.support.proce
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,22 @@ import pytest
 
 from tests.support.processes import Processes, closed_at_end
 from tests.support.scheduling import SESSIONS_GROUP, runs_sessions
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let the processes the tests start hear Ctrl-C, however the suite was started.
+
+    A shell that starts a job in the background without job control sets it to
+    ignore SIGINT, every process it starts inherits that, and Python then
+    leaves SIGINT ignored: the tests that interrupt a node or the coordinator
+    would wait for an exit that never comes. A handler (unlike "ignore") is
+    reset to the default in every process this one starts.
+    """
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    ):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(optionalhook=True)
