@@ -275,10 +275,11 @@ class Store:
         """``parse(text)``, kept by the stored text: a JSON column decodes to immutable
         values (tuples, frozen rows, a layout), and the same text always to the same.
 
-        Every write clears the memo of typed reads, and a round's reads after it
-        (uploads, attestations) would otherwise parse again every row's K − 1 sealed
-        copies: K^3 copies decoded a round, where this decodes each row once. The
-        texts kept are bounded (:data:`_DECODED_CHARS`); past that it starts again.
+        Each upload or attestation added forgets the remembered reads of its
+        table, and the round's rows read after it would otherwise parse again
+        every row's K − 1 sealed copies: K^3 copies decoded a round, where this
+        decodes each row once. The texts kept are bounded
+        (:data:`_DECODED_CHARS`); past that it starts again.
         """
         key = (kind, text)
         with self._lock:
