@@ -27,10 +27,10 @@ work; this process is the file's only writer, so a read stays true until
 this store writes to the table it read, and every write forgets the reads of
 its table (a rollback forgets them all). The JSON columns of upload and
 attestation rows are decoded once per stored text, so reading a round's
-rows again after one more was added decodes only the new one: at K nodes a
-round re-read its K rows of K − 1 sealed copies at each of about 4K commits,
-K^3 copies decoded a round. A store opened read-only (beside a running
-coordinator) remembers nothing.
+rows again after one more was added decodes only the new one (for the
+newest two rounds): at K nodes a round re-read its K rows of K − 1 sealed
+copies at each of about 4K commits, K^3 copies decoded a round. A store
+opened read-only (beside a running coordinator) remembers nothing.
 
 Each setter writes named columns with typed arguments; the session's state
 and a round's status are written only by the status changes of
@@ -131,9 +131,9 @@ def _written_table(sql: str) -> str | None:
 
 
 _Column = TypeVar("_Column")
-# Characters of stored JSON text whose decoded values a store keeps (Store._decoded):
-# about a round of K = 250 (each upload and attestation row holds K − 1 sealed copies).
-_DECODED_CHARS = 1 << 25
+# Rounds whose rows' decoded JSON columns a store keeps (Store._decoded): the one
+# under way and the one before it, whose result nodes may still be reading.
+_DECODED_ROUNDS = 2
 
 
 def _sealed_to_json(items: Sequence[tuple[str, bytes, bytes]]) -> str:
@@ -164,9 +164,8 @@ class Store:
         self._lock = threading.RLock()
         self._in_transaction = False
         self._memo: dict[str, dict[tuple[Any, ...], Any]] = {}  # table -> read -> value
-        # Decoded JSON columns by their stored text (see _decoded).
-        self._decoded_columns: dict[tuple[str, str], Any] = {}
-        self._decoded_chars = 0
+        # Decoded JSON columns by round, then by their stored text (see _decoded).
+        self._decoded_rounds: dict[int, dict[tuple[str, str], Any]] = {}
         self.read_only = read_only
         self._db, self._owner = open_state_database(self.path, read_only=read_only)
         # Group commit (see the module docstring): commits made, commits flushed.
@@ -271,27 +270,31 @@ class Store:
         with self._lock:
             return list(self._db.execute(sql, params).fetchall())
 
-    def _decoded(self, kind: str, text: str, parse: Callable[[str], _Column]) -> _Column:
-        """``parse(text)``, kept by the stored text: a JSON column decodes to immutable
-        values (tuples, frozen rows, a layout), and the same text always to the same.
+    def _decoded(
+        self, round_index: int, kind: str, text: str, parse: Callable[[str], _Column]
+    ) -> _Column:
+        """``parse(text)`` for a row of round ``round_index``, kept by the stored text: a
+        JSON column decodes to immutable values (tuples, frozen rows, a layout), and the
+        same text always to the same.
 
         Each upload or attestation added forgets the remembered reads of its
         table, and the round's rows read after it would otherwise parse again
         every row's K − 1 sealed copies: K^3 copies decoded a round, where this
-        decodes each row once. The texts kept are bounded
-        (:data:`_DECODED_CHARS`); past that it starts again.
+        decodes each row once. Only the newest :data:`_DECODED_ROUNDS` rounds are
+        kept, so what it holds does not grow with the session.
         """
         key = (kind, text)
         with self._lock:
+            rounds = self._decoded_rounds
+            kept = rounds.get(round_index)
+            if kept is None:
+                kept = rounds[round_index] = {}
+                while len(rounds) > _DECODED_ROUNDS:
+                    del rounds[min(rounds)]  # perhaps this one: an old round is not kept
             try:
-                value: _Column = self._decoded_columns[key]
+                value: _Column = kept[key]
             except KeyError:
-                value = parse(text)
-                if self._decoded_chars + len(text) > _DECODED_CHARS:
-                    self._decoded_columns.clear()
-                    self._decoded_chars = 0
-                self._decoded_columns[key] = value
-                self._decoded_chars += len(text)
+                value = kept[key] = parse(text)
             return value
 
     # ------------------------------------------------------------ session
@@ -503,12 +506,12 @@ class Store:
                 bytes(r[2]),
                 r[3],
                 r[4],
-                self._decoded("layout", r[5], layout_from_json),
+                self._decoded(r[0], "layout", r[5], layout_from_json),
                 r[6],
                 r[7],
                 bytes(r[8]),
                 bytes(r[9]),
-                self._decoded("sealed", r[10], _sealed_from_json),
+                self._decoded(r[0], "sealed", r[10], _sealed_from_json),
             )
             for r in self._read(
                 "SELECT round_index, node_id, sha256, size, path, layout, fixed_point_bits, "
@@ -647,7 +650,7 @@ class Store:
                 r[2],
                 bytes(r[3]),
                 r[4],
-                self._decoded("sealed", r[5], _sealed_from_json),
+                self._decoded(r[0], "sealed", r[5], _sealed_from_json),
             )
             for r in self._read(
                 "SELECT round_index, attempt, node_id, signature, received_ms, tags "

@@ -264,19 +264,22 @@ def test_a_row_s_json_columns_are_decoded_once_and_rows_written_later_read_true(
     assert [a.tags for a in store.attestations(0, 1)] == [other]
 
 
-def test_the_decoded_columns_a_store_keeps_are_bounded(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_store_keeps_the_decoded_columns_of_its_newest_two_rounds_only(store: Store) -> None:
     create(store)
-    monkeypatch.setattr(state_module, "_DECODED_CHARS", 600)
-    tags = [((f"n{i}", bytes([i]) * 80, b"\x0b" * 64),) for i in range(12)]
-    for attempt, copies in enumerate(tags):
-        with store.transaction():
-            store.add_unmask_request(_attempt(attempt))
-            store.add_attestation(AttestationRow(0, attempt, "a", b"\x0d" * 64, 6, copies))
-        assert store.attestations(0, attempt)[0].tags == copies
-        assert store._decoded_chars <= 600  # each text is about 300 characters
-    assert [store.attestations(0, a)[0].tags for a in range(12)] == tags
+    tags = [((f"n{i}", bytes([i]) * 80, b"\x0b" * 64),) for i in range(5)]
+    with store.transaction():
+        for round_index in range(1, 5):
+            store.open_round(round_index, f"r{round_index}", ["a"], 1, 10)
+        for round_index, copies in enumerate(tags):
+            store.add_unmask_request(UnmaskRow(round_index, 0, ("a",), (), b"\x11" * 32, 1, 10))
+            store.add_attestation(AttestationRow(round_index, 0, "a", b"\x0d" * 64, 6, copies))
+    for round_index, copies in enumerate(tags):
+        assert store.attestations(round_index, 0)[0].tags == copies
+        newest = list(range(max(0, round_index - 1), round_index + 1))
+        assert sorted(store._decoded_rounds) == newest
+    # An old round read again is decoded again, and not kept.
+    assert store.attestations(0, 0)[0].tags == tags[0]
+    assert sorted(store._decoded_rounds) == [3, 4]
 
 
 def test_a_write_forgets_the_reads_of_its_own_table_only(store: Store) -> None:
