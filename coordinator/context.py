@@ -9,9 +9,10 @@ A session is a few step objects (coordinator/steps/) over one
   check and the write that depends on it see the same state;
 * :meth:`CoordinatorContext.transition`, one store transaction whose log lines
   (:meth:`CoordinatorContext.note`) are emitted only once it has committed, so
-  the log never tells of a change a crash undid; each commit also counts in
-  :attr:`CoordinatorContext.version` and wakes whoever waits for a change
-  (:meth:`CoordinatorContext.wait_for_change`, a held result poll);
+  the log never tells of a change a crash undid; after each commit, still
+  under the session lock, it calls whoever listens for commits
+  (:meth:`CoordinatorContext.listen`: the held result polls, which wake only
+  when what they wait on has changed);
 * the current round's running sum, rebuilt from the stored payload files
   whenever it is not in memory (after a restart, or after a step dropped it
   because it may be stale).
@@ -140,9 +141,8 @@ class CoordinatorContext:
         self._notes: list[str] = []
         self._sum: RoundSum | None = None
         self._sum_round = -1
-        # How many transitions have committed; waiters hear of each one.
-        self._version = 0
-        self._changed = threading.Condition(threading.Lock())
+        # Called after each commit, under the session lock (listen).
+        self._listeners: list[Callable[[], None]] = []
         self.signatures = SignatureChecks()
 
     # ------------------------------------------------------------ transitions and log
@@ -150,13 +150,13 @@ class CoordinatorContext:
     @contextmanager
     def transition(self) -> Iterator[None]:
         """One store transaction; the log lines noted inside are emitted once it commits."""
-        self._notes = []
-        with self.store.transaction():
-            yield
-        with self._changed:
-            self._version += 1
-            self._changed.notify_all()
-        notes, self._notes = self._notes, []
+        with self.lock:
+            self._notes = []
+            with self.store.transaction():
+                yield
+            for listener in self._listeners:
+                listener()
+            notes, self._notes = self._notes, []
         if self._log is not None:
             for line in notes:
                 self._log(line)
@@ -169,18 +169,13 @@ class CoordinatorContext:
         """
         self._notes.append(Note(line, event=event, node=node))
 
-    @property
-    def version(self) -> int:
-        """The number of transitions committed since this process started."""
-        return self._version
+    def listen(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every commit, under the session lock, before the log lines.
 
-    def wait_for_change(self, seen: int, timeout: float) -> bool:
-        """Wait, without the session lock, until a transition commits after ``seen``.
-
-        Returns whether one did within ``timeout`` seconds.
+        A listener reads state (it must not start a transition) and should be
+        cheap: every commit waits for it.
         """
-        with self._changed:
-            return self._changed.wait_for(lambda: self._version != seen, timeout)
+        self._listeners.append(listener)
 
     # ------------------------------------------------------------ rows every step reads
 

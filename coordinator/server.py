@@ -71,6 +71,8 @@ from coordinator.limits import ServerLimits, Watchdog
 from coordinator.logs import EventLog, as_event_log
 from coordinator.operations import Operations
 from coordinator.session import Session, Ticket
+from coordinator.steps.streams import RESULT_CHUNK_BYTES, EncodedResult
+from coordinator.store.payloads import prepare_staging
 from proto.chunk_wire import (
     DataChunk,
     as_data_chunk,
@@ -123,10 +125,9 @@ __all__ = [
 MAX_MESSAGE_BYTES = 2 << 20
 # Payload streams read at once (uploads and corrections together): a bound, so the
 # memory of streams in flight does not grow with K. Ten, and the 1 MiB result chunks
-# below, were measured against four and 256 KiB in docs/how-it-works.md.
+# (RESULT_CHUNK_BYTES: half the message limit), were measured against four and
+# 256 KiB in docs/how-it-works.md.
 DEFAULT_PAYLOAD_SLOTS = 10
-# Result chunks sent: half the message limit, one chunk per MiB of the aggregate.
-RESULT_CHUNK_BYTES = 1 << 20
 # How long a GetResult poll that would show the caller nothing new waits for a change.
 RESULT_HOLD_SECONDS = 1.0
 _SERVICE = pb.DESCRIPTOR.services_by_name["Coordinator"].full_name
@@ -162,9 +163,18 @@ class ResultChunks:
         return None if self._key is None else self._key[:3]
 
     def chunks(
-        self, round_index: int, path: Path, sha256: bytes
+        self,
+        round_index: int,
+        path: Path,
+        sha256: bytes,
+        encoded: EncodedResult | None = None,
     ) -> Sequence[bytes] | Iterator[bytes]:
-        """The encoded data chunks of round ``round_index``'s aggregate stored at ``path``."""
+        """The encoded data chunks of round ``round_index``'s aggregate stored at ``path``.
+
+        ``encoded``: the same aggregate already encoded when it was written
+        (``Session.encoded_result``), taken instead of reading the file when
+        its chunks are of this size.
+        """
         found = os.stat(path)
         key = (
             round_index,
@@ -178,7 +188,10 @@ class ResultChunks:
             if self._key is not None and round_index < self._key[0]:
                 return encoded_file_chunks(path, self.chunk_bytes)
             self._key, self._chunks = None, ()  # the old list goes before the new is read
-            chunks = tuple(encoded_file_chunks(path, self.chunk_bytes))
+            if encoded is not None and encoded.chunk_bytes == self.chunk_bytes:
+                chunks = encoded.chunks
+            else:
+                chunks = tuple(encoded_file_chunks(path, self.chunk_bytes))
             self._key, self._chunks = key, chunks
             return chunks
 
@@ -198,6 +211,7 @@ class CoordinatorServicer:
         self._result_hold = result_hold_seconds
         self.results = ResultChunks()
         self._slots = threading.BoundedSemaphore(payload_slots)
+        prepare_staging(payload_slots)
         # Pathlen and revocation, which the TLS layer does not check (proto.tls).
         self._verifier = verifier
 
@@ -387,7 +401,8 @@ class CoordinatorServicer:
         if view.path is None:
             return
         sha256 = b"" if view.payload is None else view.payload.sha256
-        yield from self.results.chunks(view.round_index, view.path, sha256)
+        encoded = self.session.encoded_result(view.round_index, view.path, sha256)
+        yield from self.results.chunks(view.round_index, view.path, sha256, encoded)
         self.session.record_delivery(view.round_index, caller)
 
     # ------------------------------------------------------------ unmask and status

@@ -43,6 +43,7 @@ and keeps the methods the server and the command call.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from coordinator.config import SessionConfig
 from coordinator.context import CoordinatorContext, wall_clock_ms
@@ -50,7 +51,7 @@ from coordinator.messages import ResultView
 from coordinator.steps.checks import check_caller, check_in_roster
 from coordinator.steps.deadlines import Deadlines
 from coordinator.steps.joining import Joining
-from coordinator.steps.streams import MAX_CHUNK_BYTES, Streams, Ticket
+from coordinator.steps.streams import MAX_CHUNK_BYTES, EncodedResult, Streams, Ticket
 from coordinator.steps.unmask import Unmasking
 from coordinator.steps.uploads import Uploads
 from coordinator.steps.views import Views
@@ -212,6 +213,22 @@ class Session:
         waits for a change (a long poll; Views.result).
         """
         return self._views.result(session_id, round_index, caller=caller, hold_seconds=hold_seconds)
+
+    def encoded_result(self, round_index: int, path: Path, sha256: bytes) -> EncodedResult | None:
+        """The aggregate stored at ``path`` as encoded chunks, if this process wrote it.
+
+        Only the newest aggregate written since the process started is kept;
+        for any other the caller reads the file.
+        """
+        found = self._streams.encoded_result
+        if (
+            found is None
+            or found.round_index != round_index
+            or found.name != path.name
+            or found.sha256 != sha256
+        ):
+            return None
+        return found
 
     def record_delivery(self, round_index: int, node_id: str) -> None:
         """Note that ``node_id`` was sent the whole result of a round."""

@@ -16,7 +16,9 @@ copies every byte several times. This module does without:
   (its bytes copied once, into the message), bytes-identical to
   ``X(data=PayloadChunk(offset=o, data=d)).SerializeToString()``;
   :func:`encoded_chunks` / :func:`encoded_file_chunks` do so for a whole
-  vector or stored file, cut as ``proto.chunks`` cuts them;
+  vector or stored file, cut as ``proto.chunks`` cuts them, and
+  :class:`ChunkEncoder` for a payload handed over in pieces of any size (the
+  coordinator's aggregate as it writes its file);
 * :func:`decode_data_chunk` reads a message of exactly that shape, as
   protobuf writes it, into (offset, a memoryview of the received bytes)
   without copying them; :func:`data_chunk_decoder` turns it into a gRPC
@@ -41,6 +43,7 @@ from google.protobuf.message import Message
 from proto.chunks import CHUNK_BYTES, U64, Chunk, chunk_views
 
 __all__ = [
+    "ChunkEncoder",
     "DataChunk",
     "as_data_chunk",
     "data_chunk_decoder",
@@ -117,6 +120,53 @@ def encoded_chunks(
     """
     for offset, view in chunk_views(data, chunk_bytes):
         yield encode_data_chunk(offset, view)
+
+
+class ChunkEncoder:
+    """Encoded data chunk messages of a payload handed over in pieces of any size.
+
+    The chunks are those :func:`encoded_chunks` makes of the whole payload:
+    cut every ``chunk_bytes`` bytes wherever the pieces end, each byte copied
+    once into its message (a chunk that spans pieces gathers its bytes first).
+    """
+
+    def __init__(self, chunk_bytes: int = CHUNK_BYTES) -> None:
+        if not 0 < chunk_bytes <= CHUNK_BYTES:
+            raise ValueError(f"chunk_bytes = {chunk_bytes}: must be between 1 and {CHUNK_BYTES}.")
+        self.chunk_bytes = chunk_bytes
+        self._chunks: list[bytes] = []
+        self._carry = bytearray()  # the bytes of an unfinished chunk
+        self._offset = 0  # where the next chunk starts
+
+    def add(self, data: bytes | bytearray | memoryview) -> None:
+        """Take the next ``data`` of the payload."""
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        size = self.chunk_bytes
+        taken = 0
+        if self._carry:
+            taken = min(size - len(self._carry), len(view))
+            self._carry += view[:taken]
+            if len(self._carry) < size:
+                return
+            self._emit(self._carry)
+            self._carry = bytearray()
+        while len(view) - taken >= size:
+            self._emit(view[taken : taken + size])
+            taken += size
+        self._carry += view[taken:]
+
+    def _emit(self, data: bytes | bytearray | memoryview) -> None:
+        self._chunks.append(encode_data_chunk(self._offset, data))
+        self._offset += len(data)
+
+    def finish(self) -> tuple[bytes, ...]:
+        """Every chunk of the payload, the last one short if the payload is."""
+        if self._carry:
+            self._emit(self._carry)
+            self._carry = bytearray()
+        return tuple(self._chunks)
 
 
 def encoded_file_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[bytes]:

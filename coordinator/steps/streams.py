@@ -28,14 +28,35 @@ from coordinator.layout import PayloadSpec
 from coordinator.store import PayloadWriter
 from coordinator.store.payloads import fsync_dir
 from noise.layout import Layout
+from proto.chunk_wire import ChunkEncoder
 from proto.messages import (
     UnmaskReceipt,
     UploadReceipt,
 )
 
-__all__ = ["MAX_CHUNK_BYTES", "Streams", "Ticket", "unlink_placed"]
+__all__ = [
+    "MAX_CHUNK_BYTES",
+    "RESULT_CHUNK_BYTES",
+    "EncodedResult",
+    "Streams",
+    "Ticket",
+    "unlink_placed",
+]
 
 MAX_CHUNK_BYTES = 1 << 20
+# The data chunks a round's aggregate is sent in (GetResult).
+RESULT_CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class EncodedResult:
+    """A round's aggregate as encoded result data chunks, made while its file was written."""
+
+    round_index: int
+    name: str
+    sha256: bytes
+    chunk_bytes: int
+    chunks: tuple[bytes, ...]
 
 
 def unlink_placed(path: Path | None) -> None:
@@ -102,6 +123,10 @@ class Streams:
     def __init__(self, ctx: CoordinatorContext) -> None:
         self.ctx = ctx
         self._open: dict[tuple[str, int, str], Ticket] = {}
+        # The newest aggregate written by this process, already encoded for
+        # GetResult, so serving it needs no read of the file it was just
+        # written to (None after a restart: then the file is read).
+        self.encoded_result: EncodedResult | None = None
 
     def in_progress(self, kind: str, round_index: int, node_id: str) -> bool:
         """True while a stream of this kind, round and node is open."""
@@ -203,14 +228,28 @@ class Streams:
                 del self._open[key]
 
     def write_result(self, running: RoundSum, round_index: int) -> ResultFile:
-        """Place the running sum as the round's aggregate file (its row is written later)."""
+        """Place the running sum as the round's aggregate file (its row is written later).
+
+        The same bytes are encoded as result chunks on the way
+        (:attr:`encoded_result`), one copy made from the sum's memory.
+        """
         writer = self.ctx.store.new_payload()
+        encoder = ChunkEncoder(RESULT_CHUNK_BYTES)
+
+        def write(block: memoryview) -> None:
+            writer.write(block)
+            encoder.add(block)
+
+        self.encoded_result = None  # the older one goes before the new is made
         try:
-            running.write_to(writer.write)
+            running.write_to(write)
             digest = writer.finish()
             name = self.ctx.store.result_name(round_index, digest)
             writer.place(name)
         except BaseException:
             writer.discard()
             raise
+        self.encoded_result = EncodedResult(
+            round_index, name, digest, RESULT_CHUNK_BYTES, encoder.finish()
+        )
         return ResultFile(name, digest)

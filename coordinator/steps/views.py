@@ -10,7 +10,10 @@ then, or until its linger time runs out).
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,6 +131,66 @@ class _Relays:
     challenge: _RelayIndex = field(default_factory=_RelayIndex)
 
 
+class _HeldPolls:
+    """The rounds held result polls wait on, and a count of the changes to them.
+
+    After every commit (CoordinatorContext.listen, under the session lock)
+    the progress of each round a poll waits on is computed once and compared
+    with its value after the previous commit; only a change wakes the polls.
+    A commit that changes nothing a node acts on (another node's upload, one
+    more attestation) so costs one progress read, not a wake-up and a read
+    for each of the K polls held, which at K nodes and 4K commits a round
+    would be 4K^2 of them.
+
+    No change is missed: a poll registers its round (which records the
+    progress then) before it reads the count and the progress it decides
+    on, and every commit after that read is followed, under the same lock,
+    by a comparison that sees it (the progress only changes by commits).
+    """
+
+    def __init__(self, ctx: CoordinatorContext, progress: Callable[[int], tuple[object, ...]]):
+        self._ctx = ctx
+        self._progress = progress
+        self._changed = threading.Condition(threading.Lock())
+        self._waiting: Counter[int] = Counter()
+        # Round -> its progress after the last commit.
+        self._last: dict[int, tuple[object, ...]] = {}
+        self.changes = 0
+        ctx.listen(self._committed)
+
+    def _committed(self) -> None:
+        changed = False
+        for round_index in tuple(self._waiting):
+            now = self._progress(round_index)
+            if self._last.get(round_index) != now:
+                self._last[round_index] = now
+                changed = True
+        if changed:
+            with self._changed:
+                self.changes += 1
+                self._changed.notify_all()
+
+    def enter(self, round_index: int) -> None:
+        """A poll starts waiting on ``round_index``."""
+        with self._ctx.lock:
+            if not self._waiting[round_index]:
+                self._last[round_index] = self._progress(round_index)
+            self._waiting[round_index] += 1
+
+    def leave(self, round_index: int) -> None:
+        """A poll of ``round_index`` is answered."""
+        with self._ctx.lock:
+            self._waiting[round_index] -= 1
+            if not self._waiting[round_index]:
+                del self._waiting[round_index]
+                self._last.pop(round_index, None)
+
+    def wait(self, seen: int, timeout: float) -> None:
+        """Wait until the count of changes differs from ``seen``, or ``timeout`` seconds."""
+        with self._changed:
+            self._changed.wait_for(lambda: self.changes != seen, timeout)
+
+
 class Views:
     """Roster, results, unmask requests and status as the nodes see them."""
 
@@ -144,6 +207,7 @@ class Views:
         # (held polls).
         self._sent: dict[str, tuple[int, tuple[object, ...], bool]] = {}
         self._relay_states: dict[tuple[int, int], _Relays] = {}
+        self._held = _HeldPolls(ctx, self._progress)
 
     def _relays(self, round_index: int, attempt: int) -> _Relays:
         """The round's relayed messages by recipient, as of the last commit (under the lock).
@@ -224,21 +288,32 @@ class Views:
         transition changes one of them or ``hold_seconds`` pass. A node that
         polls in a loop so hears of each step of its round as it commits, and
         neither it nor the coordinator spends anything on the commits between
-        (another node's upload, one more attestation).
+        (another node's upload, one more attestation): the held polls are
+        woken only by a change to what they wait on (:class:`_HeldPolls`).
         """
-        ctx = self.ctx
         sent = self._sent.get(caller)
         give_up = time.monotonic() + hold_seconds
-        while True:
-            version = ctx.version
-            # Read before the view, so a change while the view is built is
-            # answered at once next time; and cheap, because a held poll reads
-            # it again at every commit until it differs.
-            progress = self._progress(round_index)
-            remaining = give_up - time.monotonic()
-            if sent != (round_index, progress, True) or remaining <= 0:
-                break
-            ctx.wait_for_change(version, remaining)
+        held = self._held
+        entered = False
+        try:
+            while True:
+                seen = held.changes
+                # Read before the view, so a change while the view is built is
+                # answered at once next time.
+                progress = self._progress(round_index)
+                remaining = give_up - time.monotonic()
+                if sent != (round_index, progress, True) or remaining <= 0:
+                    break
+                if not entered:
+                    # Registered first, then read again: a commit after that
+                    # read is compared against what it read (_HeldPolls).
+                    held.enter(round_index)
+                    entered = True
+                    continue
+                held.wait(seen, remaining)
+        finally:
+            if entered:
+                held.leave(round_index)
         view = self._result(session_id, round_index, caller=caller)
         under_way = view.status in (RoundState.OPEN, RoundState.AWAITING_UNMASK)
         self._sent[caller] = (round_index, progress, under_way)

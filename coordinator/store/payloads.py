@@ -49,6 +49,7 @@ __all__ = [
     "correction_name",
     "fsync_dir",
     "payload_dir_for",
+    "prepare_staging",
     "remove_unreferenced",
     "result_name",
     "upload_name",
@@ -114,6 +115,25 @@ class _StagingBuffers:
                 return self._free.pop()
         return mmap.mmap(-1, _STAGE_BYTES)
 
+    def prepare(self, count: int) -> None:
+        """Have ``count`` buffers (at most the number kept) ready, their pages already in memory.
+
+        A fresh buffer's pages are faulted in by its first copy, inside the
+        first uploads; made here (``MAP_POPULATE`` where the platform has it)
+        that cost is paid once, before any payload arrives.
+        """
+        populate = getattr(mmap, "MAP_POPULATE", 0)
+        with self._lock:
+            while len(self._free) < min(count, _KEEP_STAGES):
+                if populate:
+                    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate
+                    buffer = mmap.mmap(-1, _STAGE_BYTES, flags=flags)
+                else:
+                    buffer = mmap.mmap(-1, _STAGE_BYTES)
+                    for offset in range(0, _STAGE_BYTES, mmap.PAGESIZE):
+                        buffer[offset] = 0  # touched: the page is in memory from now on
+                self._free.append(buffer)
+
     def give(self, buffer: mmap.mmap) -> None:
         with self._lock:
             if len(self._free) < _KEEP_STAGES:
@@ -123,6 +143,11 @@ class _StagingBuffers:
 
 
 _STAGES = _StagingBuffers()
+
+
+def prepare_staging(streams: int) -> None:
+    """Make the staging buffers for ``streams`` payload streams at once now (module docstring)."""
+    _STAGES.prepare(streams)
 
 
 class PayloadWriter:

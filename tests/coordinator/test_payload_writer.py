@@ -86,3 +86,21 @@ def test_a_withdrawal_reads_back_every_word_fed_after_an_unaligned_chunk(tmp_pat
     running.withdraw(contribution)
     assert not running.words().any()
     writer.discard()
+
+
+def test_staging_buffers_made_ahead_are_the_ones_uploads_take(tmp_path: Path) -> None:
+    from coordinator.store.payloads import _KEEP_STAGES, _STAGE_BYTES, _StagingBuffers
+
+    stages = _StagingBuffers()
+    stages.prepare(3)
+    ready = list(stages._free)
+    assert len(ready) == 3 and all(len(b) == _STAGE_BYTES for b in ready)
+    stages.prepare(2)  # enough are ready: none is made
+    assert stages._free == ready
+    taken = [stages.take() for _ in range(3)]
+    assert {id(b) for b in taken} == {id(b) for b in ready} and stages._free == []
+    for buffer in taken:
+        buffer[:4] = b"data"  # writable, as a stage must be
+        stages.give(buffer)
+    stages.prepare(10 * _KEEP_STAGES)  # never more than are kept
+    assert len(stages._free) == _KEEP_STAGES

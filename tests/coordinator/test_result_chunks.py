@@ -23,7 +23,10 @@ import numpy as np
 import pytest
 
 from coordinator.server import ResultChunks
-from proto.chunk_wire import passthrough_serializer
+from coordinator.session import Session
+from coordinator.steps.streams import EncodedResult
+from coordinator.store import Store
+from proto.chunk_wire import encoded_file_chunks, passthrough_serializer
 from proto.chunks import file_chunks
 from proto.zerosum.v1 import session_pb2 as pb
 from tests.coordinator.server_harness import (
@@ -41,7 +44,7 @@ from tests.coordinator.server_harness import (
     unmask_request,
     upload_messages,
 )
-from tests.coordinator.support import N_WORDS, zero_sum
+from tests.coordinator.support import N_WORDS, join_all, make_federation, run_round, zero_sum
 
 __all__ = ["certificates"]
 
@@ -115,6 +118,43 @@ def test_one_aggregate_is_held_and_shared_until_a_later_round_replaces_it(
     second.unlink()
     with pytest.raises(FileNotFoundError):
         results.chunks(1, second, b"h1")
+
+
+def test_an_aggregate_encoded_as_it_was_written_is_served_without_reading_its_file(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "r0.u64"
+    path.write_bytes(b"\x05" * 2500)
+    results = ResultChunks(chunk_bytes=1000)
+    # Chunks that are not the file's: served as they are, so the file was not read.
+    marked = EncodedResult(0, path.name, b"h0", 1000, (b"one", b"two"))
+    assert results.chunks(0, path, b"h0", marked) == (b"one", b"two")
+    assert results.chunks(0, path, b"h0") == (b"one", b"two")  # and held for every caller
+    # Encoded in chunks of another size: the file is read.
+    other = ResultChunks(chunk_bytes=500)
+    expected = [pb.ResultChunk(data=c).SerializeToString() for c in file_chunks(path, 500)]
+    assert list(other.chunks(0, path, b"h0", marked)) == expected
+
+
+def test_the_aggregate_a_round_wrote_is_encoded_as_its_file_would_be(tmp_path: Path) -> None:
+    fed = make_federation(("a", "b", "c"), min_nodes=2)
+    store = Store(tmp_path / "state.sqlite")
+    try:
+        session = Session(store, fed.config)
+        join_all(fed, session)
+        data = zero_sum(fed.node_ids, N_WORDS, seed=5)
+        run_round(fed, session, 0, data.payloads)
+        view = session.result(session.session_id, 0, caller="a")
+        assert view.path is not None and view.payload is not None
+        encoded = session.encoded_result(0, view.path, view.payload.sha256)
+        assert encoded is not None
+        assert encoded.chunks == tuple(encoded_file_chunks(view.path, encoded.chunk_bytes))
+        # Asked for another round, file or digest, nothing is handed out.
+        assert session.encoded_result(1, view.path, view.payload.sha256) is None
+        assert session.encoded_result(0, view.path.with_name("x.u64"), view.payload.sha256) is None
+        assert session.encoded_result(0, view.path, bytes(32)) is None
+    finally:
+        store.close()
 
 
 def _raw_upload(h: Harness, node: str) -> grpc.StreamUnaryMultiCallable:

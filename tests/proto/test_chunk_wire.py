@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from proto.chunk_wire import (
+    ChunkEncoder,
     DataChunk,
     as_data_chunk,
     data_chunk_decoder,
@@ -263,3 +265,29 @@ def test_a_parsed_data_chunk_is_read_through_the_same_helpers() -> None:
     chunk = as_data_chunk(decoded)
     assert chunk is not None and (chunk.offset, bytes(chunk.data)) == (16, b"words")
     assert message_part(decoded) == "data"
+
+
+@given(
+    data=st.binary(max_size=3000),
+    chunk_bytes=st.integers(1, 700),
+    cuts=st.lists(st.integers(0, 3000), max_size=12),
+)
+def test_a_payload_handed_over_in_pieces_is_encoded_as_the_whole_would_be(
+    data: bytes, chunk_bytes: int, cuts: list[int]
+) -> None:
+    encoder = ChunkEncoder(chunk_bytes)
+    edges = sorted({0, len(data), *(min(c, len(data)) for c in cuts)})
+    for start, stop in itertools.pairwise(edges):
+        encoder.add(memoryview(data)[start:stop])
+    encoder.add(b"")  # an empty piece changes nothing
+    assert encoder.finish() == tuple(encoded_chunks(data, chunk_bytes))
+
+
+def test_pieces_of_words_are_taken_as_their_bytes() -> None:
+    words = np.arange(1000, dtype="<u8")
+    encoder = ChunkEncoder(1000)
+    encoder.add(words[:300].data)  # a view of 8-byte items
+    encoder.add(words[300:].data)
+    assert encoder.finish() == tuple(encoded_chunks(words, 1000))
+    with pytest.raises(ValueError, match="chunk_bytes = 0"):
+        ChunkEncoder(0)
