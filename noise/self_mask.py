@@ -87,14 +87,24 @@ def self_mask_commitment(seed: bytes) -> bytes:
     return hashlib.sha256(_COMMITMENT_LABEL + seed).digest()
 
 
-def self_mask(seed: bytes, layout: Layout, *, round_index: int) -> NDArray[np.uint64]:
+def self_mask(
+    seed: bytes, layout: Layout, *, round_index: int, out: NDArray[np.uint64] | None = None
+) -> NDArray[np.uint64]:
     """b_k: uniform uint64 words for every tensor of ``layout``, from the revealed ``seed``.
 
     Each tensor's words are written straight into its slot of the one output
-    vector (no per-tensor array and copy).
+    vector (no per-tensor array and copy): a new one, or ``out`` (a whole
+    payload of ``layout``, e.g. a vector in use already, whose memory is
+    warm), which is returned.
     """
     require_bytes(seed, SEED_BYTES, "self-mask seed")
-    mask: NDArray[np.uint64] = np.empty(layout.size, dtype=WORD)
+    if out is not None and (not isinstance(out, np.ndarray) or out.shape != (layout.size,)):
+        shape = out.shape if isinstance(out, np.ndarray) else type(out).__name__
+        raise ValueError(
+            f"the self-mask of a layout of {layout.size} words goes into a vector of that "
+            f"length; got {shape}"
+        )
+    mask: NDArray[np.uint64] = np.empty(layout.size, dtype=WORD) if out is None else out
     for slot in layout:
         uniform_uint64(
             stream_key(seed, round_index=round_index, tensor=slot.name, purpose=_PURPOSE),

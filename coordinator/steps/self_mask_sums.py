@@ -14,7 +14,11 @@ a stretch at a time.
 The sum is a cache, not state: it lives in memory for the latest unmask
 attempt only (one vector of the round's size), and :meth:`total` recomputes
 from the stored seeds whatever it does not hold — after a restart, or when an
-answer it counted is not among those given.
+answer it counted is not among those given. The vector :meth:`total` hands
+over may be given back (:meth:`recycle`) once its caller has read it: the
+next round's sum is made in it rather than in new memory, whose pages the
+first expansion of a round would otherwise fault in on the path the round's
+answers wait on. So one vector of the round's size is held between rounds.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ class SelfMaskSums:
         self._key: tuple[int, int] | None = None
         self._nodes: dict[str, bytes] = {}
         self._sum: U64 | None = None
-        self._lock = threading.Lock()  # the sum and whose masks it holds
+        self._spare: U64 | None = None  # a vector given back, for the next sum
+        self._lock = threading.Lock()  # the sum, whose masks it holds, and the spare
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zerosum-self-masks")
         # Its own lock, so a gRPC thread handing over an answer never waits on an expansion.
         self._pending_lock = threading.Lock()
@@ -67,7 +72,9 @@ class SelfMaskSums:
             if node_id in self._nodes:
                 return
             if self._sum is None:
-                self._sum = self_mask(seed, layout, round_index=round_index)
+                self._sum = self_mask(
+                    seed, layout, round_index=round_index, out=self._take_spare(layout.size)
+                )
             else:
                 # Added as it is expanded, in place: one pass over the sum, no
                 # fresh 8 MB pad per answer (total() hands the sum over). Should
@@ -114,12 +121,24 @@ class SelfMaskSums:
             if node_id in held:
                 continue
             if total is None:
-                total = self_mask(seed, layout, round_index=round_index)
+                with self._lock:
+                    spare = self._take_spare(layout.size)
+                total = self_mask(seed, layout, round_index=round_index, out=spare)
             else:  # total was handed over or is a fresh pad: ours to add into
                 add_self_mask(total, seed, layout, round_index=round_index)
         if total is None:
             return np.zeros(layout.size, dtype=np.uint64)
         return total
+
+    def _take_spare(self, size: int) -> U64 | None:
+        """The vector given back, if it has ``size`` words (no longer held); under the lock."""
+        spare, self._spare = self._spare, None
+        return spare if spare is not None and spare.shape == (size,) else None
+
+    def recycle(self, vector: U64) -> None:
+        """Give back a vector :meth:`total` returned, once its caller no longer reads it."""
+        with self._lock:
+            self._spare = vector
 
     def forget(self) -> None:
         """Drop the sum (the round completed, failed or moved to another attempt)."""

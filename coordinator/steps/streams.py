@@ -17,6 +17,7 @@ chunks are refused. Whatever is not stored leaves no file behind.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,6 +128,8 @@ class Streams:
         # GetResult, so serving it needs no read of the file it was just
         # written to (None after a restart: then the file is read).
         self.encoded_result: EncodedResult | None = None
+        # Encodes the aggregate's chunks beside the writing of its file.
+        self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zerosum-encode")
 
     def in_progress(self, kind: str, round_index: int, node_id: str) -> bool:
         """True while a stream of this kind, round and node is open."""
@@ -237,8 +240,14 @@ class Streams:
         encoder = ChunkEncoder(RESULT_CHUNK_BYTES)
 
         def write(block: memoryview) -> None:
-            writer.write(block)
-            encoder.add(block)
+            # Every node waits on this write, and meanwhile a core is idle: the
+            # block is encoded and hashed in two helper threads as it is written.
+            encoding = self._encoder.submit(encoder.add, block)
+            try:
+                writer.write(block, hash_aside=True)
+            finally:
+                wait([encoding])  # the helper is done with the block before it goes
+            encoding.result()
 
         self.encoded_result = None  # the older one goes before the new is made
         try:

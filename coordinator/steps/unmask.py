@@ -468,9 +468,9 @@ class Unmasking:
                 running.subtract_file(self.ctx.store.payload_path(answer.path))
         seeds = {answer.node_id: answer.self_mask_seed for answer in answers}
         attempt = answers[0].attempt if answers else 0
-        running.subtract_words(
-            self.self_masks.total(round_row.round_index, attempt, seeds, round_row.layout)
-        )
+        masks = self.self_masks.total(round_row.round_index, attempt, seeds, round_row.layout)
+        running.subtract_words(masks)
+        self.self_masks.recycle(masks)  # read: the next round's sum is made in it
         return self.streams.write_result(running, round_row.round_index)
 
     def refuse_unmask(self, refusal: UnmaskRefusal, *, caller: str) -> UnmaskReceipt:

@@ -40,6 +40,7 @@ import re
 import secrets
 import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 from coordinator.errors import StateFileError
@@ -100,6 +101,20 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_HASHER: list[ThreadPoolExecutor] = []
+_HASHER_LOCK = threading.Lock()
+
+
+def _hasher() -> ThreadPoolExecutor:
+    """The one thread that hashes payload bytes beside their write (made when first asked)."""
+    with _HASHER_LOCK:
+        if not _HASHER:
+            _HASHER.append(
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="zerosum-payload-hash")
+            )
+        return _HASHER[0]
 
 
 class _StagingBuffers:
@@ -183,16 +198,31 @@ class PayloadWriter:
         """Whether whole blocks still go to the disk with direct I/O."""
         return self._use_direct
 
-    def write(self, data: bytes | memoryview) -> None:
-        """Append ``data``; every byte of it is in the file on return."""
+    def write(self, data: bytes | memoryview, *, hash_aside: bool = False) -> None:
+        """Append ``data``; every byte of it is in the file on return.
+
+        With ``hash_aside`` the bytes are hashed in a helper thread while they
+        are written (SHA-256 and the disk's write both leave the interpreter
+        lock), for a caller on the path others wait on, with a core to spare;
+        the digest is the same, and the helper is done with ``data`` when this
+        returns, whether the write succeeded or not.
+        """
         if self._fd is None:
             raise ValueError("payload writer is closed.")
         view = memoryview(data).cast("B")  # lengths and offsets in bytes from here on
-        if self._stage is None:
-            self._put(view, self.size)
+        hashing = _hasher().submit(self._digest.update, view) if hash_aside else None
+        try:
+            if self._stage is None:
+                self._put(view, self.size)
+            else:
+                self._write_staged(view)
+        finally:
+            if hashing is not None:
+                wait([hashing])
+        if hashing is None:
+            self._digest.update(view)
         else:
-            self._write_staged(view)
-        self._digest.update(view)
+            hashing.result()
         self.size += len(view)
 
     def _write_staged(self, view: memoryview) -> None:

@@ -104,3 +104,34 @@ def test_staging_buffers_made_ahead_are_the_ones_uploads_take(tmp_path: Path) ->
         stages.give(buffer)
     stages.prepare(10 * _KEEP_STAGES)  # never more than are kept
     assert len(stages._free) == _KEEP_STAGES
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_bytes_hashed_aside_give_the_same_file_and_digest(tmp_path: Path, direct: bool) -> None:
+    """hash_aside: the SHA-256 is taken in a helper thread, in order, of the same bytes."""
+    rng = random.Random(11)
+    writer = PayloadWriter(tmp_path, direct=direct)
+    written = bytearray()
+    for index, size in enumerate(SIZES):
+        data = rng.randbytes(size)
+        view = memoryview(bytearray(data))
+        writer.write(view, hash_aside=index % 3 != 1)  # hashed aside or not, interleaved
+        view[:] = bytes(size)  # the caller may reuse its buffer once write returns
+        written += data
+        assert writer.size == len(written)
+    assert writer.finish() == hashlib.sha256(written).digest()
+    assert writer.path.read_bytes() == written
+
+
+def test_a_write_that_fails_while_hashed_aside_raises_and_leaves_the_writer_usable_to_discard(
+    tmp_path: Path,
+) -> None:
+    writer = PayloadWriter(tmp_path, direct=False)
+    writer.write(b"abc", hash_aside=True)
+    assert writer._fd is not None
+    os.close(writer._fd)  # the file's descriptor goes away under the writer
+    with pytest.raises(OSError):
+        writer.write(b"defg" * 1000, hash_aside=True)
+    writer._fd = None
+    writer.discard()
+    assert not writer.path.exists()

@@ -77,3 +77,48 @@ def test_masks_of_a_long_layout_summed_across_stretches() -> None:
         sums.add(2, 1, node, SEEDS[node], layout)
     direct = wrapping_sum([self_mask(s, layout, round_index=2) for s in SEEDS.values()])
     assert np.array_equal(sums.total(2, 1, SEEDS, layout), direct)
+
+
+def test_a_vector_given_back_holds_the_next_rounds_sum() -> None:
+    """recycle(): the next sum is made in the same memory, and is still exact."""
+    layout = Layout.of({"n": (), "v": (2 * (1 << 15) + 3,)})
+    sums = SelfMaskSums()
+    for node in "abcd":
+        sums.add(1, 1, node, SEEDS[node], layout)
+    first = sums.total(1, 1, SEEDS, layout)
+    assert np.array_equal(
+        first, wrapping_sum([self_mask(s, layout, round_index=1) for s in SEEDS.values()])
+    )
+    sums.recycle(first)
+    for node in "abc":
+        sums.add(2, 1, node, SEEDS[node], layout)
+    second = sums.total(2, 1, SEEDS, layout)  # d's mask added here
+    assert second is first
+    assert np.array_equal(
+        second, wrapping_sum([self_mask(s, layout, round_index=2) for s in SEEDS.values()])
+    )
+    # A vector of another length is not reused; neither is one when nothing is held.
+    sums.recycle(np.zeros(3, dtype=np.uint64))
+    sums.add(3, 1, "a", SEEDS["a"], layout)
+    assert np.array_equal(
+        sums.total(3, 1, {"a": SEEDS["a"]}, layout), self_mask(SEEDS["a"], layout, round_index=3)
+    )
+
+
+def test_sums_stay_exact_whatever_the_order_of_answers_and_totals() -> None:
+    layout = Layout.of({"a": (1,), "b": (2,), "c": (4,)})
+    sums = SelfMaskSums()
+    order = "dbca"
+    for node in order[:2]:
+        sums.add(7, 1, node, SEEDS[node], layout)
+    partial = {n: SEEDS[n] for n in order[:2]}
+    assert np.array_equal(
+        sums.total(7, 1, partial, layout),
+        wrapping_sum([self_mask(s, layout, round_index=7) for s in partial.values()]),
+    )
+    for node in order:
+        sums.add(7, 1, node, SEEDS[node], layout)
+    assert np.array_equal(
+        sums.total(7, 1, SEEDS, layout),
+        wrapping_sum([self_mask(s, layout, round_index=7) for s in SEEDS.values()]),
+    )

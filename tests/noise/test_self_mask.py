@@ -127,3 +127,15 @@ def test_a_target_of_another_length_is_refused_before_a_word_changes() -> None:
     assert not signed.any()
     with pytest.raises(ValueError, match="self-mask seed"):
         add_self_mask(np.zeros(LAYOUT.size, dtype=np.uint64), b"short", LAYOUT, round_index=3)
+
+
+def test_the_mask_written_into_a_given_vector_is_the_same_mask() -> None:
+    layout = Layout.of({"n": (), "w": ((1 << 15) + 3,)})
+    seed = _seed()
+    out = np.full(layout.size, 5, dtype=np.uint64)
+    assert self_mask(seed, layout, round_index=3, out=out) is out
+    assert np.array_equal(out, self_mask(seed, layout, round_index=3))
+    short = np.zeros(layout.size - 1, dtype=np.uint64)
+    with pytest.raises(ValueError, match=r"goes into a vector of that length; got \(32771,\)"):
+        self_mask(seed, layout, round_index=3, out=short)
+    assert not short.any()
