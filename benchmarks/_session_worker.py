@@ -58,7 +58,6 @@ from node.protocol.roster import derive_seeds, verify_roster
 from node.protocol.statements import check_statements, sign_upload_statement
 from node.protocol.unmask import attestation_signature
 from noise.aggregate_check import (
-    StreamedTags,
     blinded_tags,
     challenge_contribution,
     challenge_key,
@@ -341,11 +340,7 @@ class _Node:
         sent = self._upload(client, self.ephemeral, round_index, round_name, mask)
         timed = _Timed(masked=sent.masked, uploaded=time.monotonic())
         while True:
-            # As a node does: with ρ formed, the aggregate is tagged as it arrives.
-            streamed = None if sent.rho is None else StreamedTags(sent.rho)
-            header = client.result(
-                self.session_id, round_index, watch=None if streamed is None else streamed.add
-            )
+            header = client.result(self.session_id, round_index)
             ask = header.unmask_request
             if header.state == RoundState.AWAITING_UNMASK and ask is not None:
                 # The unmask step every round has: sign the survivor set once, and
@@ -362,7 +357,7 @@ class _Node:
                     timed.stamps["answered"] = time.monotonic()
             elif header.aggregate is not None:
                 timed.stamps["result"] = time.monotonic()
-                self._check_aggregate(header, sent, round_name, streamed)
+                self._check_aggregate(header, sent, round_name)
                 timed.aggregate = header.aggregate
                 return timed
             elif header.state == RoundState.FAILED:
@@ -512,9 +507,7 @@ class _Node:
         sent.attested = True
         stamps["attested"] = time.monotonic()
 
-    def _check_aggregate(
-        self, header: RoundResult, sent: _Sent, round_name: str, streamed: StreamedTags | None
-    ) -> None:
+    def _check_aggregate(self, header: RoundResult, sent: _Sent, round_name: str) -> None:
         """As a node does: every counted upload was signed for this roster, and the sum checks."""
         round_index = sent.round_index
         check_statements(
@@ -533,7 +526,7 @@ class _Node:
         assert header.aggregate is not None
         given = self._open_tags(round_index, sent.survivor_hash, header.tags, header.survivors)
         given[self.node_id] = sent.own
-        if sent.rho is None or check_tags(given, header.aggregate, sent.rho, streamed=streamed):
+        if sent.rho is None or check_tags(given, header.aggregate, sent.rho):
             raise RuntimeError(f"round {round_index}: the aggregate check failed")
 
 

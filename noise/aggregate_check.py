@@ -86,7 +86,6 @@ __all__ = [
     "SEALED_TAGS_BYTES",
     "TAG_BYTES",
     "TAG_MODULUS",
-    "StreamedTags",
     "blinded_tags",
     "challenge_contribution",
     "challenge_key",
@@ -433,114 +432,16 @@ def blinded_tags(
     return tuple(out)
 
 
-class StreamedTags:
-    """:func:`tags` of a vector taken stretch by stretch, in order, as its words arrive.
-
-    A tag is a sum over entries, so the tags of consecutive stretches add up,
-    as exact integers, to the tags of the whole vector: a node can tag the
-    aggregate's words while the rest of them are still on their way
-    (``node.protocol.client``: the download calls :meth:`add` with each run
-    of whole words written). :meth:`of` gives the tags of a finished vector:
-    the streamed sums when stretches starting at word 0 covered exactly its
-    length, otherwise (nothing streamed, a gap, a stream started over after
-    a retry that did not reach the end) computed from the vector there and
-    then. The stretches must be views of one vector, each continuing the
-    last, and :meth:`of` uses the sums only for that vector's memory; whoever
-    calls :meth:`add` vouches that the words do not change after it (the
-    download writes each word once). A stretch that does not continue the
-    last is never summed.
-    """
-
-    def __init__(self, rho: NDArray[np.uint64]) -> None:
-        if rho.ndim != 1:
-            raise ValueError(f"a packed challenge is one vector; got shape {rho.shape}")
-        self._rho = rho
-        self._sums = [0] * CHALLENGE_VECTORS
-        self._covered = 0  # words 0 … covered − 1 are in the sums
-        self._broken = False
-        self._base = 0  # the address of word 0 of the vector the stretches are views of
-
-    @property
-    def rho(self) -> NDArray[np.uint64]:
-        """The packed challenge the sums are taken under."""
-        return self._rho
-
-    @property
-    def covered(self) -> int:
-        """How many words, from the first, the sums hold (0 once a stretch broke the order)."""
-        return 0 if self._broken else self._covered
-
-    def add(self, words: NDArray[np.uint64], start: int) -> None:
-        """Count ``words``, the vector's words ``start`` … ``start + len(words) − 1``.
-
-        A stretch at word 0 starts the sums again (a download begun anew); one
-        that does not continue the last, or runs past ρ, stops the streaming
-        (:meth:`of` then computes the tags itself).
-        """
-        if words.ndim == 1 and words.shape[0] == 0:  # nothing to count (nor an address)
-            self._broken = self._broken or start != self._covered
-            return
-        if start == 0:
-            self._sums, self._covered, self._broken = [0] * CHALLENGE_VECTORS, 0, False
-            self._base = _address(words)
-        stop = start + words.shape[0]
-        if (
-            self._broken
-            or words.ndim != 1
-            or words.dtype != np.dtype("<u8")
-            or start != self._covered
-            or stop > self._rho.shape[0]
-            or _address(words) != self._base + start * words.itemsize
-        ):
-            self._broken = True
-            return
-        for row, value in enumerate(tags(words, self._rho[start:stop])):
-            self._sums[row] += value
-        self._covered = stop
-
-    def of(self, vector: NDArray[np.uint64]) -> tuple[int, ...]:
-        """:func:`tags` of ``vector`` with this ρ (the streamed sums when they cover it).
-
-        The sums are used only for the very memory they were taken from: a
-        vector elsewhere (a copy, another download) is tagged here and now.
-        """
-        if (
-            vector.ndim == 1
-            and self.covered == vector.shape[0] == self._rho.shape[0]
-            and vector.dtype == np.dtype("<u8")
-            and _address(vector) == self._base
-        ):
-            return tuple(self._sums)
-        return tags(vector, self._rho)
-
-
-def _address(words: NDArray[np.uint64]) -> int:
-    """Where ``words``' first word lies in memory."""
-    address: int = words.__array_interface__["data"][0]
-    return address
-
-
 def check_tags(
-    blinded: Mapping[str, Sequence[int]],
-    aggregate: NDArray[np.uint64],
-    rho: NDArray[np.uint64],
-    *,
-    streamed: StreamedTags | None = None,
+    blinded: Mapping[str, Sequence[int]], aggregate: NDArray[np.uint64], rho: NDArray[np.uint64]
 ) -> list[int]:
-    """The checks ℓ where Σ of everyone's blinded tags differs from the aggregate's tag.
-
-    ``streamed``: the aggregate's tags taken as it arrived, under this ``rho``
-    (:class:`StreamedTags`); without it, or where it does not cover the
-    aggregate, they are computed here.
-    """
+    """The checks ℓ where Σ of everyone's blinded tags differs from the aggregate's tag."""
     if aggregate.shape[0] > MAX_CHECKED_ENTRIES:
         raise ValueError(
             f"an aggregate of {aggregate.shape[0]} entries is above the {MAX_CHECKED_ENTRIES} "
             "the check is sound for"
         )
-    if streamed is not None and streamed.rho is not rho:
-        raise ValueError("the streamed tags were taken under another challenge than this one")
-    expected = tags(aggregate, rho) if streamed is None else streamed.of(aggregate)
+    expected = tags(aggregate, rho)
     failed = []
     for row, want in enumerate(expected):
         total = sum(int(values[row]) for values in blinded.values()) % TAG_MODULUS

@@ -21,7 +21,7 @@ they cannot disagree on the byte layout:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -39,7 +39,6 @@ __all__ = [
     "Chunk",
     "PayloadAssembler",
     "PayloadError",
-    "WordsWatch",
     "chunk_views",
     "file_chunks",
     "layout_of",
@@ -51,8 +50,6 @@ __all__ = [
 
 CHUNK_BYTES = 1 << 20  # 1 MiB: a quarter of gRPC's default message limit
 U64 = NDArray[np.uint64]
-# Called with each run of whole words a download has written and its first index.
-WordsWatch = Callable[[U64, int], None]
 
 
 class PayloadError(ProtoError, ValueError):
@@ -183,12 +180,7 @@ class PayloadAssembler:
     ``layout`` the header must announce exactly that layout. With
     ``check_digest=False`` the words are not hashed and the header's SHA-256
     is not compared (for a receiver that checks the words by other means: a
-    node's aggregate-check tags, docs/design.md §4.5). ``watch`` is called
-    after each chunk with the words it completed, ``watch(words, start)``
-    (a view of the buffer, whole words only, valid during the call): such a
-    receiver can work through the words while the next chunk is on its way.
-    Every word is written once and never again, so the words watched are
-    those :meth:`finish` returns.
+    node's aggregate-check tags, docs/design.md §4.5).
     """
 
     def __init__(
@@ -198,7 +190,6 @@ class PayloadAssembler:
         layout: Layout | None = None,
         max_bytes: int | None = None,
         check_digest: bool = True,
-        watch: WordsWatch | None = None,
     ) -> None:
         announced = layout_of(header.tensors)
         if layout is not None and announced != layout:
@@ -223,8 +214,6 @@ class PayloadAssembler:
         self._target = self._words.view(np.uint8).data
         self._digest = hashlib.sha256() if check_digest else None
         self._filled = 0
-        self._watch = watch
-        self._watched = 0  # whole words handed to watch so far
 
     @property
     def received_bytes(self) -> int:
@@ -249,10 +238,6 @@ class PayloadAssembler:
         if self._digest is not None:
             self._digest.update(data)
         self._filled = end
-        whole = end // WORD_BYTES
-        if self._watch is not None and whole > self._watched:
-            start, self._watched = self._watched, whole
-            self._watch(self._words[start:whole], start)
 
     def finish(self) -> U64:
         """The complete payload as uint64 words, after checking its size and (unless told

@@ -29,7 +29,7 @@ from coordinator.session import Session, Ticket
 from node.errors import AlreadyJoined, CoordinatorRefused
 from noise.keys import KeyBundle
 from noise.layout import Layout, payload_digest
-from proto.chunks import CHUNK_BYTES, WordsWatch, payload_chunks
+from proto.chunks import CHUNK_BYTES, payload_chunks
 from proto.messages import (
     Attestation,
     JoinReceipt,
@@ -134,9 +134,7 @@ class InProcessGateway:
     def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
         return self._uploaded.get((session_id, round_index))
 
-    def result(
-        self, session_id: str, round_index: int, *, watch: WordsWatch | None = None
-    ) -> RoundResult:
+    def result(self, session_id: str, round_index: int) -> RoundResult:
         view = self._call(
             "GetResult",
             lambda: self._session.result(session_id, round_index, caller=self._node_id),
@@ -150,8 +148,6 @@ class InProcessGateway:
                 raise CoordinatorRefused(
                     "GetResult", "DATA_LOSS", "the stored aggregate does not match its digest"
                 )
-            if watch is not None:  # read whole, so watched whole
-                watch(aggregate, 0)
             self._session.record_delivery(round_index, self._node_id)
         return RoundResult.of(view.header(), aggregate=aggregate, layout=layout)
 

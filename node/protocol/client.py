@@ -68,7 +68,6 @@ from proto.chunks import (
     Chunk,
     PayloadAssembler,
     PayloadError,
-    WordsWatch,
     layout_of,
 )
 from proto.convert import (
@@ -238,21 +237,16 @@ def _method(name: str) -> str:
 
 
 def assemble_payload(
-    header: pb.PayloadHeader,
-    chunks: Iterable[Chunk],
-    *,
-    what: str,
-    check_digest: bool = True,
-    watch: WordsWatch | None = None,
+    header: pb.PayloadHeader, chunks: Iterable[Chunk], *, what: str, check_digest: bool = True
 ) -> NDArray[np.uint64]:
     """Join streamed chunks with :class:`~proto.chunks.PayloadAssembler`.
 
     Raises :class:`~proto.chunks.PayloadError` (a ValueError) naming ``what``
     when the order, size or (with ``check_digest``) SHA-256 does not match
-    the header. ``watch`` sees each run of words as it is written.
+    the header.
     """
     try:
-        assembler = PayloadAssembler(header, check_digest=check_digest, watch=watch)
+        assembler = PayloadAssembler(header, check_digest=check_digest)
         for chunk in chunks:
             assembler.add(chunk)
         return assembler.finish()
@@ -494,15 +488,8 @@ class GrpcGateway:
         """SHA-256 of the payload this gateway uploaded for a round; None if it sent none."""
         return self._uploaded.get((session_id, round_index))
 
-    def result(
-        self, session_id: str, round_index: int, *, watch: WordsWatch | None = None
-    ) -> RoundResult:
+    def result(self, session_id: str, round_index: int) -> RoundResult:
         """The round's state; when READY also the aggregate, whole but not yet checked.
-
-        ``watch(words, start)`` is called with each run of the aggregate's
-        words as it lands, while the next chunk is still arriving (a retried
-        download starts again at word 0); the node tags them there
-        (``noise.aggregate_check.StreamedTags``).
 
         Its words are not hashed against the header's SHA-256: the coordinator
         chose both, so agreeing with each other proves nothing against it, and
@@ -532,7 +519,6 @@ class GrpcGateway:
                         chunks,
                         what=f"aggregate of round {round_index}",
                         check_digest=False,
-                        watch=watch,
                     )
                     layout = layout_of(header.payload.tensors)
                 except PayloadError as error:

@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Protocol
 
 from noise.keys import KeyBundle
-from proto.chunks import WordsWatch
 from proto.messages import (
     U64,
     Attestation,
@@ -52,12 +51,7 @@ class CoordinatorGateway(Protocol):
         """The digest of the payload this gateway uploaded for a round, if it did."""
         ...
 
-    def result(
-        self, session_id: str, round_index: int, *, watch: WordsWatch | None = None
-    ) -> RoundResult:
-        """The round's state (and, once READY, its aggregate, unchecked); ``watch`` sees
-        the aggregate's words as they arrive (``proto.chunks.WordsWatch``)."""
-        ...
+    def result(self, session_id: str, round_index: int) -> RoundResult: ...
 
     def attest(self, attestation: Attestation) -> None: ...
 

@@ -49,7 +49,6 @@ from node.errors import SessionFailed
 from node.session.context import SessionContext
 from noise.aggregate_check import (
     CHALLENGE_VECTORS,
-    StreamedTags,
     blinded_tags,
     challenge_contribution,
     challenge_key,
@@ -365,14 +364,13 @@ def check_aggregate(
     key: bytes | None,
     own: tuple[int, ...] | None,
     survivor_hash: bytes,
-    streamed: StreamedTags | None = None,
+    rho: U64 | None = None,
 ) -> None:
     """Refuse (SessionFailed) an aggregate the survivors' tags do not vouch for.
 
     ``own``: this node's blinded tags for the survivor set it signed;
-    ``streamed``: the challenge vectors of ``key`` when already expanded,
-    with the aggregate's tags taken as it arrived. The sentence says who is
-    at fault as far as this node can tell.
+    ``rho``: the challenge vectors of ``key`` when already expanded. The
+    sentence says who is at fault as far as this node can tell.
     """
     what = f"the aggregate of round {index} ({result.round_name!r})"
     if key is None or own is None:
@@ -391,9 +389,9 @@ def check_aggregate(
     if isinstance(opened, str):
         raise SessionFailed(f"{what} cannot be checked (the coordinator is at fault): {opened}")
     opened[ctx.node_id] = own
-    if streamed is None:
-        streamed = StreamedTags(challenge_vectors(key, layout.size, round_index=index))
-    failed = check_tags(opened, result.aggregate, streamed.rho, streamed=streamed)
+    if rho is None:
+        rho = challenge_vectors(key, layout.size, round_index=index)
+    failed = check_tags(opened, result.aggregate, rho)
     if failed:
         raise SessionFailed(
             f"{what} fails {len(failed)} of {CHALLENGE_VECTORS} secret checks: it is not the sum "

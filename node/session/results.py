@@ -23,7 +23,6 @@ from node.session import unmask_answers
 from node.session.aggregate_tags import check_aggregate
 from node.session.context import SessionContext
 from node.session.progress import RoundProgress
-from noise.aggregate_check import StreamedTags
 from noise.layout import Layout
 from proto.messages import RoundResult, RoundState
 
@@ -69,14 +68,7 @@ def await_result(
     """
     seen: tuple[object, ...] | None = None
     while True:
-        # With ρ at hand, the aggregate's tags are taken as its words arrive.
-        expanded = progress.challenge
-        streamed = (
-            StreamedTags(expanded[1]) if expanded is not None and expanded[0] == index else None
-        )
-        result = ctx.gateway.result(
-            ctx.session_id, index, watch=None if streamed is None else streamed.add
-        )
+        result = ctx.gateway.result(ctx.session_id, index)
         if result.state == RoundState.READY:
             assert result.aggregate is not None
             sent = ctx.gateway.uploaded_sha256(ctx.session_id, index) or own_sha256
@@ -98,6 +90,7 @@ def await_result(
             except StatementError as error:
                 raise SessionFailed(str(error)) from None
             signed = unmask_answers.signed_set(ctx, progress, index)
+            expanded = progress.challenge
             check_aggregate(
                 ctx,
                 result,
@@ -106,7 +99,7 @@ def await_result(
                 key=None if signed is None else signed.challenge_key,
                 own=None if signed is None else signed.own_tags,
                 survivor_hash=b"" if signed is None else signed.survivor_hash,
-                streamed=streamed,
+                rho=expanded[1] if expanded is not None and expanded[0] == index else None,
             )
             progress.challenge = None
             return Outcome(result.aggregate, result.survivors)

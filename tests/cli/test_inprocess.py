@@ -28,7 +28,6 @@ from node.protocol.gateway import CoordinatorGateway
 from node.runner import NodeOptions, NodeRunner
 from node.session.setup import LocalSetup
 from noise.keys import EphemeralKey, IdentityKey, sign_key_bundle
-from proto.chunks import WordsWatch
 from proto.federation import config_hash, load_federation
 from proto.messages import RoundResult
 from tests.node.gateways import FaultyGateway
@@ -178,11 +177,8 @@ class Forging:
     def __getattr__(self, name: str) -> object:
         return getattr(self._inner, name)
 
-    def result(
-        self, session_id: str, round_index: int, *, watch: WordsWatch | None = None
-    ) -> RoundResult:
-        # The words the node watched arrive genuine; the forgery is a copy.
-        result = self._inner.result(session_id, round_index, watch=watch)
+    def result(self, session_id: str, round_index: int) -> RoundResult:
+        result = self._inner.result(session_id, round_index)
         if result.aggregate is None or result.layout is None or round_index != 0:
             return result
         forged = result.aggregate.copy()

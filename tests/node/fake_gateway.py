@@ -30,7 +30,6 @@ from node.session.setup import LocalSetup
 from noise.keys import KeyBundle
 from noise.layout import Layout, payload_digest
 from noise.transcript import roster_hash
-from proto.chunks import WordsWatch
 from proto.messages import (
     Attestation,
     JoinReceipt,
@@ -142,9 +141,7 @@ class FakeCoordinator:
             excluded=(),
         )
 
-    def result(
-        self, session_id: str, round_index: int, *, watch: WordsWatch | None = None
-    ) -> RoundResult:
+    def result(self, session_id: str, round_index: int) -> RoundResult:
         """The result the test set for the round; asking for another fails the test at once.
 
         (A node would poll an open round forever: failing here turns a node

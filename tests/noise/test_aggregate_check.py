@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,7 +13,6 @@ from noise.aggregate_check import (
     SEALED_BYTES,
     SEALED_TAGS_BYTES,
     TAG_MODULUS,
-    StreamedTags,
     blinded_tags,
     challenge_contribution,
     challenge_key,
@@ -343,71 +340,3 @@ def test_the_check_refuses_layouts_longer_than_it_is_sound_for() -> None:
     too_long = np.lib.stride_tricks.as_strided(big, shape=(MAX_CHECKED_ENTRIES + 1,), strides=(0,))
     with pytest.raises(ValueError, match="above the 140737488355328 the check is sound for"):
         check_tags({}, too_long, big)
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    size=st.integers(1, 3 * BLOCK + 5),
-    cuts=st.lists(st.floats(0, 1), max_size=6),
-    seed=st.integers(0, 2**32 - 1),
-)
-def test_tags_streamed_stretch_by_stretch_are_the_tags_of_the_whole(
-    size: int, cuts: list[float], seed: int
-) -> None:
-    """Consecutive stretches of one vector, any lengths (empty ones too), sum exactly."""
-    words = np.random.default_rng(seed).integers(0, 2**64, size, dtype=np.uint64, endpoint=False)
-    rho = challenge_vectors(seed.to_bytes(32, "big"), size, round_index=1)
-    bounds = [0, *sorted(int(c * size) for c in cuts), size]
-    streamed = StreamedTags(rho)
-    for start, stop in itertools.pairwise(bounds):
-        streamed.add(words[start:stop], start)
-    assert streamed.covered == size
-    assert streamed.of(words) == tags(words, rho)
-
-
-def test_streamed_tags_are_used_only_for_the_memory_they_were_taken_from() -> None:
-    """A forged copy of the aggregate is tagged afresh, never given the genuine sums."""
-    rng = np.random.default_rng(5)
-    words = rng.integers(0, 2**64, 2 * BLOCK + 3, dtype=np.uint64, endpoint=False)
-    rho = challenge_vectors(bytes(32), words.size, round_index=3)
-    streamed = StreamedTags(rho)
-    half = words.size // 2
-    streamed.add(words[:half], 0)
-    streamed.add(words[half:], half)
-    genuine = tags(words, rho)
-    forged = words.copy()
-    forged[7] += np.uint64(1)
-    assert streamed.of(forged) == tags(forged, rho) != genuine
-    blinded = {"a": genuine}
-    assert check_tags(blinded, words, rho, streamed=streamed) == []
-    assert check_tags(blinded, forged, rho, streamed=streamed) == [0, 1, 2, 3]
-    with pytest.raises(ValueError, match="another challenge"):
-        check_tags(blinded, words, rho.copy(), streamed=streamed)
-
-
-def test_stretches_out_of_order_or_of_another_vector_stop_the_streaming() -> None:
-    rng = np.random.default_rng(6)
-    words = rng.integers(0, 2**64, 1000, dtype=np.uint64, endpoint=False)
-    other = words.copy()
-    rho = challenge_vectors(bytes(32), words.size, round_index=4)
-    expected = tags(words, rho)
-    cases = [
-        [(words[:400], 0), (words[500:], 500)],  # a gap
-        [(words[:400], 0), (other[400:], 400)],  # the next words of another vector
-        [(words[:400], 0), (words[400:], 400), (words[:1], 999)],  # past the end
-    ]
-    for stretches in cases:
-        streamed = StreamedTags(rho)
-        for part, start in stretches:
-            streamed.add(part, start)
-        assert streamed.covered == 0
-        assert streamed.of(words) == expected  # computed there and then, still exact
-    # A download begun again at word 0 starts the sums again.
-    streamed = StreamedTags(rho)
-    streamed.add(other[:300], 0)
-    streamed.add(words[:600], 0)
-    streamed.add(words[600:], 600)
-    assert streamed.covered == words.size and streamed.of(words) == expected
-    short = StreamedTags(rho)
-    short.add(words[:999], 0)  # not the whole vector yet
-    assert short.of(words) == expected

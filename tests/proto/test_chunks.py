@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -152,23 +151,3 @@ def test_assembler_checks_the_header_against_itself_and_the_expected_layout() ->
     short_digest.sha256 = b"\x00" * 5
     with pytest.raises(PayloadError, match="sha256 has 5 bytes"):
         PayloadAssembler(short_digest)
-
-
-def test_the_watcher_sees_every_whole_word_once_in_order_as_views_of_the_result() -> None:
-    """Chunks that end inside a word: the word is watched once the next chunk completes it."""
-    payload = words()
-    data = payload.astype("<u8").tobytes()
-    seen: list[tuple[int, np.ndarray, int]] = []
-
-    def watch(part: np.ndarray, start: int) -> None:
-        seen.append((start, part.copy(), part.__array_interface__["data"][0]))
-
-    assembler = PayloadAssembler(payload_header(payload, LAYOUT, 20), watch=watch)
-    cuts = [0, 3, 5, 16, 17, 100, len(data)]  # 3 and 5 bytes: no whole word yet
-    for start, stop in itertools.pairwise(cuts):
-        assembler.add(pb.PayloadChunk(offset=start, data=data[start:stop]))
-    result = assembler.finish()
-    assert [start for start, _, _ in seen] == [0, 2, 12]
-    assert np.array_equal(np.concatenate([part for _, part, _ in seen]), result)
-    base = result.__array_interface__["data"][0]
-    assert [address for _, _, address in seen] == [base + 8 * start for start, _, _ in seen]
