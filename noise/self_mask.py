@@ -98,12 +98,8 @@ def self_mask(
     warm), which is returned.
     """
     require_bytes(seed, SEED_BYTES, "self-mask seed")
-    if out is not None and (not isinstance(out, np.ndarray) or out.shape != (layout.size,)):
-        shape = out.shape if isinstance(out, np.ndarray) else type(out).__name__
-        raise ValueError(
-            f"the self-mask of a layout of {layout.size} words goes into a vector of that "
-            f"length; got {shape}"
-        )
+    if out is not None:
+        _require_payload_vector(out, layout)
     mask: NDArray[np.uint64] = np.empty(layout.size, dtype=WORD) if out is None else out
     for slot in layout:
         uniform_uint64(
@@ -132,12 +128,7 @@ def add_self_mask(
     before any word changes otherwise).
     """
     require_bytes(seed, SEED_BYTES, "self-mask seed")
-    if not isinstance(target, np.ndarray) or target.shape != (layout.size,):
-        shape = target.shape if isinstance(target, np.ndarray) else type(target).__name__
-        raise ValueError(
-            f"the self-mask of a layout of {layout.size} words goes into a vector of that "
-            f"length; got {shape}"
-        )
+    _require_payload_vector(target, layout)
     for slot in layout:
         add_uniform_uint64(
             stream_key(seed, round_index=round_index, tensor=slot.name, purpose=_PURPOSE),
@@ -145,3 +136,13 @@ def add_self_mask(
             subtract=subtract,
         )
     return target
+
+
+def _require_payload_vector(vector: object, layout: Layout) -> None:
+    """ValueError unless ``vector`` is an array of exactly ``layout``'s words (its shape)."""
+    if not isinstance(vector, np.ndarray) or vector.shape != (layout.size,):
+        shape = vector.shape if isinstance(vector, np.ndarray) else type(vector).__name__
+        raise ValueError(
+            f"the self-mask of a layout of {layout.size} words goes into a vector of that "
+            f"length; got {shape}"
+        )

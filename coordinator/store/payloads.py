@@ -103,18 +103,8 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-_HASHER: list[ThreadPoolExecutor] = []
-_HASHER_LOCK = threading.Lock()
-
-
-def _hasher() -> ThreadPoolExecutor:
-    """The one thread that hashes payload bytes beside their write (made when first asked)."""
-    with _HASHER_LOCK:
-        if not _HASHER:
-            _HASHER.append(
-                ThreadPoolExecutor(max_workers=1, thread_name_prefix="zerosum-payload-hash")
-            )
-        return _HASHER[0]
+# The one thread that hashes payload bytes beside their write (started at its first use).
+_HASHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zerosum-payload-hash")
 
 
 class _StagingBuffers:
@@ -210,7 +200,7 @@ class PayloadWriter:
         if self._fd is None:
             raise ValueError("payload writer is closed.")
         view = memoryview(data).cast("B")  # lengths and offsets in bytes from here on
-        hashing = _hasher().submit(self._digest.update, view) if hash_aside else None
+        hashing = _HASHER.submit(self._digest.update, view) if hash_aside else None
         try:
             if self._stage is None:
                 self._put(view, self.size)
