@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from noise.aggregate_check import (
     CHALLENGE_VECTORS,
     MAX_CHECKED_ENTRIES,
+    NATIVE_TAGS,
     SEALED_BYTES,
     SEALED_TAGS_BYTES,
     TAG_MODULUS,
@@ -19,6 +22,7 @@ from noise.aggregate_check import (
     challenge_rows,
     challenge_vectors,
     check_tags,
+    numpy_tags,
     open_contribution,
     open_tags,
     seal_contribution,
@@ -71,12 +75,39 @@ def _reference_tags(words: np.ndarray, rho: np.ndarray) -> tuple[int, ...]:
     return tuple(totals)
 
 
-BLOCK = 1 << 14  # entries per block of tags()
+BLOCK = 1 << 14  # entries per block of numpy_tags()
+NATIVE_BLOCK = 1 << 16  # entries per block of the compiled pass
 ALL_ONES = 2**64 - 1
+# Both ways of computing the tags: tags() takes the compiled pass where it is built.
+TAGGERS = pytest.mark.parametrize("tagger", [tags, numpy_tags], ids=["tags", "numpy_tags"])
 
 
+def test_the_development_install_has_the_compiled_tags() -> None:
+    # make test installs the project with its C pass (setup.py); without a
+    # compiler the install still succeeds and every tag below takes numpy's path.
+    assert NATIVE_TAGS
+
+
+@TAGGERS
 @pytest.mark.parametrize(
-    "size", [0, 1, 2, 3, 7, BLOCK - 1, BLOCK, BLOCK + 1, BLOCK + 2, 2 * BLOCK - 1, 2 * BLOCK + 5]
+    "size",
+    [
+        0,
+        1,
+        2,
+        3,
+        7,
+        BLOCK - 1,
+        BLOCK,
+        BLOCK + 1,
+        BLOCK + 2,
+        2 * BLOCK - 1,
+        2 * BLOCK + 5,
+        NATIVE_BLOCK - 1,
+        NATIVE_BLOCK,
+        NATIVE_BLOCK + 1,
+        2 * NATIVE_BLOCK + 3,
+    ],
 )
 @pytest.mark.parametrize(
     ("words_kind", "rho_kind"),
@@ -89,7 +120,12 @@ ALL_ONES = 2**64 - 1
         ("random", "zero"),
     ],
 )
-def test_tags_match_python_integers(size: int, words_kind: str, rho_kind: str) -> None:
+def test_tags_match_python_integers(
+    tagger: Callable[[np.ndarray, np.ndarray], tuple[int, ...]],
+    size: int,
+    words_kind: str,
+    rho_kind: str,
+) -> None:
     rng = np.random.default_rng(size)
     extremes = np.array(
         [0, 1, 2**63 - 1, 2**63, 2**63 + 1, ALL_ONES, 0x8000, 0xFFFF << 48], dtype=np.uint64
@@ -106,10 +142,13 @@ def test_tags_match_python_integers(size: int, words_kind: str, rho_kind: str) -
         "all 0xFFFF": np.full(size, ALL_ONES, dtype=np.uint64),
         "zero": np.zeros(size, dtype=np.uint64),
     }[rho_kind]
-    assert tags(words, rho) == _reference_tags(words, rho)
+    assert tagger(words, rho) == _reference_tags(words, rho)
 
 
-def test_tags_past_64_blocks_add_up_like_their_parts() -> None:
+@TAGGERS
+def test_tags_past_64_blocks_add_up_like_their_parts(
+    tagger: Callable[[np.ndarray, np.ndarray], tuple[int, ...]],
+) -> None:
     # 64 blocks' products are added in float64 before they become integers;
     # a vector of 65 blocks and 5 entries crosses that boundary, its parts at
     # other places, and each part's own tags are checked against Python ints.
@@ -119,20 +158,58 @@ def test_tags_past_64_blocks_add_up_like_their_parts() -> None:
     words[::7] = 2**63  # the most negative word, often
     rho = rng.integers(0, 2**64, size=size, dtype=np.uint64, endpoint=False)
     cut = 3 * BLOCK + 1
-    head, tail = tags(words[:cut], rho[:cut]), tags(words[cut:], rho[cut:])
-    assert tags(words, rho) == tuple(a + b for a, b in zip(head, tail, strict=True))
-    assert tags(words[-7:], rho[-7:]) == _reference_tags(words[-7:], rho[-7:])
+    head, tail = tagger(words[:cut], rho[:cut]), tagger(words[cut:], rho[cut:])
+    assert tagger(words, rho) == tuple(a + b for a, b in zip(head, tail, strict=True))
+    assert tagger(words[-7:], rho[-7:]) == _reference_tags(words[-7:], rho[-7:])
+    assert tags(words, rho) == numpy_tags(words, rho)
 
 
-def test_tags_of_views_and_other_integer_arrays_are_those_of_their_words() -> None:
+@TAGGERS
+def test_tags_of_views_and_other_integer_arrays_are_those_of_their_words(
+    tagger: Callable[[np.ndarray, np.ndarray], tuple[int, ...]],
+) -> None:
     rng = np.random.default_rng(9)
     words = rng.integers(0, 2**64, size=2 * BLOCK + 3, dtype=np.uint64, endpoint=False)
     rho = rng.integers(0, 2**64, size=2 * BLOCK + 3, dtype=np.uint64, endpoint=False)
     # Strided and offset views, and int64 words (read as their uint64 bit patterns).
     odd, even = words[1::2], rho[: words.size - 1 : 2]
-    assert tags(odd, even) == _reference_tags(odd, even)
-    assert tags(words[3:], rho[3:]) == _reference_tags(words[3:], rho[3:])
-    assert tags(words.view(np.int64), rho) == _reference_tags(words, rho)
+    assert tagger(odd, even) == _reference_tags(odd, even)
+    assert tagger(words[3:], rho[3:]) == _reference_tags(words[3:], rho[3:])
+    assert tagger(words.view(np.int64), rho) == _reference_tags(words, rho)
+
+
+_WORDS = st.one_of(
+    st.integers(0, 2**64 - 1), st.sampled_from([0, 1, 2**63 - 1, 2**63, 2**63 + 1, ALL_ONES])
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_WORDS, _WORDS), max_size=300))
+def test_the_compiled_pass_and_numpy_give_the_same_integers(
+    pairs: list[tuple[int, int]],
+) -> None:
+    words = np.array([w for w, _ in pairs], dtype=np.uint64)
+    rho = np.array([r for _, r in pairs], dtype=np.uint64)
+    assert tags(words, rho) == numpy_tags(words, rho) == _reference_tags(words, rho)
+
+
+def test_the_compiled_pass_refuses_buffers_it_cannot_read_as_words() -> None:
+    from noise._tag_sums import tag_sums
+
+    words = np.zeros(8, dtype=np.uint64)
+    out = np.zeros(2 * CHALLENGE_VECTORS, dtype=np.uint64)
+    with pytest.raises(ValueError, match="one length"):
+        tag_sums(words, words[:7], out)
+    with pytest.raises(ValueError, match="whole uint64 words"):
+        tag_sums(words.view(np.uint8)[:12], words.view(np.uint8)[:12], out)
+    with pytest.raises(ValueError, match="writes 8 uint64 words"):
+        tag_sums(words, words, out[:7])
+    with pytest.raises(ValueError, match="aligned"):
+        tag_sums(words.view(np.uint8)[4:60], words.view(np.uint8)[4:60], out)
+    with pytest.raises(TypeError):
+        tag_sums(words, words, bytes(64))  # the totals must be writable
+    tag_sums(words, words, out)
+    assert not out.any()
 
 
 def _contributions(rng: np.random.Generator, size: int) -> dict[str, np.ndarray]:
