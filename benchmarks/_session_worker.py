@@ -422,7 +422,7 @@ class _Node:
                 round_index=round_index,
                 round_name=round_name,
                 node_id=self.node_id,
-                payload=payload_spec(None, self.layout, self.codec.frac_bits, sha256=digest),
+                payload=payload_spec(None, self.layout, self.codec.frac_bits, digest=digest),
                 roster_hash=self.roster_hash,
                 statement_signature=sign_upload_statement(
                     self.identity,
@@ -431,7 +431,7 @@ class _Node:
                     round_index=round_index,
                     round_name=round_name,
                     roster_hash=self.roster_hash,
-                    payload_sha256=digest,
+                    payload_digest=digest,
                 ),
                 self_mask_commitment=self_mask_commitment(seed),
                 challenge=challenge,
@@ -518,7 +518,7 @@ class _Node:
             roster_hash=self.roster_hash,
             identity_keys=self.config.identity_keys,
             own_node_id=self.node_id,
-            own_sha256=sent.digest,
+            own_digest=sent.digest,
             participants=self.participants,
             round_name=round_name,
         )

@@ -20,10 +20,10 @@ each node
    (``noise.masks.pairwise_mask``: 9 keyed Gaussian streams of 10^6 draws),
    then its uniform self-mask (``noise.self_mask``), and seals its challenge
    contribution for each other node (``noise.aggregate_check``);
-2. uploads the 8 MB payload in 1 MiB chunks (header with layout, SHA-256,
+2. uploads the 8 MB payload in 1 MiB chunks (header with layout, digest,
    self-mask commitment and sealed contributions first); the coordinator adds
    each chunk into the round's running sum as it arrives, writes it to its
-   state folder, checks size and SHA-256 and records the upload in SQLite;
+   state folder, checks size and digest and records the upload in SQLite;
 3. takes part in the round's unmask step, as every node does every round
    (docs/design.md §4.6): polls ``GetResult`` (a long poll: the
    coordinator answers when something changed), opens the
@@ -33,7 +33,7 @@ each node
    signature is there it opens the tags sealed for it and answers with its
    self-mask seed; the coordinator subtracts each revealed self-mask and, on
    the last answer, writes and publishes the sum;
-4. downloads the 8 MB aggregate (checked against its SHA-256), checks every
+4. downloads the 8 MB aggregate (not hashed: the tags check it), checks every
    upload statement and that the survivors' blinded tags add up to the
    aggregate's tag (the aggregate check, §4.5).
 
@@ -61,10 +61,11 @@ revealed self-mask.
 The CPU the protocol's own computations take in one round of K = 10,
 d = 10^6, beyond what the bare round does, measured here one at a time
 (medians, thread CPU clock) and added up for the round: on the coordinator
-K SHA-256 passes over an upload, K self-mask expansions, one SHA-256 of the
-aggregate and 4K Ed25519 verifications (each upload header and attestation
-signed, and each sender's one signature over the K − 1 sealed items in it);
-on each node its ``node_protection`` work, SHA-256 of its payload (the
+K payload digests over an upload (BLAKE3, ``noise.layout.payload_digest``),
+K self-mask expansions, one digest of the aggregate and 4K Ed25519
+verifications (each upload header and attestation signed, and each sender's
+one signature over the K − 1 sealed items in it);
+on each node its ``node_protection`` work, the digest of its payload (the
 aggregate it downloads is checked by the tags, not hashed), 4 signatures and
 2(K − 1) verifications (the others' upload statements and attestations; a
 sealed item's signature is checked only when the item does not open). Left
@@ -156,7 +157,7 @@ from benchmarks._session_worker import MASK_MODES, PLAIN_TENSOR, TENSOR, node_va
 from coordinator.config import SessionConfig
 from noise.aggregate_check import blinded_tags, challenge_vectors, tags
 from noise.fixed_point import FixedPointCodec, wrapping_sum
-from noise.layout import Layout
+from noise.layout import Layout, payload_digest
 from noise.self_mask import self_mask
 from proto.federation import RoundSpec, config_hash, dump_federation, load_federation
 
@@ -501,17 +502,16 @@ def _protocol_floor(words: np.ndarray[Any, Any], repeats: int) -> float:
     public = signer.public_key()
     message = bytes(200)  # a transcript message is a few hundred bytes
     signature = signer.sign(message)
-    data = np.ascontiguousarray(words).view(np.uint8).data
     cpu = time.thread_time
-    sha256 = _median_seconds(lambda: hashlib.sha256(data).digest(), repeats, clock=cpu)
+    digest = _median_seconds(lambda: payload_digest(words), repeats, clock=cpu)
     expansion = _median_seconds(lambda: self_mask(key, layout, round_index=0), repeats, clock=cpu)
     sign = _median_seconds(lambda: signer.sign(message), repeats, clock=cpu, calls=200)
     verify = _median_seconds(
         lambda: public.verify(signature, message), repeats, clock=cpu, calls=200
     )
     protection = _median_seconds(_node_protection(words), repeats, clock=cpu)
-    coordinator = k * sha256 + k * expansion + sha256 + 4 * k * verify
-    node = protection + sha256 + 4 * sign + 2 * (k - 1) * verify
+    coordinator = k * digest + k * expansion + digest + 4 * k * verify
+    node = protection + digest + 4 * sign + 2 * (k - 1) * verify
     return coordinator + k * node
 
 

@@ -51,7 +51,7 @@ class ResultFile:
     """A round's aggregate, already placed in the payload directory under ``name``."""
 
     name: str
-    sha256: bytes
+    digest: bytes
 
 
 @dataclass(frozen=True)

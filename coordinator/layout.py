@@ -32,8 +32,8 @@ def validate_payload(spec: PayloadSpec, *, what: str, max_bytes: int) -> Layout:
 
     ``what`` names the payload in messages (e.g. "upload of node 'a' for round 0").
     """
-    if len(spec.sha256) != 32:
-        raise InvalidArgument(f"{what}: sha256 must be 32 raw bytes; got {len(spec.sha256)} bytes.")
+    if len(spec.digest) != 32:
+        raise InvalidArgument(f"{what}: digest must be 32 raw bytes; got {len(spec.digest)} bytes.")
     if spec.total_elements <= 0:
         raise InvalidArgument(
             f"{what}: total_elements is {spec.total_elements}; a payload holds at least one word."

@@ -73,7 +73,7 @@ class ResultView:
                 None
                 if spec is None
                 else payload_spec(
-                    None, Layout(spec.tensors), spec.fixed_point_bits, sha256=spec.sha256
+                    None, Layout(spec.tensors), spec.fixed_point_bits, digest=spec.digest
                 )
             ),
             unmask_request=self.unmask_request,

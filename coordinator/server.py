@@ -159,14 +159,14 @@ class ResultChunks:
 
     @property
     def held(self) -> tuple[int, Path, bytes] | None:
-        """(round index, file, SHA-256) of the aggregate held, if any."""
+        """(round index, file, payload digest) of the aggregate held, if any."""
         return None if self._key is None else self._key[:3]
 
     def chunks(
         self,
         round_index: int,
         path: Path,
-        sha256: bytes,
+        digest: bytes,
         encoded: EncodedResult | None = None,
     ) -> Sequence[bytes] | Iterator[bytes]:
         """The encoded data chunks of round ``round_index``'s aggregate stored at ``path``.
@@ -179,7 +179,7 @@ class ResultChunks:
         key = (
             round_index,
             path,
-            sha256,
+            digest,
             (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns),
         )
         with self._lock:
@@ -400,9 +400,9 @@ class CoordinatorServicer:
         yield pb.ResultChunk(header=result_header_to_pb(view.header()))
         if view.path is None:
             return
-        sha256 = b"" if view.payload is None else view.payload.sha256
-        encoded = self.session.encoded_result(view.round_index, view.path, sha256)
-        yield from self.results.chunks(view.round_index, view.path, sha256, encoded)
+        digest = b"" if view.payload is None else view.payload.digest
+        encoded = self.session.encoded_result(view.round_index, view.path, digest)
+        yield from self.results.chunks(view.round_index, view.path, digest, encoded)
         self.session.record_delivery(view.round_index, caller)
 
     # ------------------------------------------------------------ unmask and status

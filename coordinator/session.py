@@ -214,7 +214,7 @@ class Session:
         """
         return self._views.result(session_id, round_index, caller=caller, hold_seconds=hold_seconds)
 
-    def encoded_result(self, round_index: int, path: Path, sha256: bytes) -> EncodedResult | None:
+    def encoded_result(self, round_index: int, path: Path, digest: bytes) -> EncodedResult | None:
         """The aggregate stored at ``path`` as encoded chunks, if this process wrote it.
 
         Only the newest aggregate written since the process started is kept;
@@ -225,7 +225,7 @@ class Session:
             found is None
             or found.round_index != round_index
             or found.name != path.name
-            or found.sha256 != sha256
+            or found.digest != digest
         ):
             return None
         return found

@@ -163,7 +163,7 @@ def read_status(state: Path, federation_nodes: Sequence[str]) -> dict[str, Any]:
             if result is not None:
                 entry["survivors"] = list(result.survivors)
                 entry["dropped"] = list(result.dropped)
-                entry["result_sha256"] = result.sha256.hex()
+                entry["result_digest"] = result.digest.hex()
             rounds.append(entry)
         return {
             "state_file": str(state),

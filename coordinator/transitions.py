@@ -293,7 +293,7 @@ def _publish(
             round_index=index,
             survivors=tuple(sorted(event.survivors)),
             dropped=tuple(sorted(event.dropped)),
-            sha256=event.result.sha256,
+            digest=event.result.digest,
             size=size,
             path=event.result.name,
             computed_ms=now,
@@ -302,7 +302,7 @@ def _publish(
     ctx.store.set_round_status(index, RoundState.READY, "")
     ctx.note(
         f"round {index} ({name!r}) ready: the sum over {node_list(event.survivors)} "
-        f"(sha256 {short_digest(event.result.sha256)})",
+        f"(digest {short_digest(event.result.digest)})",
         event="round-ready",
     )
     following = ctx.config.next_round_name(name)

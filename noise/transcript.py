@@ -23,7 +23,7 @@ unsigned integers and ‖ concatenation:
   Aggregation for Privacy-Preserving Machine Learning", round ConsistencyCheck).
 * upload statement message = b"zerosum/v1/upload-statement" ‖ config_hash ‖
   lp(session_id) ‖ u64(round_index) ‖ lp(round_name) ‖ roster_hash ‖
-  payload_sha256; each node signs it with its Ed25519 identity key when it
+  payload_digest; each node signs it with its Ed25519 identity key when it
   uploads. The coordinator hands every counted node's statement back with
   the aggregate, so each node can see that all contributors were shown the
   roster it verified (pairwise masks cancel only among nodes that derived
@@ -179,7 +179,7 @@ def upload_statement_message(
     round_name: str,
     *,
     roster_hash: bytes,
-    payload_sha256: bytes,
+    payload_digest: bytes,
 ) -> bytes:
     """The bytes a node signs when it uploads: which roster it saw, which payload it sent.
 
@@ -197,7 +197,7 @@ def upload_statement_message(
             _round(round_index),
             _lp(round_name, "round name"),
             require_bytes(roster_hash, 32, "roster hash"),
-            require_bytes(payload_sha256, 32, "payload sha256"),
+            require_bytes(payload_digest, 32, "payload digest"),
         )
     )
 

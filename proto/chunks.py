@@ -2,7 +2,7 @@
 
 Every payload of the session protocol (an upload, an aggregate, unmask
 corrections) is a flat vector of little-endian uint64 words laid out by a
-:class:`noise.layout.Layout`, announced by a ``PayloadHeader`` (size, SHA-256,
+:class:`noise.layout.Layout`, announced by a ``PayloadHeader`` (size, digest,
 fixed-point scale, the layout) and sent as ``PayloadChunk`` messages of at
 most :data:`CHUNK_BYTES` bytes, so no message comes near gRPC's 4 MiB default
 limit whatever the model size. Node and coordinator both use this module, so
@@ -14,13 +14,12 @@ they cannot disagree on the byte layout:
 * :func:`payload_chunks` / :func:`file_chunks`: the chunk messages of a vector or a file,
   :func:`chunk_views` the same cuts as views (``proto.chunk_wire`` encodes them);
 * :class:`PayloadAssembler`: rebuilds a payload from chunks and checks offsets,
-  size, SHA-256 (unless the receiver checks the words otherwise) and (when
+  size, digest (unless the receiver checks the words otherwise) and (when
   given) the layout the receiver expects, raising :class:`PayloadError`.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -28,7 +27,16 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from noise.layout import WORD, WORD_BYTES, Layout, LayoutError, TensorSlot, as_words
+from noise.layout import (
+    WORD,
+    WORD_BYTES,
+    Layout,
+    LayoutError,
+    TensorSlot,
+    as_words,
+    payload_digest,
+    payload_hasher,
+)
 from proto.errors import ProtoError
 from proto.messages import PayloadSpec
 from proto.zerosum.v1 import session_pb2 as pb
@@ -90,28 +98,28 @@ def payload_spec(
     layout: Layout,
     fixed_point_bits: int,
     *,
-    sha256: bytes | None = None,
+    digest: bytes | None = None,
 ) -> PayloadSpec:
-    """What the header of a payload of ``layout`` says: sizes, SHA-256, scale and layout.
+    """What the header of a payload of ``layout`` says: sizes, digest, scale and layout.
 
-    The digest is computed from ``words`` unless ``sha256`` gives it (a
+    The digest is computed from ``words`` unless ``digest`` gives it (a
     stored payload whose digest is known); ``words`` must then be None.
     """
-    if sha256 is None:
+    if digest is None:
         if words is None:
-            raise ValueError("a payload header needs the payload's words or its sha256")
+            raise ValueError("a payload header needs the payload's words or their digest")
         data = as_words(words)
         if data.shape != (layout.size,):
             raise PayloadError(
                 f"a payload of {data.size} words does not fit a layout of {layout.size} words"
             )
-        sha256 = hashlib.sha256(data.view(np.uint8).data).digest()
+        digest = payload_digest(data)
     elif words is not None:
-        raise ValueError("a payload header takes either the words or their sha256, not both")
+        raise ValueError("a payload header takes either the words or their digest, not both")
     return PayloadSpec(
         total_bytes=layout.nbytes,
         total_elements=layout.size,
-        sha256=sha256,
+        digest=digest,
         fixed_point_bits=fixed_point_bits,
         tensors=layout.slots,
     )
@@ -122,14 +130,14 @@ def payload_header(
     layout: Layout,
     fixed_point_bits: int,
     *,
-    sha256: bytes | None = None,
+    digest: bytes | None = None,
 ) -> pb.PayloadHeader:
     """The header message of a payload of ``layout`` (see :func:`payload_spec`)."""
-    spec = payload_spec(words, layout, fixed_point_bits, sha256=sha256)
+    spec = payload_spec(words, layout, fixed_point_bits, digest=digest)
     return pb.PayloadHeader(
         total_bytes=spec.total_bytes,
         total_elements=spec.total_elements,
-        sha256=spec.sha256,
+        digest=spec.digest,
         fixed_point_bits=spec.fixed_point_bits,
         tensors=tensor_layouts(layout),
     )
@@ -178,7 +186,7 @@ class PayloadAssembler:
     header's size (each chunk copied once) and hashed as they arrive, so
     :meth:`finish` needs neither a further copy nor a second pass. With
     ``layout`` the header must announce exactly that layout. With
-    ``check_digest=False`` the words are not hashed and the header's SHA-256
+    ``check_digest=False`` the words are not hashed and the header's digest
     is not compared (for a receiver that checks the words by other means: a
     node's aggregate-check tags, docs/design.md §4.5).
     """
@@ -206,13 +214,13 @@ class PayloadAssembler:
             raise PayloadError(
                 f"payload of {header.total_bytes} bytes exceeds the limit of {max_bytes} bytes."
             )
-        if len(header.sha256) != 32:
-            raise PayloadError(f"header sha256 has {len(header.sha256)} bytes; expected 32.")
+        if len(header.digest) != 32:
+            raise PayloadError(f"header digest has {len(header.digest)} bytes; expected 32.")
         self.header = header
         self.layout = announced
         self._words: U64 = np.empty(announced.size, dtype=WORD)
         self._target = self._words.view(np.uint8).data
-        self._digest = hashlib.sha256() if check_digest else None
+        self._digest = payload_hasher() if check_digest else None
         self._filled = 0
 
     @property
@@ -241,7 +249,7 @@ class PayloadAssembler:
 
     def finish(self) -> U64:
         """The complete payload as uint64 words, after checking its size and (unless told
-        not to) its SHA-256.
+        not to) its digest (``noise.layout.payload_digest``).
 
         On a little-endian machine this is the assembler's own buffer (no copy).
         """
@@ -249,8 +257,8 @@ class PayloadAssembler:
             raise PayloadError(
                 f"received {self._filled} of the {self.header.total_bytes} bytes announced."
             )
-        if self._digest is not None and self._digest.digest() != self.header.sha256:
-            raise PayloadError("payload SHA-256 does not match the header; it was altered.")
+        if self._digest is not None and self._digest.digest() != self.header.digest:
+            raise PayloadError("payload digest does not match the header; it was altered.")
         if self._words.dtype == np.dtype(np.uint64):
             return self._words
         return self._words.astype(np.uint64)  # pragma: no cover - big-endian hosts only

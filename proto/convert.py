@@ -157,7 +157,7 @@ def payload_spec_from_pb(header: pb.PayloadHeader) -> PayloadSpec:
     return PayloadSpec(
         total_bytes=header.total_bytes,
         total_elements=header.total_elements,
-        sha256=bytes(header.sha256),
+        digest=bytes(header.digest),
         fixed_point_bits=header.fixed_point_bits,
         tensors=tensor_slots_from_pb(header.tensors),
     )
@@ -269,7 +269,7 @@ def payload_spec_to_pb(spec: PayloadSpec) -> pb.PayloadHeader:
     return pb.PayloadHeader(
         total_bytes=spec.total_bytes,
         total_elements=spec.total_elements,
-        sha256=spec.sha256,
+        digest=spec.digest,
         fixed_point_bits=spec.fixed_point_bits,
         tensors=tensor_layouts(spec.tensors),
     )
@@ -434,7 +434,7 @@ def upload_receipt_to_pb(receipt: UploadReceipt) -> pb.UploadReceipt:
         session_id=receipt.session_id,
         round_index=receipt.round_index,
         node_id=receipt.node_id,
-        sha256=receipt.sha256,
+        digest=receipt.digest,
         received_bytes=receipt.received_bytes,
         duplicate=receipt.duplicate,
         received_unix_ms=receipt.received_ms,
@@ -451,7 +451,7 @@ def unmask_receipt_to_pb(receipt: UnmaskReceipt) -> pb.UnmaskReceipt:
         node_id=receipt.node_id,
         accepted=receipt.accepted,
         duplicate=receipt.duplicate,
-        sha256=receipt.sha256,
+        digest=receipt.digest,
         received_count=receipt.received_count,
         survivor_count=receipt.survivor_count,
     )
@@ -582,7 +582,7 @@ def statements_to_pb(statements: tuple[UploadStatement, ...]) -> list[pb.UploadS
             node_id=s.node_id,
             round_name=s.round_name,
             roster_hash=s.roster_hash,
-            payload_sha256=s.payload_sha256,
+            payload_digest=s.payload_digest,
             signature=s.signature,
         )
         for s in statements
@@ -688,7 +688,7 @@ def upload_receipt_from_pb(receipt: pb.UploadReceipt) -> UploadReceipt:
         session_id=receipt.session_id,
         round_index=receipt.round_index,
         node_id=receipt.node_id,
-        sha256=bytes(receipt.sha256),
+        digest=bytes(receipt.digest),
         received_bytes=receipt.received_bytes,
         duplicate=receipt.duplicate,
         received_ms=receipt.received_unix_ms,
@@ -796,7 +796,7 @@ def result_header_from_pb(header: pb.ResultHeader) -> ResultHeader:
                 node_id=s.node_id,
                 round_name=s.round_name,
                 roster_hash=bytes(s.roster_hash),
-                payload_sha256=bytes(s.payload_sha256),
+                payload_digest=bytes(s.payload_digest),
                 signature=bytes(s.signature),
             )
             for s in header.statements

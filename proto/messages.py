@@ -105,7 +105,7 @@ class PayloadSpec:
 
     total_bytes: int
     total_elements: int
-    sha256: bytes
+    digest: bytes
     fixed_point_bits: int
     tensors: tuple[TensorSlot, ...]
 
@@ -177,7 +177,7 @@ class UploadHeader:
 
     ``statement_signature`` is the node's Ed25519 identity signature over
     ``noise.transcript.upload_statement_message(config hash, session_id,
-    round_index, round_name, roster_hash, payload.sha256)``.
+    round_index, round_name, roster_hash, payload.digest)``.
     """
 
     session_id: str
@@ -297,13 +297,13 @@ class RosterView:
 class UploadReceipt:
     """Answer to an upload (``duplicate`` when the same payload was stored before).
 
-    ``sha256``: the payload's digest as the coordinator received it.
+    ``digest``: the payload's digest as the coordinator received it.
     """
 
     duplicate: bool
     submitted_count: int
     expected_count: int
-    sha256: bytes = b""
+    digest: bytes = b""
     received_bytes: int = 0
     session_id: str = ""
     round_index: int = 0
@@ -318,7 +318,7 @@ class UploadStatement:
     node_id: str
     round_name: str
     roster_hash: bytes
-    payload_sha256: bytes
+    payload_digest: bytes
     signature: bytes
 
 
@@ -465,7 +465,7 @@ class UnmaskReceipt:
     node_id: str
     accepted: bool
     duplicate: bool
-    sha256: bytes
+    digest: bytes
     received_count: int
     survivor_count: int
 

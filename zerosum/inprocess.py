@@ -128,10 +128,10 @@ class InProcessGateway:
 
         receipt = self._call("UploadEgress", send)
         assert isinstance(receipt, UploadReceipt)
-        self._uploaded[(header.session_id, header.round_index)] = header.payload.sha256
+        self._uploaded[(header.session_id, header.round_index)] = header.payload.digest
         return receipt
 
-    def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
+    def uploaded_digest(self, session_id: str, round_index: int) -> bytes | None:
         return self._uploaded.get((session_id, round_index))
 
     def result(self, session_id: str, round_index: int) -> RoundResult:
@@ -144,7 +144,7 @@ class InProcessGateway:
         if view.path is not None and view.payload is not None:
             aggregate = np.frombuffer(view.path.read_bytes(), dtype="<u8").astype(np.uint64)
             layout = Layout(view.payload.tensors)
-            if payload_digest(aggregate) != view.payload.sha256:
+            if payload_digest(aggregate) != view.payload.digest:
                 raise CoordinatorRefused(
                     "GetResult", "DATA_LOSS", "the stored aggregate does not match its digest"
                 )

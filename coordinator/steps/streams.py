@@ -3,7 +3,7 @@
 A step that accepts a header opens a :class:`Ticket`; the server then feeds
 it chunk by chunk (:meth:`Streams.receive`, without the session lock, so
 streams of different nodes proceed at once) and ends it with
-:meth:`Streams.finish`, which verifies size and SHA-256 and hands the ticket
+:meth:`Streams.finish`, which verifies size and digest and hands the ticket
 to the step that opened it (``Ticket.commit``) to store it under the lock. An
 upload's chunks go into the round's running sum as they arrive; bytes reach
 the file before the sum, so a stream that fails or is cancelled can be taken
@@ -55,7 +55,7 @@ class EncodedResult:
 
     round_index: int
     name: str
-    sha256: bytes
+    digest: bytes
     chunk_bytes: int
     chunks: tuple[bytes, ...]
 
@@ -182,10 +182,10 @@ class Streams:
                     f"{ticket.spec.total_bytes} bytes (wrong size)."
                 )
             digest = ticket.writer.finish()
-            if digest != ticket.spec.sha256:
+            if digest != ticket.spec.digest:
                 raise InvalidArgument(
-                    f"{ticket.what}: the payload's sha256 is {short_digest(digest)} but the header "
-                    f"announced {short_digest(ticket.spec.sha256)}."
+                    f"{ticket.what}: the payload's digest is {short_digest(digest)} but the header "
+                    f"announced {short_digest(ticket.spec.digest)}."
                 )
             if ticket.name:
                 # Durably in place before the row naming it can commit, and

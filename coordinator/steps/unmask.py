@@ -239,7 +239,7 @@ class Unmasking:
             check_session_id(header.session_id, row)
             round_row = check_round(self.ctx, header.round_index, row)
             check_round_name(round_row, header.round_name)
-            sha256 = header.payload.sha256 if header.payload is not None else b""
+            digest = header.payload.digest if header.payload is not None else b""
             # An answer already stored is acknowledged again also after the round
             # moved on (the receipt of the last answer may have been lost).
             if round_row.unmask_attempt > 0:
@@ -254,7 +254,7 @@ class Unmasking:
                 )
                 if stored is not None and header.survivor_hash == request.survivor_hash:
                     return self._duplicate_correction(
-                        stored, sha256, header.self_mask_seed, request, row
+                        stored, digest, header.self_mask_seed, request, row
                     )
             row, round_row, request = self._current_unmask(
                 header.session_id, header.round_index, header.node_id, caller
@@ -313,7 +313,7 @@ class Unmasking:
                     attempt=request.attempt,
                     self_mask_seed=header.self_mask_seed,
                     name=self.ctx.store.correction_name(
-                        header.round_index, request.attempt, header.node_id, spec.sha256
+                        header.round_index, request.attempt, header.node_id, spec.digest
                     ),
                 )
             )
@@ -337,16 +337,16 @@ class Unmasking:
     def _duplicate_correction(
         self,
         stored: CorrectionRow,
-        sha256: bytes,
+        digest: bytes,
         seed: bytes,
         request: UnmaskRow,
         row: SessionRow,
     ) -> UnmaskReceipt:
-        if stored.sha256 != sha256 or stored.self_mask_seed != seed:
+        if stored.digest != digest or stored.self_mask_seed != seed:
             raise FailedPrecondition(
                 f"conflicting unmask answer: node {stored.node_id!r} already answered round "
-                f"{stored.round_index} (attempt {stored.attempt}) with corrections sha256 "
-                f"{short_digest(stored.sha256) if stored.sha256 else 'none'} and another "
+                f"{stored.round_index} (attempt {stored.attempt}) with corrections digest "
+                f"{short_digest(stored.digest) if stored.digest else 'none'} and another "
                 "self-mask seed or corrections than this answer."
             )
         return UnmaskReceipt(
@@ -355,7 +355,7 @@ class Unmasking:
             node_id=stored.node_id,
             accepted=True,
             duplicate=True,
-            sha256=stored.sha256,
+            digest=stored.digest,
             received_count=len(self.ctx.store.corrections(stored.round_index, stored.attempt)),
             survivor_count=len(request.survivors),
         )
@@ -376,7 +376,7 @@ class Unmasking:
             )
         request = self.ctx.unmask_row(round_row)
         name = self.ctx.store.correction_name(
-            ticket.round_index, ticket.attempt, ticket.node_id, ticket.spec.sha256
+            ticket.round_index, ticket.attempt, ticket.node_id, ticket.spec.digest
         )
         ticket.writer.place(name)
         receipt = self._record_answer(
@@ -384,7 +384,7 @@ class Unmasking:
             request=request,
             node_id=ticket.node_id,
             seed=ticket.self_mask_seed,
-            corrections=(name, ticket.spec.sha256, ticket.spec.total_bytes),
+            corrections=(name, ticket.spec.digest, ticket.spec.total_bytes),
         )
         ticket.committed = True
         self.streams.abandon(ticket)
@@ -405,12 +405,12 @@ class Unmasking:
         """
         row = self.ctx.session()
         now = self.ctx.clock()
-        name, sha256, size = corrections if corrections is not None else (None, b"", 0)
+        name, digest, size = corrections if corrections is not None else (None, b"", 0)
         answer = CorrectionRow(
             round_index=round_row.round_index,
             attempt=request.attempt,
             node_id=node_id,
-            sha256=sha256,
+            digest=digest,
             size=size,
             path=name,
             received_ms=now,
@@ -454,7 +454,7 @@ class Unmasking:
             node_id=node_id,
             accepted=True,
             duplicate=False,
-            sha256=sha256,
+            digest=digest,
             received_count=len(answered),
             survivor_count=len(request.survivors),
         )
@@ -510,7 +510,7 @@ class Unmasking:
                 node_id=refusal.node_id,
                 accepted=False,
                 duplicate=False,
-                sha256=b"",
+                digest=b"",
                 received_count=len(
                     self.ctx.store.corrections(round_row.round_index, request.attempt)
                 ),
@@ -578,7 +578,7 @@ class Unmasking:
             node_id=accuser,
             accepted=False,
             duplicate=False,
-            sha256=b"",
+            digest=b"",
             received_count=len(ctx.store.corrections(index, request.attempt)),
             survivor_count=len(request.survivors),
         )

@@ -5,7 +5,7 @@ round, the node's signed upload statement, liveness, size, fixed-point scale,
 and a layout equal to the round's);
 chunks then go to a temporary file and, in the same pass, into the round's
 running sum (coordinator/steps/streams.py), so memory does not grow with the
-number of nodes. At the end the size and SHA-256 are verified, the file is
+number of nodes. At the end the size and payload digest are verified, the file is
 placed (durably, before the session lock is taken) and the upload recorded in
 one transaction; if it was the last one the
 round moves to its unmask step in that same transaction (the table of
@@ -17,7 +17,7 @@ stored with the upload, to check that seed against.
 Upload statements: every header carries the node's Ed25519 identity
 signature over ``noise.transcript.upload_statement_message`` (config hash,
 session, round, round name, the roster hash the node verified, payload
-SHA-256). The coordinator refuses a signature that does not verify against
+digest). The coordinator refuses a signature that does not verify against
 the pinned identity (UNAUTHENTICATED) and a roster hash other than the
 session's final one (FAILED_PRECONDITION: the node was shown another roster,
 so its masks would not cancel), stores the signature with the upload, and
@@ -112,7 +112,7 @@ class Uploads:
                         f"{short_digest(stored.self_mask_commitment)}; this upload commits to "
                         f"{short_digest(header.self_mask_commitment)}."
                     )
-                return self._duplicate_upload(stored, header.payload.sha256, round_row, row)
+                return self._duplicate_upload(stored, header.payload.digest, round_row, row)
             check_live(ctx, header.node_id, row)
             if header.node_id not in round_row.participants:
                 raise FailedPrecondition(
@@ -143,7 +143,7 @@ class Uploads:
                     "already in progress; retry when it has finished."
                 )
             writer = ctx.store.new_payload()
-            name = ctx.store.upload_name(header.round_index, header.node_id, spec.sha256)
+            name = ctx.store.upload_name(header.round_index, header.node_id, spec.digest)
             return self.streams.register(
                 Ticket(
                     kind="upload",
@@ -194,7 +194,7 @@ class Uploads:
             header.round_index,
             header.round_name,
             roster_hash=header.roster_hash,
-            payload_sha256=header.payload.sha256,
+            payload_digest=header.payload.digest,
         )
 
     def _check_challenge(self, header: UploadHeader, round_row: RoundRow) -> None:
@@ -239,13 +239,13 @@ class Uploads:
             )
 
     def _duplicate_upload(
-        self, stored: UploadRow, sha256: bytes, round_row: RoundRow, row: SessionRow
+        self, stored: UploadRow, digest: bytes, round_row: RoundRow, row: SessionRow
     ) -> UploadReceipt:
-        if stored.sha256 != sha256:
+        if stored.digest != digest:
             raise FailedPrecondition(
                 f"conflicting upload: node {stored.node_id!r} already submitted round "
-                f"{stored.round_index} ({round_row.name!r}) with sha256 "
-                f"{short_digest(stored.sha256)}; this upload has sha256 {short_digest(sha256)}."
+                f"{stored.round_index} ({round_row.name!r}) with digest "
+                f"{short_digest(stored.digest)}; this upload has digest {short_digest(digest)}."
             )
         return self._upload_receipt(row, round_row, stored, duplicate=True)
 
@@ -256,7 +256,7 @@ class Uploads:
             session_id=row.session_id,
             round_index=stored.round_index,
             node_id=stored.node_id,
-            sha256=stored.sha256,
+            digest=stored.digest,
             received_bytes=stored.size,
             duplicate=duplicate,
             received_ms=stored.received_ms,
@@ -282,7 +282,7 @@ class Uploads:
         stored = ctx.store.upload(ticket.round_index, ticket.node_id)
         if stored is not None:
             # A concurrent stream of the same payload finished first.
-            receipt = self._duplicate_upload(stored, ticket.spec.sha256, round_row, row)
+            receipt = self._duplicate_upload(stored, ticket.spec.digest, round_row, row)
             if ticket.writer.placed == ctx.store.payload_path(stored.path):
                 ticket.writer.placed = None  # the stored upload's own file: never unlinked
             self.streams.abandon(ticket)
@@ -295,12 +295,12 @@ class Uploads:
                 f"accepting uploads (it is {round_row.status})."
             )
         now = ctx.clock()
-        name = ctx.store.upload_name(ticket.round_index, ticket.node_id, ticket.spec.sha256)
+        name = ctx.store.upload_name(ticket.round_index, ticket.node_id, ticket.spec.digest)
         contribution.source = ticket.writer.place(name)  # placed already (Streams.finish)
         upload = UploadRow(
             round_index=ticket.round_index,
             node_id=ticket.node_id,
-            sha256=ticket.spec.sha256,
+            digest=ticket.spec.digest,
             size=ticket.spec.total_bytes,
             path=name,
             layout=ticket.layout,

@@ -379,7 +379,7 @@ class Views:
                 payload = PayloadSpec(
                     total_bytes=stored.size,
                     total_elements=stored.size // 8,
-                    sha256=stored.sha256,
+                    digest=stored.digest,
                     fixed_point_bits=int(round_row.fixed_point_bits or 0),
                     tensors=tuple(round_row.layout),
                 )
@@ -438,7 +438,7 @@ class Views:
                 node_id=upload.node_id,
                 round_name=round_row.name,
                 roster_hash=final,
-                payload_sha256=upload.sha256,
+                payload_digest=upload.digest,
                 signature=upload.statement_signature,
             )
             for upload in ctx.store.uploads(round_row.round_index)

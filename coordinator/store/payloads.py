@@ -2,15 +2,16 @@
 
 Payloads (uploads, corrections, results) live as raw little-endian uint64
 files in ``<stem>.payloads/`` next to the SQLite file; a row names its file
-and records its SHA-256 and size. A payload is written to a temporary
-``.part-*`` name, fsynced, renamed to its final content-addressed name and
-the directory fsynced, and only *then* is the row that refers to it inserted.
+and records its payload digest (``noise.layout.payload_digest``) and size. A
+payload is written to a temporary ``.part-*`` name, fsynced, renamed to its
+final content-addressed name and the directory fsynced, and only *then* is
+the row that refers to it inserted.
 A ``kill -9`` before the insert leaves an unreferenced file, which
 :func:`remove_unreferenced` deletes at the next start, as it deletes every
 temporary file; the node's retry then stores it again.
 
 Final names contain the round, the kind, the node and the first 16 hex digits
-of the content's SHA-256, so a rename never replaces a file with different
+of the content's digest, so a rename never replaces a file with different
 content.
 
 Payload bytes go to the disk with direct I/O (``O_DIRECT``) where the file
@@ -44,6 +45,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 from coordinator.errors import StateFileError
+from noise.layout import payload_hasher
 
 __all__ = [
     "PayloadWriter",
@@ -79,19 +81,19 @@ def _name_tag(node_id: str) -> str:
     return "x" + hashlib.sha256(node_id.encode("utf-8")).hexdigest()[:16]
 
 
-def upload_name(round_index: int, node_id: str, sha256: bytes) -> str:
+def upload_name(round_index: int, node_id: str, digest: bytes) -> str:
     """Final file name of an upload."""
-    return f"r{round_index:04d}-upload-{_name_tag(node_id)}-{sha256.hex()[:16]}.u64"
+    return f"r{round_index:04d}-upload-{_name_tag(node_id)}-{digest.hex()[:16]}.u64"
 
 
-def correction_name(round_index: int, attempt: int, node_id: str, sha256: bytes) -> str:
+def correction_name(round_index: int, attempt: int, node_id: str, digest: bytes) -> str:
     """Final file name of an unmask correction."""
-    return f"r{round_index:04d}-unmask{attempt}-{_name_tag(node_id)}-{sha256.hex()[:16]}.u64"
+    return f"r{round_index:04d}-unmask{attempt}-{_name_tag(node_id)}-{digest.hex()[:16]}.u64"
 
 
-def result_name(round_index: int, sha256: bytes) -> str:
+def result_name(round_index: int, digest: bytes) -> str:
     """Final file name of a round's aggregate."""
-    return f"r{round_index:04d}-result-{sha256.hex()[:16]}.u64"
+    return f"r{round_index:04d}-result-{digest.hex()[:16]}.u64"
 
 
 def fsync_dir(directory: Path) -> None:
@@ -170,7 +172,7 @@ class PayloadWriter:
         self.directory = directory
         self.path = directory / f"{_PART_PREFIX}{secrets.token_hex(8)}"
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        self._digest = hashlib.sha256()
+        self._digest = payload_hasher()
         self.size = 0
         self.placed: Path | None = None
         # While direct I/O is in use: the staging buffer, whose first ``_staged``
@@ -192,7 +194,7 @@ class PayloadWriter:
         """Append ``data``; every byte of it is in the file on return.
 
         With ``hash_aside`` the bytes are hashed in a helper thread while they
-        are written (SHA-256 and the disk's write both leave the interpreter
+        are written (the hash and the disk's write both leave the interpreter
         lock), for a caller on the path others wait on, with a core to spare;
         the digest is the same, and the helper is done with ``data`` when this
         returns, whether the write succeeded or not.
@@ -283,7 +285,7 @@ class PayloadWriter:
             self._staged = 0
 
     def finish(self) -> bytes:
-        """fsync and close the temporary file; return the SHA-256 of everything written."""
+        """fsync and close the temporary file; return the payload digest of everything written."""
         if self._fd is not None:
             os.fsync(self._fd)
             os.close(self._fd)

@@ -89,12 +89,12 @@ class UploadRow:
     """A node's stored payload for a round and its signed upload statement.
 
     The statement's other fields are the round's name, the session's final
-    roster hash and ``sha256``, so only the signature needs storing.
+    roster hash and ``digest``, so only the signature needs storing.
     """
 
     round_index: int
     node_id: str
-    sha256: bytes
+    digest: bytes
     size: int
     path: str
     layout: Layout
@@ -113,7 +113,7 @@ class ResultRow:
     round_index: int
     survivors: tuple[str, ...]
     dropped: tuple[str, ...]
-    sha256: bytes
+    digest: bytes
     size: int
     path: str
     computed_ms: int
@@ -149,14 +149,14 @@ class AttestationRow:
 class CorrectionRow:
     """A survivor's unmask answer: its self-mask seed and, after a dropout, its pair terms.
 
-    ``path`` is None (``sha256`` empty, ``size`` 0) when nobody dropped and the
+    ``path`` is None (``digest`` empty, ``size`` 0) when nobody dropped and the
     answer is the seed alone.
     """
 
     round_index: int
     attempt: int
     node_id: str
-    sha256: bytes
+    digest: bytes
     size: int
     path: str | None
     received_ms: int

@@ -27,7 +27,7 @@ from coordinator.errors import EmptyStateFile, StateFileError
 
 __all__ = ["SCHEMA_VERSION", "TABLES", "lock_path_for", "open_state_database"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # What each version added, for the sentence refusing an older state file.
 _SCHEMA_CHANGES = {
     2: "uploads carry the node's signed upload statement",
@@ -35,6 +35,7 @@ _SCHEMA_CHANGES = {
     "answers the self-mask seed and blinded aggregate-check tags",
     4: "sealed challenge contributions are signed, and the aggregate-check tags travel "
     "sealed and signed with the attestations instead of the unmask answers",
+    5: "payload digests are BLAKE3-256 instead of SHA-256 (the columns named digest)",
 }
 
 _SCHEMA = """
@@ -77,7 +78,7 @@ CREATE TABLE rounds (
 CREATE TABLE uploads (
     round_index INTEGER NOT NULL REFERENCES rounds (round_index),
     node_id TEXT NOT NULL REFERENCES roster (node_id),
-    sha256 BLOB NOT NULL,
+    digest BLOB NOT NULL,
     size INTEGER NOT NULL,
     path TEXT NOT NULL UNIQUE,
     layout TEXT NOT NULL,
@@ -92,7 +93,7 @@ CREATE TABLE results (
     round_index INTEGER PRIMARY KEY REFERENCES rounds (round_index),
     survivors TEXT NOT NULL,
     dropped TEXT NOT NULL,
-    sha256 BLOB NOT NULL,
+    digest BLOB NOT NULL,
     size INTEGER NOT NULL,
     path TEXT NOT NULL UNIQUE,
     computed_ms INTEGER NOT NULL
@@ -121,7 +122,7 @@ CREATE TABLE unmask_corrections (
     round_index INTEGER NOT NULL,
     attempt INTEGER NOT NULL,
     node_id TEXT NOT NULL REFERENCES roster (node_id),
-    sha256 BLOB NOT NULL,
+    digest BLOB NOT NULL,
     size INTEGER NOT NULL,
     path TEXT UNIQUE,
     received_ms INTEGER NOT NULL,

@@ -514,7 +514,7 @@ class Store:
                 self._decoded(r[0], "sealed", r[10], _sealed_from_json),
             )
             for r in self._read(
-                "SELECT round_index, node_id, sha256, size, path, layout, fixed_point_bits, "
+                "SELECT round_index, node_id, digest, size, path, layout, fixed_point_bits, "
                 "received_ms, statement_signature, self_mask_commitment, challenge FROM uploads "
                 "WHERE round_index = ? ORDER BY node_id",
                 (round_index,),
@@ -531,13 +531,13 @@ class Store:
     def add_upload(self, row: UploadRow) -> None:
         """Record a stored upload (its file must already be placed)."""
         self._write(
-            "INSERT INTO uploads (round_index, node_id, sha256, size, path, layout, "
+            "INSERT INTO uploads (round_index, node_id, digest, size, path, layout, "
             "fixed_point_bits, received_ms, statement_signature, self_mask_commitment, "
             "challenge) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.round_index,
                 row.node_id,
-                row.sha256,
+                row.digest,
                 row.size,
                 row.path,
                 layout_json(row.layout),
@@ -555,7 +555,7 @@ class Store:
     def result(self, round_index: int) -> ResultRow | None:
         """The stored result of a round, or None."""
         rows = self._read(
-            "SELECT round_index, survivors, dropped, sha256, size, path, computed_ms "
+            "SELECT round_index, survivors, dropped, digest, size, path, computed_ms "
             "FROM results WHERE round_index = ?",
             (round_index,),
         )
@@ -569,13 +569,13 @@ class Store:
     def add_result(self, row: ResultRow) -> None:
         """Record a round's aggregate (its file must already be placed)."""
         self._write(
-            "INSERT INTO results (round_index, survivors, dropped, sha256, size, path, "
+            "INSERT INTO results (round_index, survivors, dropped, digest, size, path, "
             "computed_ms) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
                 row.round_index,
                 ids_json(row.survivors),
                 ids_json(row.dropped),
-                row.sha256,
+                row.digest,
                 row.size,
                 row.path,
                 row.computed_ms,
@@ -681,7 +681,7 @@ class Store:
         return [
             CorrectionRow(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6], bytes(r[7]))
             for r in self._read(
-                "SELECT round_index, attempt, node_id, sha256, size, path, received_ms, "
+                "SELECT round_index, attempt, node_id, digest, size, path, received_ms, "
                 "self_mask_seed FROM unmask_corrections "
                 "WHERE round_index = ? AND attempt = ? ORDER BY node_id",
                 (round_index, attempt),
@@ -691,13 +691,13 @@ class Store:
     def add_correction(self, row: CorrectionRow) -> None:
         """Record a stored correction (its file must already be placed)."""
         self._write(
-            "INSERT INTO unmask_corrections (round_index, attempt, node_id, sha256, size, path, "
+            "INSERT INTO unmask_corrections (round_index, attempt, node_id, digest, size, path, "
             "received_ms, self_mask_seed) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 row.round_index,
                 row.attempt,
                 row.node_id,
-                row.sha256,
+                row.digest,
                 row.size,
                 row.path,
                 row.received_ms,
@@ -736,19 +736,19 @@ class Store:
         return self.payload_dir / name
 
     @staticmethod
-    def upload_name(round_index: int, node_id: str, sha256: bytes) -> str:
+    def upload_name(round_index: int, node_id: str, digest: bytes) -> str:
         """Final file name of an upload."""
-        return upload_name(round_index, node_id, sha256)
+        return upload_name(round_index, node_id, digest)
 
     @staticmethod
-    def correction_name(round_index: int, attempt: int, node_id: str, sha256: bytes) -> str:
+    def correction_name(round_index: int, attempt: int, node_id: str, digest: bytes) -> str:
         """Final file name of an unmask correction."""
-        return correction_name(round_index, attempt, node_id, sha256)
+        return correction_name(round_index, attempt, node_id, digest)
 
     @staticmethod
-    def result_name(round_index: int, sha256: bytes) -> str:
+    def result_name(round_index: int, digest: bytes) -> str:
         """Final file name of a round's aggregate."""
-        return result_name(round_index, sha256)
+        return result_name(round_index, digest)
 
     def referenced_files(self) -> set[str]:
         """Names of every payload file some row refers to."""

@@ -26,7 +26,7 @@ from node.egress.bundle import EgressBundle, EgressError, load_payload
 from node.egress.receipt import TensorEntry, check_layout, entries_layout
 from node.records.atomic import atomic_write_json, atomic_writer
 from noise.fixed_point import FixedPointCodec
-from noise.layout import payload_digest
+from noise.layout import payload_sha256
 
 __all__ = [
     "AUDIT_FORMAT",
@@ -90,7 +90,7 @@ def write_audit(out: Path, record: AuditRecord) -> Path:
             "tensors": [t.to_json() for t in record.tensors],
             "clipped": {name: int(n) for name, n in record.clipped.items()},
             **({"subjects": int(record.subjects)} if record.subjects is not None else {}),
-            "payload_sha256": payload_digest(record.payload).hex(),
+            "payload_sha256": payload_sha256(record.payload).hex(),
             "egress_payload_sha256": record.egress_payload_sha256,
         },
     )
@@ -109,7 +109,7 @@ def read_audit(out: Path, round_index: int) -> AuditRecord:
     payload = load_payload(folder / PAYLOAD)
     tensors = tuple(TensorEntry.from_json(t) for t in meta["tensors"])
     check_layout(tensors, payload.size)
-    if meta.get("payload_sha256") != payload_digest(payload).hex():
+    if meta.get("payload_sha256") != payload_sha256(payload).hex():
         raise EgressError(f"{folder / PAYLOAD} does not match the digest in {AUDIT}")
     return AuditRecord(
         session_id=str(meta["session_id"]),

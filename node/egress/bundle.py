@@ -74,7 +74,8 @@ from node.records.atomic import (
     sha256_file,
 )
 from noise.fixed_point import FixedPointCodec
-from noise.layout import Layout, payload_digest
+from noise.layout import Layout
+from noise.layout import payload_sha256 as words_sha256
 
 __all__ = [
     "ACRO_RESULTS_VERSION",
@@ -210,7 +211,7 @@ class EgressBundle:
 
     @property
     def payload_sha256(self) -> str:
-        return payload_digest(self.payload).hex()
+        return words_sha256(self.payload).hex()
 
     # -- file content ---------------------------------------------------
 

@@ -242,7 +242,7 @@ def assemble_payload(
     """Join streamed chunks with :class:`~proto.chunks.PayloadAssembler`.
 
     Raises :class:`~proto.chunks.PayloadError` (a ValueError) naming ``what``
-    when the order, size or (with ``check_digest``) SHA-256 does not match
+    when the order, size or (with ``check_digest``) digest does not match
     the header.
     """
     try:
@@ -347,7 +347,7 @@ class GrpcGateway:
             request_serializer=pb.GetResultRequest.SerializeToString,
             response_deserializer=data_chunk_decoder(pb.ResultChunk.FromString),
         )
-        # (session id, round index) -> SHA-256 of the payload this gateway uploaded.
+        # (session id, round index) -> digest of the payload this gateway uploaded.
         self._uploaded: dict[tuple[str, int], bytes] = {}
 
     @classmethod
@@ -481,17 +481,17 @@ class GrpcGateway:
             "UploadEgress",
             lambda t: self._upload_stream(upload_chunks_to_pb(header, payload), timeout=t),
         )
-        self._uploaded[(header.session_id, header.round_index)] = header.payload.sha256
+        self._uploaded[(header.session_id, header.round_index)] = header.payload.digest
         return upload_receipt_from_pb(receipt)
 
-    def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
-        """SHA-256 of the payload this gateway uploaded for a round; None if it sent none."""
+    def uploaded_digest(self, session_id: str, round_index: int) -> bytes | None:
+        """The digest of the payload this gateway uploaded for a round; None if it sent none."""
         return self._uploaded.get((session_id, round_index))
 
     def result(self, session_id: str, round_index: int) -> RoundResult:
         """The round's state; when READY also the aggregate, whole but not yet checked.
 
-        Its words are not hashed against the header's SHA-256: the coordinator
+        Its words are not hashed against the header's digest: the coordinator
         chose both, so agreeing with each other proves nothing against it, and
         TLS already refuses anything altered in transit. The node checks the
         aggregate with its secret tags instead (``node.session.aggregate_tags

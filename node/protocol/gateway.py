@@ -47,7 +47,7 @@ class CoordinatorGateway(Protocol):
         """Stream ``payload`` after ``header`` (its payload header names the digest)."""
         ...
 
-    def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
+    def uploaded_digest(self, session_id: str, round_index: int) -> bytes | None:
         """The digest of the payload this gateway uploaded for a round, if it did."""
         ...
 

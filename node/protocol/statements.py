@@ -7,7 +7,7 @@ cancel, and the aggregate would be silently wrong. So every upload carries a
 *statement*: the node's Ed25519 identity signature over
 
     noise.transcript.upload_statement_message(config hash, session id,
-        round index, round name, roster hash, payload SHA-256)
+        round index, round name, roster hash, payload digest)
 
 binding the roster it verified to the exact payload it sent. The coordinator
 hands back the statements of every upload it summed with the aggregate, and
@@ -55,7 +55,7 @@ def sign_upload_statement(
     round_index: int,
     round_name: str,
     roster_hash: bytes,
-    payload_sha256: bytes,
+    payload_digest: bytes,
 ) -> bytes:
     """This node's 64-byte signature over the statement for one upload."""
     return identity.sign(
@@ -65,7 +65,7 @@ def sign_upload_statement(
             round_index,
             round_name,
             roster_hash=roster_hash,
-            payload_sha256=payload_sha256,
+            payload_digest=payload_digest,
         )
     )
 
@@ -87,7 +87,7 @@ def check_statements(  # noqa: C901, PLR0912 - the docstring's checks, one after
     roster_hash: bytes,
     identity_keys: Mapping[str, bytes],
     own_node_id: str,
-    own_sha256: bytes | None,
+    own_digest: bytes | None,
     participants: Collection[str],
     round_name: str | None = None,
     revealed: Collection[str] | None = None,
@@ -96,7 +96,7 @@ def check_statements(  # noqa: C901, PLR0912 - the docstring's checks, one after
 
     ``roster_hash`` is the hash of the roster this node verified;
     ``participants`` the nodes of the round; ``round_name`` the name this node
-    uploaded under (default: the header's). ``own_sha256`` is the digest of
+    uploaded under (default: the header's). ``own_digest`` is the digest of
     the payload this node uploaded, or None when it is not known here (a round
     sent before a restart): its own statement must then still be present and
     carry its own valid signature, which only this node can make.
@@ -147,7 +147,7 @@ def check_statements(  # noqa: C901, PLR0912 - the docstring's checks, one after
                 round_index,
                 statement.round_name,
                 roster_hash=statement.roster_hash,
-                payload_sha256=statement.payload_sha256,
+                payload_digest=statement.payload_digest,
             )
         except ValueError as error:
             raise StatementError(
@@ -171,10 +171,10 @@ def check_statements(  # noqa: C901, PLR0912 - the docstring's checks, one after
             f"the aggregate of {where} carries no statement of my own upload; it does not "
             "count what I sent"
         )
-    if own_sha256 is not None and mine.payload_sha256 != own_sha256:
+    if own_digest is not None and mine.payload_digest != own_digest:
         raise StatementError(
-            f"the aggregate of {where} counts a payload of mine with sha256 "
-            f"{_short(mine.payload_sha256)}, but I uploaded {_short(own_sha256)}"
+            f"the aggregate of {where} counts a payload of mine with digest "
+            f"{_short(mine.payload_digest)}, but I uploaded {_short(own_digest)}"
         )
     survivors = set(header.survivors)
     if set(signers) != survivors:

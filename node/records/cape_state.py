@@ -71,7 +71,7 @@ from node.records.atomic import (
     atomic_write_json,
     read_private_bytes,
 )
-from noise.layout import Layout, LayoutError, payload_digest
+from noise.layout import Layout, LayoutError, payload_sha256
 
 __all__ = [
     "CAPE_FORMAT",
@@ -239,7 +239,7 @@ class CapeStore:
     @staticmethod
     def _write_vector(path: Path, vector: U64) -> dict[str, str]:
         atomic_write_bytes(path, _npy_bytes(vector), mode=FILE_MODE)
-        return {"file": path.name, "sha256": payload_digest(vector).hex()}
+        return {"file": path.name, "sha256": payload_sha256(vector).hex()}
 
     def discard(self) -> None:
         """Delete every saved CAPE folder, half-written files included (no-op when none)."""
@@ -415,9 +415,9 @@ def _read_vector(folder: Path, entry: Any, size: int, record: Path, what: str) -
             f"found dtype {array.dtype} with shape {array.shape}"
         )
     vector = np.ascontiguousarray(array, dtype=np.uint64)
-    if payload_digest(vector).hex() != entry["sha256"]:
+    if payload_sha256(vector).hex() != entry["sha256"]:
         raise CapeStateError(
-            f"{path} has sha256 {payload_digest(vector).hex()[:16]}…, but {record} records "
+            f"{path} has sha256 {payload_sha256(vector).hex()[:16]}…, but {record} records "
             f"{str(entry['sha256'])[:16]}…; the file was changed or damaged"
         )
     return vector

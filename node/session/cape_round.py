@@ -29,7 +29,7 @@ from node.session.model_round import upload
 from node.session.outputs import CAPE_SUM_NOTE, json_object
 from node.session.progress import RoundProgress
 from node.session.results import await_result
-from noise.layout import Layout, payload_digest
+from noise.layout import Layout, payload_digest, payload_sha256
 from proto.rounds import RoundRef
 
 __all__ = ["noted_share", "run_cape_sum_round", "take_cape_sum"]
@@ -95,11 +95,11 @@ def _note(
             "node_id": ctx.node_id,
             "participants": list(participants),
             "payload_sha256": digest,
-            "sent_sha256": sent_digest,
+            "sent_digest": sent_digest,
             "note": (
                 "CAPE secure-sum share: a private Gaussian draw under uniform pairwise "
                 "one-time pads; it carries no data and needs no review. It leaves under "
-                "this node's uniform self-mask too (sent_sha256), whose seed is revealed "
+                "this node's uniform self-mask too (sent_digest), whose seed is revealed "
                 "once every survivor of the round has signed the same survivor set"
             ),
         },
@@ -156,7 +156,7 @@ def run_cape_sum_round(
     payload = cape_sum_payload(
         state.draws, participants, ctx.node_id, ctx.seeds, layout, round_index=index
     )
-    digest = payload_digest(payload).hex()
+    digest = payload_sha256(payload).hex()
     if noted is not None:
         mine = (index, name, ctx.node_id, list(participants), digest)
         keys = ("round_index", "round_name", "node_id", "participants", "payload_sha256")

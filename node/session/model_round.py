@@ -70,7 +70,7 @@ def upload(
         round_index=index,
         round_name=name,
         node_id=ctx.node_id,
-        payload=payload_spec(None, layout, ctx.config.fixed_point_bits, sha256=digest),
+        payload=payload_spec(None, layout, ctx.config.fixed_point_bits, digest=digest),
         roster_hash=ctx.roster.roster_hash,
         statement_signature=sign_upload_statement(
             ctx.identity,
@@ -79,7 +79,7 @@ def upload(
             round_index=index,
             round_name=name,
             roster_hash=ctx.roster.roster_hash,
-            payload_sha256=digest,
+            payload_digest=digest,
         ),
         self_mask_commitment=self_mask_commitment(seed),
         challenge=tuple(sealed_challenge(ctx, index, participants)),

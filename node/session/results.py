@@ -49,7 +49,7 @@ def await_result(
     participants: tuple[str, ...],
     noise: ReleaseNoise,
     contribution: U64 | None,
-    own_sha256: bytes | None = None,
+    own_digest: bytes | None = None,
 ) -> Outcome | None:
     """The round's aggregate, or None when the coordinator superseded the round.
 
@@ -57,7 +57,7 @@ def await_result(
     terms are revealed (its egress; in a CAPE-sum round its draw), for the
     aggregate check (``node.session.aggregate_tags``); None when it is not at
     hand (a round aggregated while this node was down, which needs no answer).
-    ``own_sha256``: the digest of this node's upload when this process did
+    ``own_digest``: the digest of this node's upload when this process did
     not make it (a round sent before a restart, from its bundle).
 
     The coordinator holds a poll that would show nothing new until something
@@ -71,7 +71,7 @@ def await_result(
         result = ctx.gateway.result(ctx.session_id, index)
         if result.state == RoundState.READY:
             assert result.aggregate is not None
-            sent = ctx.gateway.uploaded_sha256(ctx.session_id, index) or own_sha256
+            sent = ctx.gateway.uploaded_digest(ctx.session_id, index) or own_digest
             revealed = progress.revealed.get(index)
             try:
                 check_statements(
@@ -82,7 +82,7 @@ def await_result(
                     roster_hash=ctx.roster.roster_hash,
                     identity_keys=ctx.config.identity_keys,
                     own_node_id=ctx.node_id,
-                    own_sha256=sent,
+                    own_digest=sent,
                     participants=participants,
                     round_name=name,
                     revealed=revealed.dropped if revealed is not None else (),

@@ -160,10 +160,10 @@ def _take_published_cape_sum(
     own = None
     if noted is not None:
         try:
-            own = bytes.fromhex(str(noted.get("sent_sha256")))
+            own = bytes.fromhex(str(noted.get("sent_digest")))
         except ValueError:
             raise SessionFailed(
-                f"{egress_folder(ctx.out, index) / CAPE_SUM_NOTE} notes no valid sha256 of "
+                f"{egress_folder(ctx.out, index) / CAPE_SUM_NOTE} notes no valid digest of "
                 "the CAPE sum share this node sent; restore it"
             ) from None
     noise = (
@@ -182,7 +182,7 @@ def _take_published_cape_sum(
         participants=participants,
         noise=noise,
         contribution=None if state is None else state.draws,
-        own_sha256=own,
+        own_digest=own,
     )
     if outcome is None:
         raise SessionFailed(f"round {index} ({name!r}) was aggregated but is now superseded")
@@ -234,7 +234,7 @@ def _take_published(
         participants=participants,
         noise=noise,
         contribution=None if bundle is None else bundle.payload,
-        own_sha256=own,
+        own_digest=own,
     )
     if outcome is None:
         raise SessionFailed(f"round {index} ({name!r}) was aggregated but is now superseded")

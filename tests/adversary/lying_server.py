@@ -385,7 +385,7 @@ class LyingCoordinator:
                 grpc.StatusCode.PERMISSION_DENIED, f"node {caller!r} may not upload here."
             )
         held = record.uploads.get(caller)
-        resent = held is not None and held.header.payload.sha256 == header.payload.sha256
+        resent = held is not None and held.header.payload.digest == header.payload.digest
         if (record.status != OPEN and not resent) or header.round_name != record.name:
             raise Refused(
                 grpc.StatusCode.FAILED_PRECONDITION,
@@ -405,14 +405,14 @@ class LyingCoordinator:
             record.index,
             record.name,
             roster_hash=bytes(header.roster_hash),
-            payload_sha256=bytes(header.payload.sha256),
+            payload_digest=bytes(header.payload.digest),
         )
         if not _verifies(self.identity_keys[caller], bytes(header.statement_signature), statement):
             raise Refused(grpc.StatusCode.UNAUTHENTICATED, "the upload statement does not verify.")
         with self.lock:
             earlier = record.uploads.get(caller)
             duplicate = earlier is not None
-            if earlier is not None and earlier.header.payload.sha256 != header.payload.sha256:
+            if earlier is not None and earlier.header.payload.digest != header.payload.digest:
                 raise Refused(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"node {caller!r} already uploaded another payload for round {record.index}.",
@@ -425,7 +425,7 @@ class LyingCoordinator:
                 session_id=self.session_id,
                 round_index=record.index,
                 node_id=caller,
-                sha256=bytes(header.payload.sha256),
+                digest=bytes(header.payload.digest),
                 received_bytes=int(header.payload.total_bytes),
                 duplicate=duplicate,
                 received_unix_ms=_now_ms(),
@@ -493,7 +493,7 @@ class LyingCoordinator:
                         node_id=node,
                         round_name=h.round_name,
                         roster_hash=h.roster_hash,
-                        payload_sha256=h.payload.sha256,
+                        payload_digest=h.payload.digest,
                         signature=h.statement_signature,
                     )
                 )

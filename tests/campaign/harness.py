@@ -16,13 +16,13 @@ after a message the coordinator accepted.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import blake3
 import grpc
 
 from coordinator.server import RunningServer, ServerTLS, start_server
@@ -193,7 +193,7 @@ class Coordinator:
         """``node``'s upload of the round: its signed header, then its masked payload."""
         values = zero_sum(MEMBERS, N_WORDS, seed=50).payloads[node if node in MEMBERS else "c"]
         data = masked(self.session, node, round_index, values)
-        digest = hashlib.sha256(data).digest()
+        digest = blake3.blake3(data).digest()
         roster = roster_hash(CONFIG_HASH, self.session_id, self.session.store.members())
         name = ("moments", "scatter")[round_index]
         statement = upload_statement_message(
@@ -202,7 +202,7 @@ class Coordinator:
             round_index,
             name,
             roster_hash=roster,
-            payload_sha256=digest,
+            payload_digest=digest,
         )
         header = pb.UploadHeader(
             session_id=self.session_id,
@@ -212,7 +212,7 @@ class Coordinator:
             payload=pb.PayloadHeader(
                 total_bytes=len(data),
                 total_elements=len(data) // 8,
-                sha256=digest,
+                digest=digest,
                 fixed_point_bits=32,
                 tensors=[
                     pb.TensorLayout(name=s.name, shape=list(s.shape), offset=s.offset, size=s.size)

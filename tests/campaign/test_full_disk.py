@@ -24,7 +24,6 @@ process that fails states its reason.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import resource
@@ -36,6 +35,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+import blake3
 import numpy as np
 import pytest
 
@@ -114,14 +114,14 @@ def _payloads_complete(run: SessionRun) -> list[str]:
     """Every payload file the state names exists with its recorded SHA-256; problems found."""
     problems = []
     folder = payload_dir_for(run.state.path)
-    named = [("uploads", row) for row in run.state.query("SELECT path, sha256 FROM uploads")] + [
-        ("results", row) for row in run.state.query("SELECT path, sha256 FROM results")
+    named = [("uploads", row) for row in run.state.query("SELECT path, digest FROM uploads")] + [
+        ("results", row) for row in run.state.query("SELECT path, digest FROM results")
     ]
-    for table, (name, sha256) in named:
+    for table, (name, digest) in named:
         path = folder / name
         if not path.is_file():
             problems.append(f"{table}: {name} is missing")
-        elif hashlib.sha256(path.read_bytes()).digest() != bytes(sha256):
+        elif blake3.blake3(path.read_bytes()).digest() != bytes(digest):
             problems.append(f"{table}: {name} does not match its SHA-256")
     return problems
 

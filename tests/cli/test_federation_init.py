@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import ipaddress
 import math
 import stat
@@ -21,7 +20,7 @@ from cryptography.x509.verification import PolicyBuilder, Store
 
 from node.plans.deltab.settings import DeltabSettings
 from noise.keys import IdentityKey
-from noise.layout import Layout
+from noise.layout import Layout, payload_digest
 from noise.stream import stream_fingerprint
 from proto import tls
 from proto.chunks import PayloadAssembler, payload_chunks, payload_header
@@ -224,7 +223,7 @@ class _Echo(pb_grpc.CoordinatorServicer):
         data = assembler.finish().astype("<u8").tobytes()
         return pb.UploadReceipt(
             node_id=tls.node_id_from_auth_context(context.auth_context()),
-            sha256=hashlib.sha256(data).digest(),
+            digest=payload_digest(np.frombuffer(data, dtype="<u8")),
             received_bytes=len(data),
         )
 
@@ -327,7 +326,7 @@ def test_a_20_mb_upload_streams_under_the_default_message_limit(
         receipt = pb_grpc.CoordinatorStub(channel).UploadEgress(messages(), timeout=60)
     assert receipt.node_id == "south"
     assert receipt.received_bytes == len(data)
-    assert receipt.sha256 == hashlib.sha256(data).digest()
+    assert receipt.digest == payload_digest(np.frombuffer(data, dtype="<u8"))
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import queue
 import re
 import subprocess
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import blake3
 import grpc
 import numpy as np
 import pytest
@@ -204,9 +204,9 @@ def upload(
     )
     roster = reply.roster_hash
     others = [b.node_id for b in reply.bundles if b.node_id != node.node_id]
-    sha256 = hashlib.sha256(data).digest()
+    digest = blake3.blake3(data).digest()
     statement = upload_statement_message(
-        fed_hash, session_id, round_index, name, roster_hash=roster, payload_sha256=sha256
+        fed_hash, session_id, round_index, name, roster_hash=roster, payload_digest=digest
     )
 
     def messages() -> Iterator[pb.UploadChunk]:
@@ -219,7 +219,7 @@ def upload(
                 payload=pb.PayloadHeader(
                     total_bytes=len(data),
                     total_elements=words,
-                    sha256=sha256,
+                    digest=digest,
                     fixed_point_bits=32,
                     tensors=tensor_layouts(layout),
                 ),

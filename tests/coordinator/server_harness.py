@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import blake3
 import grpc
 import numpy as np
 import pytest
@@ -150,7 +150,7 @@ def upload_messages(
     payload = pb.PayloadHeader(
         total_bytes=len(data),
         total_elements=len(data) // 8,
-        sha256=hashlib.sha256(data).digest(),
+        digest=blake3.blake3(data).digest(),
         fixed_point_bits=32,
         tensors=layout if layout is not None else layout_messages(),
     )
@@ -174,7 +174,7 @@ def upload_messages(
                 int(fields["round_index"]),  # type: ignore[call-overload]
                 str(fields["round_name"]),
                 roster_hash=bytes(fields["roster_hash"]),  # type: ignore[call-overload]
-                payload_sha256=payload.sha256,
+                payload_digest=payload.digest,
             )
         )
     yield pb.UploadChunk(header=pb.UploadHeader(**fields))  # type: ignore[arg-type]
@@ -249,7 +249,7 @@ def answer_messages(
             pb.PayloadHeader(
                 total_bytes=len(correction),
                 total_elements=len(correction) // 8,
-                sha256=hashlib.sha256(correction).digest(),
+                digest=blake3.blake3(correction).digest(),
                 fixed_point_bits=32,
                 tensors=list(request.tensors),
             )

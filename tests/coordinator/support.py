@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import blake3
 import numpy as np
 import pytest
 from numpy.typing import NDArray
@@ -175,7 +176,7 @@ def spec_for(
     return PayloadSpec(
         total_bytes=len(data),
         total_elements=int(payload.shape[0]),
-        sha256=hashlib.sha256(data).digest(),
+        digest=blake3.blake3(data).digest(),
         fixed_point_bits=bits,
         tensors=tensors,
     )
@@ -284,7 +285,7 @@ def signed_header(
             round_index,
             round_name,
             roster_hash=digest,
-            payload_sha256=spec.sha256,
+            payload_digest=spec.digest,
         )
     except ValueError:
         message = None
@@ -475,11 +476,11 @@ def run_round(
     reveal_all(fed, session, round_index)
 
 
-def sent_sha256(
+def sent_digest(
     session: Session, node: str, round_index: int, payload: NDArray[np.uint64]
 ) -> bytes:
     """SHA-256 of what :func:`upload` sends for ``payload``: the bytes under the self-mask."""
-    return hashlib.sha256(masked(session, node, round_index, payload)).digest()
+    return blake3.blake3(masked(session, node, round_index, payload)).digest()
 
 
 def join_all(fed: Federation, session: Session, nodes: Sequence[str] | None = None) -> None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
 from pathlib import Path
 
+import blake3
 import numpy as np
 import pytest
 
@@ -44,7 +44,7 @@ def test_every_byte_is_in_the_file_when_write_returns(tmp_path: Path, direct: bo
             written += data
             assert writer.path.read_bytes() == written
             assert writer.size == len(written)
-        assert writer.finish() == hashlib.sha256(written).digest()
+        assert writer.finish() == blake3.blake3(written).digest()
         assert writer.path.read_bytes() == written
         writer.discard()
     assert not any(tmp_path.iterdir())
@@ -119,7 +119,7 @@ def test_bytes_hashed_aside_give_the_same_file_and_digest(tmp_path: Path, direct
         view[:] = bytes(size)  # the caller may reuse its buffer once write returns
         written += data
         assert writer.size == len(written)
-    assert writer.finish() == hashlib.sha256(written).digest()
+    assert writer.finish() == blake3.blake3(written).digest()
     assert writer.path.read_bytes() == written
 
 

@@ -14,10 +14,10 @@ Against a real mutual-TLS server on 127.0.0.1 (tests/coordinator/server_harness.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import blake3
 import grpc
 import numpy as np
 import pytest
@@ -78,7 +78,7 @@ def test_rounds_results_served_in_turn_are_each_the_right_bytes(
         totals = {0: _complete_round(h, 0, seed=71)}
         for node in NODES:
             header, payload = fetch_result(h, node, 0)
-            assert header.payload.sha256 == hashlib.sha256(payload).digest()
+            assert header.payload.digest == blake3.blake3(payload).digest()
             np.testing.assert_array_equal(np.frombuffer(payload, dtype="<u8"), totals[0])
         totals[1] = _complete_round(h, 1, seed=72)
         assert not np.array_equal(totals[0], totals[1])
@@ -86,7 +86,7 @@ def test_rounds_results_served_in_turn_are_each_the_right_bytes(
         for node, round_index in (("a", 1), ("b", 0), ("c", 1), ("a", 0), ("b", 1)):
             header, payload = fetch_result(h, node, round_index)
             assert header.status == pb.ROUND_STATUS_READY and header.round_index == round_index
-            assert header.payload.sha256 == hashlib.sha256(payload).digest()
+            assert header.payload.digest == blake3.blake3(payload).digest()
             np.testing.assert_array_equal(np.frombuffer(payload, dtype="<u8"), totals[round_index])
     finally:
         h.close()
@@ -146,12 +146,12 @@ def test_the_aggregate_a_round_wrote_is_encoded_as_its_file_would_be(tmp_path: P
         run_round(fed, session, 0, data.payloads)
         view = session.result(session.session_id, 0, caller="a")
         assert view.path is not None and view.payload is not None
-        encoded = session.encoded_result(0, view.path, view.payload.sha256)
+        encoded = session.encoded_result(0, view.path, view.payload.digest)
         assert encoded is not None
         assert encoded.chunks == tuple(encoded_file_chunks(view.path, encoded.chunk_bytes))
         # Asked for another round, file or digest, nothing is handed out.
-        assert session.encoded_result(1, view.path, view.payload.sha256) is None
-        assert session.encoded_result(0, view.path.with_name("x.u64"), view.payload.sha256) is None
+        assert session.encoded_result(1, view.path, view.payload.digest) is None
+        assert session.encoded_result(0, view.path.with_name("x.u64"), view.payload.digest) is None
         assert session.encoded_result(0, view.path, bytes(32)) is None
     finally:
         store.close()

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import blake3
 import grpc
 import numpy as np
 import pytest
@@ -86,11 +87,11 @@ def _round_of_large_payloads(harness: Harness, n_words: int, big: list[pb.Tensor
     header, payload = fetch_result(harness, "b", 0)
     assert header.status == pb.ROUND_STATUS_READY
     assert list(header.survivor_node_ids) == ["a", "b", "c"]
-    assert header.payload.sha256 == hashlib.sha256(payload).digest()
+    assert header.payload.digest == blake3.blake3(payload).digest()
     final = roster_hash(CONFIG_HASH, harness.session_id, harness.session.store.members())
     assert [
-        (s.node_id, s.round_name, s.roster_hash, s.payload_sha256) for s in header.statements
-    ] == [(n, "moments", final, hashlib.sha256(uploads[n]).digest()) for n in ("a", "b", "c")]
+        (s.node_id, s.round_name, s.roster_hash, s.payload_digest) for s in header.statements
+    ] == [(n, "moments", final, blake3.blake3(uploads[n]).digest()) for n in ("a", "b", "c")]
     assert all(len(s.signature) == 64 for s in header.statements)
     np.testing.assert_array_equal(np.frombuffer(payload, dtype="<u8"), data.total(["a", "b", "c"]))
     status = harness.stub("c").GetStatus(pb.GetStatusRequest(session_id=harness.session_id))
@@ -124,7 +125,7 @@ def test_the_same_upload_again_is_acknowledged_as_a_duplicate(harness: Harness) 
     first = send(harness, "a", upload_messages(harness, "a", 0, data))
     before = harness.session.store.dump()
     again = send(harness, "a", upload_messages(harness, "a", 0, data))
-    assert again.duplicate and not first.duplicate and again.sha256 == first.sha256
+    assert again.duplicate and not first.duplicate and again.digest == first.digest
     assert harness.session.store.dump() == before
 
 

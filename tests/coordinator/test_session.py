@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+import blake3
 import numpy as np
 import pytest
 
@@ -59,7 +60,7 @@ from tests.coordinator.support import (
     reveal_all,
     run_round,
     sealed_challenge,
-    sent_sha256,
+    sent_digest,
     signed_header,
     spec_for,
     stream,
@@ -212,7 +213,7 @@ def test_two_rounds_without_dropouts_give_the_exact_sums(fed: Federation, sessio
         view = session.result(session.session_id, round_index, caller="b")
         assert view.status == RoundState.READY and view.survivors == ("a", "b", "c")
         assert view.payload is not None and view.payload.tensors == LAYOUT
-        assert view.payload.sha256 == hashlib.sha256(view.path.read_bytes()).digest()  # type: ignore[union-attr]
+        assert view.payload.digest == blake3.blake3(view.path.read_bytes()).digest()  # type: ignore[union-attr]
     assert session.state() == SessionState.COMPLETED
     status = session.status(session.session_id)
     assert [r.name for r in status.rounds] == ["moments", "scatter"]
@@ -236,7 +237,7 @@ def test_the_same_upload_again_is_a_duplicate_and_changes_nothing(
     before = session.store.dump()
     again = upload(session, "a", 0, data.payloads["a"])
     assert session.store.dump() == before
-    assert again.duplicate and not first.duplicate and again.sha256 == first.sha256
+    assert again.duplicate and not first.duplicate and again.digest == first.digest
     upload(session, "b", 0, data.payloads["b"])
     upload(session, "c", 0, data.payloads["c"])
     # Still a duplicate while the round unmasks and after it completed (a retry
@@ -276,7 +277,7 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
         fields = {
             "total_bytes": good.total_bytes,
             "total_elements": good.total_elements,
-            "sha256": good.sha256,
+            "digest": good.digest,
             "fixed_point_bits": good.fixed_point_bits,
             "tensors": good.tensors,
         }
@@ -295,7 +296,7 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
             InvalidArgument,
             header(spec=spec(tensors=shifted, total_elements=17, total_bytes=136)),
         ),
-        "short sha": (InvalidArgument, header(spec=spec(sha256=b"\x00" * 31))),
+        "short digest": (InvalidArgument, header(spec=spec(digest=b"\x00" * 31))),
         "wrong scale": (InvalidArgument, header(spec=spec(fixed_point_bits=16))),
         "empty": (InvalidArgument, header(spec=spec(total_bytes=0, total_elements=0))),
         "statement by a stranger": (Unauthenticated, header(identity=IdentityKey.generate())),
@@ -305,7 +306,7 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
         ),
         "statement for another payload": (
             Unauthenticated,
-            replace(header(), payload=spec(sha256=hashlib.sha256(b"other").digest())),
+            replace(header(), payload=spec(digest=hashlib.sha256(b"other").digest())),
         ),
         "statement over another roster": (
             FailedPrecondition,
@@ -362,7 +363,7 @@ def bad_headers(session: Session, payload: np.ndarray) -> dict[str, tuple[type, 
         "unknown node",
         "size mismatch",
         "layout gap",
-        "short sha",
+        "short digest",
         "wrong scale",
         "empty",
         "statement by a stranger",
@@ -424,7 +425,7 @@ def test_upload_statements_are_checked_then_returned_with_the_aggregate(
             node_id=node,
             round_name="moments",
             roster_hash=final,
-            payload_sha256=sent_sha256(session, node, 0, data.payloads[node]),
+            payload_digest=sent_digest(session, node, 0, data.payloads[node]),
             signature=signed_header(session, node, 0, "moments", sent[node]).statement_signature,
         )
         for node in fed.node_ids
@@ -480,7 +481,7 @@ def _huge_chunk(session: Session, ticket: Ticket, data: bytes) -> None:
         (_gap, "expected 40"),
         (_too_long, "runs past"),
         (_short, "ended after 285 of 288 bytes"),
-        (_corrupt, "sha256"),
+        (_corrupt, "digest"),
         (_huge_chunk, "exceeds the limit"),
     ],
 )
@@ -914,7 +915,7 @@ def test_the_aggregate_is_the_plain_sum_of_the_payloads_under_the_self_masks(
     assert [(c.node_id, c.self_mask_seed) for c in answers] == [
         (n, node_seed(n, 0)) for n in fed.node_ids
     ]
-    assert all((c.path, c.sha256, c.size) == (None, b"", 0) for c in answers)
+    assert all((c.path, c.digest, c.size) == (None, b"", 0) for c in answers)
 
 
 def all_uploaded_and_attested(fed: Federation, session: Session, seed: int) -> ZeroSum:
@@ -1044,7 +1045,7 @@ def test_the_same_seed_again_is_a_duplicate_and_another_seed_a_conflict(
     all_uploaded_and_attested(fed, session, seed=33)
     first = submit_correction(session, "a", 0, None)
     assert isinstance(first, UnmaskReceipt) and not first.duplicate
-    assert first.received_count == 1 and first.sha256 == b""
+    assert first.received_count == 1 and first.digest == b""
     before = session.store.dump()
     again = submit_correction(session, "a", 0, None)
     assert isinstance(again, UnmaskReceipt) and again.duplicate

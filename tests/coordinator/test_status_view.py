@@ -87,7 +87,7 @@ def test_the_status_shows_the_unmask_step_and_a_round_superseded_by_its_rerun(
         [],
     )
     assert round0["reason"] == "waiting for the unmask answers of a, b, c"
-    assert "result_sha256" not in round0
+    assert "result_digest" not in round0
     attest_all(fed, session, 0)
     submit_correction(session, "a", 0, None)
     submit_correction(session, "b", 0, None)
@@ -95,7 +95,7 @@ def test_the_status_shows_the_unmask_step_and_a_round_superseded_by_its_rerun(
     status = read_status(state, fed.node_ids)
     superseded, rerun = status["rounds"]
     assert (superseded["name"], superseded["status"]) == ("moments", "superseded")
-    assert "result_sha256" not in superseded
+    assert "result_digest" not in superseded
     assert (rerun["name"], rerun["status"], rerun["participants"]) == (
         "moments",
         "open",

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sqlite3
 import threading
 from pathlib import Path
 
+import blake3
 import pytest
 
 from coordinator.errors import StateFileError
@@ -81,7 +81,7 @@ def test_rows_survive_reopening(store: Store) -> None:
     assert again.round(0).participants == ("a",)  # type: ignore[union-attr]
     assert again.upload(0, "a") == row
     assert again.payload_path(row.path).read_bytes() == b"\x05" * 16
-    assert row.sha256 == hashlib.sha256(b"\x05" * 16).digest()
+    assert row.digest == blake3.blake3(b"\x05" * 16).digest()
 
 
 def test_a_failed_transaction_leaves_nothing_behind(store: Store) -> None:

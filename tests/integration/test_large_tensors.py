@@ -174,7 +174,7 @@ def test_twenty_megabyte_payloads_sum_exactly(  # noqa: PLR0915 - one session en
                 round_index=round_index,
                 round_name=round_name,
                 node_id=node,
-                payload=payload_spec(None, layout, bits, sha256=digest),
+                payload=payload_spec(None, layout, bits, digest=digest),
                 roster_hash=roster,
                 statement_signature=sign_upload_statement(
                     federation.identity(node),
@@ -183,7 +183,7 @@ def test_twenty_megabyte_payloads_sum_exactly(  # noqa: PLR0915 - one session en
                     round_index=round_index,
                     round_name=round_name,
                     roster_hash=roster,
-                    payload_sha256=digest,
+                    payload_digest=digest,
                 ),
                 self_mask_commitment=self_mask_commitment(seed),
                 # The coordinator relays these unread; this test checks no aggregate tags.
@@ -250,7 +250,7 @@ def test_twenty_megabyte_payloads_sum_exactly(  # noqa: PLR0915 - one session en
             roster_hash=rosters[node].roster_hash,
             identity_keys=federation.config.identity_keys,
             own_node_id=node,
-            own_sha256=clients[node].uploaded_sha256(session_id, 0),
+            own_digest=clients[node].uploaded_digest(session_id, 0),
             participants=NODES,
         )
         assert [s.node_id for s in header.statements] == list(NODES)
@@ -259,7 +259,7 @@ def test_twenty_megabyte_payloads_sum_exactly(  # noqa: PLR0915 - one session en
 
     # The same 21 MB again: acknowledged as already received, nothing changes.
     again = upload("b")
-    assert again.duplicate and again.sha256 == receipts["b"].sha256
+    assert again.duplicate and again.digest == receipts["b"].digest
     unchanged = clients["c"].result(session_id, 0).aggregate
     assert unchanged is not None and np.array_equal(unchanged, expected)
 

@@ -153,8 +153,8 @@ class FakeCoordinator:
             raise AssertionError(f"the node asked for round {round_index}'s result; none was set")
         return found
 
-    def uploaded_sha256(self, session_id: str, round_index: int) -> bytes | None:
-        self.calls.append("uploaded_sha256")
+    def uploaded_digest(self, session_id: str, round_index: int) -> bytes | None:
+        self.calls.append("uploaded_digest")
         return self.uploaded.get(round_index)
 
     # ------------------------------------------------------------ what the node sends
@@ -177,7 +177,7 @@ class FakeCoordinator:
     def upload(self, header: UploadHeader, payload: U64) -> UploadReceipt:
         self.calls.append("upload")
         digest = payload_digest(payload)
-        assert header.payload.sha256 == digest, "the digest given is not the payload's"
+        assert header.payload.digest == digest, "the digest given is not the payload's"
         assert header.node_id == self.node, "an upload header for another node"
         index = header.round_index
         duplicate = self.uploaded.get(index) == digest
@@ -199,7 +199,7 @@ class FakeCoordinator:
             duplicate=duplicate,
             submitted_count=1,
             expected_count=1 + len(self.peers),
-            sha256=digest,
+            digest=digest,
             received_bytes=int(np.asarray(payload).nbytes),
         )
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import random
 
+import blake3
 import grpc
 import numpy as np
 import pytest
@@ -58,7 +58,7 @@ def test_chunks_are_at_most_one_mebibyte_and_reassemble_exactly() -> None:
     assert [len(c.data) for c in chunks] == [CHUNK_BYTES, CHUNK_BYTES, 2_400_000 - 2 * CHUNK_BYTES]
     assert [c.offset for c in chunks] == [0, CHUNK_BYTES, 2 * CHUNK_BYTES]
     header = payload_header(payload, Layout.of({"w": (300_000,)}), 32)
-    assert header.sha256 == hashlib.sha256(payload.astype("<u8").tobytes()).digest()
+    assert header.digest == blake3.blake3(payload.astype("<u8").tobytes()).digest()
     assert header.total_bytes == 2_400_000 and header.total_elements == 300_000
     assert np.array_equal(assemble_payload(header, chunks, what="test"), payload)
 
@@ -71,7 +71,7 @@ def test_reassembly_rejects_gaps_and_corruption() -> None:
     with pytest.raises(PayloadError, match="aggregate: chunk at byte 8 arrived; expected byte 0"):
         assemble_payload(header, chunks, what="aggregate")
     corrupted = list(payload_chunks(payload + np.uint64(1)))
-    with pytest.raises(PayloadError, match="aggregate: payload SHA-256 does not match the header"):
+    with pytest.raises(PayloadError, match="aggregate: payload digest does not match the header"):
         assemble_payload(header, corrupted, what="aggregate")
     with pytest.raises(PayloadError, match="received 40 of the 80 bytes announced"):
         assemble_payload(header, list(payload_chunks(payload[:5])), what="aggregate")

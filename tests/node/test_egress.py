@@ -29,7 +29,7 @@ from node.egress.receipt import (
     check_layout,
 )
 from noise.fixed_point import FixedPointCodec
-from noise.layout import payload_digest
+from noise.layout import payload_sha256
 
 BITS = 32
 
@@ -98,7 +98,7 @@ def test_payload_file_is_plain_little_endian_uint64(tmp_path: Path) -> None:
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["format"] == EGRESS_FORMAT
     assert manifest["payload"]["sha256"] == hashlib.sha256(loaded.tobytes()).hexdigest()
-    assert manifest["payload"]["sha256"] == payload_digest(bundle.payload).hex()
+    assert manifest["payload"]["sha256"] == payload_sha256(bundle.payload).hex()
 
 
 def test_manifest_declares_layout_noise_and_no_secrets(tmp_path: Path) -> None:

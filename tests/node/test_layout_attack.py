@@ -198,7 +198,7 @@ def _attack(
                     round_index=0,
                     round_name=name,
                     roster_hash=verified.roster_hash,
-                    payload_sha256=payload_digest(payload),
+                    payload_digest=payload_digest(payload),
                 ),
                 self_mask_commitment=bytes(32),
                 challenge=signed_set(

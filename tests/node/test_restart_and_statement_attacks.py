@@ -71,12 +71,12 @@ def _digest(node: str) -> bytes:
     return bytes([ord(node)]) * 32
 
 
-def _statement(node: str, index: int, sha256: bytes) -> UploadStatement:
+def _statement(node: str, index: int, digest: bytes) -> UploadStatement:
     return UploadStatement(
         node_id=node,
         round_name="scatter",
         roster_hash=ROSTER_HASH,
-        payload_sha256=sha256,
+        payload_digest=digest,
         signature=sign_upload_statement(
             KEYS[node],
             config_hash=CONFIG_HASH,
@@ -84,7 +84,7 @@ def _statement(node: str, index: int, sha256: bytes) -> UploadStatement:
             round_index=index,
             round_name="scatter",
             roster_hash=ROSTER_HASH,
-            payload_sha256=sha256,
+            payload_digest=digest,
         ),
     )
 
@@ -246,7 +246,7 @@ def test_a_round_aggregated_while_down_must_count_the_payload_of_my_bundle(
     # A statement of a for another payload of round 1 (a node that signed two
     # releases of one round: the aggregate is not of the bundle it recorded).
     _serve(node, _ready(1, IDS, {"a": _digest("x")}), None)
-    with pytest.raises(SessionFailed, match="counts a payload of mine with sha256"):
+    with pytest.raises(SessionFailed, match="counts a payload of mine with digest"):
         take_aggregated(node.ctx, node.progress, node.coordinator.status_reply)
     assert plan.received == []
 

@@ -43,7 +43,7 @@ from node.runner import (
     RunOutcome,
     grpc_gateway,
 )
-from noise.layout import payload_digest
+from noise.layout import payload_sha256
 from noise.self_mask import self_mask
 from proto.federation import config_hash, load_federation
 from tests.node.gateways import failing_before_upload
@@ -184,8 +184,8 @@ class CapeSession:
         ledger = json.loads((self.out(node) / "ledger.json").read_text())
         return [e["round_index"] for e in ledger["entries"] if e["kind"] == "release"]
 
-    def stored_sha256(self, round_index: int, node: str) -> list[str]:
-        return [u.sha256.hex() for u in self.store.uploads(round_index) if u.node_id == node]
+    def stored_digest(self, round_index: int, node: str) -> list[str]:
+        return [u.digest.hex() for u in self.store.uploads(round_index) if u.node_id == node]
 
     def unmasked_sha256(self, round_index: int, node: str) -> str:
         """SHA-256 of ``node``'s stored upload minus the self-mask whose seed it revealed."""
@@ -193,7 +193,7 @@ class CapeSession:
         (answer,) = [c for c in self.store.corrections(round_index, 1) if c.node_id == node]
         sent = np.frombuffer(self.store.payload_path(upload.path).read_bytes(), dtype="<u8")
         pad = self_mask(answer.self_mask_seed, upload.layout, round_index=round_index)
-        return payload_digest(sent.astype(np.uint64) - pad).hex()
+        return payload_sha256(sent.astype(np.uint64) - pad).hex()
 
 
 @pytest.fixture
@@ -283,7 +283,7 @@ def test_a_share_sent_before_the_crash_is_sent_again_byte_for_byte(session: Cape
     # The restarted node's means egress is made from those very draws.
     assert kept.residual is not None
     assert np.array_equal(_residual(session, 1, kept), kept.residual)
-    assert session.stored_sha256(0, "a") == [note["sent_sha256"]]
+    assert session.stored_digest(0, "a") == [note["sent_digest"]]
     assert session.unmasked_sha256(0, "a") == note["payload_sha256"]
     assert session.ledger_releases("a") == [1, 3]
 
@@ -356,4 +356,4 @@ def test_a_rerun_draws_fresh_cape_noise_and_a_restart_keeps_it(session: CapeSess
     assert session.ledger_releases("a") == [1, 3, 5]
     for index in (3, 5):
         bundle = EgressBundle.read(session.out("a") / "egress" / f"round-{index}")
-        assert session.unmasked_sha256(index, "a") == payload_digest(bundle.payload).hex()
+        assert session.unmasked_sha256(index, "a") == payload_sha256(bundle.payload).hex()

@@ -39,7 +39,7 @@ from node.session.joining import join
 from node.session.model_round import run_model_round
 from node.session.resume import catch_up
 from noise.keys import EphemeralKey
-from noise.layout import payload_digest
+from noise.layout import payload_sha256
 from proto.messages import RoundState, RoundSummary, SessionState, SessionStatus
 from tests.node.fake_gateway import FakeCoordinator, running
 from tests.node.nodes import (
@@ -330,7 +330,7 @@ def test_a_share_that_differs_from_the_noted_one_is_not_sent(tmp_path: Path) -> 
     node = _cape_node(tmp_path)
     share = cape_sum_payload(draws, IDS, "a", _seeds(IDS)["a"], LAYOUT, round_index=0)
     # The noted share went out among other participants (or from other draws).
-    _note(tmp_path, payload_digest(share).hex())
+    _note(tmp_path, payload_sha256(share).hex())
     catch_up(node.ctx, node.progress)
     with pytest.raises(SessionFailed, match=r"is not the share .*cape-sum.json notes"):
         _cape_sum_round(node, ("a", "b", "c"))

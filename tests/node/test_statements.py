@@ -31,9 +31,9 @@ def statement(
     signer: str | None = None,
     roster: bytes = ROSTER,
     name: str = NAME,
-    sha256: bytes | None = None,
+    digest: bytes | None = None,
 ) -> UploadStatement:
-    digest = SHA[node] if sha256 is None else sha256
+    digest = SHA[node] if digest is None else digest
     signature = sign_upload_statement(
         IDENTITY[signer or node],
         config_hash=CONFIG_HASH,
@@ -41,13 +41,13 @@ def statement(
         round_index=ROUND,
         round_name=name,
         roster_hash=roster,
-        payload_sha256=digest,
+        payload_digest=digest,
     )
     return UploadStatement(
         node_id=node,
         round_name=name,
         roster_hash=roster,
-        payload_sha256=digest,
+        payload_digest=digest,
         signature=signature,
     )
 
@@ -68,7 +68,7 @@ def checked(
     result: RoundResult,
     *,
     me: str = "a",
-    own_sha256: bytes | None,
+    own_digest: bytes | None,
     identity_keys: dict[str, bytes] = PINNED,
     **more: Any,
 ) -> None:
@@ -81,14 +81,14 @@ def checked(
         roster_hash=ROSTER,
         identity_keys=identity_keys,
         own_node_id=me,
-        own_sha256=own_sha256,
+        own_digest=own_digest,
         participants=IDS,
         **more,
     )
 
 
 def check(result: RoundResult, *, me: str = "a", own: bytes | None = None) -> None:
-    checked(result, me=me, own_sha256=SHA[me] if own is None else own)
+    checked(result, me=me, own_digest=SHA[me] if own is None else own)
 
 
 def honest() -> list[UploadStatement]:
@@ -104,7 +104,7 @@ def refused(result: RoundResult, *, me: str = "a", own: bytes | None = None) -> 
 def test_the_signature_is_over_the_transcript_message() -> None:
     signed = statement("b")
     message = upload_statement_message(
-        CONFIG_HASH, SESSION, ROUND, NAME, roster_hash=ROSTER, payload_sha256=SHA["b"]
+        CONFIG_HASH, SESSION, ROUND, NAME, roster_hash=ROSTER, payload_digest=SHA["b"]
     )
     Ed25519PublicKey.from_public_bytes(PINNED["b"]).verify(signed.signature, message)
 
@@ -119,10 +119,10 @@ def test_a_survivor_subset_with_its_statements_passes() -> None:
 
 
 def test_own_digest_unknown_still_needs_my_own_valid_statement() -> None:
-    checked(header(honest()), own_sha256=None, round_name=NAME)
+    checked(header(honest()), own_digest=None, round_name=NAME)
     forged = [statement("a", signer="b"), statement("b"), statement("c")]
     with pytest.raises(StatementError, match=r"node 'a' .* does not verify"):
-        checked(header(forged), own_sha256=None)
+        checked(header(forged), own_digest=None)
 
 
 @pytest.mark.parametrize(
@@ -153,7 +153,7 @@ def test_a_statement_replaced_by_a_wrong_one_is_refused(
 
 def test_a_statement_altered_after_signing_is_refused() -> None:
     statements = honest()
-    statements[2] = dataclasses.replace(statements[2], payload_sha256=SHA["a"])
+    statements[2] = dataclasses.replace(statements[2], payload_digest=SHA["a"])
     assert "node 'c'" in refused(header(statements))
     assert "does not verify" in refused(header(statements))
 
@@ -187,7 +187,7 @@ def test_my_own_statement_must_name_the_payload_i_sent() -> None:
     sent = hashlib.sha256(b"what a really uploaded").digest()
     message = refused(header(honest()), own=sent)
     assert message == (
-        f"the aggregate of round 2 ('scatter') counts a payload of mine with sha256 "
+        f"the aggregate of round 2 ('scatter') counts a payload of mine with digest "
         f"{SHA['a'].hex()[:16]}…, but I uploaded {sent.hex()[:16]}…"
     )
 
@@ -199,17 +199,17 @@ def test_a_signer_outside_the_round_is_refused() -> None:
         node_id="z",
         round_name=NAME,
         roster_hash=ROSTER,
-        payload_sha256=SHA["a"],
+        payload_digest=SHA["a"],
         signature=stranger.sign(
             upload_statement_message(
-                CONFIG_HASH, SESSION, ROUND, NAME, roster_hash=ROSTER, payload_sha256=SHA["a"]
+                CONFIG_HASH, SESSION, ROUND, NAME, roster_hash=ROSTER, payload_digest=SHA["a"]
             )
         ),
     )
     with pytest.raises(StatementError, match=r"node 'z' signed a statement .* not one of its"):
         checked(
             header([*honest(), extra], survivors=(*IDS, "z")),
-            own_sha256=SHA["a"],
+            own_digest=SHA["a"],
             identity_keys=pinned,
         )
 

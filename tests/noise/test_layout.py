@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import hashlib
 
+import blake3
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from noise.fixed_point import FixedPointCodec
-from noise.layout import Layout, LayoutError, TensorSlot, as_words, payload_digest
+from noise.layout import (
+    Layout,
+    LayoutError,
+    TensorSlot,
+    as_words,
+    payload_digest,
+    payload_hasher,
+    payload_sha256,
+)
 
 CODEC = FixedPointCodec(32)
 
@@ -117,10 +126,22 @@ def test_encode_then_decode_gives_the_values_to_resolution(values: list[float]) 
     np.testing.assert_allclose(back["a"], tensors["a"], rtol=0, atol=CODEC.resolution)
 
 
-def test_payload_digest_is_sha256_of_little_endian_words() -> None:
+def test_payload_digest_is_blake3_of_little_endian_words() -> None:
+    # BLAKE3's published test vector for the empty input (the reference
+    # implementation's test_vectors.json, input_len 0, first 32 bytes).
+    assert payload_digest(np.zeros(0, dtype=np.uint64)).hex() == (
+        "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+    )
     words = np.array([1, 2**64 - 1], dtype=np.uint64)
-    expected = hashlib.sha256((1).to_bytes(8, "little") + b"\xff" * 8).digest()
-    assert payload_digest(words) == expected
-    assert payload_digest(words.astype(">u8")) == expected
+    data = (1).to_bytes(8, "little") + b"\xff" * 8
+    assert payload_digest(words) == blake3.blake3(data).digest()
+    assert payload_digest(words.astype(">u8")) == payload_digest(words)
+    hasher = payload_hasher()
+    hasher.update(data[:5])
+    hasher.update(data[5:])
+    assert hasher.digest() == payload_digest(words)
+    # What a person checks keeps SHA-256.
+    assert payload_sha256(words) == hashlib.sha256(data).digest()
+    assert payload_sha256(words.astype(">u8")) == payload_sha256(words)
     with pytest.raises(LayoutError, match="uint64 words; got dtype int64"):
         as_words(np.zeros(2, dtype=np.int64))

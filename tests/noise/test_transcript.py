@@ -162,7 +162,7 @@ PAYLOAD = b"\x33" * 32
 
 def test_upload_statement_known_answer() -> None:
     message = upload_statement_message(
-        CONFIG, "s1", 3, "scatter", roster_hash=ROSTER, payload_sha256=PAYLOAD
+        CONFIG, "s1", 3, "scatter", roster_hash=ROSTER, payload_digest=PAYLOAD
     )
     assert message == (
         b"zerosum/v1/upload-statement"
@@ -183,26 +183,26 @@ def test_upload_statement_known_answer() -> None:
 
 def test_upload_statement_separates_every_field() -> None:
     base = upload_statement_message(
-        CONFIG, "s1", 3, "scatter", roster_hash=ROSTER, payload_sha256=PAYLOAD
+        CONFIG, "s1", 3, "scatter", roster_hash=ROSTER, payload_digest=PAYLOAD
     )
     others = {
         upload_statement_message(
-            b"\x12" * 32, "s1", 3, "scatter", roster_hash=ROSTER, payload_sha256=PAYLOAD
+            b"\x12" * 32, "s1", 3, "scatter", roster_hash=ROSTER, payload_digest=PAYLOAD
         ),
         upload_statement_message(
-            CONFIG, "s2", 3, "scatter", roster_hash=ROSTER, payload_sha256=PAYLOAD
+            CONFIG, "s2", 3, "scatter", roster_hash=ROSTER, payload_digest=PAYLOAD
         ),
         upload_statement_message(
-            CONFIG, "s1", 4, "scatter", roster_hash=ROSTER, payload_sha256=PAYLOAD
+            CONFIG, "s1", 4, "scatter", roster_hash=ROSTER, payload_digest=PAYLOAD
         ),
         upload_statement_message(
-            CONFIG, "s1", 3, "moments", roster_hash=ROSTER, payload_sha256=PAYLOAD
+            CONFIG, "s1", 3, "moments", roster_hash=ROSTER, payload_digest=PAYLOAD
         ),
         upload_statement_message(
-            CONFIG, "s1", 3, "scatter", roster_hash=PAYLOAD, payload_sha256=PAYLOAD
+            CONFIG, "s1", 3, "scatter", roster_hash=PAYLOAD, payload_digest=PAYLOAD
         ),
         upload_statement_message(
-            CONFIG, "s1", 3, "scatter", roster_hash=ROSTER, payload_sha256=ROSTER
+            CONFIG, "s1", 3, "scatter", roster_hash=ROSTER, payload_digest=ROSTER
         ),
         # The label keeps it apart from a survivor attestation over the same fields.
         survivor_attestation_message(CONFIG, "s1", 3, ROSTER),
@@ -213,15 +213,15 @@ def test_upload_statement_separates_every_field() -> None:
 def test_upload_statement_refuses_bad_fields() -> None:
     with pytest.raises(KeyFormatError, match="roster hash must be 32 bytes; got 31 bytes"):
         upload_statement_message(
-            CONFIG, "s1", 0, "moments", roster_hash=ROSTER[:31], payload_sha256=PAYLOAD
+            CONFIG, "s1", 0, "moments", roster_hash=ROSTER[:31], payload_digest=PAYLOAD
         )
-    with pytest.raises(KeyFormatError, match="payload sha256 must be 32 bytes"):
-        upload_statement_message(CONFIG, "s1", 0, "moments", roster_hash=ROSTER, payload_sha256=b"")
+    with pytest.raises(KeyFormatError, match="payload digest must be 32 bytes"):
+        upload_statement_message(CONFIG, "s1", 0, "moments", roster_hash=ROSTER, payload_digest=b"")
     with pytest.raises(KeyFormatError, match="round name"):
-        upload_statement_message(CONFIG, "s1", 0, "", roster_hash=ROSTER, payload_sha256=PAYLOAD)
+        upload_statement_message(CONFIG, "s1", 0, "", roster_hash=ROSTER, payload_digest=PAYLOAD)
     with pytest.raises(ValueError, match="round_index = -1"):
         upload_statement_message(
-            CONFIG, "s1", -1, "moments", roster_hash=ROSTER, payload_sha256=PAYLOAD
+            CONFIG, "s1", -1, "moments", roster_hash=ROSTER, payload_digest=PAYLOAD
         )
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
+import blake3
 import numpy as np
 import pytest
 
@@ -32,7 +32,7 @@ def test_header_describes_size_digest_scale_and_layout() -> None:
     payload = words()
     header = payload_header(payload, LAYOUT, 20)
     assert header.total_elements == 31 and header.total_bytes == 248
-    assert header.sha256 == hashlib.sha256(payload.astype("<u8").tobytes()).digest()
+    assert header.digest == blake3.blake3(payload.astype("<u8").tobytes()).digest()
     assert header.fixed_point_bits == 20
     assert layout_of(header.tensors) == LAYOUT
     assert [(t.name, list(t.shape), t.offset, t.size) for t in tensor_layouts(LAYOUT)] == [
@@ -40,12 +40,12 @@ def test_header_describes_size_digest_scale_and_layout() -> None:
         ("sx", [5], 1, 5),
         ("sxx", [5, 5], 6, 25),
     ]
-    known = payload_header(None, LAYOUT, 20, sha256=header.sha256)
+    known = payload_header(None, LAYOUT, 20, digest=header.digest)
     assert known == header
     with pytest.raises(PayloadError, match="30 words does not fit a layout of 31"):
         payload_header(payload[:30], LAYOUT, 20)
-    with pytest.raises(ValueError, match="either the words or their sha256"):
-        payload_header(payload, LAYOUT, 20, sha256=header.sha256)
+    with pytest.raises(ValueError, match="either the words or their digest"):
+        payload_header(payload, LAYOUT, 20, digest=header.digest)
 
 
 def test_a_malformed_wire_layout_is_named() -> None:
@@ -112,7 +112,7 @@ def test_assembler_refuses_a_short_or_altered_payload() -> None:
         short.finish()
     altered = _assembler(payload)
     altered.add(pb.PayloadChunk(offset=0, data=data[:-1] + bytes([data[-1] ^ 1])))
-    with pytest.raises(PayloadError, match="SHA-256 does not match"):
+    with pytest.raises(PayloadError, match="digest does not match"):
         altered.finish()
 
 
@@ -148,6 +148,6 @@ def test_assembler_checks_the_header_against_itself_and_the_expected_layout() ->
         PayloadAssembler(header, max_bytes=100)
     short_digest = pb.PayloadHeader()
     short_digest.CopyFrom(header)
-    short_digest.sha256 = b"\x00" * 5
-    with pytest.raises(PayloadError, match="sha256 has 5 bytes"):
+    short_digest.digest = b"\x00" * 5
+    with pytest.raises(PayloadError, match="digest has 5 bytes"):
         PayloadAssembler(short_digest)

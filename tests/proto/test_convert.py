@@ -142,7 +142,7 @@ def test_answers_round_trip() -> None:
         duplicate=False,
         submitted_count=1,
         expected_count=3,
-        sha256=b"\x02" * 32,
+        digest=b"\x02" * 32,
         received_bytes=64,
         session_id="s",
         round_index=1,
@@ -230,7 +230,7 @@ def _same(before: Message, after: Message) -> None:
 def test_a_payload_header_round_trips_and_matches_the_one_proto_chunks_writes() -> None:
     _same(PAYLOAD, payload_spec_to_pb(payload_spec_from_pb(PAYLOAD)))
     _same(PAYLOAD, payload_spec_to_pb(payload_spec(WORDS, LAYOUT, 20)))
-    known = payload_spec(None, LAYOUT, 20, sha256=bytes(PAYLOAD.sha256))
+    known = payload_spec(None, LAYOUT, 20, digest=bytes(PAYLOAD.digest))
     assert known == payload_spec(WORDS, LAYOUT, 20)
 
 
@@ -354,7 +354,7 @@ def test_a_result_header_round_trips_ready_and_awaiting() -> None:
                 node_id="a",
                 round_name="scatter",
                 roster_hash=b"\x0e" * 32,
-                payload_sha256=b"\x0f" * 32,
+                payload_digest=b"\x0f" * 32,
                 signature=b"\x10" * 64,
             )
         ],

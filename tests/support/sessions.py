@@ -33,7 +33,7 @@ from node.deltab.stats import combine
 from node.deltab.sums import MEANS, SUMS
 from node.plans.deltab.plan import plan_settings
 from noise.fixed_point import wrapping_sum
-from noise.layout import payload_digest
+from noise.layout import payload_sha256
 from noise.self_mask import self_mask
 from tests.support.processes import (
     SESSION_TIMEOUT,
@@ -127,7 +127,7 @@ class CoordinatorState:
         (name, layout_text), ((seed,),) = rows[0], seeds
         sent = np.frombuffer((payload_dir_for(self.path) / name).read_bytes(), dtype="<u8")
         pad = self_mask(bytes(seed), layout_from_json(layout_text), round_index=round_index)
-        return payload_digest(sent.astype(np.uint64) - pad).hex()
+        return payload_sha256(sent.astype(np.uint64) - pad).hex()
 
     def unmask_attempts(self, round_index: int) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
         """(survivors, dropped) of each unmask attempt of a round, in order."""

@@ -417,14 +417,14 @@ class PayloadHeader(_message.Message):
 
     TOTAL_BYTES_FIELD_NUMBER: _builtins.int
     TOTAL_ELEMENTS_FIELD_NUMBER: _builtins.int
-    SHA256_FIELD_NUMBER: _builtins.int
+    DIGEST_FIELD_NUMBER: _builtins.int
     FIXED_POINT_BITS_FIELD_NUMBER: _builtins.int
     TENSORS_FIELD_NUMBER: _builtins.int
     total_bytes: _builtins.int
     """= 8 * total_elements"""
     total_elements: _builtins.int
-    sha256: _builtins.bytes
-    """32 bytes: SHA-256 of the whole little-endian payload"""
+    digest: _builtins.bytes
+    """32 bytes: BLAKE3-256 of the whole little-endian payload"""
     fixed_point_bits: _builtins.int
     """F: value = int64(word) / 2^F"""
     @_builtins.property
@@ -434,13 +434,13 @@ class PayloadHeader(_message.Message):
         *,
         total_bytes: _builtins.int = ...,
         total_elements: _builtins.int = ...,
-        sha256: _builtins.bytes = ...,
+        digest: _builtins.bytes = ...,
         fixed_point_bits: _builtins.int = ...,
         tensors: _abc.Iterable[Global___TensorLayout] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fixed_point_bits", b"fixed_point_bits", "sha256", b"sha256", "tensors", b"tensors", "total_bytes", b"total_bytes", "total_elements", b"total_elements"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "fixed_point_bits", b"fixed_point_bits", "tensors", b"tensors", "total_bytes", b"total_bytes", "total_elements", b"total_elements"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -474,9 +474,9 @@ class UploadHeader(_message.Message):
     statement_signature: _builtins.bytes
     """64 bytes: the node's Ed25519 identity signature over
       noise.transcript.upload_statement_message(config_hash, session_id,
-      round_index, round_name, roster_hash, payload.sha256)
+      round_index, round_name, roster_hash, payload.digest)
     = b"zerosum/v1/upload-statement" || config_hash || lp(session_id)
-      || u64(round_index) || lp(round_name) || roster_hash || payload.sha256.
+      || u64(round_index) || lp(round_name) || roster_hash || payload.digest.
     """
     self_mask_commitment: _builtins.bytes
     """32 bytes: noise.self_mask.self_mask_commitment(seed) of the seed of the
@@ -636,14 +636,14 @@ class UploadStatement(_message.Message):
     NODE_ID_FIELD_NUMBER: _builtins.int
     ROUND_NAME_FIELD_NUMBER: _builtins.int
     ROSTER_HASH_FIELD_NUMBER: _builtins.int
-    PAYLOAD_SHA256_FIELD_NUMBER: _builtins.int
+    PAYLOAD_DIGEST_FIELD_NUMBER: _builtins.int
     SIGNATURE_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     round_name: _builtins.str
     roster_hash: _builtins.bytes
     """32 bytes"""
-    payload_sha256: _builtins.bytes
-    """32 bytes: the upload's PayloadHeader.sha256"""
+    payload_digest: _builtins.bytes
+    """32 bytes: the upload's PayloadHeader.digest"""
     signature: _builtins.bytes
     """64 bytes: UploadHeader.statement_signature"""
     def __init__(
@@ -652,12 +652,12 @@ class UploadStatement(_message.Message):
         node_id: _builtins.str = ...,
         round_name: _builtins.str = ...,
         roster_hash: _builtins.bytes = ...,
-        payload_sha256: _builtins.bytes = ...,
+        payload_digest: _builtins.bytes = ...,
         signature: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "payload_sha256", b"payload_sha256", "roster_hash", b"roster_hash", "round_name", b"round_name", "signature", b"signature"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "payload_digest", b"payload_digest", "roster_hash", b"roster_hash", "round_name", b"round_name", "signature", b"signature"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -700,7 +700,7 @@ class UploadReceipt(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     ROUND_INDEX_FIELD_NUMBER: _builtins.int
     NODE_ID_FIELD_NUMBER: _builtins.int
-    SHA256_FIELD_NUMBER: _builtins.int
+    DIGEST_FIELD_NUMBER: _builtins.int
     RECEIVED_BYTES_FIELD_NUMBER: _builtins.int
     DUPLICATE_FIELD_NUMBER: _builtins.int
     RECEIVED_UNIX_MS_FIELD_NUMBER: _builtins.int
@@ -709,8 +709,8 @@ class UploadReceipt(_message.Message):
     session_id: _builtins.str
     round_index: _builtins.int
     node_id: _builtins.str
-    sha256: _builtins.bytes
-    """SHA-256 of the payload as received (equals the header's)"""
+    digest: _builtins.bytes
+    """BLAKE3-256 of the payload as received (equals the header's)"""
     received_bytes: _builtins.int
     duplicate: _builtins.bool
     """true when this exact payload had been stored before"""
@@ -725,7 +725,7 @@ class UploadReceipt(_message.Message):
         session_id: _builtins.str = ...,
         round_index: _builtins.int = ...,
         node_id: _builtins.str = ...,
-        sha256: _builtins.bytes = ...,
+        digest: _builtins.bytes = ...,
         received_bytes: _builtins.int = ...,
         duplicate: _builtins.bool = ...,
         received_unix_ms: _builtins.int = ...,
@@ -734,7 +734,7 @@ class UploadReceipt(_message.Message):
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["duplicate", b"duplicate", "expected_count", b"expected_count", "node_id", b"node_id", "received_bytes", b"received_bytes", "received_unix_ms", b"received_unix_ms", "round_index", b"round_index", "session_id", b"session_id", "sha256", b"sha256", "submitted_count", b"submitted_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digest", b"digest", "duplicate", b"duplicate", "expected_count", b"expected_count", "node_id", b"node_id", "received_bytes", b"received_bytes", "received_unix_ms", b"received_unix_ms", "round_index", b"round_index", "session_id", b"session_id", "submitted_count", b"submitted_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1201,7 +1201,7 @@ class UnmaskReceipt(_message.Message):
     NODE_ID_FIELD_NUMBER: _builtins.int
     ACCEPTED_FIELD_NUMBER: _builtins.int
     DUPLICATE_FIELD_NUMBER: _builtins.int
-    SHA256_FIELD_NUMBER: _builtins.int
+    DIGEST_FIELD_NUMBER: _builtins.int
     RECEIVED_COUNT_FIELD_NUMBER: _builtins.int
     SURVIVOR_COUNT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
@@ -1210,7 +1210,7 @@ class UnmaskReceipt(_message.Message):
     accepted: _builtins.bool
     """false when the refusal was recorded instead"""
     duplicate: _builtins.bool
-    sha256: _builtins.bytes
+    digest: _builtins.bytes
     received_count: _builtins.int
     """survivors who have answered so far"""
     survivor_count: _builtins.int
@@ -1222,13 +1222,13 @@ class UnmaskReceipt(_message.Message):
         node_id: _builtins.str = ...,
         accepted: _builtins.bool = ...,
         duplicate: _builtins.bool = ...,
-        sha256: _builtins.bytes = ...,
+        digest: _builtins.bytes = ...,
         received_count: _builtins.int = ...,
         survivor_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "duplicate", b"duplicate", "node_id", b"node_id", "received_count", b"received_count", "round_index", b"round_index", "session_id", b"session_id", "sha256", b"sha256", "survivor_count", b"survivor_count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "digest", b"digest", "duplicate", b"duplicate", "node_id", b"node_id", "received_count", b"received_count", "round_index", b"round_index", "session_id", b"session_id", "survivor_count", b"survivor_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

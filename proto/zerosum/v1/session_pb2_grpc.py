@@ -108,7 +108,7 @@ class CoordinatorServicer:
         The header carries the node's signed upload statement: a signature that
         does not verify is refused with UNAUTHENTICATED, a roster hash other than
         the session's final one with FAILED_PRECONDITION. Idempotent per
-        (session, round, node) and payload sha256: the same payload sent again is
+        (session, round, node) and payload digest: the same payload sent again is
         acknowledged with duplicate = true; a different payload for the same
         round is refused with FAILED_PRECONDITION.
         """

@@ -93,7 +93,7 @@ class CoordinatorStub:
     The header carries the node's signed upload statement: a signature that
     does not verify is refused with UNAUTHENTICATED, a roster hash other than
     the session's final one with FAILED_PRECONDITION. Idempotent per
-    (session, round, node) and payload sha256: the same payload sent again is
+    (session, round, node) and payload digest: the same payload sent again is
     acknowledged with duplicate = true; a different payload for the same
     round is refused with FAILED_PRECONDITION.
     """
@@ -147,7 +147,7 @@ class CoordinatorAsyncStub(CoordinatorStub):
     The header carries the node's signed upload statement: a signature that
     does not verify is refused with UNAUTHENTICATED, a roster hash other than
     the session's final one with FAILED_PRECONDITION. Idempotent per
-    (session, round, node) and payload sha256: the same payload sent again is
+    (session, round, node) and payload digest: the same payload sent again is
     acknowledged with duplicate = true; a different payload for the same
     round is refused with FAILED_PRECONDITION.
     """
@@ -216,7 +216,7 @@ class CoordinatorServicer(metaclass=_abc_1.ABCMeta):
         The header carries the node's signed upload statement: a signature that
         does not verify is refused with UNAUTHENTICATED, a roster hash other than
         the session's final one with FAILED_PRECONDITION. Idempotent per
-        (session, round, node) and payload sha256: the same payload sent again is
+        (session, round, node) and payload digest: the same payload sent again is
         acknowledged with duplicate = true; a different payload for the same
         round is refused with FAILED_PRECONDITION.
         """
