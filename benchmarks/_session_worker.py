@@ -15,9 +15,8 @@ one JSON line on stdout (``{"error": ...}`` when the command failed):
   bare baseline server of benchmarks/_plain_grpc.py.
 * ``{"cmd": "prepare", "round_index": r, "tensor": t}``: draw the node's
   pairwise mask for round r and tensor t over the complete design of the
-  roster, and its self-mask for round r, and keep them, as a node does once
-  it knows a round's layout and participants
-  (``node.protocol.masking.MaskPrefetch``); answers when both are drawn.
+  roster and keep it, as a node does once it knows a round's layout and
+  participants (``node.protocol.masking.MaskPrefetch``); answers when it is drawn.
 * ``{"cmd": "round", "transport": "session" | "plain", "round_index": r,
   "round_name": n, "mask": "ahead" | "in_round" | "none"}``: the line is the
   start signal. Encode the values in fixed point and add the node's pairwise
@@ -140,7 +139,6 @@ class _Node:
         self.participants: tuple[str, ...] = ()
         self.plain: grpc.Channel | None = None
         self.prepared: dict[tuple[int, str], NDArray[np.uint64]] = {}
-        self.prepared_self_masks: dict[int, NDArray[np.uint64]] = {}
 
     def close(self) -> None:
         if self.client is not None:
@@ -159,11 +157,6 @@ class _Node:
         if action == "prepare":
             round_index, tensor = int(command["round_index"]), str(command["tensor"])
             self.prepared[(round_index, tensor)] = self._mask(round_index, tensor)
-            if self.ephemeral is not None and tensor == TENSOR:  # a session round's
-                seed = self._self_mask_seed(self.ephemeral, round_index)
-                self.prepared_self_masks[round_index] = self_mask(
-                    seed, self.layout, round_index=round_index
-                )
             return {"drawn": time.monotonic()}
         if action == "round":
             mask = str(command["mask"])
@@ -235,15 +228,6 @@ class _Node:
         )
         grpc.channel_ready_future(self.plain).result(timeout=_CALL_SECONDS)
         return {}
-
-    def _self_mask_seed(self, ephemeral: EphemeralKey, round_index: int) -> bytes:
-        return self_mask_seed(
-            ephemeral,
-            config_hash=self.config_hash,
-            session_id=self.session_id,
-            node_id=self.node_id,
-            round_index=round_index,
-        )
 
     def _mask(self, round_index: int, tensor: str) -> NDArray[np.uint64]:
         if self.design is None:
@@ -392,15 +376,18 @@ class _Node:
         mask: str,
     ) -> _Sent:
         """Mask, self-mask, seal the contribution to the check and upload, signed."""
-        seed = self._self_mask_seed(ephemeral, round_index)
+        seed = self_mask_seed(
+            ephemeral,
+            config_hash=self.config_hash,
+            session_id=self.session_id,
+            node_id=self.node_id,
+            round_index=round_index,
+        )
         # The self-mask and the aggregate check are part of the round's cost, as in a node.
         contribution = self._payload(round_index, TENSOR, mask)
         # As a node does (node.session.context.sent_payload): the egress added
-        # into the self-mask's own buffer, one vector made, not two; the
-        # self-mask drawn ahead with the pairwise mask when that was.
-        payload = self.prepared_self_masks.pop(round_index, None) if mask == "ahead" else None
-        if payload is None:
-            payload = self_mask(seed, self.layout, round_index=round_index)
+        # into the self-mask's own buffer, one vector made, not two.
+        payload = self_mask(seed, self.layout, round_index=round_index)
         np.add(payload, contribution, out=payload)
         mine = challenge_contribution(
             ephemeral,

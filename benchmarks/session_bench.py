@@ -81,12 +81,9 @@ A mask depends on the pairwise seeds, the round, the layout and the design,
 never on data, so a node draws it as soon as it knows those — after the
 roster, or after the previous round's result — while it computes its
 statistics or waits for the round to open (``node.protocol.masking.MaskPrefetch``, as
-``NodeRunner`` does); so is its self-mask, which depends on its session key,
-the round and the layout alone. The headline round therefore adds masks
-drawn ahead: just before the start line every node is told to draw its
-pairwise mask and its self-mask, and the time all 10 processes take to do so
-side by side is ``mask_draw_seconds_k10_d1e6``. (The other two kinds draw
-the self-mask in the round.)
+``NodeRunner`` does). The headline round therefore adds a mask drawn ahead:
+just before the start line every node is told to draw it, and the time all
+10 processes take to do so side by side is ``mask_draw_seconds_k10_d1e6``.
 Two other kinds of round are measured as well:
 ``round_seconds_k10_d1e6_masks_in_round`` draws the mask inside the timed
 window, after the start line (what a node that cannot draw ahead would pay;

@@ -34,7 +34,6 @@ from noise.fixed_point import FixedPointCodec
 from noise.layout import Layout, TensorSlot
 from noise.masks import cape_blinding, cape_draw, cape_mask, pair_terms, pairwise_mask
 from noise.residual import private_noise_key, residual_draw
-from noise.self_mask import self_mask
 
 __all__ = [
     "MaskPrefetch",
@@ -114,11 +113,6 @@ class MaskPrefetch:
     participants, or nothing was started) one drawn on the spot. Either way the
     bits are those of :func:`pairwise_masks`. Only the most recent start is
     kept, so at most one round's mask is held in memory ahead of time.
-
-    The round's self-mask (``noise.self_mask``) depends on its seed β, the
-    layout and the round alone, so it is expanded ahead the same way, after
-    the pairwise mask (:meth:`start_self_mask`, :meth:`take_self_mask`): the
-    upload then only adds the egress into it. At most one is held ahead.
     """
 
     def __init__(self, seeds: Mapping[str, bytes], codec: FixedPointCodec) -> None:
@@ -127,11 +121,8 @@ class MaskPrefetch:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zerosum-masks")
         self._lock = threading.Lock()
         self._pending: tuple[MaskKey, Future[U64]] | None = None
-        self._self_pending: tuple[tuple[bytes, Layout, int], Future[U64]] | None = None
         self.hits = 0
         self.misses = 0
-        self.self_mask_hits = 0
-        self.self_mask_misses = 0
 
     def start(self, noise: ReleaseNoise, layout: Layout, *, round_index: int) -> None:
         """Begin drawing the mask for these arguments (replaces any earlier start)."""
@@ -166,39 +157,12 @@ class MaskPrefetch:
             noise, self._seeds, layout, round_index=round_index, codec=self._codec
         )
 
-    def start_self_mask(self, seed: bytes, layout: Layout, *, round_index: int) -> None:
-        """Begin expanding the self-mask of seed β for this round and layout (replaces any)."""
-        key = (seed, layout, round_index)
-        with self._lock:
-            if self._self_pending is not None and self._self_pending[0] == key:
-                return
-            if self._self_pending is not None:
-                self._self_pending[1].cancel()
-            future = self._executor.submit(self_mask, seed, layout, round_index=round_index)
-            self._self_pending = (key, future)
-
-    def take_self_mask(self, seed: bytes, layout: Layout, *, round_index: int) -> U64:
-        """``noise.self_mask.self_mask`` for these arguments (expanded ahead when it matches)."""
-        key = (seed, layout, round_index)
-        with self._lock:
-            pending, self._self_pending = self._self_pending, None
-        if pending is not None:
-            if pending[0] == key:
-                self.self_mask_hits += 1
-                return pending[1].result()
-            pending[1].cancel()
-        self.self_mask_misses += 1
-        return self_mask(seed, layout, round_index=round_index)
-
     def close(self) -> None:
         """Drop any pending draw and stop the thread (waits for a draw in progress)."""
         with self._lock:
             if self._pending is not None:
                 self._pending[1].cancel()
             self._pending = None
-            if self._self_pending is not None:
-                self._self_pending[1].cancel()
-            self._self_pending = None
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> MaskPrefetch:

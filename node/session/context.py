@@ -32,7 +32,6 @@ from node.errors import SessionFailed
 from node.plans.interface import ModelPlan
 from node.protocol.client import RetryPolicy
 from node.protocol.gateway import CoordinatorGateway
-from node.protocol.masking import MaskPrefetch
 from node.protocol.roster import VerifiedRoster
 from node.records.ledger import PrivacyLedger
 from node.records.state_folder import NodeState
@@ -146,21 +145,10 @@ class SessionContext:
         )
 
     def sent_payload(
-        self,
-        index: int,
-        payload: NDArray[np.uint64],
-        layout: Layout,
-        masks: MaskPrefetch | None = None,
+        self, index: int, payload: NDArray[np.uint64], layout: Layout
     ) -> NDArray[np.uint64]:
-        """What leaves for ``payload`` in round ``index``: payload + self-mask (mod 2^64).
-
-        With ``masks``, the self-mask it expanded ahead when that is this one.
-        """
-        seed = self.self_mask_seed(index)
-        if masks is None:
-            masked = self_mask(seed, layout, round_index=index)
-        else:
-            masked = masks.take_self_mask(seed, layout, round_index=index)
+        """What leaves for ``payload`` in round ``index``: payload + self-mask (mod 2^64)."""
+        masked = self_mask(self.self_mask_seed(index), layout, round_index=index)
         np.add(masked, payload, out=masked)  # in the pad's own buffer: one vector, not two
         return masked
 

@@ -57,15 +57,13 @@ def upload(
     payload: U64,
     layout: Layout,
     participants: tuple[str, ...],
-    masks: MaskPrefetch | None = None,
 ) -> tuple[int, int, bool]:
     """Upload ``payload`` under its self-mask, with the signed statement of what was sent.
 
-    ``masks``: where the self-mask may have been expanded ahead. Returns
-    (submitted, expected, duplicate).
+    Returns (submitted, expected, duplicate).
     """
     seed = ctx.self_mask_seed(index)
-    sent = ctx.sent_payload(index, payload, layout, masks)
+    sent = ctx.sent_payload(index, payload, layout)
     digest = payload_digest(sent)
     header = UploadHeader(
         session_id=ctx.session_id,
@@ -221,13 +219,7 @@ def run_model_round(
         )
     del clean  # recorded in the audit folder; the rest of the round needs only the egress
     submitted, expected, duplicate = upload(
-        ctx,
-        index=index,
-        name=name,
-        payload=egress,
-        layout=layout,
-        participants=participants,
-        masks=masks,
+        ctx, index=index, name=name, payload=egress, layout=layout, participants=participants
     )
     progress.unsent = None
     held = "; the coordinator already held these bytes" if duplicate else ""
@@ -257,14 +249,14 @@ def run_model_round(
 def prefetch_mask(
     ctx: SessionContext, masks: MaskPrefetch, index: int, participants: tuple[str, ...]
 ) -> None:
-    """Start drawing round ``index``'s masks now (``node.protocol.masking.MaskPrefetch``).
+    """Start drawing round ``index``'s pairwise mask now (``node.protocol.masking.MaskPrefetch``).
 
     Under the pairwise construction round ``index`` is the plan's round of
     that position, and its participants are those of the round just
-    finished unless someone drops meanwhile. Neither the pairwise mask nor
-    the self-mask needs data, so both are drawn in the background while this
-    node computes, waits for the round to open or writes its bundle; the
-    round takes them if it turns out as predicted and draws afresh otherwise.
+    finished unless someone drops meanwhile. The mask needs no data, so it
+    is drawn in the background while this node computes, waits for the
+    round to open or writes its bundle; the round takes it if it turns out
+    as predicted and draws afresh otherwise.
     """
     if (
         ctx.config.privacy.noise_design.construction != "pairwise"
@@ -282,4 +274,3 @@ def prefetch_mask(
     except (ValueError, KeyError, NoiseError):
         return  # the round itself reports the problem if it really opens so
     masks.start(noise, layout, round_index=index)
-    masks.start_self_mask(ctx.self_mask_seed(index), layout, round_index=index)

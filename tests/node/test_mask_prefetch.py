@@ -8,7 +8,6 @@ import pytest
 from node.plans.interface import TensorSensitivity
 from node.protocol.masking import MaskPrefetch, mask_key, pairwise_masks
 from noise.layout import Layout
-from noise.self_mask import self_mask
 from tests.support.made_up_federation import (
     CODEC,
     SENSITIVITIES,
@@ -85,42 +84,3 @@ def test_an_error_while_drawing_reaches_the_caller() -> None:
         prefetch.start(noise, layout, round_index=0)
         with pytest.raises(KeyError, match="no pairwise seed for peer 'c'"):
             prefetch.take(noise, layout, round_index=0)
-
-
-def test_a_self_mask_expanded_ahead_is_the_one_expanded_on_the_spot() -> None:
-    _, seeds, layout, noise = _setup()
-    seed = bytes(range(32))
-    with MaskPrefetch(seeds, CODEC) as prefetch:
-        prefetch.start(noise, layout, round_index=3)
-        prefetch.start_self_mask(seed, layout, round_index=3)
-        prefetch.start_self_mask(seed, layout, round_index=3)  # the same start twice is one
-        got = prefetch.take_self_mask(seed, layout, round_index=3)
-        assert (prefetch.self_mask_hits, prefetch.self_mask_misses) == (1, 0)
-        assert np.array_equal(got, self_mask(seed, layout, round_index=3))
-        # Taken once: the next take expands it again, into a vector of its own.
-        again = prefetch.take_self_mask(seed, layout, round_index=3)
-        assert (prefetch.self_mask_hits, prefetch.self_mask_misses) == (1, 1)
-        assert np.array_equal(again, got) and not np.shares_memory(again, got)
-        # The pairwise mask started beside it is untouched.
-        assert np.array_equal(
-            prefetch.take(noise, layout, round_index=3),
-            pairwise_masks(noise, seeds, layout, round_index=3, codec=CODEC),
-        )
-        assert (prefetch.hits, prefetch.misses) == (1, 0)
-
-
-@pytest.mark.parametrize("change", ["seed", "round", "layout"])
-def test_a_self_mask_for_other_arguments_is_expanded_afresh(change: str) -> None:
-    _, seeds, layout, _ = _setup()
-    seed, other_seed = bytes(32), bytes([7]) * 32
-    other_layout = Layout.of({"sums": (layout.size + 1,)})
-    asked = {
-        "seed": (other_seed, layout, 2),
-        "round": (seed, layout, 5),
-        "layout": (seed, other_layout, 2),
-    }[change]
-    with MaskPrefetch(seeds, CODEC) as prefetch:
-        prefetch.start_self_mask(seed, layout, round_index=2)
-        got = prefetch.take_self_mask(asked[0], asked[1], round_index=asked[2])
-        assert (prefetch.self_mask_hits, prefetch.self_mask_misses) == (0, 1)
-    assert np.array_equal(got, self_mask(asked[0], asked[1], round_index=asked[2]))
