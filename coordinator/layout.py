@@ -10,7 +10,7 @@ layout, so that the word-by-word sum adds like to like.
 from __future__ import annotations
 
 from coordinator.errors import InvalidArgument
-from noise.layout import Layout, LayoutError, TensorSlot
+from noise.layout import DIGEST_BYTES, Layout, LayoutError, TensorSlot
 from proto.messages import (
     PayloadSpec,
 )
@@ -32,8 +32,10 @@ def validate_payload(spec: PayloadSpec, *, what: str, max_bytes: int) -> Layout:
 
     ``what`` names the payload in messages (e.g. "upload of node 'a' for round 0").
     """
-    if len(spec.digest) != 32:
-        raise InvalidArgument(f"{what}: digest must be 32 raw bytes; got {len(spec.digest)} bytes.")
+    if len(spec.digest) != DIGEST_BYTES:
+        raise InvalidArgument(
+            f"{what}: digest must be {DIGEST_BYTES} raw bytes; got {len(spec.digest)} bytes."
+        )
     if spec.total_elements <= 0:
         raise InvalidArgument(
             f"{what}: total_elements is {spec.total_elements}; a payload holds at least one word."

@@ -59,6 +59,7 @@ from typing import Protocol
 
 from noise.keys import length_prefixed as _lp
 from noise.keys import require_bytes
+from noise.layout import DIGEST_BYTES
 
 __all__ = [
     "SealedTree",
@@ -197,7 +198,7 @@ def upload_statement_message(
             _round(round_index),
             _lp(round_name, "round name"),
             require_bytes(roster_hash, 32, "roster hash"),
-            require_bytes(payload_digest, 32, "payload digest"),
+            require_bytes(payload_digest, DIGEST_BYTES, "payload digest"),
         )
     )
 

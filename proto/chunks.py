@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from noise.layout import (
+    DIGEST_BYTES,
     WORD,
     WORD_BYTES,
     Layout,
@@ -214,8 +215,10 @@ class PayloadAssembler:
             raise PayloadError(
                 f"payload of {header.total_bytes} bytes exceeds the limit of {max_bytes} bytes."
             )
-        if len(header.digest) != 32:
-            raise PayloadError(f"header digest has {len(header.digest)} bytes; expected 32.")
+        if len(header.digest) != DIGEST_BYTES:
+            raise PayloadError(
+                f"header digest has {len(header.digest)} bytes; expected {DIGEST_BYTES}."
+            )
         self.header = header
         self.layout = announced
         self._words: U64 = np.empty(announced.size, dtype=WORD)
