@@ -13,11 +13,11 @@ STAMP  := $(VENV)/.zerosum-installed
 SOURCES := bounded coordinator node noise proto simulations zerosum benchmarks tests
 
 # Create or reuse .venv and install the project with its development and cluster extras.
-# Reinstalls only when pyproject.toml or the one C source (built in place by setup.py,
-# the aggregate check's tags) changes. pip compiles what it installs on one
+# Reinstalls only when pyproject.toml or a C source (built in place by setup.py: the
+# aggregate check's tags and the keyed streams' AES words) changes. pip compiles what it installs on one
 # core; installing without that and compiling the venv's packages afterwards on every
 # core gives the same bytecode (needed where PYTHONDONTWRITEBYTECODE is set) sooner.
-$(STAMP): pyproject.toml setup.py noise/_tag_sums.c
+$(STAMP): pyproject.toml setup.py noise/_tag_sums.c noise/_keystream.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet --no-compile -e '.[dev,cluster]'

@@ -59,6 +59,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
+from collections.abc import Callable
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
@@ -66,7 +68,16 @@ from numpy.typing import NDArray
 
 from noise.keys import require_bytes
 
+_Native = Callable[[bytes, int, NDArray[np.uint64], int], None]
+_native: _Native | None
+try:  # the CPU's AES instructions (noise/_keystream.c); absent where built without a compiler
+    from noise._keystream import AES_NI as _AES_NI
+    from noise._keystream import keystream as _native
+except ImportError:  # pragma: no cover - the development install builds it
+    _native, _AES_NI = None, False
+
 __all__ = [
+    "NATIVE_KEYSTREAM",
     "STREAM_CHECK_DRAWS",
     "STREAM_KEY_BYTES",
     "Keystream",
@@ -92,6 +103,10 @@ _CHECK_SCALES = (0.5, 3.0, 5.4e10, 1.0e14)
 _STRETCH_WORDS = 1 << 15
 _MASK64 = (1 << 64) - 1
 _LE_U64 = np.dtype("<u8")
+# Whether uniform_uint64 and add_uniform_uint64 take the compiled pass: it
+# writes the words in the machine's byte order, which must be little-endian.
+NATIVE_KEYSTREAM = _native is not None and _AES_NI and sys.byteorder == "little"
+_STORE, _ADD, _SUBTRACT = 0, 1, 2
 
 
 class Keystream:
@@ -105,14 +120,25 @@ class Keystream:
     generator (about twice for long stretches of raw words, four times in the
     discrete samplers' batches); tests compare the two word for word. One call
     takes at most ``most_words`` words; :meth:`fill` goes through longer
-    stretches in calls of that size.
+    stretches in calls of that size. Where the compiled pass is built
+    (:data:`NATIVE_KEYSTREAM`; ``native`` forces one way or the other) it
+    makes the words instead, straight into ``out``: the same words again.
     """
 
-    def __init__(self, key16: bytes, counter: int, most_words: int) -> None:
+    def __init__(
+        self, key16: bytes, counter: int, most_words: int, *, native: bool | None = None
+    ) -> None:
+        self._most_words = most_words
+        # The compiled pass makes the same words without counter blocks in memory.
+        self._native = _use_native(native)
+        if self._native is not None:
+            self._native_key = require_bytes(key16, 16, "AES key") + (
+                counter % (1 << 128)
+            ).to_bytes(16, "little")
+            return
         self._encrypt = Cipher(algorithms.AES(key16), modes.ECB()).encryptor()
         self._low = counter & _MASK64
         self._high = counter >> 64
-        self._most_words = most_words
         blocks = (max(most_words, 3) >> 1) + 1  # fill's last words may take two blocks
         self._counters = np.empty((blocks, 2), dtype=_LE_U64)
         self._steps = np.arange(blocks, dtype=_LE_U64)
@@ -125,6 +151,11 @@ class Keystream:
         hold at least ``count + 4`` words: the stretch is rounded out to whole
         blocks, and OpenSSL asks for room for a block past its input.
         """
+        if self._native is not None:
+            if not 0 <= count <= out.shape[0]:
+                raise ValueError(f"count = {count} words do not fit an out of {out.shape[0]}")
+            self._native(self._native_key, first, out[:count], _STORE)
+            return out[:count]
         skip = first & 1
         first_block = first >> 1
         blocks = (skip + count + 1) >> 1
@@ -213,17 +244,24 @@ def standard_normal(
 
 
 def uniform_uint64(
-    key: bytes, size: int | tuple[int, ...], *, out: NDArray[np.uint64] | None = None
+    key: bytes,
+    size: int | tuple[int, ...],
+    *,
+    out: NDArray[np.uint64] | None = None,
+    native: bool | None = None,
 ) -> NDArray[np.uint64]:
     """The raw keystream of ``key`` as uniform uint64 words (each exactly uniform on [0, 2^64)).
 
     Word i is word i of ``aes_counter(key).random_raw`` (the module
-    docstring), made by :class:`Keystream` in stretches of 2^15 words. With
-    ``out`` (a C-contiguous one-dimensional uint64 array of as many words as
-    ``size`` holds, e.g. a tensor's slot in a payload vector) the words are
-    written there and ``out`` is returned, shaped as ``size``.
+    docstring). With ``out`` (a C-contiguous one-dimensional uint64 array of
+    as many words as ``size`` holds, e.g. a tensor's slot in a payload
+    vector) the words are written there and ``out`` is returned, shaped as
+    ``size``. They are made by the compiled pass where it is built
+    (:data:`NATIVE_KEYSTREAM`; ``native`` forces one way or the other), by
+    :class:`Keystream` in stretches of 2^15 words otherwise: the same words.
     """
     raw = require_bytes(key, STREAM_KEY_BYTES, "stream key")
+    compiled = _use_native(native)
     shape = (size,) if isinstance(size, int | np.integer) else tuple(size)
     count = int(np.prod(shape, dtype=np.int64))
     if count < 0 or any(int(n) < 0 for n in shape):
@@ -232,7 +270,9 @@ def uniform_uint64(
         out = np.empty(count, dtype=_LE_U64)
     else:
         _check_words(out, count, f"size {size!r}")
-    if count:
+    if count and compiled is not None:
+        compiled(raw, 0, out, _STORE)
+    elif count:
         stream = Keystream(
             raw[:16], int.from_bytes(raw[16:32], "little"), min(count, _STRETCH_WORDS)
         )
@@ -241,21 +281,30 @@ def uniform_uint64(
 
 
 def add_uniform_uint64(
-    key: bytes, target: NDArray[np.uint64], *, subtract: bool = False
+    key: bytes,
+    target: NDArray[np.uint64],
+    *,
+    subtract: bool = False,
+    native: bool | None = None,
 ) -> NDArray[np.uint64]:
     """``target`` ± ``uniform_uint64(key, len(target))`` (mod 2^64), in place; returns ``target``.
 
-    The words are made a stretch (2^15 words, 256 KiB) at a time into one
-    reused buffer, which stays in cache, and added to (or subtracted from)
-    that stretch of ``target`` at once: one pass over ``target`` and no
-    vector of words, where expanding the words first and adding them after
-    writes a fresh vector to memory and reads it back (the same words, so the
-    same result, tested).
+    One pass over ``target`` and no vector of words, where expanding the
+    words first and adding them after writes a fresh vector to memory and
+    reads it back (the same words, so the same result, tested). The compiled
+    pass (:data:`NATIVE_KEYSTREAM`; ``native`` as for :func:`uniform_uint64`)
+    adds each block as the cipher makes it; otherwise the words are made a
+    stretch (2^15 words, 256 KiB) at a time into one reused buffer, which
+    stays in cache, and added to that stretch of ``target`` at once.
     """
     raw = require_bytes(key, STREAM_KEY_BYTES, "stream key")
+    compiled = _use_native(native)
     count = target.shape[0] if isinstance(target, np.ndarray) and target.ndim == 1 else -1
     _check_words(target, count, "the target's length")
     if not count:
+        return target
+    if compiled is not None:
+        compiled(raw, 0, target, _SUBTRACT if subtract else _ADD)
         return target
     most = min(count, _STRETCH_WORDS)
     stream = Keystream(raw[:16], int.from_bytes(raw[16:32], "little"), most)
@@ -266,6 +315,21 @@ def add_uniform_uint64(
         part = target[start : start + words.shape[0]]
         combine(part, words, out=part)
     return target
+
+
+def _use_native(native: bool | None) -> _Native | None:
+    """The compiled pass if it is to be used (``native``: None for where it is built)."""
+    if native is None:
+        native = NATIVE_KEYSTREAM
+    if not native:
+        return None
+    if not NATIVE_KEYSTREAM or _native is None:
+        raise RuntimeError(
+            "native=True asks for the compiled keystream (noise/_keystream.c), which this "
+            "installation does not have (no C compiler at install, a CPU without AES "
+            "instructions, or a big-endian machine)."
+        )
+    return _native
 
 
 def _check_words(out: object, count: int, what: str) -> None:

@@ -8,11 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from randomgen import AESCounter
 from scipy import stats
 
 from noise.errors import KeyFormatError
 from noise.stream import (
+    NATIVE_KEYSTREAM,
     STREAM_CHECK_DRAWS,
     Keystream,
     add_uniform_uint64,
@@ -28,6 +31,9 @@ KEY = hashlib.sha256(b"fixed stream key").digest()
 # Counters that exercise the carry from the low into the high 64 bits and the
 # wrap of the whole 128-bit counter inside a stretch.
 WRAPS = [0, 12345, (1 << 64) - 3, (7 << 64) + (1 << 64) - 1, (1 << 128) - 2]
+# Both ways of making the words: the compiled pass (the default where it is
+# built) and OpenSSL's AES over counter blocks.
+PATHS = pytest.mark.parametrize("native", [True, False], ids=["compiled", "openssl"])
 
 
 def _aes_ctr_words(aes_key: bytes, counter: int, blocks: int) -> list[int]:
@@ -162,16 +168,18 @@ def _randomgen_words(key: bytes, counter: int, count: int) -> np.ndarray:
     return words
 
 
+@PATHS
 @pytest.mark.parametrize("counter", WRAPS)
 @pytest.mark.parametrize(("first", "count"), [(0, 2), (0, 17), (1, 16), (5, 9), (40, 3)])
-def test_keystream_matches_randomgen(counter: int, first: int, count: int) -> None:
-    """The OpenSSL-built words are randomgen's AESCounter words, at any offset and across wraps."""
-    stream = Keystream(KEY[:16], counter, 64)
+def test_keystream_matches_randomgen(counter: int, first: int, count: int, native: bool) -> None:
+    """The words are randomgen's AESCounter words, at any offset and across wraps."""
+    stream = Keystream(KEY[:16], counter, 64, native=native)
     reference = _randomgen_words(KEY, counter, first + count)
     got = stream.words_at(first, count, np.empty(count + 4, dtype=np.uint64))
     assert np.array_equal(got, reference[first:])
 
 
+@PATHS
 @pytest.mark.parametrize("counter", WRAPS)
 @pytest.mark.parametrize("most_words", [1, 2, 3, 8, 13])
 @pytest.mark.parametrize(
@@ -179,10 +187,10 @@ def test_keystream_matches_randomgen(counter: int, first: int, count: int) -> No
     [(0, 0), (0, 1), (3, 1), (0, 3), (0, 4), (1, 4), (0, 5), (7, 26), (2, 27), (1, 40)],
 )
 def test_keystream_fill_matches_randomgen(
-    counter: int, most_words: int, first: int, count: int
+    counter: int, most_words: int, first: int, count: int, native: bool
 ) -> None:
     """fill() goes through any stretch in calls of most_words, writing nothing past ``out``."""
-    stream = Keystream(KEY[:16], counter, most_words)
+    stream = Keystream(KEY[:16], counter, most_words, native=native)
     reference = _randomgen_words(KEY, counter, first + count)
     around = np.full(count + 6, 0xA5A5_A5A5_A5A5_A5A5, dtype=np.uint64)
     out = around[3 : 3 + count]
@@ -196,18 +204,22 @@ def test_keystream_fill_matches_randomgen(
 @pytest.mark.parametrize(
     "size", [0, 1, 2, 3, 5, (1 << 15) - 1, 1 << 15, (1 << 15) + 1, (1 << 15) + 3, 3 * (1 << 15) + 1]
 )
-def test_uniform_words_are_the_randomgen_words(size: int) -> None:
+@PATHS
+def test_uniform_words_are_the_randomgen_words(size: int, native: bool) -> None:
     reference = aes_counter(KEY).random_raw(size)
-    words = uniform_uint64(KEY, size)
+    words = uniform_uint64(KEY, size, native=native)
     assert words.dtype == np.uint64 and words.shape == (size,)
     assert np.array_equal(words, reference)
 
 
+@PATHS
 @pytest.mark.parametrize(("offset", "size"), [(0, 1), (1, 1), (3, 2), (5, 7), (1, (1 << 15) + 5)])
-def test_uniform_words_written_into_a_slot_of_a_larger_vector(offset: int, size: int) -> None:
+def test_uniform_words_written_into_a_slot_of_a_larger_vector(
+    offset: int, size: int, native: bool
+) -> None:
     vector = np.full(offset + size + 3, 7, dtype=np.uint64)
     slot = vector[offset : offset + size]
-    assert uniform_uint64(KEY, size, out=slot) is slot
+    assert uniform_uint64(KEY, size, out=slot, native=native) is slot
     assert np.array_equal(slot, aes_counter(KEY).random_raw(size))
     assert np.all(vector[:offset] == 7) and np.all(vector[offset + size :] == 7)
     shaped = uniform_uint64(KEY, (1, size), out=np.empty(size, dtype=np.uint64))
@@ -240,10 +252,11 @@ def test_a_negative_size_is_refused() -> None:
         uniform_uint64(KEY, (2, -3))
 
 
+@PATHS
 @pytest.mark.parametrize("size", [0, 1, 2, 5, 1 << 15, (1 << 15) + 1, 3 * (1 << 15) + 7])
 @pytest.mark.parametrize("subtract", [False, True])
 def test_words_added_in_place_equal_the_words_expanded_then_added(
-    size: int, subtract: bool
+    size: int, subtract: bool, native: bool
 ) -> None:
     base = np.random.default_rng(size).integers(0, 1 << 64, size, dtype=np.uint64, endpoint=False)
     words = uniform_uint64(KEY, size)
@@ -251,7 +264,7 @@ def test_words_added_in_place_equal_the_words_expanded_then_added(
     vector = np.full(size + 3, 9, dtype=np.uint64)
     target = vector[1 : 1 + size]
     target[:] = base
-    assert add_uniform_uint64(KEY, target, subtract=subtract) is target
+    assert add_uniform_uint64(KEY, target, subtract=subtract, native=native) is target
     assert np.array_equal(target, expected)
     assert vector[0] == 9 and np.all(vector[1 + size :] == 9)  # nothing outside the slot
 
@@ -265,9 +278,97 @@ def test_words_added_in_place_equal_the_words_expanded_then_added(
         (np.frombuffer(bytes(80), dtype=np.uint64), "a read-only uint64"),
     ],
 )
-def test_a_bad_target_for_added_words_is_refused_untouched(target: Any, got: str) -> None:
+@PATHS
+def test_a_bad_target_for_added_words_is_refused_untouched(
+    target: Any, got: str, native: bool
+) -> None:
     before = np.array(target, copy=True)
     with pytest.raises(ValueError, match="out must be a writable C-contiguous") as info:
-        add_uniform_uint64(KEY, target)
+        add_uniform_uint64(KEY, target, native=native)
     assert got in str(info.value)
     assert np.array_equal(np.asarray(target), before)
+
+
+def test_the_development_install_has_the_compiled_keystream() -> None:
+    # make test builds noise/_keystream.c (setup.py); without a compiler, or on
+    # a CPU without AES instructions, every test above takes OpenSSL's path only.
+    assert NATIVE_KEYSTREAM
+
+
+def test_the_compiled_cipher_is_aes128_by_its_published_known_answer() -> None:
+    """FIPS-197 appendix C.1: the key 00 01 … 0f encrypts 00 11 … ff to 69 c4 … 5a."""
+    from noise._keystream import keystream
+
+    # The plaintext block is the counter's little-endian bytes: the key's second half.
+    key = bytes(range(16)) + bytes.fromhex("00112233445566778899aabbccddeeff")
+    out = np.zeros(2, dtype=np.uint64)
+    keystream(key, 0, out, 0)
+    assert out.tobytes().hex() == "69c4e0d86a7b0430d8cdb78070b4c55a"
+
+
+_COUNTERS = st.one_of(
+    st.integers(0, 2**128 - 1),
+    st.integers(0, 40).map(lambda k: 2**128 - 1 - k),  # the 128-bit wrap
+    st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 40)).map(
+        lambda hk: (hk[0] << 64) | (2**64 - 1 - hk[1])  # the carry into the high word
+    ),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    aes_key=st.binary(min_size=16, max_size=16),
+    counter=_COUNTERS,
+    first=st.integers(0, 70),
+    count=st.integers(0, 90),
+    mode=st.sampled_from([0, 1, 2]),
+)
+def test_the_compiled_words_are_the_openssl_words_at_any_place(
+    aes_key: bytes, counter: int, first: int, count: int, mode: int
+) -> None:
+    """Stored, added or subtracted, at odd and even places, short and across eight blocks."""
+    from noise._keystream import keystream
+
+    key = aes_key + counter.to_bytes(16, "little")
+    reference = uniform_uint64(key, first + count, native=False)[first:]
+    base = np.random.default_rng(count).integers(0, 1 << 64, count, dtype=np.uint64)
+    around = np.full(count + 2, 0x5A5A_5A5A_5A5A_5A5A, dtype=np.uint64)
+    out = around[1 : 1 + count]
+    out[:] = base
+    keystream(key, first, out, mode)
+    expected = (reference, base + reference, base - reference)[mode]
+    assert np.array_equal(out, expected)
+    assert around[0] == around[-1] == 0x5A5A_5A5A_5A5A_5A5A  # nothing outside ``out``
+
+
+def test_the_compiled_pass_refuses_what_it_cannot_use() -> None:
+    from noise._keystream import keystream
+
+    words = np.zeros(8, dtype=np.uint64)
+    with pytest.raises(ValueError, match="32 bytes; got 16"):
+        keystream(KEY[:16], 0, words, 0)
+    with pytest.raises(ValueError, match="mode must be 0"):
+        keystream(KEY, 0, words, 3)
+    with pytest.raises(ValueError, match="whole uint64 words"):
+        keystream(KEY, 0, words.view(np.uint8)[:12], 0)
+    with pytest.raises(ValueError, match="aligned"):
+        keystream(KEY, 0, words.view(np.uint8)[4:60], 0)
+    with pytest.raises(ValueError, match="passes the end"):
+        keystream(KEY, 2**64 - 4, words, 0)
+    with pytest.raises(TypeError):
+        keystream(KEY, 0, bytes(64), 0)  # the words must be writable
+    with pytest.raises(OverflowError):
+        keystream(KEY, -1, words, 0)
+    assert not words.any()  # nothing written by a refused call
+
+
+def test_asking_for_the_compiled_pass_where_it_is_absent_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import noise.stream
+
+    monkeypatch.setattr(noise.stream, "NATIVE_KEYSTREAM", False)
+    with pytest.raises(RuntimeError, match="does not have"):
+        uniform_uint64(KEY, 4, native=True)
+    # Left to choose, the words come from OpenSSL, the same words.
+    assert np.array_equal(uniform_uint64(KEY, 40), aes_counter(KEY).random_raw(40))
