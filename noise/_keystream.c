@@ -147,7 +147,9 @@ AES_TARGET static void stream_words(const uint8_t *key, uint64_t first, uint64_t
         run_blocks(rk, low, high, (first + done) >> 1, spare, 1, MODE_STORE);
         out[done] = combined(out[done], spare[0], mode);
     }
-    /* The round keys and the words held aside are not left on the stack. */
+    /* Best effort: the round keys and the words held aside are cleared here;
+     * copies the compiler keeps in registers or spills elsewhere on the stack
+     * are not (the stream key itself lives on in the caller's bytes). */
     volatile uint8_t *wipe = (volatile uint8_t *)rk;
     for (size_t i = 0; i < sizeof(rk); i++) {
         wipe[i] = 0;
@@ -177,10 +179,13 @@ static PyObject *keystream(PyObject *self, PyObject *args)
         return NULL;
     }
     PyObject *result = NULL;
-    /* A negative or too large place is an OverflowError, not a wrapped one. */
-    const unsigned long long first = PyLong_Check(place) ? PyLong_AsUnsignedLongLong(place) : 0;
-    if (!PyLong_Check(place)) {
-        PyErr_SetString(PyExc_TypeError, "first must be an int");
+    /* Any integer (numpy's too); a negative or too large one is an OverflowError,
+     * not a wrapped one. */
+    unsigned long long first = 0;
+    PyObject *index = PyNumber_Index(place);
+    if (index != NULL) {
+        first = PyLong_AsUnsignedLongLong(index);
+        Py_DECREF(index);
     }
     if (PyErr_Occurred()) {
         PyBuffer_Release(&key);
@@ -200,7 +205,7 @@ static PyObject *keystream(PyObject *self, PyObject *args)
         PyErr_Format(PyExc_ValueError,
                      "out must be an 8-byte aligned buffer of whole uint64 words; got %zd bytes",
                      out.len);
-    } else if (first > UINT64_MAX - (uint64_t)(out.len / 8)) {
+    } else if (out.len > 0 && first > UINT64_MAX - (uint64_t)(out.len / 8) + 1) {
         PyErr_SetString(PyExc_ValueError, "first + len(out) passes the end of a 2^64-word stream");
     } else {
         const size_t count = (size_t)(out.len / 8);

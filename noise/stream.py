@@ -152,13 +152,22 @@ class Keystream:
         blocks, and OpenSSL asks for room for a block past its input.
         """
         if self._native is not None:
-            if not 0 <= count <= out.shape[0]:
-                raise ValueError(f"count = {count} words do not fit an out of {out.shape[0]}")
+            if out.dtype != _LE_U64 or not 0 <= count <= out.shape[0]:
+                raise ValueError(
+                    f"count = {count} words go into a little-endian uint64 out of at least as "
+                    f"many; got {out.dtype} of {out.shape[0]}"
+                )
             self._native(self._native_key, first, out[:count], _STORE)
             return out[:count]
         skip = first & 1
         first_block = first >> 1
         blocks = (skip + count + 1) >> 1
+        if not 0 <= blocks <= self._counters.shape[0]:
+            # Never hand back words the cipher did not write.
+            raise ValueError(
+                f"count = {count}: this stream makes at most {2 * self._counters.shape[0] - 1} "
+                "words a call"
+            )
         counters = self._counters[:blocks]
         start = self._low + first_block
         low = counters[:, 0]

@@ -359,7 +359,32 @@ def test_the_compiled_pass_refuses_what_it_cannot_use() -> None:
         keystream(KEY, 0, bytes(64), 0)  # the words must be writable
     with pytest.raises(OverflowError):
         keystream(KEY, -1, words, 0)
+    with pytest.raises(TypeError):
+        keystream(KEY, 1.0, words, 0)
     assert not words.any()  # nothing written by a refused call
+
+
+def test_the_compiled_pass_reaches_the_last_word_of_the_stream() -> None:
+    from noise._keystream import keystream
+
+    # Block 2^63 - 1 is the stream's last: its words are 2^64 - 2 and 2^64 - 1.
+    last = np.zeros(2, dtype=np.uint64)
+    keystream(KEY, np.uint64(2**64 - 2), last, 0)  # numpy integers are places too
+    blocks = _aes_ctr_words(KEY[:16], int.from_bytes(KEY[16:], "little") + 2**63 - 1, 1)
+    assert [int(w) for w in last] == blocks
+
+
+@PATHS
+def test_a_keystream_call_it_cannot_fill_is_refused(native: bool) -> None:
+    stream = Keystream(KEY[:16], 0, 8, native=native)
+    if native:  # no limit on the count, but the words go into uint64 room
+        with pytest.raises(ValueError, match="little-endian uint64 out"):
+            stream.words_at(0, 4, np.empty(44, dtype=np.uint8))
+        with pytest.raises(ValueError, match="at least as many"):
+            stream.words_at(0, 12, np.empty(10, dtype=np.uint64))
+    else:  # never words the cipher did not write
+        with pytest.raises(ValueError, match="at most 9 words a call"):
+            stream.words_at(0, 40, np.empty(44, dtype=np.uint64))
 
 
 def test_asking_for_the_compiled_pass_where_it_is_absent_says_so(
