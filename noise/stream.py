@@ -14,13 +14,17 @@ and each 16-byte ciphertext block yields two little-endian uint64 words.
 the ``cryptography`` library. All 32 derived bytes are used. numpy's ziggurat
 (``Generator.standard_normal``) turns the words into N(0, 1) draws.
 
-Raw words (:func:`uniform_uint64`, and the discrete samplers of
-``noise.discrete``) are the same words made by OpenSSL instead
-(:class:`Keystream`): the counter blocks of a stretch of the stream are
-built in a reused numpy buffer and encrypted in one AES-ECB call (ECB of
-counter blocks is counter mode), written straight into the caller's array,
-about twice as fast as ``AESCounter.random_raw``; tests compare the two word
-for word at odd offsets and across the 2^64 and 2^128 counter wraps.
+Raw words (:func:`uniform_uint64`, :func:`add_uniform_uint64`, and the
+discrete samplers of ``noise.discrete`` through :class:`Keystream`) are the
+same words made otherwise. Where it is built (:data:`NATIVE_KEYSTREAM`), one
+compiled pass with the CPU's AES instructions (noise/_keystream.c) encrypts
+each counter block in registers and stores or adds it straight into the
+caller's array, with the interpreter lock released; elsewhere OpenSSL does:
+the counter blocks of a stretch of the stream are built in a reused numpy
+buffer and encrypted in one AES-ECB call (ECB of counter blocks is counter
+mode), written straight into the caller's array, about twice as fast as
+``AESCounter.random_raw``. Tests compare all three word for word at odd
+offsets and across the 2^64 and 2^128 counter wraps.
 
 Why AES-128-CTR:
 
@@ -103,14 +107,14 @@ _CHECK_SCALES = (0.5, 3.0, 5.4e10, 1.0e14)
 _STRETCH_WORDS = 1 << 15
 _MASK64 = (1 << 64) - 1
 _LE_U64 = np.dtype("<u8")
-# Whether uniform_uint64 and add_uniform_uint64 take the compiled pass: it
-# writes the words in the machine's byte order, which must be little-endian.
+# Whether uniform_uint64, add_uniform_uint64 and Keystream take the compiled
+# pass: it writes the words in the machine's byte order, which must be little-endian.
 NATIVE_KEYSTREAM = _native is not None and _AES_NI and sys.byteorder == "little"
 _STORE, _ADD, _SUBTRACT = 0, 1, 2
 
 
 class Keystream:
-    """The words of ``AESCounter(key, counter).random_raw``, made with OpenSSL's AES.
+    """The words of ``AESCounter(key, counter).random_raw``, made with the compiled pass or OpenSSL.
 
     randomgen's AESCounter encrypts the 128-bit little-endian counter blocks
     c, c + 1, … under the little-endian key and returns each 16-byte block as
