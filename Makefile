@@ -14,9 +14,10 @@ SOURCES := bounded coordinator node noise proto simulations zerosum benchmarks t
 
 # Create or reuse .venv and install the project with its development and cluster extras.
 # Reinstalls only when pyproject.toml or a C source (built in place by setup.py: the
-# aggregate check's tags and the keyed streams' AES words) changes. pip compiles what it installs on one
-# core; installing without that and compiling the venv's packages afterwards on every
-# core gives the same bytecode (needed where PYTHONDONTWRITEBYTECODE is set) sooner.
+# aggregate check's tags and the keyed streams' AES words) changes. pip compiles what
+# it installs on one core; installing without that and compiling the venv's packages
+# afterwards on every core gives the same bytecode (needed where
+# PYTHONDONTWRITEBYTECODE is set) sooner.
 $(STAMP): pyproject.toml setup.py noise/_tag_sums.c noise/_keystream.c
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

@@ -166,8 +166,12 @@ static int cpu_has_aes(void)
     return __builtin_cpu_supports("aes") && __builtin_cpu_supports("sse2");
 }
 #else
+#define cpu_has_aes() 0
 #define HAVE_AES_NI 0
 #endif
+
+/* Whether this CPU has the instructions: asked once, when the module is imported. */
+static int aes_available = 0;
 
 static PyObject *keystream(PyObject *self, PyObject *args)
 {
@@ -193,7 +197,7 @@ static PyObject *keystream(PyObject *self, PyObject *args)
         return NULL;
     }
 #if HAVE_AES_NI
-    if (!cpu_has_aes()) {
+    if (!aes_available) {
         PyErr_SetString(PyExc_RuntimeError, "this CPU has no AES instructions (AES_NI is False)");
     } else if (key.len != KEY_BYTES) {
         PyErr_Format(PyExc_ValueError, "the stream key must be %d bytes; got %zd", KEY_BYTES,
@@ -243,12 +247,8 @@ PyMODINIT_FUNC PyInit__keystream(void)
     if (m == NULL) {
         return NULL;
     }
-#if HAVE_AES_NI
-    const int available = cpu_has_aes();
-#else
-    const int available = 0;
-#endif
-    if (PyModule_AddObject(m, "AES_NI", PyBool_FromLong(available)) < 0) {
+    aes_available = cpu_has_aes();
+    if (PyModule_AddObject(m, "AES_NI", PyBool_FromLong(aes_available)) < 0) {
         Py_DECREF(m);
         return NULL;
     }
